@@ -1,0 +1,136 @@
+#!/usr/bin/env node
+// timeout-center: one command per verb. Errors go to stderr as one readable line (what happened,
+// what to do) and a non-zero exit; logs go to stdout as JSON lines.
+import { Command, CommanderError, Option } from 'commander';
+import { ConfigError, loadConfig, type LoadedConfig } from '../config.js';
+import { migrate } from '../db/migrate.js';
+import { syncKinds } from '../db/kinds.js';
+import { createPool } from '../db/pool.js';
+import { createLogger, type Logger } from '../observability/logger.js';
+import { checkPostgres, startRuntime, UnreachableError, type Runtime } from '../runtime.js';
+
+const program = new Command();
+program
+  .name('timeout-center')
+  .description(
+    'Batch-scan timeout center: deadlines live as rows in PostgreSQL (timeout_center.timeouts); a coordinator\n' +
+      'claims what is due into shards, workers apply each shard as one UPDATE.\n\n' +
+      'Connections come from DATABASE_URL and REDIS_URL; kinds and handlers from --config (or TIMEOUT_CENTER_CONFIG).',
+  )
+  .showHelpAfterError('(run with --help for usage)')
+  .exitOverride();
+
+const configOption = () =>
+  new Option('-c, --config <file>', 'config file (YAML or JSON) declaring kinds and handlers').env('TIMEOUT_CENTER_CONFIG');
+const portOption = () =>
+  new Option('-p, --port <port>', 'serve /metrics, /healthz, /readyz on this port (0 = any free port)').argParser(parsePort);
+
+function parsePort(value: string): number {
+  const n = Number(value);
+  if (!Number.isInteger(n) || n < 0 || n > 65535) throw new CommanderError(2, 'tc.port', `--port must be 0..65535, got "${value}"`);
+  return n;
+}
+
+function load(opts: { config?: string; port?: number }): { config: LoadedConfig; logger: Logger } {
+  const config = loadConfig({ path: opts.config });
+  if (opts.port !== undefined) config.httpPort = opts.port;
+  return { config, logger: createLogger(config.logLevel) };
+}
+
+program
+  .command('migrate')
+  .description('create or upgrade the timeout_center schema (safe to run from several processes at once), then register the config\'s kinds')
+  .addOption(configOption())
+  .option('--schema-only', 'apply migrations only; do not read a config or register kinds')
+  .action(async (opts: { config?: string; schemaOnly?: boolean }) => {
+    const logger = createLogger(process.env['LOG_LEVEL'] === 'debug' ? 'debug' : 'info');
+    let config: LoadedConfig | undefined;
+    let url = process.env['DATABASE_URL'];
+    if (!opts.schemaOnly) {
+      config = loadConfig({ path: opts.config });
+      url = config.databaseUrl;
+    }
+    if (!url) throw new ConfigError('(environment)', ['DATABASE_URL is not set (e.g. postgres://postgres@127.0.0.1:5432/app)']);
+    const pool = createPool({ connectionString: url, max: 2, applicationName: 'timeout-center migrate', logger });
+    try {
+      await checkPostgres(pool, url);
+      const result = await migrate(pool, logger);
+      if (config) await syncKinds(pool, config.kinds);
+      logger.info(
+        { applied: result.applied, version: result.current, kinds: config ? Object.keys(config.kinds) : undefined },
+        result.applied.length ? 'database migrated' : 'database already up to date',
+      );
+    } finally {
+      await pool.end();
+    }
+  });
+
+function serve(role: 'coordinator' | 'worker' | 'run', description: string) {
+  const cmd = program.command(role).description(description).addOption(configOption()).addOption(portOption());
+  if (role !== 'coordinator') {
+    cmd.addOption(new Option('--concurrency <n>', 'shards run at once by the worker').argParser((v) => positiveInt(v, '--concurrency')));
+  }
+  cmd.action(async (opts: { config?: string; port?: number; concurrency?: number }) => {
+    const { config, logger } = load(opts);
+    if (opts.concurrency) config.worker.concurrency = opts.concurrency;
+    const runtime = await startRuntime({ config, logger, coordinator: role !== 'worker', worker: role !== 'coordinator' });
+    await untilSignalled(runtime, logger);
+  });
+}
+
+function positiveInt(value: string, flag: string): number {
+  const n = Number(value);
+  if (!Number.isInteger(n) || n < 1) throw new CommanderError(2, 'tc.int', `${flag} must be a positive integer, got "${value}"`);
+  return n;
+}
+
+serve('coordinator', 'run the coordinator: leader election, scans (map), recovery (reaper) and reduce; run two for a standby');
+serve('worker', 'run a worker: read shards from Redis and apply each as one batch');
+serve('run', 'run a coordinator and a worker in one process (single machine)');
+
+/** First SIGTERM/SIGINT drains and exits 0; a second one forces exit 1. */
+function untilSignalled(runtime: Runtime, logger: Logger): Promise<never> {
+  return new Promise(() => {
+    let signals = 0;
+    const onSignal = (signal: NodeJS.Signals) => {
+      signals += 1;
+      if (signals > 1) {
+        logger.warn({ signal }, 'second signal: exiting now without draining');
+        process.exit(1);
+      }
+      logger.info({ signal }, 'stopping: no new shards; draining the running ones (send the signal again to force)');
+      runtime.stop().then(
+        () => {
+          logger.info('stopped cleanly');
+          process.exit(0);
+        },
+        (err: unknown) => {
+          logger.error({ err }, 'stop failed');
+          process.exit(1);
+        },
+      );
+    };
+    process.on('SIGTERM', onSignal);
+    process.on('SIGINT', onSignal);
+  });
+}
+
+async function main(argv: string[]): Promise<void> {
+  try {
+    await program.parseAsync(argv);
+  } catch (err) {
+    if (err instanceof CommanderError) {
+      if (err.code === 'commander.helpDisplayed' || err.code === 'commander.version' || err.code === 'commander.help') process.exit(0);
+      if (err.code.startsWith('tc.')) process.stderr.write(`timeout-center: ${err.message}\n`);
+      process.exit(err.exitCode || 2);
+    }
+    if (err instanceof ConfigError || err instanceof UnreachableError) {
+      process.stderr.write(`timeout-center: ${err.message}\n`);
+      process.exit(2);
+    }
+    process.stderr.write(`timeout-center: ${(err as Error).message ?? String(err)}\n`);
+    process.exit(1);
+  }
+}
+
+void main(process.argv);

@@ -1,0 +1,231 @@
+// Typed, validated configuration: one schema, one error style. The input type (what a file may
+// say) and the resolved type (what the code reads) both come from the zod schema below; every
+// default is written beside its field.
+import { readFileSync } from 'node:fs';
+import { extname, resolve } from 'node:path';
+import { parse as parseYaml } from 'yaml';
+import { z } from 'zod';
+
+const KIND_NAME = /^[a-z0-9][a-z0-9_.:-]{0,99}$/;
+
+const sqlHandler = z.strictObject({
+  type: z.literal('sql'),
+  /** One statement. $1 is the array of biz_ids (text[]), $2 the payloads (jsonb[]). It must
+   *  RETURN the ids it changed as its first column: ids not returned count as skipped. */
+  sql: z
+    .string()
+    .min(1)
+    .refine((s) => /\breturning\b/i.test(s), {
+      message: 'the statement must end with RETURNING <id column>: ids it does not return count as skipped',
+    }),
+});
+
+const httpHandler = z.strictObject({
+  type: z.literal('http'),
+  /** One POST per shard: {"kind", "shardId", "items": [{"bizId", "payload"}]}. The reply is
+   *  {"applied": [bizId...], "failed": [{"bizId", "error"}]}; ids in neither count as skipped. */
+  url: z.url(),
+  headers: z.record(z.string(), z.string()).default({}),
+});
+
+const codeHandler = z.strictObject({
+  type: z.literal('code'),
+  /** A module (path relative to the config file) whose export is a ShardHandler function. Kinds
+   *  whose handler is registered programmatically (Worker.registerHandler) may leave this out. */
+  module: z.string().min(1).optional(),
+  export: z.string().min(1).default('default'),
+});
+
+const kindSchema = z.strictObject({
+  description: z.string().optional(),
+  /** Timeouts per shard: one handler statement per shard. */
+  shardSize: z.number().int().min(1).max(100_000).default(500),
+  /** Attempts per timeout before it becomes `failed` (also the cap for a shard re-run after its
+   *  worker died). */
+  maxAttempts: z.number().int().min(1).max(1000).default(5),
+  /** Backoff before retrying a failed timeout: backoffMs * 2^(attempt-1), capped at 10 min. */
+  backoffMs: z.number().int().min(0).max(3_600_000).default(1000),
+  /** Time limit of one handler call (statement_timeout for SQL handlers). */
+  timeLimitMs: z.number().int().min(10).max(600_000).default(10_000),
+  handler: z.discriminatedUnion('type', [sqlHandler, httpHandler, codeHandler]),
+});
+
+const coordinatorSchema = z.strictObject({
+  /** node-cron expression of the safety-net tick (six fields: seconds first). The coordinator also
+   *  wakes early when it knows the next due time. */
+  schedule: z.string().default('* * * * * *'),
+  /** Never tick more often than this, even when timeouts are due back to back. */
+  minTickIntervalMs: z.number().int().min(10).max(60_000).default(50),
+  /** Rows claimed per statement. */
+  claimChunk: z.number().int().min(1).max(1_000_000).default(5000),
+  /** Stop claiming while this many shards are queued or running (backpressure). */
+  maxInFlightShards: z.number().int().min(1).max(100_000).default(64),
+  /** Leadership lock lifetime in Redis; renewed every third of it. */
+  lockTtlMs: z.number().int().min(500).max(600_000).default(10_000),
+  /** A queued shard not taken by a worker within this long is published again. */
+  republishAfterMs: z.number().int().min(100).max(3_600_000).default(30_000),
+  /** How often the backlog lag is measured for the SLA alert and metrics. */
+  lagCheckIntervalMs: z.number().int().min(100).default(5_000),
+});
+
+const workerSchema = z.strictObject({
+  /** Shards run at once by one worker process (each holds one PostgreSQL connection). */
+  concurrency: z.number().int().min(1).max(256).default(4),
+  /** Lease on a shard; a shard whose lease ran out (worker died) is reclaimed. Must exceed the
+   *  kinds' time limits. */
+  leaseMs: z.number().int().min(1000).max(3_600_000).default(30_000),
+  /** XREADGROUP BLOCK time. */
+  blockMs: z.number().int().min(10).max(60_000).default(1000),
+  /** Only run these kinds (default: all kinds of the config). */
+  kinds: z.array(z.string()).optional(),
+  /** Worker id (Redis consumer name); default host-pid. */
+  id: z.string().min(1).max(200).optional(),
+  /** Stop timeout after the first SIGTERM: in-flight shards finish within it or are released. */
+  drainTimeoutMs: z.number().int().min(0).max(600_000).default(30_000),
+});
+
+const alertsSchema = z.strictObject({
+  /** JSON POST for each alert. */
+  webhookUrl: z.url().optional(),
+  webhookTimeoutMs: z.number().int().min(100).max(60_000).default(5000),
+  /** Alert when this many reduced scans in a row had failures. */
+  consecutiveFailedScans: z.number().int().min(1).default(3),
+  /** Alert when the oldest due timeout is later than this. */
+  lagSlaMs: z.number().int().min(1).default(60_000),
+  /** Do not repeat the same lag alert more often than this. */
+  lagAlertEveryMs: z.number().int().min(1000).default(60_000),
+});
+
+export const configSchema = z.strictObject({
+  /** PostgreSQL URL; DATABASE_URL wins over the file. */
+  databaseUrl: z.string().min(1).optional(),
+  /** Redis URL; REDIS_URL wins over the file. */
+  redisUrl: z.string().min(1).optional(),
+  /** Prefix of every Redis key, so several centers (or tests) share one Redis. */
+  redisKeyPrefix: z.string().min(1).max(100).default('tc'),
+  /** PostgreSQL pool size per process (workers add their concurrency). */
+  poolSize: z.number().int().min(1).max(200).default(4),
+  kinds: z.record(z.string(), kindSchema).superRefine((kinds, ctx) => {
+    for (const name of Object.keys(kinds)) {
+      if (!KIND_NAME.test(name)) {
+        ctx.addIssue({
+          code: 'custom',
+          path: [name],
+          message: 'kind names are lower-case letters, digits and . _ : - (e.g. order.unpaid), at most 100 characters',
+        });
+      }
+    }
+    if (Object.keys(kinds).length === 0) ctx.addIssue({ code: 'custom', message: 'declare at least one kind' });
+  }),
+  coordinator: coordinatorSchema.default(coordinatorSchema.parse({})),
+  worker: workerSchema.default(workerSchema.parse({})),
+  alerts: alertsSchema.default(alertsSchema.parse({})),
+  /** Port of /metrics, /healthz, /readyz; 0 picks a free one, omit to serve nothing. */
+  httpPort: z.number().int().min(0).max(65535).optional(),
+  logLevel: z.enum(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent']).default('info'),
+});
+
+export type ConfigInput = z.input<typeof configSchema>;
+export type Config = z.output<typeof configSchema>;
+export type KindConfig = Config['kinds'][string];
+export type HandlerConfig = KindConfig['handler'];
+export type CoordinatorConfig = Config['coordinator'];
+export type WorkerConfig = Config['worker'];
+export type AlertsConfig = Config['alerts'];
+
+/** Resolved config plus where it came from, so relative paths (code handlers) resolve. */
+export interface LoadedConfig extends Config {
+  databaseUrl: string;
+  redisUrl: string;
+  /** Directory of the config file (or cwd), for code handler modules. */
+  baseDir: string;
+  source: string;
+}
+
+export class ConfigError extends Error {
+  override name = 'ConfigError';
+  constructor(
+    readonly source: string,
+    readonly problems: string[],
+  ) {
+    super(`invalid configuration in ${source}:\n${problems.map((p) => `  - ${p}`).join('\n')}`);
+  }
+}
+
+/** Validates an object against the schema; errors name the field path, e.g. kinds."order.unpaid".shardSize. */
+export function parseConfig(input: unknown, source = 'config'): Config {
+  const result = configSchema.safeParse(input);
+  if (result.success) return result.data;
+  const problems = result.error.issues.map((issue) => {
+    const path = issue.path.map((p) => (typeof p === 'string' && !/^[A-Za-z_]\w*$/.test(p) ? JSON.stringify(p) : String(p))).join('.');
+    return `${path || '(top level)'}: ${issue.message}`;
+  });
+  throw new ConfigError(source, problems);
+}
+
+/** Reads a JSON or YAML file. */
+export function readConfigFile(path: string): unknown {
+  let text: string;
+  try {
+    text = readFileSync(path, 'utf8');
+  } catch (err) {
+    const code = (err as NodeJS.ErrnoException).code;
+    throw new ConfigError(path, [
+      code === 'ENOENT' ? 'file not found (pass --config <file> or set TIMEOUT_CENTER_CONFIG)' : `cannot read: ${(err as Error).message}`,
+    ]);
+  }
+  try {
+    const ext = extname(path).toLowerCase();
+    return ext === '.json' ? JSON.parse(text) : parseYaml(text);
+  } catch (err) {
+    throw new ConfigError(path, [`not valid ${extname(path) === '.json' ? 'JSON' : 'YAML'}: ${(err as Error).message}`]);
+  }
+}
+
+export interface LoadOptions {
+  /** Path of the config file; falls back to TIMEOUT_CENTER_CONFIG. */
+  path?: string | undefined;
+  /** Config object instead of a file (embedding, tests). */
+  object?: ConfigInput;
+  env?: NodeJS.ProcessEnv;
+}
+
+/** Loads config from a file or object, then applies DATABASE_URL / REDIS_URL from the environment. */
+export function loadConfig(options: LoadOptions): LoadedConfig {
+  const env = options.env ?? process.env;
+  const path = options.path ?? env['TIMEOUT_CENTER_CONFIG'];
+  let raw: unknown;
+  let source: string;
+  let baseDir = process.cwd();
+  if (options.object) {
+    raw = options.object;
+    source = 'config object';
+  } else if (path) {
+    source = resolve(path);
+    raw = readConfigFile(source);
+    baseDir = resolve(source, '..');
+  } else {
+    throw new ConfigError('(none)', ['no config file given: pass --config <file> or set TIMEOUT_CENTER_CONFIG (see config.example.yaml)']);
+  }
+  const config = parseConfig(raw, source);
+  const databaseUrl = env['DATABASE_URL'] || config.databaseUrl;
+  const redisUrl = env['REDIS_URL'] || config.redisUrl;
+  const missing: string[] = [];
+  if (!databaseUrl) missing.push('databaseUrl: not set: set DATABASE_URL (e.g. postgres://user@127.0.0.1:5432/db) or databaseUrl in the file');
+  if (!redisUrl) missing.push('redisUrl: not set: set REDIS_URL (e.g. redis://127.0.0.1:6379) or redisUrl in the file');
+  if (missing.length > 0) throw new ConfigError(source, missing);
+  if (config.worker.kinds) {
+    const unknown = config.worker.kinds.filter((k) => !(k in config.kinds));
+    if (unknown.length > 0) {
+      throw new ConfigError(source, [`worker.kinds: unknown kind(s) ${unknown.join(', ')}; declared kinds: ${Object.keys(config.kinds).join(', ')}`]);
+    }
+  }
+  for (const [name, kind] of Object.entries(config.kinds)) {
+    if (kind.timeLimitMs >= config.worker.leaseMs) {
+      throw new ConfigError(source, [
+        `kinds.${JSON.stringify(name)}.timeLimitMs: ${kind.timeLimitMs} ms must be below worker.leaseMs (${config.worker.leaseMs} ms), or a slow shard would be reclaimed while it runs`,
+      ]);
+    }
+  }
+  return { ...config, databaseUrl: databaseUrl!, redisUrl: redisUrl!, baseDir, source };
+}

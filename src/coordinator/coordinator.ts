@@ -1,0 +1,289 @@
+// The coordinator: while it leads, each tick recovers lost shards (reaper), closes finished scans
+// (reduce), then claims what is due into shards and publishes them (map + dispatch). node-cron
+// drives the safety-net tick; the coordinator also wakes early at the next known due time. All
+// times it compares come from PostgreSQL's now().
+import cron, { type ScheduledTask } from 'node-cron';
+import type pg from 'pg';
+import type { Logger } from 'pino';
+import { Alerter } from '../alerts/alerter.js';
+import type { LoadedConfig } from '../config.js';
+import { query } from '../db/queries.js';
+import { failpoint } from '../failpoints.js';
+import type { Metrics } from '../observability/metrics.js';
+import type { ShardChannel, ShardMessage } from '../transport/channel.js';
+import { FencedError } from './fence.js';
+import type { Leadership } from './leadership.js';
+import { claimChunk, finishMap } from './map.js';
+import { reap } from './reaper.js';
+import { consecutiveFailedScans, reduceScans, type ReducedScan } from './reduce.js';
+
+const REAP_EVERY_MS = 1000;
+const BACKPRESSURE_RECHECK_MS = 100;
+
+export interface CoordinatorDeps {
+  config: LoadedConfig;
+  pool: pg.Pool;
+  channel: ShardChannel;
+  leadership: Leadership;
+  metrics: Metrics;
+  logger: Logger;
+  coordinatorId: string;
+}
+
+export interface TickResult {
+  claimed: number;
+  shards: number;
+  reduced: ReducedScan[];
+  backpressured: boolean;
+}
+
+export class Coordinator {
+  private readonly config: LoadedConfig;
+  private readonly kinds: string[];
+  private readonly minShardSize: number;
+  private readonly alerter: Alerter;
+  private task: ScheduledTask | undefined;
+  private wakeTimer: NodeJS.Timeout | undefined;
+  private ticking: Promise<void> | undefined;
+  private tickAgain = false;
+  private running = false;
+  /** Shards claimed but not yet published (Redis refused): retried first on the next tick. */
+  private unpublished: ShardMessage[] = [];
+  private lastReapAt = 0;
+  private lastLagCheckAt = 0;
+  private lastLagAlertAt = 0;
+
+  constructor(private readonly deps: CoordinatorDeps) {
+    this.config = deps.config;
+    this.kinds = Object.keys(deps.config.kinds);
+    this.minShardSize = Math.min(...Object.values(deps.config.kinds).map((k) => k.shardSize));
+    this.alerter = new Alerter(deps.config.alerts, deps.logger, deps.metrics, deps.coordinatorId);
+    deps.leadership.on('elected', (epoch) => {
+      deps.metrics.leader.set(1);
+      deps.metrics.epoch.set(epoch);
+      this.lastReapAt = 0; // a new leader recovers at once
+      this.requestTick();
+    });
+    deps.leadership.on('deposed', () => {
+      deps.metrics.leader.set(0);
+      deps.metrics.epoch.set(0);
+    });
+  }
+
+  get isLeader(): boolean {
+    return this.deps.leadership.isLeader;
+  }
+
+  start(): void {
+    if (this.running) return;
+    this.running = true;
+    if (!cron.validate(this.config.coordinator.schedule)) {
+      throw new Error(`coordinator.schedule: "${this.config.coordinator.schedule}" is not a valid cron expression`);
+    }
+    this.task = cron.schedule(this.config.coordinator.schedule, () => this.requestTick(), {
+      name: 'timeout-center-tick',
+      noOverlap: false,
+    });
+    this.deps.leadership.start();
+  }
+
+  /** Runs a tick now, or right after the one in progress. */
+  requestTick(): void {
+    if (!this.running) return;
+    if (this.ticking) {
+      this.tickAgain = true;
+      return;
+    }
+    this.ticking = this.runTick().finally(() => {
+      this.ticking = undefined;
+      if (this.tickAgain && this.running) {
+        this.tickAgain = false;
+        this.requestTick();
+      }
+    });
+  }
+
+  private async runTick(): Promise<void> {
+    const started = Date.now();
+    try {
+      const wakeInMs = await this.tick();
+      if (wakeInMs !== undefined) this.wakeIn(wakeInMs);
+    } catch (err) {
+      if (err instanceof FencedError) {
+        this.deps.metrics.fenced.inc();
+        this.deps.logger.error({ epoch: err.epoch, currentEpoch: err.currentEpoch, holder: err.holder }, `fenced: ${err.message}; stepping down`);
+        this.deps.leadership.stepDown('fenced by a newer epoch');
+      } else {
+        this.deps.logger.error({ err, ms: Date.now() - started }, 'coordinator tick failed; the next tick retries');
+      }
+    }
+  }
+
+  private wakeIn(ms: number): void {
+    if (this.wakeTimer) clearTimeout(this.wakeTimer);
+    const delay = Math.max(this.config.coordinator.minTickIntervalMs, Math.min(ms, 60_000));
+    this.wakeTimer = setTimeout(() => this.requestTick(), delay);
+  }
+
+  /** One tick. Returns how long to sleep before the next one (undefined: wait for cron). */
+  async tick(): Promise<number | undefined> {
+    const { leadership, pool, channel, logger, metrics } = this.deps;
+    if (!leadership.isLeader) return undefined;
+    const epoch = leadership.epoch;
+    const cfg = this.config.coordinator;
+
+    // Recover first: republish what Redis lost or a dead worker left behind.
+    const channelLost = await channel.checkLostAndMark();
+    if (channelLost || Date.now() - this.lastReapAt >= REAP_EVERY_MS) {
+      this.lastReapAt = Date.now();
+      const reaped = await reap(pool, epoch, { republishAfterMs: cfg.republishAfterMs, channelLost });
+      if (reaped.republish.length > 0 || reaped.abandoned.length > 0 || reaped.orphanScans > 0) {
+        logger.warn(
+          { requeued: reaped.requeued, stale: reaped.stale, abandoned: reaped.abandoned.length, orphanScans: reaped.orphanScans, channelLost },
+          'reaper recovered shards',
+        );
+        metrics.reclaims.inc({ source: channelLost ? 'channel_lost' : 'stale_queue' }, reaped.stale);
+        metrics.reclaims.inc({ source: 'lease_expired' }, reaped.requeued);
+        metrics.reclaims.inc({ source: 'abandoned' }, reaped.abandoned.length);
+      }
+      for (const a of reaped.abandoned) {
+        void this.alerter.raise({
+          type: 'shard_abandoned',
+          message: `shard ${a.shardId} (${a.kind}, scan ${a.scanId}) was abandoned by its workers too many times; ${a.failed} timeouts marked failed`,
+          details: { ...a },
+        });
+      }
+      this.unpublished.push(...reaped.republish);
+    }
+    await this.flushUnpublished();
+
+    const reduced = await reduceScans(pool, epoch);
+    await this.afterReduce(reduced);
+
+    // Map: claim due rows while the shards in flight stay under the bound.
+    const { rows } = await pool.query<{ now: Date; next_due: Date | null; in_flight: number }>(query(new URL('.', import.meta.url), 'next_due'), [this.kinds]);
+    const clock = rows[0]!;
+    let inFlight = clock.in_flight;
+    let nextDue = clock.next_due;
+    let scanId: number | undefined;
+    let claimed = 0;
+    let backpressured = false;
+    while (nextDue !== null && nextDue <= clock.now) {
+      const room = cfg.maxInFlightShards - inFlight;
+      if (room <= 0) {
+        backpressured = true;
+        break;
+      }
+      const maxRows = Math.min(cfg.claimChunk, room * this.minShardSize);
+      const chunk = await claimChunk(pool, epoch, { scanId, coordinatorId: this.deps.coordinatorId, cutoff: clock.now, kinds: this.kinds, maxRows });
+      if (!chunk) break;
+      scanId = chunk.scanId;
+      claimed += chunk.claimed;
+      inFlight += chunk.shards.length;
+      metrics.claimed.inc(chunk.claimed);
+      await failpoint('coordinator.before-publish');
+      this.unpublished.push(...chunk.shards);
+      await this.flushUnpublished();
+      if (chunk.claimed < maxRows) break;
+    }
+    if (scanId !== undefined) {
+      await finishMap(pool, epoch, scanId);
+      logger.debug({ scanId, claimed, inFlight }, 'scan mapped');
+    }
+    metrics.shardsInFlight.set(inFlight);
+    await this.checkLag();
+
+    if (backpressured) return BACKPRESSURE_RECHECK_MS;
+    if (scanId !== undefined) {
+      // More may have become due while we mapped: look again soon.
+      return this.config.coordinator.minTickIntervalMs;
+    }
+    // Nothing was due: the next claimable time, measured on the database clock.
+    const after = nextDue && nextDue > clock.now ? nextDue.getTime() - clock.now.getTime() : undefined;
+    return after;
+  }
+
+  private async flushUnpublished(): Promise<void> {
+    if (this.unpublished.length === 0) return;
+    const batch = this.unpublished;
+    this.unpublished = [];
+    try {
+      await this.deps.channel.publish(batch);
+    } catch (err) {
+      // The shards stay queued in PostgreSQL; keep them to retry next tick (and the reaper
+      // republishes them anyway after republishAfterMs).
+      this.unpublished = batch.concat(this.unpublished).slice(0, 100_000);
+      this.deps.logger.warn({ err, shards: batch.length }, 'could not publish shards to Redis; will retry');
+    }
+  }
+
+  private async afterReduce(reduced: ReducedScan[]): Promise<void> {
+    const { metrics, logger, pool } = this.deps;
+    let anyFailed = false;
+    for (const scan of reduced) {
+      metrics.scanDuration.observe(scan.duration_s);
+      metrics.scans.inc({ result: scan.failed > 0 ? 'failed' : 'ok' });
+      logger.info(
+        { scanId: scan.id, claimed: scan.claimed, done: scan.done, skipped: scan.skipped, failed: scan.failed, retried: scan.retried, shards: scan.shard_count },
+        'scan reduced',
+      );
+      if (scan.failed > 0) {
+        anyFailed = true;
+        void this.alerter.raise({
+          type: 'scan_failures',
+          message: `scan ${scan.id}: ${scan.failed} of ${scan.claimed} timeouts failed for good (see timeout_center.failed_timeouts)`,
+          details: { scanId: scan.id, failed: scan.failed, claimed: scan.claimed, failures: scan.failures },
+        });
+      }
+    }
+    if (anyFailed) {
+      const n = this.config.alerts.consecutiveFailedScans;
+      const streak = await consecutiveFailedScans(pool, n + 1);
+      if (streak === n) {
+        void this.alerter.raise({
+          type: 'consecutive_failed_scans',
+          message: `${n} scans in a row ended with failed timeouts: a handler or the orders' database may be broken`,
+          details: { consecutive: n },
+        });
+      }
+    }
+  }
+
+  private async checkLag(): Promise<void> {
+    const now = Date.now();
+    if (now - this.lastLagCheckAt < this.config.coordinator.lagCheckIntervalMs) return;
+    this.lastLagCheckAt = now;
+    const { rows } = await this.deps.pool.query<{ kind: string; pending_due: number; in_flight: number; lag_s: number }>(
+      `SELECT kind, pending_due, in_flight, extract(epoch FROM oldest_lag)::float8 AS lag_s FROM timeout_center.backlog`,
+    );
+    this.deps.metrics.backlog.reset();
+    this.deps.metrics.oldestLag.reset();
+    let worst: (typeof rows)[number] | undefined;
+    for (const r of rows) {
+      this.deps.metrics.backlog.set({ kind: r.kind, state: 'pending' }, r.pending_due);
+      this.deps.metrics.backlog.set({ kind: r.kind, state: 'in_flight' }, r.in_flight);
+      this.deps.metrics.oldestLag.set({ kind: r.kind }, r.lag_s);
+      if (!worst || r.lag_s > worst.lag_s) worst = r;
+    }
+    const sla = this.config.alerts.lagSlaMs / 1000;
+    if (worst && worst.lag_s > sla && now - this.lastLagAlertAt >= this.config.alerts.lagAlertEveryMs) {
+      this.lastLagAlertAt = now;
+      void this.alerter.raise({
+        type: 'lag_sla',
+        message: `oldest due ${worst.kind} timeout is ${worst.lag_s.toFixed(1)} s late (SLA ${sla} s); backlog ${worst.pending_due} waiting, ${worst.in_flight} in flight: add workers or look for a slow handler`,
+        details: { kind: worst.kind, lagSeconds: worst.lag_s, slaSeconds: sla, pending: worst.pending_due, inFlight: worst.in_flight },
+      });
+    }
+  }
+
+  /** Stops ticking and gives up leadership (the lock is released for a standby). Idempotent. */
+  async stop(): Promise<void> {
+    this.running = false;
+    if (this.wakeTimer) clearTimeout(this.wakeTimer);
+    await Promise.resolve(this.task?.destroy()).catch(() => {});
+    this.task = undefined;
+    await this.ticking?.catch(() => {});
+    await this.deps.leadership.stop();
+    this.deps.metrics.leader.set(0);
+  }
+}

@@ -1,0 +1,134 @@
+// Who leads. Liveness comes from a Redis lock (redlock, renewed every third of its lifetime);
+// safety comes from the fencing epoch in PostgreSQL: winning the lock bumps the epoch, and every
+// coordinator write runs in a transaction that checks it (fence.ts). A coordinator that was
+// paused past its lock, or lost it to a Redis restart, cannot write once another has won.
+import { EventEmitter } from 'node:events';
+import type { Redis } from 'ioredis';
+import type pg from 'pg';
+import type { Logger } from 'pino';
+import Redlock, { type Lock } from 'redlock';
+
+export interface LeadershipOptions {
+  redis: Redis;
+  pool: pg.Pool;
+  lockKey: string;
+  ttlMs: number;
+  coordinatorId: string;
+  logger: Logger;
+}
+
+export interface LeadershipEvents {
+  elected: [epoch: number];
+  deposed: [reason: string];
+}
+
+export class Leadership extends EventEmitter<LeadershipEvents> {
+  private readonly redlock: Redlock;
+  private lock: Lock | undefined;
+  private currentEpoch = 0;
+  private timer: NodeJS.Timeout | undefined;
+  private busy: Promise<void> = Promise.resolve();
+  private stopped = false;
+
+  constructor(private readonly options: LeadershipOptions) {
+    super();
+    // No retries inside redlock: the loop below tries again every third of the TTL. (5.0.0-beta.2
+    // can return an already-expired lock after retries, node-redlock #296; we check expiration.)
+    this.redlock = new Redlock([options.redis], { retryCount: 0, driftFactor: 0.01, automaticExtensionThreshold: 0 });
+    this.redlock.on('error', () => {}); // contention is reported through acquire()'s rejection
+  }
+
+  /** True while this process holds an unexpired lock and an epoch. */
+  get isLeader(): boolean {
+    return this.lock !== undefined && this.lock.expiration > Date.now() && this.currentEpoch > 0;
+  }
+
+  get epoch(): number {
+    return this.isLeader ? this.currentEpoch : 0;
+  }
+
+  start(): void {
+    this.stopped = false;
+    this.schedule(0);
+  }
+
+  private schedule(delayMs: number): void {
+    if (this.stopped) return;
+    this.timer = setTimeout(() => {
+      this.busy = this.step().finally(() => this.schedule(Math.max(100, Math.floor(this.options.ttlMs / 3))));
+    }, delayMs);
+  }
+
+  private async step(): Promise<void> {
+    try {
+      if (this.lock) await this.renew();
+      else await this.tryAcquire();
+    } catch (err) {
+      this.options.logger.warn({ err }, 'leadership step failed; will retry');
+    }
+  }
+
+  private async tryAcquire(): Promise<void> {
+    let lock: Lock;
+    try {
+      lock = await this.redlock.acquire([this.options.lockKey], this.options.ttlMs);
+    } catch {
+      return; // another coordinator leads, or Redis is unreachable: stay standby
+    }
+    if (lock.expiration <= Date.now()) {
+      await lock.release().catch(() => {});
+      return;
+    }
+    try {
+      const { rows } = await this.options.pool.query<{ epoch: number }>(
+        `UPDATE timeout_center.coordinator_lease SET epoch = epoch + 1, holder = $1, acquired_at = now()
+          WHERE id = 1 RETURNING epoch`,
+        [this.options.coordinatorId],
+      );
+      const epoch = rows[0]?.epoch;
+      if (!epoch) throw new Error('timeout_center.coordinator_lease has no row: run `timeout-center migrate`');
+      this.lock = lock;
+      this.currentEpoch = epoch;
+      this.options.logger.info({ epoch }, 'became leader');
+      this.emit('elected', epoch);
+    } catch (err) {
+      await lock.release().catch(() => {});
+      throw err;
+    }
+  }
+
+  private async renew(): Promise<void> {
+    const lock = this.lock!;
+    if (lock.expiration <= Date.now()) {
+      this.stepDown('lock expired before it could be renewed (process paused or Redis unreachable)');
+      return;
+    }
+    try {
+      this.lock = await lock.extend(this.options.ttlMs);
+    } catch (err) {
+      this.stepDown(`could not renew the leadership lock: ${(err as Error).message}`);
+    }
+  }
+
+  /** Stops acting as leader now; the lock is released if it is still ours. */
+  stepDown(reason: string): void {
+    const lock = this.lock;
+    if (!lock) return;
+    const epoch = this.currentEpoch;
+    this.lock = undefined;
+    this.currentEpoch = 0;
+    this.options.logger.warn({ epoch, reason }, 'stepped down as leader');
+    lock.release().catch(() => {});
+    this.emit('deposed', reason);
+  }
+
+  async stop(): Promise<void> {
+    this.stopped = true;
+    if (this.timer) clearTimeout(this.timer);
+    await this.busy.catch(() => {});
+    const lock = this.lock;
+    this.lock = undefined;
+    this.currentEpoch = 0;
+    if (lock) await lock.release().catch(() => {});
+  }
+}

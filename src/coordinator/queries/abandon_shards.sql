@@ -1,0 +1,29 @@
+-- abandon_shards: a shard whose lease ran out and that already had its kind's max attempts (its
+-- worker died or overran the lease every time) fails with its remaining timeouts, so a shard that
+-- kills workers cannot loop forever.
+--   $1 max shards
+-- Returns the failed shards (id, kind, scan_id, failed_count).
+WITH doomed AS (
+  SELECT sh.id, sh.attempts
+    FROM timeout_center.shards sh JOIN timeout_center.kinds k ON k.kind = sh.kind
+   WHERE sh.state = 'running' AND sh.lease_expires_at < now() AND sh.attempts >= k.max_attempts
+   ORDER BY sh.id
+   LIMIT $1
+     FOR UPDATE OF sh SKIP LOCKED
+), failed_rows AS (
+  UPDATE timeout_center.timeouts t
+     SET state = 'failed', attempts = t.attempts + 1, finished_at = now(),
+         last_error = format('shard %s abandoned after %s attempts: each time its worker died or overran the lease', d.id, d.attempts)
+    FROM doomed d
+   WHERE t.shard_id = d.id AND t.state = 'dispatched'
+  RETURNING t.shard_id
+), counts AS (
+  SELECT shard_id, count(*)::int AS n FROM failed_rows GROUP BY shard_id
+)
+UPDATE timeout_center.shards sh
+   SET state = 'failed', finished_at = now(), lease_expires_at = NULL,
+       done_count = 0, skipped_count = 0, retried_count = 0, failed_count = coalesce(c.n, 0),
+       error_sample = format('abandoned after %s attempts: each time its worker died or overran the lease', d.attempts)
+  FROM doomed d LEFT JOIN counts c ON c.shard_id = d.id
+ WHERE sh.id = d.id
+RETURNING sh.id, sh.kind, sh.scan_id, sh.failed_count

@@ -1,0 +1,30 @@
+-- reduce: every mapped scan whose shards are all final gets its totals, exactly once: the
+-- state moves mapped -> reduced in this one conditional UPDATE.
+--   $1 max scans
+-- Returns the reduced scans with totals.
+WITH ready AS (
+  SELECT s.id FROM timeout_center.scans s
+   WHERE s.state = 'mapped'
+     AND NOT EXISTS (SELECT 1 FROM timeout_center.shards sh
+                      WHERE sh.scan_id = s.id AND sh.state IN ('queued', 'running'))
+   ORDER BY s.id
+   LIMIT $1
+     FOR UPDATE SKIP LOCKED
+), totals AS (
+  SELECT sh.scan_id,
+         sum(sh.done_count)::int AS done, sum(sh.skipped_count)::int AS skipped,
+         sum(sh.failed_count)::int AS failed, sum(sh.retried_count)::int AS retried,
+         jsonb_agg(jsonb_build_object('shard', sh.id, 'kind', sh.kind, 'failed', sh.failed_count,
+                                      'error', sh.error_sample) ORDER BY sh.id)
+           FILTER (WHERE sh.failed_count > 0) AS failures
+    FROM timeout_center.shards sh JOIN ready r ON r.id = sh.scan_id
+   GROUP BY sh.scan_id
+)
+UPDATE timeout_center.scans s
+   SET state = 'reduced', reduced_at = now(),
+       done = coalesce(t.done, 0), skipped = coalesce(t.skipped, 0),
+       failed = coalesce(t.failed, 0), retried = coalesce(t.retried, 0), failures = t.failures
+  FROM ready r LEFT JOIN totals t ON t.scan_id = r.id
+ WHERE s.id = r.id
+RETURNING s.id, s.claimed, s.shard_count, s.done, s.skipped, s.failed, s.retried, s.failures,
+          extract(epoch FROM s.reduced_at - s.started_at)::float8 AS duration_s

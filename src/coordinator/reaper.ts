@@ -1,0 +1,46 @@
+// Recovery from PostgreSQL, the source of truth: shards whose worker died are requeued (or fail
+// once they used up their attempts), queued shards whose message went missing are published
+// again, and everything queued is republished when the channel lost its data.
+import type pg from 'pg';
+import { query } from '../db/queries.js';
+import type { ShardMessage } from '../transport/channel.js';
+import { fencedTransaction } from './fence.js';
+
+const here = new URL('.', import.meta.url);
+const BATCH = 1000;
+
+export interface ReapResult {
+  /** Shards to publish again. */
+  republish: ShardMessage[];
+  abandoned: { shardId: number; kind: string; scanId: number; failed: number }[];
+  requeued: number;
+  stale: number;
+  orphanScans: number;
+}
+
+type ShardRow = { id: number; scan_id: number; kind: string };
+const toMessage = (r: ShardRow): ShardMessage => ({ shardId: r.id, scanId: r.scan_id, kind: r.kind });
+
+export async function reap(
+  pool: pg.Pool,
+  epoch: number,
+  options: { republishAfterMs: number; channelLost: boolean },
+): Promise<ReapResult> {
+  return fencedTransaction(pool, epoch, async (client) => {
+    const abandoned = await client.query<{ id: number; kind: string; scan_id: number; failed_count: number }>(query(here, 'abandon_shards'), [BATCH]);
+    const requeued = await client.query<ShardRow>(query(here, 'requeue_expired'), [BATCH]);
+    const stale = await client.query<ShardRow>(query(here, 'republish_queued'), [
+      options.republishAfterMs,
+      options.channelLost,
+      options.channelLost ? 100_000 : BATCH,
+    ]);
+    const orphans = await client.query(query(here, 'close_orphan_scans'), [epoch]);
+    return {
+      republish: [...requeued.rows.map(toMessage), ...stale.rows.map(toMessage)],
+      abandoned: abandoned.rows.map((r) => ({ shardId: r.id, kind: r.kind, scanId: r.scan_id, failed: r.failed_count })),
+      requeued: requeued.rows.length,
+      stale: stale.rows.length,
+      orphanScans: orphans.rowCount ?? 0,
+    };
+  });
+}

@@ -1,0 +1,37 @@
+// Reduce: close every scan whose shards are all final with its totals, exactly once.
+import type pg from 'pg';
+import { query } from '../db/queries.js';
+import { fencedTransaction } from './fence.js';
+
+export interface ReducedScan {
+  id: number;
+  claimed: number;
+  shard_count: number;
+  done: number;
+  skipped: number;
+  failed: number;
+  retried: number;
+  failures: { shard: number; kind: string; failed: number; error: string | null }[] | null;
+  duration_s: number;
+}
+
+export async function reduceScans(pool: pg.Pool, epoch: number): Promise<ReducedScan[]> {
+  return fencedTransaction(pool, epoch, async (client) => {
+    const { rows } = await client.query<ReducedScan>(query(new URL('.', import.meta.url), 'reduce'), [500]);
+    return rows;
+  });
+}
+
+/** How many of the latest reduced scans, newest first, had failures without a clean one between. */
+export async function consecutiveFailedScans(pool: pg.Pool, limit: number): Promise<number> {
+  const { rows } = await pool.query<{ failed: number }>(
+    `SELECT failed FROM timeout_center.scans WHERE state = 'reduced' ORDER BY reduced_at DESC, id DESC LIMIT $1`,
+    [limit],
+  );
+  let n = 0;
+  for (const r of rows) {
+    if (r.failed > 0) n += 1;
+    else break;
+  }
+  return n;
+}

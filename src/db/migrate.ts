@@ -1,0 +1,91 @@
+// Applies sql/NNNN_*.sql in order, each once, under a session advisory lock so that several
+// processes starting together do not race (bullmq's migrator, graphile-worker's numbered files).
+import { readdirSync, readFileSync } from 'node:fs';
+import { fileURLToPath } from 'node:url';
+import type pg from 'pg';
+import type { Logger } from 'pino';
+
+/** sql/ sits two levels above both src/db and dist/db. */
+export const MIGRATIONS_DIR = fileURLToPath(new URL('../../sql/', import.meta.url));
+
+// Any constant works; this one spells "tmoutctr" in ASCII.
+const MIGRATION_LOCK_KEY = 8390046510045816946n;
+
+export interface Migration {
+  version: number;
+  name: string;
+  sql: string;
+}
+
+export function listMigrations(dir = MIGRATIONS_DIR): Migration[] {
+  return readdirSync(dir)
+    .filter((f) => /^\d{4}_[\w-]+\.sql$/.test(f))
+    .sort()
+    .map((file) => ({
+      version: Number(file.slice(0, 4)),
+      name: file.replace(/\.sql$/, ''),
+      sql: readFileSync(`${dir}/${file}`, 'utf8'),
+    }));
+}
+
+export interface MigrateResult {
+  applied: string[];
+  current: number;
+}
+
+export async function migrate(pool: pg.Pool, logger: Logger, dir = MIGRATIONS_DIR): Promise<MigrateResult> {
+  const migrations = listMigrations(dir);
+  const client = await pool.connect();
+  const applied: string[] = [];
+  try {
+    await client.query('SELECT pg_advisory_lock($1)', [MIGRATION_LOCK_KEY.toString()]);
+    try {
+      await client.query(`CREATE SCHEMA IF NOT EXISTS timeout_center;
+        CREATE TABLE IF NOT EXISTS timeout_center.migrations (
+          version integer PRIMARY KEY, name text NOT NULL, applied_at timestamptz NOT NULL DEFAULT now())`);
+      const { rows } = await client.query<{ version: number }>('SELECT version FROM timeout_center.migrations');
+      const done = new Set(rows.map((r) => r.version));
+      const known = new Set(migrations.map((m) => m.version));
+      const unknown = [...done].filter((v) => !known.has(v));
+      if (unknown.length > 0) {
+        throw new Error(
+          `the database has migration(s) ${unknown.join(', ')} that this build does not know: it was migrated by a newer timeout-center; upgrade this process instead of running an older one`,
+        );
+      }
+      for (const m of migrations) {
+        if (done.has(m.version)) continue;
+        await client.query('BEGIN');
+        try {
+          await client.query(m.sql);
+          await client.query('INSERT INTO timeout_center.migrations (version, name) VALUES ($1, $2)', [m.version, m.name]);
+          await client.query('COMMIT');
+        } catch (err) {
+          await client.query('ROLLBACK').catch(() => {});
+          throw new Error(`migration ${m.name} failed and was rolled back: ${(err as Error).message}`, { cause: err });
+        }
+        applied.push(m.name);
+        logger.info({ migration: m.name }, 'applied migration');
+      }
+      return { applied, current: migrations.at(-1)?.version ?? 0 };
+    } finally {
+      await client.query('SELECT pg_advisory_unlock($1)', [MIGRATION_LOCK_KEY.toString()]).catch(() => {});
+    }
+  } finally {
+    client.release();
+  }
+}
+
+/** Throws a clear error when the schema is missing or behind this build. */
+export async function assertMigrated(pool: pg.Pool, dir = MIGRATIONS_DIR): Promise<void> {
+  const latest = listMigrations(dir).at(-1)?.version ?? 0;
+  const { rows } = await pool.query<{ v: number | null }>(
+    `SELECT CASE WHEN to_regclass('timeout_center.migrations') IS NULL THEN NULL
+            ELSE (SELECT coalesce(max(version), 0) FROM timeout_center.migrations) END AS v`,
+  );
+  const current = rows[0]?.v ?? null;
+  if (current === null || current < latest) {
+    throw new Error(
+      `the database schema is ${current === null ? 'missing' : `at migration ${current}`}, this build needs ${latest}: run \`timeout-center migrate\` first`,
+    );
+  }
+}

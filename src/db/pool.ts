@@ -1,0 +1,94 @@
+// PostgreSQL connections. Every pool and client gets an 'error' listener: without one, a
+// PostgreSQL restart or pg_terminate_backend emits an unhandled 'error' and crashes Node
+// (node-postgres #2762, #3260). The pool drops the broken client; the caller's query fails and
+// its retry logic takes over.
+import pg from 'pg';
+import type { Logger } from 'pino';
+
+// bigint columns (ids, counts) arrive as strings; parse the int8 values we use as numbers
+// (ids stay far below 2^53).
+pg.types.setTypeParser(pg.types.builtins.INT8, (v) => Number(v));
+
+export interface PoolOptions {
+  connectionString: string;
+  max: number;
+  applicationName: string;
+  logger: Logger;
+  /** Abort a transaction left idle this long (a paused or hung worker releases its locks). */
+  idleInTransactionTimeoutMs?: number;
+}
+
+export function createPool(options: PoolOptions): pg.Pool {
+  const pool = new pg.Pool({
+    connectionString: options.connectionString,
+    max: options.max,
+    application_name: options.applicationName,
+    connectionTimeoutMillis: 10_000,
+    idleTimeoutMillis: 30_000,
+    keepAlive: true,
+    ...(options.idleInTransactionTimeoutMs
+      ? { idle_in_transaction_session_timeout: options.idleInTransactionTimeoutMs }
+      : {}),
+  });
+  pool.on('error', (err) => {
+    options.logger.warn({ err: describePgError(err) }, 'PostgreSQL connection lost (idle client); the pool will reconnect');
+  });
+  pool.on('connect', (client) => {
+    client.on('error', (err) => {
+      options.logger.warn({ err: describePgError(err) }, 'PostgreSQL connection lost; the pool will reconnect');
+    });
+  });
+  return pool;
+}
+
+/** Keeps the parts of a pg error an operator needs, for logs. */
+export function describePgError(err: unknown): Record<string, unknown> {
+  if (!(err instanceof Error)) return { message: String(err) };
+  const e = err as Error & { code?: string; detail?: string; hint?: string; constraint?: string; table?: string };
+  return {
+    message: e.message,
+    ...(e.code ? { code: e.code } : {}),
+    ...(e.detail ? { detail: e.detail } : {}),
+    ...(e.hint ? { hint: e.hint } : {}),
+    ...(e.constraint ? { constraint: e.constraint } : {}),
+  };
+}
+
+export function pgErrorCode(err: unknown): string | undefined {
+  return typeof err === 'object' && err !== null && 'code' in err && typeof (err as { code: unknown }).code === 'string'
+    ? (err as { code: string }).code
+    : undefined;
+}
+
+/** Errors that say nothing about the rows: the connection or server went away. Retry the unit. */
+export function isConnectionError(err: unknown): boolean {
+  const code = pgErrorCode(err);
+  if (code) return code.startsWith('08') || code === '57P01' || code === '57P02' || code === '57P03' || code === '53300';
+  const msg = err instanceof Error ? err.message : '';
+  return /Connection terminated|ECONNREFUSED|ECONNRESET|EPIPE|timeout exceeded when trying to connect|Client has encountered a connection error|not queryable/i.test(msg);
+}
+
+/** Deadlock or serialization failure: retry the whole transaction. */
+export function isRetryableConflict(err: unknown): boolean {
+  const code = pgErrorCode(err);
+  return code === '40P01' || code === '40001';
+}
+
+/** Runs fn in a transaction on a pooled client; rolls back on error and releases the client
+ *  (destroying it when the connection broke). */
+export async function withTransaction<T>(pool: pg.Pool, fn: (client: pg.PoolClient) => Promise<T>): Promise<T> {
+  const client = await pool.connect();
+  let broken = false;
+  try {
+    await client.query('BEGIN');
+    const result = await fn(client);
+    await client.query('COMMIT');
+    return result;
+  } catch (err) {
+    broken = isConnectionError(err);
+    if (!broken) await client.query('ROLLBACK').catch(() => { broken = true; });
+    throw err;
+  } finally {
+    client.release(broken);
+  }
+}

@@ -1,0 +1,12 @@
+// Public API for Node services: the business functions (schedule / cancel / reschedule), and the
+// pieces to embed a coordinator or worker in your own process.
+export { schedule, cancel, reschedule, TimeoutInputError, UnknownKindError } from './schedule.js';
+export type { Executor, PgQueryable, ScheduleInput, ScheduledTimeout } from './schedule.js';
+export { loadConfig, parseConfig, ConfigError } from './config.js';
+export type { Config, ConfigInput, LoadedConfig, KindConfig } from './config.js';
+export { startRuntime } from './runtime.js';
+export type { Runtime, RuntimeOptions } from './runtime.js';
+export { migrate } from './db/migrate.js';
+export { PermanentError } from './worker/handlers.js';
+export type { ShardHandler, ShardItem, HandlerContext, HandlerResult } from './worker/handlers.js';
+export type { ShardChannel, ShardMessage, ShardDelivery } from './transport/channel.js';

@@ -1,0 +1,14 @@
+import { pino, type Logger, type LevelWithSilent } from 'pino';
+
+export type { Logger } from 'pino';
+
+/** JSON lines on stdout (one per event), the format log collectors expect. Scope with
+ *  logger.child({ scanId, shardId, workerId }). */
+export function createLogger(level: LevelWithSilent = 'info', bindings: Record<string, unknown> = {}): Logger {
+  return pino({
+    level,
+    base: { pid: process.pid, ...bindings },
+    timestamp: pino.stdTimeFunctions.isoTime,
+    serializers: { err: pino.stdSerializers.err },
+  });
+}

@@ -1,0 +1,104 @@
+// Prometheus metrics of one process. Names are stable: the Grafana dashboard in deploy/ reads them.
+import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom-client';
+
+export class Metrics {
+  readonly registry = new Registry();
+
+  readonly timeouts = new Counter({
+    name: 'tc_timeouts_total',
+    help: 'Timeouts finished by workers, by kind and outcome (applied, skipped, failed, retried)',
+    labelNames: ['kind', 'outcome'] as const,
+    registers: [this.registry],
+  });
+  readonly shards = new Counter({
+    name: 'tc_shards_total',
+    help: 'Shards finished by workers, by kind and outcome (done, failed, released)',
+    labelNames: ['kind', 'outcome'] as const,
+    registers: [this.registry],
+  });
+  readonly lateness = new Histogram({
+    name: 'tc_lateness_seconds',
+    help: 'Applied time minus due time of each finished timeout (PostgreSQL clock)',
+    labelNames: ['kind'] as const,
+    buckets: [0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60, 300, 900],
+    registers: [this.registry],
+  });
+  readonly shardDuration = new Histogram({
+    name: 'tc_shard_duration_seconds',
+    help: 'Time a worker spent on one shard, lease to commit',
+    labelNames: ['kind'] as const,
+    buckets: [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30],
+    registers: [this.registry],
+  });
+  readonly scanDuration = new Histogram({
+    name: 'tc_scan_duration_seconds',
+    help: 'Time from a scan start to its reduce',
+    buckets: [0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300],
+    registers: [this.registry],
+  });
+  readonly scans = new Counter({
+    name: 'tc_scans_total',
+    help: 'Scans reduced, by whether any timeout failed',
+    labelNames: ['result'] as const,
+    registers: [this.registry],
+  });
+  readonly claimed = new Counter({
+    name: 'tc_claimed_total',
+    help: 'Timeouts claimed by the coordinator into shards',
+    registers: [this.registry],
+  });
+  readonly backlog = new Gauge({
+    name: 'tc_backlog',
+    help: 'Timeouts due but not final, by kind and state (pending, in_flight)',
+    labelNames: ['kind', 'state'] as const,
+    registers: [this.registry],
+  });
+  readonly oldestLag = new Gauge({
+    name: 'tc_backlog_oldest_lag_seconds',
+    help: 'How late the oldest due, unfinished timeout is, by kind',
+    labelNames: ['kind'] as const,
+    registers: [this.registry],
+  });
+  readonly shardsInFlight = new Gauge({
+    name: 'tc_shards_in_flight',
+    help: 'Shards queued or running, as the leader last counted',
+    registers: [this.registry],
+  });
+  readonly leader = new Gauge({
+    name: 'tc_leader',
+    help: '1 while this coordinator leads, else 0',
+    registers: [this.registry],
+  });
+  readonly epoch = new Gauge({
+    name: 'tc_leader_epoch',
+    help: 'Fencing epoch this coordinator holds (0 when standby)',
+    registers: [this.registry],
+  });
+  readonly reclaims = new Counter({
+    name: 'tc_reclaims_total',
+    help: 'Shards recovered, by how (lease_expired, stale_queue, channel_lost, xautoclaim, abandoned)',
+    labelNames: ['source'] as const,
+    registers: [this.registry],
+  });
+  readonly fenced = new Counter({
+    name: 'tc_fenced_writes_total',
+    help: 'Coordinator writes refused because another coordinator holds a newer epoch',
+    registers: [this.registry],
+  });
+  readonly alerts = new Counter({
+    name: 'tc_alerts_total',
+    help: 'Alerts raised, by type',
+    labelNames: ['type'] as const,
+    registers: [this.registry],
+  });
+  readonly workerBusy = new Gauge({
+    name: 'tc_worker_busy_slots',
+    help: 'Shards this worker is running now',
+    registers: [this.registry],
+  });
+
+  constructor(processRole: string) {
+    this.registry.setDefaultLabels({ role: processRole });
+    collectDefaultMetrics({ register: this.registry, prefix: 'tc_process_' });
+  }
+}

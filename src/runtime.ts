@@ -1,0 +1,167 @@
+// Assembles a process: connections (checked up front, with errors that say what to do), the
+// coordinator and/or a worker, the health server, and a stop() that runs every cleanup step
+// even when one fails.
+import { hostname } from 'node:os';
+import type pg from 'pg';
+import type { Logger } from 'pino';
+import type { LoadedConfig } from './config.js';
+import { Coordinator } from './coordinator/coordinator.js';
+import { Leadership } from './coordinator/leadership.js';
+import { syncKinds } from './db/kinds.js';
+import { assertMigrated } from './db/migrate.js';
+import { createPool } from './db/pool.js';
+import { startHealthServer, type HealthServer } from './observability/http.js';
+import { Metrics } from './observability/metrics.js';
+import { RedisStreamsChannel, redactUrl } from './transport/redis-streams.js';
+import { Worker } from './worker/worker.js';
+
+export class UnreachableError extends Error {
+  override name = 'UnreachableError';
+}
+
+export function redactDbUrl(url: string): string {
+  return url.replace(/\/\/([^:@/]*):([^@/]*)@/, '//$1:***@');
+}
+
+/** Fails fast, naming the URL (password hidden) and the usual cause. */
+export async function checkPostgres(pool: pg.Pool, url: string): Promise<void> {
+  try {
+    await pool.query('SELECT 1');
+  } catch (err) {
+    throw new UnreachableError(
+      `cannot reach PostgreSQL at ${redactDbUrl(url)}: ${(err as Error).message}. Is the server running and DATABASE_URL right?`,
+      { cause: err },
+    );
+  }
+}
+
+export async function checkRedis(channel: RedisStreamsChannel, url: string, timeoutMs = 5000): Promise<void> {
+  try {
+    await Promise.race([
+      channel.redis.ping(),
+      new Promise((_, reject) => setTimeout(() => reject(new Error(`no answer within ${timeoutMs} ms`)), timeoutMs).unref()),
+    ]);
+  } catch (err) {
+    throw new UnreachableError(`cannot reach Redis at ${redactUrl(url)}: ${(err as Error).message}. Is the server running and REDIS_URL right?`, {
+      cause: err,
+    });
+  }
+}
+
+export interface RuntimeOptions {
+  config: LoadedConfig;
+  logger: Logger;
+  coordinator: boolean;
+  worker: boolean;
+  /** Set up handlers before start (code handlers registered in TypeScript). */
+  configureWorker?: (worker: Worker) => void;
+}
+
+export interface Runtime {
+  coordinator: Coordinator | undefined;
+  worker: Worker | undefined;
+  metrics: Metrics;
+  pool: pg.Pool;
+  channel: RedisStreamsChannel;
+  health: HealthServer | undefined;
+  /** Graceful stop: drain the worker, give up leadership, close connections. Idempotent. */
+  stop(options?: { drainTimeoutMs?: number }): Promise<void>;
+}
+
+export async function startRuntime(options: RuntimeOptions): Promise<Runtime> {
+  const { config, logger } = options;
+  const role = options.coordinator && options.worker ? 'all' : options.coordinator ? 'coordinator' : 'worker';
+  const metrics = new Metrics(role);
+  const poolSize = config.poolSize + (options.worker ? config.worker.concurrency : 0);
+  const pool = createPool({
+    connectionString: config.databaseUrl,
+    max: poolSize,
+    applicationName: `timeout-center ${role}`,
+    logger,
+    // A paused or hung worker must not hold shard locks forever.
+    idleInTransactionTimeoutMs: Math.max(config.worker.leaseMs, 10_000),
+  });
+  const channel = new RedisStreamsChannel({ url: config.redisUrl, keyPrefix: config.redisKeyPrefix, logger });
+  const cleanups: { name: string; run: () => Promise<unknown> }[] = [];
+  let coordinator: Coordinator | undefined;
+  let worker: Worker | undefined;
+  let health: HealthServer | undefined;
+
+  let drainOverride: number | undefined;
+  const stopAll = async () => {
+    // Reverse order of start; every step runs even if another failed.
+    for (const step of cleanups.reverse()) {
+      try {
+        await step.run();
+      } catch (err) {
+        logger.warn({ err, step: step.name }, 'cleanup step failed');
+      }
+    }
+  };
+
+  try {
+    cleanups.push({ name: 'postgres', run: () => pool.end() });
+    cleanups.push({ name: 'redis', run: () => channel.close() });
+    await checkPostgres(pool, config.databaseUrl);
+    await checkRedis(channel, config.redisUrl);
+    await assertMigrated(pool);
+    await syncKinds(pool, config.kinds);
+    await channel.init();
+
+    if (options.worker) {
+      worker = new Worker({ config, pool, channel, metrics, logger });
+      options.configureWorker?.(worker);
+      await worker.start();
+      const w = worker;
+      cleanups.push({ name: 'worker', run: () => w.stop(drainOverride ?? config.worker.drainTimeoutMs) });
+    }
+    if (options.coordinator) {
+      const coordinatorId = `${hostname()}-${process.pid}`;
+      const leadership = new Leadership({
+        redis: channel.redis,
+        pool,
+        lockKey: `${config.redisKeyPrefix}:coordinator-lock`,
+        ttlMs: config.coordinator.lockTtlMs,
+        coordinatorId,
+        logger,
+      });
+      coordinator = new Coordinator({ config, pool, channel, leadership, metrics, logger, coordinatorId });
+      coordinator.start();
+      const c = coordinator;
+      cleanups.push({ name: 'coordinator', run: () => c.stop() });
+    }
+    if (config.httpPort !== undefined) {
+      const c = coordinator;
+      health = await startHealthServer({
+        port: config.httpPort,
+        metrics,
+        logger,
+        checks: {
+          postgres: async () => (await pool.query('SELECT 1'), { ok: true }),
+          redis: async () => (await channel.redis.ping(), { ok: true }),
+          ...(c ? { coordinator: async () => ({ ok: true, leader: c.isLeader }) } : {}),
+        },
+      });
+      const h = health;
+      cleanups.push({ name: 'http', run: () => h.close() });
+    }
+  } catch (err) {
+    await stopAll();
+    throw err;
+  }
+
+  let stopping: Promise<void> | undefined;
+  return {
+    coordinator,
+    worker,
+    metrics,
+    pool,
+    channel,
+    health,
+    stop(stopOptions) {
+      drainOverride = stopOptions?.drainTimeoutMs;
+      stopping ??= stopAll();
+      return stopping;
+    },
+  };
+}

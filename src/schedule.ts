@@ -1,0 +1,147 @@
+// The business-facing API: schedule, cancel and reschedule a timeout inside the caller's own
+// transaction (a pg client / pool, or a kysely instance or transaction). Plain SQL does the same
+// from any language; these functions are that SQL plus input checks and clear errors.
+import { CompiledQuery, type Kysely, type Transaction } from 'kysely';
+
+/** Anything that can run a parameterised query: pg.Client, pg.PoolClient, pg.Pool. */
+export interface PgQueryable {
+  query(text: string, values?: unknown[]): Promise<{ rows: unknown[] }>;
+}
+// eslint-disable-next-line @typescript-eslint/no-explicit-any -- any database type is fine
+export type Executor = PgQueryable | Kysely<any> | Transaction<any>;
+
+export class TimeoutInputError extends Error {
+  override name = 'TimeoutInputError';
+}
+export class UnknownKindError extends TimeoutInputError {
+  override name = 'UnknownKindError';
+  constructor(readonly kind: string) {
+    super(`unknown timeout kind "${kind}": declare it under kinds: in the timeout-center config and run \`timeout-center migrate\` (nothing was written)`);
+  }
+}
+
+export interface ScheduleInput {
+  kind: string;
+  bizId: string | number | bigint;
+  /** Absolute due time. Give exactly one of dueAt / delayMs. */
+  dueAt?: Date;
+  /** Due this long after PostgreSQL's now() (the database clock, not this node's). */
+  delayMs?: number;
+  payload?: unknown;
+}
+
+export interface ScheduledTimeout {
+  id: number;
+  kind: string;
+  bizId: string;
+  dueAt: Date;
+  /** false when a live timeout for (kind, bizId) existed and was moved to the new due time. */
+  created: boolean;
+}
+
+async function run<R>(db: Executor, text: string, values: unknown[]): Promise<R[]> {
+  if ('executeQuery' in db && typeof db.executeQuery === 'function') {
+    const result = await db.executeQuery(CompiledQuery.raw(text, values));
+    return result.rows as R[];
+  }
+  const result = await (db as PgQueryable).query(text, values);
+  return result.rows as R[];
+}
+
+function bizIdText(bizId: ScheduleInput['bizId']): string {
+  const text = typeof bizId === 'string' ? bizId : String(bizId);
+  if (text.length === 0 || text.length > 200) throw new TimeoutInputError(`bizId must be 1 to 200 characters, got ${JSON.stringify(text)}`);
+  return text;
+}
+
+function checkKind(kind: unknown): string {
+  if (typeof kind !== 'string' || kind.length === 0) throw new TimeoutInputError('kind is required (e.g. "order.unpaid")');
+  return kind;
+}
+
+function dueArgs(input: { dueAt?: Date | undefined; delayMs?: number | undefined }): [Date | null, number | null] {
+  const hasDue = input.dueAt !== undefined;
+  const hasDelay = input.delayMs !== undefined;
+  if (hasDue === hasDelay) throw new TimeoutInputError('give exactly one of dueAt (a Date) or delayMs (milliseconds from now)');
+  if (hasDue) {
+    if (!(input.dueAt instanceof Date) || Number.isNaN(input.dueAt.getTime())) {
+      throw new TimeoutInputError(`dueAt must be a valid Date, got ${String(input.dueAt)}`);
+    }
+    return [input.dueAt, null];
+  }
+  if (!Number.isFinite(input.delayMs) || (input.delayMs as number) < 0) {
+    throw new TimeoutInputError(`delayMs must be a finite number >= 0, got ${String(input.delayMs)}`);
+  }
+  return [null, input.delayMs as number];
+}
+
+function translate(err: unknown, kind: string): never {
+  const e = err as { code?: string; constraint?: string };
+  if (e.code === '23503' && e.constraint === 'timeouts_kind_fkey') throw new UnknownKindError(kind);
+  throw err;
+}
+
+/**
+ * Registers a timeout. Idempotent per live (kind, bizId): scheduling again while the timeout is
+ * still pending moves it to the new due time and payload. While it is already being applied
+ * (dispatched), the existing row is left alone and returned.
+ */
+export async function schedule(db: Executor, input: ScheduleInput): Promise<ScheduledTimeout> {
+  const kind = checkKind(input.kind);
+  const bizId = bizIdText(input.bizId);
+  const [dueAt, delayMs] = dueArgs(input);
+  const payload = input.payload === undefined ? null : JSON.stringify(input.payload);
+  try {
+    const rows = await run<{ id: number; due_at: Date; created: boolean }>(
+      db,
+      `WITH ins AS (
+         INSERT INTO timeout_center.timeouts AS t (kind, biz_id, due_at, payload)
+         VALUES ($1, $2, coalesce($3::timestamptz, now() + $4::double precision * interval '1 millisecond'), $5::jsonb)
+         ON CONFLICT (kind, biz_id) WHERE state IN ('pending', 'dispatched')
+         DO UPDATE SET due_at = EXCLUDED.due_at, payload = EXCLUDED.payload WHERE t.state = 'pending'
+         RETURNING id, due_at, (xmax = 0) AS created)
+       SELECT id::int8 AS id, due_at, created FROM ins
+       UNION ALL
+       SELECT id, due_at, false FROM timeout_center.timeouts
+        WHERE kind = $1 AND biz_id = $2 AND state = 'dispatched' AND NOT EXISTS (SELECT 1 FROM ins)`,
+      [kind, bizId, dueAt, delayMs, payload],
+    );
+    const row = rows[0];
+    if (!row) throw new Error(`schedule(${kind}, ${bizId}): no row written or found; retry`);
+    return { id: Number(row.id), kind, bizId, dueAt: new Date(row.due_at), created: row.created };
+  } catch (err) {
+    return translate(err, kind);
+  }
+}
+
+/** Cancels the live timeout of (kind, bizId). Returns false when there was none (never
+ *  scheduled, already applied, failed or cancelled). Call it in the transaction that makes the
+ *  timeout moot (e.g. the payment): a timeout cancelled before its shard commits never acts. */
+export async function cancel(db: Executor, kind: string, bizId: ScheduleInput['bizId']): Promise<boolean> {
+  const rows = await run(
+    db,
+    `UPDATE timeout_center.timeouts SET state = 'cancelled', finished_at = now()
+      WHERE kind = $1 AND biz_id = $2 AND state IN ('pending', 'dispatched') RETURNING id`,
+    [checkKind(kind), bizIdText(bizId)],
+  );
+  return rows.length > 0;
+}
+
+/** Moves a pending timeout to a new due time. Returns false when no pending timeout exists
+ *  (an in-flight one cannot move: it is being applied now). */
+export async function reschedule(
+  db: Executor,
+  kind: string,
+  bizId: ScheduleInput['bizId'],
+  due: { dueAt: Date } | { delayMs: number },
+): Promise<boolean> {
+  const [dueAt, delayMs] = dueArgs(due);
+  const rows = await run(
+    db,
+    `UPDATE timeout_center.timeouts
+        SET due_at = coalesce($3::timestamptz, now() + $4::double precision * interval '1 millisecond')
+      WHERE kind = $1 AND biz_id = $2 AND state = 'pending' RETURNING id`,
+    [checkKind(kind), bizIdText(bizId), dueAt, delayMs],
+  );
+  return rows.length > 0;
+}

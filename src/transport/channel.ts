@@ -1,0 +1,39 @@
+// The shard channel: how the coordinator hands shards to workers. PostgreSQL stays the source of
+// truth (a shard's row says whether it is queued, running or final), so a channel only has to
+// deliver at least once; duplicates are dropped by the worker's lease check.
+
+export interface ShardMessage {
+  shardId: number;
+  scanId: number;
+  kind: string;
+}
+
+/** One delivery of a shard to one worker; ack() once the shard's outcome is committed. */
+export interface ShardDelivery {
+  readonly message: ShardMessage;
+  /** Transport-specific id (a Redis stream entry id). */
+  readonly deliveryId: string;
+  /** True when this delivery was reclaimed from a consumer that stopped answering. */
+  readonly reclaimed: boolean;
+}
+
+export interface ShardChannel {
+  /** Creates streams/groups as needed. Idempotent. */
+  init(): Promise<void>;
+  publish(messages: readonly ShardMessage[]): Promise<void>;
+  /** Waits up to blockMs for at most `count` new deliveries to this consumer. The first call
+   *  instead returns everything the consumer left unacknowledged before a restart (may exceed
+   *  `count`). */
+  receive(consumer: string, count: number, blockMs: number): Promise<ShardDelivery[]>;
+  /** Takes over deliveries idle longer than minIdleMs from other consumers (dead workers). */
+  reclaim(consumer: string, minIdleMs: number, count: number): Promise<ShardDelivery[]>;
+  ack(deliveries: readonly ShardDelivery[]): Promise<void>;
+  /** True when the channel lost its state since the coordinator last marked it (e.g. Redis
+   *  restarted empty); marks it again. The coordinator then republishes from PostgreSQL. */
+  checkLostAndMark(): Promise<boolean>;
+  /** Removes a consumer that has left (graceful shutdown). */
+  removeConsumer(consumer: string): Promise<void>;
+  /** Messages waiting to be read plus delivered-but-unacknowledged ones (for metrics). */
+  depth(): Promise<{ waiting: number; pending: number }>;
+  close(): Promise<void>;
+}

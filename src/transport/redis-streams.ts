@@ -1,0 +1,199 @@
+// Shard channel on a Redis Stream with one consumer group. Entries are deleted once acknowledged,
+// so the stream holds only what is in flight. Redis may lose everything: the coordinator notices
+// the missing marker key and republishes from PostgreSQL.
+import { Redis, type RedisOptions } from 'ioredis';
+import type { Logger } from 'pino';
+import type { ShardChannel, ShardDelivery, ShardMessage } from './channel.js';
+
+const GROUP = 'workers';
+
+export interface RedisStreamsOptions {
+  url: string;
+  keyPrefix: string;
+  logger: Logger;
+}
+
+type RawEntry = [id: string, fields: string[] | null];
+
+export function redisConnection(url: string, logger: Logger, extra: RedisOptions = {}): Redis {
+  const redis = new Redis(url, {
+    lazyConnect: false,
+    // Fail a command after a few reconnect attempts instead of queueing forever: the caller's
+    // loop retries, and PostgreSQL still holds the truth.
+    maxRetriesPerRequest: 3,
+    retryStrategy: (times) => Math.min(100 * times, 2000),
+    reconnectOnError: (err) => (err.message.startsWith('READONLY') ? 2 : false),
+    ...extra,
+  });
+  let lastLog = 0;
+  redis.on('error', (err: Error) => {
+    // ioredis emits an error per failed reconnect; log at most one per 5 s.
+    const now = Date.now();
+    if (now - lastLog > 5000) {
+      lastLog = now;
+      logger.warn({ err: { message: err.message } }, `Redis unreachable at ${redactUrl(url)}; retrying`);
+    }
+  });
+  return redis;
+}
+
+export function redactUrl(url: string): string {
+  return url.replace(/\/\/([^:@/]*):([^@/]*)@/, '//$1:***@');
+}
+
+export class RedisStreamsChannel implements ShardChannel {
+  readonly streamKey: string;
+  readonly markerKey: string;
+  private readonly commands: Redis;
+  private blocking: Redis | undefined;
+  /** Consumers that already read back their own unacknowledged entries since start. */
+  private readonly drainedOwnPending = new Set<string>();
+
+  constructor(private readonly options: RedisStreamsOptions) {
+    this.streamKey = `${options.keyPrefix}:shards`;
+    this.markerKey = `${options.keyPrefix}:channel-marker`;
+    this.commands = redisConnection(options.url, options.logger);
+  }
+
+  /** The connection for other users of the same Redis (the leadership lock). */
+  get redis(): Redis {
+    return this.commands;
+  }
+
+  async init(): Promise<void> {
+    try {
+      await this.commands.call('XGROUP', 'CREATE', this.streamKey, GROUP, '0', 'MKSTREAM');
+    } catch (err) {
+      if (!String((err as Error).message).includes('BUSYGROUP')) throw err;
+    }
+  }
+
+  async publish(messages: readonly ShardMessage[]): Promise<void> {
+    if (messages.length === 0) return;
+    const pipeline = this.commands.pipeline();
+    for (const m of messages) {
+      pipeline.call('XADD', this.streamKey, '*', 'shard', String(m.shardId), 'scan', String(m.scanId), 'kind', m.kind);
+    }
+    const results = (await pipeline.exec()) ?? [];
+    const failed = results.find(([err]) => err);
+    if (failed?.[0]) throw failed[0];
+  }
+
+  private blockingConnection(): Redis {
+    // Blocking reads get their own connection with no per-request retry limit (ioredis advice).
+    this.blocking ??= redisConnection(this.options.url, this.options.logger, {
+      maxRetriesPerRequest: null,
+      autoResendUnfulfilledCommands: false,
+    });
+    return this.blocking;
+  }
+
+  async receive(consumer: string, count: number, blockMs: number): Promise<ShardDelivery[]> {
+    const own = !this.drainedOwnPending.has(consumer);
+    const args = own
+      ? ['GROUP', GROUP, consumer, 'COUNT', '1000', 'STREAMS', this.streamKey, '0']
+      : ['GROUP', GROUP, consumer, 'COUNT', String(count), 'BLOCK', String(blockMs), 'STREAMS', this.streamKey, '>'];
+    let reply: unknown;
+    try {
+      reply = await this.blockingConnection().call('XREADGROUP', ...args);
+    } catch (err) {
+      if (String((err as Error).message).includes('NOGROUP')) {
+        // Redis lost the stream (restart without persistence): recreate and read again.
+        await this.init();
+        return [];
+      }
+      throw err;
+    }
+    const entries = parseReadReply(reply);
+    // Own pending entries are read once, at start; later reads of '0' would repeat them.
+    if (own) this.drainedOwnPending.add(consumer);
+    return this.toDeliveries(entries, own);
+  }
+
+  async reclaim(consumer: string, minIdleMs: number, count: number): Promise<ShardDelivery[]> {
+    let reply: unknown;
+    try {
+      reply = await this.commands.call('XAUTOCLAIM', this.streamKey, GROUP, consumer, String(minIdleMs), '0-0', 'COUNT', String(count));
+    } catch (err) {
+      if (String((err as Error).message).includes('NOGROUP')) return [];
+      throw err;
+    }
+    const entries = Array.isArray(reply) && Array.isArray(reply[1]) ? (reply[1] as RawEntry[]) : [];
+    return this.toDeliveries(entries, true);
+  }
+
+  private async toDeliveries(entries: RawEntry[], reclaimed: boolean): Promise<ShardDelivery[]> {
+    const deliveries: ShardDelivery[] = [];
+    const junk: ShardDelivery[] = [];
+    for (const [id, fields] of entries) {
+      const message = fields ? parseFields(fields) : undefined;
+      if (message) deliveries.push({ deliveryId: id, message, reclaimed });
+      // A deleted or malformed entry: acknowledge it so it leaves the pending list.
+      else junk.push({ deliveryId: id, message: { shardId: 0, scanId: 0, kind: '' }, reclaimed });
+    }
+    if (junk.length > 0) await this.ack(junk);
+    return deliveries;
+  }
+
+  async ack(deliveries: readonly ShardDelivery[]): Promise<void> {
+    if (deliveries.length === 0) return;
+    const ids = deliveries.map((d) => d.deliveryId);
+    await this.commands.multi().call('XACK', this.streamKey, GROUP, ...ids).call('XDEL', this.streamKey, ...ids).exec();
+  }
+
+  async checkLostAndMark(): Promise<boolean> {
+    // SET NX answers OK only when the marker was missing: first start, or Redis lost its data.
+    const created = await this.commands.set(this.markerKey, String(Date.now()), 'NX');
+    if (created === 'OK') {
+      await this.init();
+      return true;
+    }
+    return false;
+  }
+
+  async removeConsumer(consumer: string): Promise<void> {
+    // Only when it holds nothing: a consumer's unacknowledged entries would otherwise vanish
+    // from the pending list (the reaper would still recover them from PostgreSQL, later).
+    const pending = (await this.commands.call('XPENDING', this.streamKey, GROUP, '-', '+', '1', consumer).catch(() => [])) as unknown[];
+    if (pending.length === 0) await this.commands.call('XGROUP', 'DELCONSUMER', this.streamKey, GROUP, consumer).catch(() => {});
+  }
+
+  async depth(): Promise<{ waiting: number; pending: number }> {
+    const [len, summary] = await Promise.all([
+      this.commands.call('XLEN', this.streamKey) as Promise<number>,
+      this.commands.call('XPENDING', this.streamKey, GROUP).catch(() => [0]) as Promise<unknown[]>,
+    ]);
+    const pending = Number(summary?.[0] ?? 0);
+    return { waiting: Math.max(0, Number(len) - pending), pending };
+  }
+
+  async close(): Promise<void> {
+    const conns = [this.commands, this.blocking].filter((c): c is Redis => c !== undefined);
+    await Promise.all(conns.map((c) => c.quit().catch(() => c.disconnect())));
+  }
+}
+
+/** XREADGROUP's reply is [[key, entries], ...] over RESP2, and a flat [key, entries, ...] when
+ *  ioredis 6 hands back RESP3's map; accept both. */
+function parseReadReply(reply: unknown): RawEntry[] {
+  if (!Array.isArray(reply)) return [];
+  const out: RawEntry[] = [];
+  if (typeof reply[0] === 'string' || Buffer.isBuffer(reply[0])) {
+    for (let i = 1; i < reply.length; i += 2) if (Array.isArray(reply[i])) out.push(...(reply[i] as RawEntry[]));
+    return out;
+  }
+  for (const stream of reply as [string, RawEntry[]][]) {
+    if (Array.isArray(stream?.[1])) out.push(...stream[1]);
+  }
+  return out;
+}
+
+function parseFields(fields: string[]): ShardMessage | undefined {
+  const map = new Map<string, string>();
+  for (let i = 0; i + 1 < fields.length; i += 2) map.set(String(fields[i]), String(fields[i + 1]));
+  const shardId = Number(map.get('shard'));
+  const scanId = Number(map.get('scan'));
+  const kind = map.get('kind');
+  if (!Number.isSafeInteger(shardId) || shardId <= 0 || !Number.isSafeInteger(scanId) || !kind) return undefined;
+  return { shardId, scanId, kind };
+}

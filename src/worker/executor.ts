@@ -1,0 +1,186 @@
+// Runs one shard: take its lease, then in one transaction lock it and its live timeouts, run the
+// kind's handler on the whole batch, and record every outcome; the caller ACKs after commit.
+// A failing batch is split in halves (each try inside a savepoint) until the failing ids are
+// isolated, so one bad row never holds back the rest of its shard.
+import type pg from 'pg';
+import type { Logger } from 'pino';
+import { isConnectionError, isRetryableConflict, withTransaction } from '../db/pool.js';
+import { query } from '../db/queries.js';
+import { failpoint } from '../failpoints.js';
+import type { Metrics } from '../observability/metrics.js';
+import {
+  HandlerTimeoutError,
+  normalizeResult,
+  PermanentError,
+  type ResolvedHandler,
+  type ShardItem,
+} from './handlers.js';
+
+const here = new URL('.', import.meta.url);
+
+export type ShardOutcome =
+  | { status: 'done'; done: number; skipped: number; failed: number; retried: number }
+  /** Not ours to run: already final, held by another worker, or the lease was lost. */
+  | { status: 'not-ours'; reason: string };
+
+class LeaseLostError extends Error {
+  override name = 'LeaseLostError';
+}
+
+interface Lease {
+  id: number;
+  scan_id: number;
+  kind: string;
+  lease_token: string;
+  attempts: number;
+}
+
+interface SplitResult {
+  applied: Set<string>;
+  failed: Map<string, { error: string; permanent: boolean }>;
+}
+
+export class ShardExecutor {
+  constructor(
+    private readonly pool: pg.Pool,
+    private readonly handlers: Map<string, ResolvedHandler>,
+    private readonly workerId: string,
+    private readonly leaseMs: number,
+    private readonly metrics: Metrics,
+    private readonly logger: Logger,
+  ) {}
+
+  async run(shardId: number): Promise<ShardOutcome> {
+    const { rows } = await this.pool.query<Lease>(query(here, 'take_lease'), [shardId, this.workerId, this.leaseMs]);
+    const lease = rows[0];
+    if (!lease) return { status: 'not-ours', reason: 'shard is final or leased by another worker' };
+    const handler = this.handlers.get(lease.kind);
+    if (!handler) {
+      // This worker does not serve the kind (kinds filter): leave it for one that does.
+      await this.release(lease);
+      return { status: 'not-ours', reason: `kind ${lease.kind} is not served by this worker` };
+    }
+    const log = this.logger.child({ shardId, scanId: lease.scan_id, kind: lease.kind });
+    await failpoint('worker.after-lease');
+    const started = performance.now();
+    // Transient errors (deadlock, connection lost, PostgreSQL restarting) retry the whole
+    // transaction while the lease lasts; the lease token stays valid unless the reaper took it.
+    const deadline = Date.now() + this.leaseMs * 0.8;
+    for (let attempt = 1; ; attempt += 1) {
+      try {
+        const outcome = await this.runTransaction(lease, handler, log);
+        this.metrics.shardDuration.observe({ kind: lease.kind }, (performance.now() - started) / 1000);
+        return outcome;
+      } catch (err) {
+        if (err instanceof LeaseLostError) return { status: 'not-ours', reason: err.message };
+        const transient = isRetryableConflict(err) || isConnectionError(err);
+        if (!transient || Date.now() + 1000 > deadline) throw err;
+        const delay = Math.min(2000, 50 * 2 ** attempt);
+        log.warn({ err, attempt, delay }, 'shard transaction failed on a transient error; retrying');
+        await new Promise((r) => setTimeout(r, delay));
+      }
+    }
+  }
+
+  private async runTransaction(lease: Lease, handler: ResolvedHandler, log: Logger): Promise<ShardOutcome> {
+    const result = await withTransaction(this.pool, async (client) => {
+      const locked = await client.query(query(here, 'lock_shard'), [lease.id, lease.lease_token]);
+      if (locked.rowCount === 0) throw new LeaseLostError(`lease on shard ${lease.id} was lost (the reaper requeued it)`);
+      const { rows } = await client.query<{ id: number; biz_id: string; payload: unknown }>(query(here, 'lock_items'), [lease.id]);
+      const items: ShardItem[] = rows.map((r) => ({ bizId: r.biz_id, payload: r.payload }));
+      const split: SplitResult = { applied: new Set(), failed: new Map() };
+      if (items.length > 0) await this.applySplitting(client, handler, lease.id, items, split, 0);
+      await failpoint('worker.before-commit');
+      const failedIds = [...split.failed.keys()];
+      // A permanent failure uses up the remaining attempts at once.
+      const maxAttempts = failedIds.some((id) => split.failed.get(id)!.permanent) ? 1 : handler.config.maxAttempts;
+      const done = await client.query<{ done: number; skipped: number; failed: number; retried: number; lateness: number[] }>(query(here, 'complete'), [
+        lease.id,
+        [...split.applied],
+        failedIds,
+        failedIds.map((id) => split.failed.get(id)!.error),
+        maxAttempts,
+        handler.config.backoffMs,
+      ]);
+      return done.rows[0]!;
+    });
+    await failpoint('worker.after-commit');
+    const kind = lease.kind;
+    this.metrics.timeouts.inc({ kind, outcome: 'applied' }, result.done);
+    this.metrics.timeouts.inc({ kind, outcome: 'skipped' }, result.skipped);
+    this.metrics.timeouts.inc({ kind, outcome: 'failed' }, result.failed);
+    this.metrics.timeouts.inc({ kind, outcome: 'retried' }, result.retried);
+    this.metrics.shards.inc({ kind, outcome: 'done' });
+    for (const l of result.lateness) this.metrics.lateness.observe({ kind }, Math.max(0, l));
+    if (result.failed > 0 || result.retried > 0) log.warn({ ...result, lateness: undefined }, 'shard finished with failing timeouts');
+    else log.debug({ done: result.done, skipped: result.skipped }, 'shard done');
+    return { status: 'done', done: result.done, skipped: result.skipped, failed: result.failed, retried: result.retried };
+  }
+
+  /** Runs the handler on items inside a savepoint; on failure splits them in halves. */
+  private async applySplitting(
+    client: pg.PoolClient,
+    handler: ResolvedHandler,
+    shardId: number,
+    items: ShardItem[],
+    out: SplitResult,
+    depth: number,
+  ): Promise<void> {
+    const savepoint = `tc_split_${depth}`;
+    await client.query(`SAVEPOINT ${savepoint}`);
+    try {
+      const result = normalizeResult(await this.callHandler(client, handler, shardId, items));
+      await client.query(`RELEASE SAVEPOINT ${savepoint}`);
+      for (const id of result.applied) out.applied.add(id);
+      for (const f of result.failed ?? []) out.failed.set(String(f.bizId), { error: f.error, permanent: false });
+      return;
+    } catch (err) {
+      // The connection or the transaction itself is gone: no row is to blame, retry the shard.
+      if (isConnectionError(err) || isRetryableConflict(err)) throw err;
+      await client.query(`ROLLBACK TO SAVEPOINT ${savepoint}`);
+      await client.query(`RELEASE SAVEPOINT ${savepoint}`);
+      const message = describe(err);
+      if (items.length === 1 || err instanceof PermanentError) {
+        for (const item of items) out.failed.set(item.bizId, { error: message, permanent: err instanceof PermanentError });
+        return;
+      }
+      const mid = Math.ceil(items.length / 2);
+      await this.applySplitting(client, handler, shardId, items.slice(0, mid), out, depth + 1);
+      await this.applySplitting(client, handler, shardId, items.slice(mid), out, depth + 1);
+    }
+  }
+
+  private async callHandler(client: pg.PoolClient, handler: ResolvedHandler, shardId: number, items: ShardItem[]) {
+    const controller = new AbortController();
+    const limit = handler.config.timeLimitMs;
+    let timer: NodeJS.Timeout | undefined;
+    const timeout = new Promise<never>((_, reject) => {
+      timer = setTimeout(() => {
+        controller.abort();
+        reject(new HandlerTimeoutError(`handler of ${handler.kind} ran past its ${limit} ms time limit`));
+      }, limit + 50);
+    });
+    try {
+      return await Promise.race([handler.run(items, { kind: handler.kind, shardId, client, signal: controller.signal }), timeout]);
+    } finally {
+      clearTimeout(timer);
+    }
+  }
+
+  /** Gives a lease back so another worker can take the shard at once. */
+  private async release(lease: Lease): Promise<void> {
+    await this.pool.query(
+      `UPDATE timeout_center.shards SET state = 'queued', owner = NULL, lease_token = NULL, lease_expires_at = NULL,
+              attempts = attempts - 1, published_at = NULL
+        WHERE id = $1 AND lease_token = $2`,
+      [lease.id, lease.lease_token],
+    );
+    this.metrics.shards.inc({ kind: lease.kind, outcome: 'released' });
+  }
+}
+
+function describe(err: unknown): string {
+  if (!(err instanceof Error)) return String(err);
+  const code = (err as { code?: string }).code;
+  return (code ? `${code}: ` : '') + err.message.slice(0, 1000);
+}

@@ -1,0 +1,146 @@
+// Handlers: what a kind does with one shard's batch of business ids. SQL handlers run inside the
+// shard's transaction (same database: the order change and the bookkeeping commit together);
+// code handlers get that transaction's client too; HTTP handlers make one batched POST per shard.
+import { pathToFileURL } from 'node:url';
+import { resolve } from 'node:path';
+import type pg from 'pg';
+import type { HandlerConfig, KindConfig, LoadedConfig } from '../config.js';
+
+export interface ShardItem {
+  bizId: string;
+  payload: unknown;
+}
+
+export interface HandlerContext {
+  kind: string;
+  shardId: number;
+  /** The shard's transaction. A handler that writes to this database should use it. */
+  client: pg.PoolClient;
+  /** Aborted when the kind's time limit passes. */
+  signal: AbortSignal;
+}
+
+/** What a handler reports: ids it changed; ids that failed (with why); every other id is skipped. */
+export interface HandlerResult {
+  applied: string[];
+  failed?: { bizId: string; error: string }[];
+}
+
+/** A handler may also just return the applied ids. Throwing fails the whole batch, which the
+ *  worker then splits to find the failing ids. Throw PermanentError to skip the remaining
+ *  attempts of those ids. */
+export type ShardHandler = (items: ShardItem[], ctx: HandlerContext) => Promise<HandlerResult | string[]>;
+
+/** A failure that retrying cannot fix (bullmq's UnrecoverableError): the ids fail at once. */
+export class PermanentError extends Error {
+  override name = 'PermanentError';
+}
+
+export class HandlerTimeoutError extends Error {
+  override name = 'HandlerTimeoutError';
+}
+
+export function normalizeResult(result: HandlerResult | string[] | undefined | null): HandlerResult {
+  if (Array.isArray(result)) return { applied: result.map(String) };
+  if (!result || !Array.isArray(result.applied)) {
+    throw new Error('handler returned neither an array of applied ids nor { applied: [...] }');
+  }
+  return { applied: result.applied.map(String), failed: result.failed ?? [] };
+}
+
+function sqlHandler(sql: string, timeLimitMs: number): ShardHandler {
+  const wantsPayloads = /\$2\b/.test(sql);
+  return async (items, ctx) => {
+    const ids = items.map((i) => i.bizId);
+    const params: unknown[] = wantsPayloads ? [ids, items.map((i) => (i.payload === undefined ? null : JSON.stringify(i.payload)))] : [ids];
+    await ctx.client.query(`SET LOCAL statement_timeout = ${Math.floor(timeLimitMs)}`);
+    try {
+      const { rows } = await ctx.client.query<Record<string, unknown>>({ text: sql, values: params, rowMode: 'array' } as pg.QueryConfig);
+      return (rows as unknown as unknown[][]).map((r) => String(r[0]));
+    } finally {
+      await ctx.client.query('SET LOCAL statement_timeout = 0');
+    }
+  };
+}
+
+function httpHandler(config: Extract<HandlerConfig, { type: 'http' }>): ShardHandler {
+  return async (items, ctx) => {
+    const res = await fetch(config.url, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json', ...config.headers },
+      body: JSON.stringify({ kind: ctx.kind, shardId: ctx.shardId, items }),
+      signal: ctx.signal,
+    });
+    if (!res.ok) {
+      const text = await res.text().catch(() => '');
+      const err = new Error(`HTTP handler ${config.url} answered ${res.status}: ${text.slice(0, 300)}`);
+      // 4xx other than 408/429 will not get better by retrying the same batch.
+      throw res.status >= 400 && res.status < 500 && res.status !== 408 && res.status !== 429 ? new PermanentError(err.message) : err;
+    }
+    return normalizeResult((await res.json()) as HandlerResult);
+  };
+}
+
+async function codeHandler(kind: string, config: Extract<HandlerConfig, { type: 'code' }>, baseDir: string, registered: Map<string, ShardHandler>): Promise<ShardHandler> {
+  const fn = registered.get(kind);
+  if (fn) return fn;
+  if (!config.module) {
+    throw new Error(`kinds."${kind}".handler: type code needs a module path, or register the handler in code with worker.registerHandler("${kind}", fn)`);
+  }
+  const url = pathToFileURL(resolve(baseDir, config.module)).href;
+  let mod: Record<string, unknown>;
+  try {
+    mod = (await import(url)) as Record<string, unknown>;
+  } catch (err) {
+    throw new Error(`kinds."${kind}".handler.module: cannot load ${config.module}: ${(err as Error).message}`, { cause: err });
+  }
+  const exported = mod[config.export];
+  if (typeof exported !== 'function') {
+    throw new Error(`kinds."${kind}".handler: ${config.module} has no function export "${config.export}"`);
+  }
+  return exported as ShardHandler;
+}
+
+export interface ResolvedHandler {
+  kind: string;
+  config: KindConfig;
+  run: ShardHandler;
+}
+
+/** Builds every kind's handler; SQL statements are checked by PostgreSQL (PREPARE) so a typo
+ *  fails at start with the kind's name, not at the first due timeout. */
+export async function resolveHandlers(
+  config: LoadedConfig,
+  kinds: string[],
+  registered: Map<string, ShardHandler>,
+  pool: pg.Pool,
+): Promise<Map<string, ResolvedHandler>> {
+  const out = new Map<string, ResolvedHandler>();
+  for (const kind of kinds) {
+    const kc = config.kinds[kind]!;
+    let run: ShardHandler;
+    if (kc.handler.type === 'sql') {
+      await checkSql(pool, kind, kc.handler.sql);
+      run = sqlHandler(kc.handler.sql, kc.timeLimitMs);
+    } else if (kc.handler.type === 'http') {
+      run = httpHandler(kc.handler);
+    } else {
+      run = await codeHandler(kind, kc.handler, config.baseDir, registered);
+    }
+    out.set(kind, { kind, config: kc, run });
+  }
+  return out;
+}
+
+async function checkSql(pool: pg.Pool, kind: string, sql: string): Promise<void> {
+  const client = await pool.connect();
+  try {
+    // Parameter types are left to PostgreSQL, as at run time (ids = ANY($1) makes $1 bigint[]).
+    await client.query(`PREPARE tc_check_handler AS ${sql}`);
+    await client.query('DEALLOCATE tc_check_handler');
+  } catch (err) {
+    throw new Error(`kinds."${kind}".handler.sql: PostgreSQL rejects the statement: ${(err as Error).message}`, { cause: err });
+  } finally {
+    client.release();
+  }
+}
