@@ -1,0 +1,54 @@
+// Runs once before all test files: makes sure PostgreSQL and Redis answer. Where they do not and
+// Docker is available, starts them with testcontainers and hands their URLs to the test files.
+import { execFileSync } from 'node:child_process';
+import net from 'node:net';
+import type { TestProject } from 'vitest/node';
+import { ADMIN_DATABASE_URL, START_POSTGRES, START_REDIS, TEST_REDIS_URL } from './services.js';
+
+function reachable(url: string, defaultPort: number): Promise<boolean> {
+  const u = new URL(url);
+  return new Promise((resolve) => {
+    const socket = net.connect({ host: u.hostname, port: Number(u.port || defaultPort) });
+    socket.setTimeout(2000);
+    socket.once('connect', () => { socket.destroy(); resolve(true); });
+    socket.once('error', () => resolve(false));
+    socket.once('timeout', () => { socket.destroy(); resolve(false); });
+  });
+}
+
+function dockerAvailable(): boolean {
+  try {
+    execFileSync('docker', ['info'], { stdio: 'ignore', timeout: 5000 });
+    return true;
+  } catch {
+    return false;
+  }
+}
+
+export default async function setup(project: TestProject): Promise<() => Promise<void>> {
+  const stops: (() => Promise<unknown>)[] = [];
+  const pgOk = await reachable(ADMIN_DATABASE_URL, 5432);
+  const redisOk = await reachable(TEST_REDIS_URL, 6379);
+  if ((!pgOk || !redisOk) && dockerAvailable()) {
+    if (!pgOk) {
+      const { PostgreSqlContainer } = await import('@testcontainers/postgresql');
+      const c = await new PostgreSqlContainer('postgres:15').withUsername('postgres').withPassword('postgres').withDatabase('postgres').start();
+      process.env['TEST_DATABASE_URL'] = c.getConnectionUri();
+      stops.push(() => c.stop());
+    }
+    if (!redisOk) {
+      const { RedisContainer } = await import('@testcontainers/redis');
+      const c = await new RedisContainer('redis:7').start();
+      process.env['TEST_REDIS_URL'] = c.getConnectionUrl();
+      stops.push(() => c.stop());
+    }
+  } else {
+    const missing: string[] = [];
+    if (!pgOk) missing.push(`PostgreSQL is not answering at ${ADMIN_DATABASE_URL} (TEST_DATABASE_URL). Start it with:\n    ${START_POSTGRES}`);
+    if (!redisOk) missing.push(`Redis is not answering at ${TEST_REDIS_URL} (TEST_REDIS_URL). Start it with:\n    ${START_REDIS}`);
+    if (missing.length > 0) throw new Error(`test services unreachable and no Docker engine for testcontainers:\n  ${missing.join('\n  ')}`);
+  }
+  return async () => {
+    for (const stop of stops) await stop().catch(() => {});
+  };
+}

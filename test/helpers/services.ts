@@ -1,0 +1,58 @@
+// Test services: real PostgreSQL and Redis. URLs come from TEST_DATABASE_URL / TEST_REDIS_URL
+// (default: the local services). When they are unreachable and Docker answers, testcontainers
+// starts them (globalSetup); otherwise the run fails with the exact command that starts them.
+// Every test file gets its own database and its own Redis key prefix.
+import { randomBytes } from 'node:crypto';
+import pg from 'pg';
+
+export const ADMIN_DATABASE_URL = process.env['TEST_DATABASE_URL'] ?? 'postgres://postgres@127.0.0.1:5432/postgres';
+export const TEST_REDIS_URL = process.env['TEST_REDIS_URL'] ?? 'redis://127.0.0.1:6379';
+
+export const START_POSTGRES = "pg_ctlcluster --skip-systemctl-redirect $(ls /etc/postgresql) main start   # or: docker run -d -p 5432:5432 -e POSTGRES_HOST_AUTH_METHOD=trust postgres:15";
+export const START_REDIS = 'redis-server --daemonize yes --bind 127.0.0.1 --port 6379 --save "" --appendonly no   # or: docker run -d -p 6379:6379 redis:7';
+
+export function uniqueName(label: string): string {
+  return `tc_${label.replace(/[^a-z0-9]+/gi, '_').toLowerCase().slice(0, 30)}_${randomBytes(3).toString('hex')}`;
+}
+
+export interface TestDatabase {
+  name: string;
+  url: string;
+  drop(): Promise<void>;
+}
+
+function withDatabase(url: string, database: string): string {
+  const u = new URL(url);
+  u.pathname = `/${database}`;
+  return u.toString();
+}
+
+/** A fresh, empty database for one test file; drop() removes it (terminating leftover sessions). */
+export async function createTestDatabase(label: string): Promise<TestDatabase> {
+  const name = uniqueName(label);
+  const admin = new pg.Client({ connectionString: ADMIN_DATABASE_URL });
+  await admin.connect();
+  try {
+    await admin.query(`CREATE DATABASE ${name}`);
+  } finally {
+    await admin.end();
+  }
+  return {
+    name,
+    url: withDatabase(ADMIN_DATABASE_URL, name),
+    async drop() {
+      const c = new pg.Client({ connectionString: ADMIN_DATABASE_URL });
+      await c.connect();
+      try {
+        await c.query(`DROP DATABASE IF EXISTS ${name} WITH (FORCE)`);
+      } finally {
+        await c.end();
+      }
+    },
+  };
+}
+
+/** A Redis key prefix no other test file uses. */
+export function testKeyPrefix(label: string): string {
+  return uniqueName(label);
+}
