@@ -53,13 +53,12 @@ function sqlHandler(sql: string, timeLimitMs: number): ShardHandler {
   return async (items, ctx) => {
     const ids = items.map((i) => i.bizId);
     const params: unknown[] = wantsPayloads ? [ids, items.map((i) => (i.payload === undefined ? null : JSON.stringify(i.payload)))] : [ids];
+    // The executor calls handlers inside a savepoint: on error, ROLLBACK TO SAVEPOINT also undoes
+    // this SET LOCAL, so it is reset here only on success.
     await ctx.client.query(`SET LOCAL statement_timeout = ${Math.floor(timeLimitMs)}`);
-    try {
-      const { rows } = await ctx.client.query<Record<string, unknown>>({ text: sql, values: params, rowMode: 'array' } as pg.QueryConfig);
-      return (rows as unknown as unknown[][]).map((r) => String(r[0]));
-    } finally {
-      await ctx.client.query('SET LOCAL statement_timeout = 0');
-    }
+    const { rows } = await ctx.client.query<Record<string, unknown>>({ text: sql, values: params, rowMode: 'array' } as pg.QueryConfig);
+    await ctx.client.query('SET LOCAL statement_timeout = 0');
+    return (rows as unknown as unknown[][]).map((r) => String(r[0]));
   };
 }
 
