@@ -78,11 +78,13 @@ export async function migrate(pool: pg.Pool, logger: Logger, dir = MIGRATIONS_DI
 /** Throws a clear error when the schema is missing or behind this build. */
 export async function assertMigrated(pool: pg.Pool, dir = MIGRATIONS_DIR): Promise<void> {
   const latest = listMigrations(dir).at(-1)?.version ?? 0;
-  const { rows } = await pool.query<{ v: number | null }>(
-    `SELECT CASE WHEN to_regclass('timeout_center.migrations') IS NULL THEN NULL
-            ELSE (SELECT coalesce(max(version), 0) FROM timeout_center.migrations) END AS v`,
-  );
-  const current = rows[0]?.v ?? null;
+  // Two statements: a query naming a missing table fails at parse time, whatever its CASE says.
+  const { rows: exists } = await pool.query<{ t: string | null }>("SELECT to_regclass('timeout_center.migrations')::text AS t");
+  let current: number | null = null;
+  if (exists[0]?.t) {
+    const { rows } = await pool.query<{ v: number }>('SELECT coalesce(max(version), 0) AS v FROM timeout_center.migrations');
+    current = rows[0]?.v ?? 0;
+  }
   if (current === null || current < latest) {
     throw new Error(
       `the database schema is ${current === null ? 'missing' : `at migration ${current}`}, this build needs ${latest}: run \`timeout-center migrate\` first`,

@@ -1,0 +1,58 @@
+import { describe, expect, it } from 'vitest';
+import { ConfigError, loadConfig, parseConfig } from '../../src/config.js';
+import { parseFailpoints } from '../../src/failpoints.js';
+
+const kinds = { 'order.unpaid': { handler: { type: 'sql', sql: 'UPDATE o SET s = 1 WHERE id = ANY($1) RETURNING id' } } };
+
+describe('config', () => {
+  it('fills documented defaults', () => {
+    const c = parseConfig({ kinds });
+    expect(c.kinds['order.unpaid']).toMatchObject({ shardSize: 500, maxAttempts: 5, timeLimitMs: 10_000 });
+    expect(c.coordinator).toMatchObject({ schedule: '* * * * * *', maxInFlightShards: 64 });
+    expect(c.worker).toMatchObject({ concurrency: 4, leaseMs: 30_000 });
+  });
+
+  it('names every bad field with its path', () => {
+    try {
+      parseConfig({ kinds: { 'order.unpaid': { shardSize: -1, handler: { type: 'smtp' } } }, worker: { concurrency: 'many' } }, 'x.yaml');
+      expect.unreachable();
+    } catch (err) {
+      expect(err).toBeInstanceOf(ConfigError);
+      const msg = (err as Error).message;
+      expect(msg).toMatch(/invalid configuration in x\.yaml/);
+      expect(msg).toMatch(/kinds\."order\.unpaid"\.shardSize/);
+      expect(msg).toMatch(/kinds\."order\.unpaid"\.handler/);
+      expect(msg).toMatch(/worker\.concurrency/);
+    }
+  });
+
+  it('takes URLs from the environment over the file, and requires both', () => {
+    const c = loadConfig({ object: { kinds, databaseUrl: 'postgres://file' }, env: { DATABASE_URL: 'postgres://env', REDIS_URL: 'redis://env' } });
+    expect(c.databaseUrl).toBe('postgres://env');
+    expect(() => loadConfig({ object: { kinds }, env: {} })).toThrow(/DATABASE_URL.*\n.*REDIS_URL/s);
+  });
+
+  it('refuses a handler time limit that outlasts the lease', () => {
+    expect(() =>
+      loadConfig({ object: { kinds: { a: { ...kinds['order.unpaid'], timeLimitMs: 40_000 } } }, env: { DATABASE_URL: 'x', REDIS_URL: 'y' } }),
+    ).toThrow(/kinds\."a"\.timeLimitMs: 40000 ms must be below worker\.leaseMs/);
+  });
+
+  it('refuses a worker kinds filter naming an undeclared kind', () => {
+    expect(() => loadConfig({ object: { kinds, worker: { kinds: ['order.x'] } }, env: { DATABASE_URL: 'x', REDIS_URL: 'y' } })).toThrow(
+      /worker\.kinds: unknown kind\(s\) order\.x/,
+    );
+  });
+});
+
+describe('failpoints', () => {
+  it('parses names, counts and arguments', () => {
+    const points = parseFailpoints('worker.before-commit=kill; coordinator.before-publish=2*sleep(300);x=error(boom)');
+    expect(points.get('worker.before-commit')).toEqual({ action: { type: 'kill' }, remaining: Infinity });
+    expect(points.get('coordinator.before-publish')).toEqual({ action: { type: 'sleep', ms: 300 }, remaining: 2 });
+    expect(points.get('x')).toEqual({ action: { type: 'error', message: 'boom' }, remaining: Infinity });
+  });
+  it('refuses a spec it cannot parse', () => {
+    expect(() => parseFailpoints('worker=explode')).toThrow(/cannot parse "worker=explode"/);
+  });
+});
