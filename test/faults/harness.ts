@@ -1,0 +1,219 @@
+// Shared set-up of the fault scenarios: a database with the orders fixture, a config with short
+// leases so recovery takes seconds, seeding of orders + timeouts in one statement each, and the
+// CLI processes (coordinator / worker) as separate OS processes. Every scenario ends with
+// expectInvariants(): I1-I4 in SQL, plus "effects = applied timeouts".
+import { readFileSync } from 'node:fs';
+import { Redis } from 'ioredis';
+import pg from 'pg';
+import { expect } from 'vitest';
+import type { ConfigInput } from '../../src/config.js';
+import { checkInvariants, CLOSE_SQL, createOrdersSchema, waitForDrain, writeConfig, type Invariants } from '../helpers/orders.js';
+import { runCli, spawnCli, type CliProcess, type LogLine } from '../helpers/processes.js';
+import { createTestDatabase, TEST_REDIS_URL, testKeyPrefix, type TestDatabase } from '../helpers/services.js';
+
+export const KIND = 'order.unpaid';
+
+type DeepPartial<T> = { [K in keyof T]?: T[K] extends object ? DeepPartial<T[K]> : T[K] };
+
+export interface ScenarioOptions {
+  /** A database URL to use as is (a private server); default: a fresh database on the shared one. */
+  databaseUrl?: string;
+  /** Default: the shared test Redis with a key prefix of its own. */
+  redisUrl?: string;
+  coordinator?: DeepPartial<NonNullable<ConfigInput['coordinator']>>;
+  worker?: DeepPartial<NonNullable<ConfigInput['worker']>>;
+  kind?: Partial<NonNullable<ConfigInput['kinds']>[string]>;
+  alerts?: DeepPartial<NonNullable<ConfigInput['alerts']>>;
+  poolSize?: number;
+}
+
+export class Scenario {
+  readonly procs: CliProcess[] = [];
+  readonly started = Date.now();
+
+  private constructor(
+    readonly label: string,
+    readonly databaseUrl: string,
+    readonly redisUrl: string,
+    readonly prefix: string,
+    readonly configPath: string,
+    readonly pool: pg.Pool,
+    private readonly db: TestDatabase | undefined,
+  ) {}
+
+  static async create(label: string, options: ScenarioOptions = {}): Promise<Scenario> {
+    const db = options.databaseUrl ? undefined : await createTestDatabase(label);
+    const databaseUrl = options.databaseUrl ?? db!.url;
+    const redisUrl = options.redisUrl ?? TEST_REDIS_URL;
+    const prefix = testKeyPrefix(label);
+    const config: ConfigInput = {
+      redisKeyPrefix: prefix,
+      poolSize: options.poolSize ?? 3,
+      logLevel: 'info',
+      kinds: {
+        [KIND]: {
+          shardSize: 100,
+          maxAttempts: 3,
+          backoffMs: 100,
+          timeLimitMs: 2000,
+          handler: { type: 'sql', sql: CLOSE_SQL },
+          ...options.kind,
+        } as NonNullable<ConfigInput['kinds']>[string],
+      },
+      coordinator: {
+        lockTtlMs: 2000,
+        republishAfterMs: 2000,
+        maxInFlightShards: 16,
+        minTickIntervalMs: 50,
+        lagCheckIntervalMs: 1000,
+        ...options.coordinator,
+      },
+      worker: { leaseMs: 3000, blockMs: 200, concurrency: 2, drainTimeoutMs: 3000, ...options.worker },
+      alerts: { lagSlaMs: 60_000, ...options.alerts },
+    };
+    const configPath = writeConfig(config);
+    const pool = new pg.Pool({ connectionString: databaseUrl, max: 4 });
+    pool.on('error', () => {}); // a private server restarting under the test's own pool
+    await createOrdersSchema(pool);
+    const s = new Scenario(label, databaseUrl, redisUrl, prefix, configPath, pool, db);
+    const migrated = await runCli(['migrate', '--config', configPath], s.env());
+    if (migrated.code !== 0) throw new Error(`migrate failed (${migrated.code}): ${migrated.stderr}`);
+    return s;
+  }
+
+  env(extra: Record<string, string | undefined> = {}): Record<string, string | undefined> {
+    return { DATABASE_URL: this.databaseUrl, REDIS_URL: this.redisUrl, TC_FAILPOINTS: undefined, ...extra };
+  }
+
+  /** Inserts orders [from, from+n) unpaid and their timeouts, due dueInMs from now (PostgreSQL's
+   *  now()), spread evenly over spreadMs. `poison` order ids refuse to close. */
+  async seed(n: number, opts: { from?: number; dueInMs?: number; spreadMs?: number; poison?: number[] } = {}): Promise<{ from: number; to: number }> {
+    const from = opts.from ?? 1;
+    const to = from + n - 1;
+    await this.pool.query(
+      `INSERT INTO orders (id, status, poison) SELECT g, 'unpaid', g = ANY($3::bigint[]) FROM generate_series($1::bigint, $2::bigint) g`,
+      [from, to, opts.poison ?? []],
+    );
+    await this.pool.query(
+      `INSERT INTO timeout_center.timeouts (kind, biz_id, due_at)
+       SELECT $5, g::text, now() + ($3::float8 + $4::float8 * (g - $1) / greatest($2 - $1, 1)) * interval '1 millisecond'
+         FROM generate_series($1::bigint, $2::bigint) g`,
+      [from, to, opts.dueInMs ?? 0, opts.spreadMs ?? 0, KIND],
+    );
+    return { from, to };
+  }
+
+  private spawn(role: 'coordinator' | 'worker' | 'run', name: string, opts: { failpoints?: string; env?: Record<string, string>; concurrency?: number; prefixCmd?: string[] } = {}): CliProcess {
+    const args = [role, '--config', this.configPath];
+    if (opts.concurrency) args.push('--concurrency', String(opts.concurrency));
+    const p = spawnCli(name, args, this.env({ TC_FAILPOINTS: opts.failpoints, ...opts.env }));
+    this.procs.push(p);
+    return p;
+  }
+
+  coordinator(name = 'coordinator', opts: Parameters<Scenario['spawn']>[2] = {}): CliProcess {
+    return this.spawn('coordinator', name, opts);
+  }
+
+  worker(name = 'worker', opts: Parameters<Scenario['spawn']>[2] = {}): CliProcess {
+    return this.spawn('worker', name, opts);
+  }
+
+  async count(sql: string, params: unknown[] = []): Promise<number> {
+    const { rows } = await this.pool.query<{ n: number }>(sql, params);
+    return Number(rows[0]?.n ?? 0);
+  }
+
+  /** Waits until every due timeout is final and every scan reduced, then checks I1-I4 and that
+   *  the orders closed are exactly the timeouts applied. Returns the figures. */
+  async expectInvariants(timeoutMs = 30_000): Promise<Invariants & { applied: number; closed: number; failed: number; cancelled: number }> {
+    const inv = await waitForDrain(this.pool, timeoutMs);
+    const applied = await this.count(`SELECT count(*) AS n FROM timeout_center.timeouts WHERE state = 'done' AND result = 'applied'`);
+    const closed = await this.count(`SELECT count(*) AS n FROM order_transitions WHERE to_status = 'closed'`);
+    const failed = await this.count(`SELECT count(*) AS n FROM timeout_center.timeouts WHERE state = 'failed'`);
+    const cancelled = await this.count(`SELECT count(*) AS n FROM timeout_center.timeouts WHERE state = 'cancelled'`);
+    const figures = { ...inv, applied, closed, failed, cancelled };
+    expect(figures, `invariants of ${this.label}`).toMatchObject({ lost: 0, doubled: 0, wrong: 0, reduceMismatch: 0, unreducedScans: 0 });
+    expect(closed, 'every close comes from exactly one applied timeout').toBe(applied);
+    return figures;
+  }
+
+  /** Checks I1-I4 now, without waiting (after a failed scenario, for the report). */
+  invariantsNow(): Promise<Invariants> {
+    return checkInvariants(this.pool);
+  }
+
+  /** Graceful stop of every process still running (SIGTERM; SIGKILL after timeoutMs). */
+  async stopAll(timeoutMs = 10_000): Promise<void> {
+    await Promise.all(this.procs.filter((p) => p.alive).map((p) => p.stop(timeoutMs)));
+  }
+
+  /** Drops the database (when it made one), the Redis keys of its prefix, and the pool. */
+  async close(): Promise<void> {
+    await this.pool.end().catch(() => {});
+    await this.db?.drop().catch(() => {});
+    if (!this.redisUrl.startsWith(TEST_REDIS_URL)) return;
+    const redis = new Redis(this.redisUrl, { maxRetriesPerRequest: 1, lazyConnect: true });
+    redis.on('error', () => {});
+    try {
+      await redis.connect();
+      let cursor = '0';
+      do {
+        const [next, keys] = await redis.scan(cursor, 'MATCH', `${this.prefix}:*`, 'COUNT', 1000);
+        cursor = next;
+        if (keys.length > 0) await redis.del(...keys);
+      } while (cursor !== '0');
+    } catch {
+      // best effort
+    } finally {
+      redis.disconnect();
+    }
+  }
+
+  elapsedMs(): number {
+    return Date.now() - this.started;
+  }
+}
+
+export const isMsg = (re: RegExp) => (l: LogLine) => re.test(String(l.msg));
+
+/** Log lines of a process whose message matches. */
+export function linesMatching(p: CliProcess, re: RegExp): LogLine[] {
+  return p.lines.filter((l) => re.test(String(l.msg)));
+}
+
+/** VmRSS of a process in MB (undefined once it is gone). */
+export function rssMb(pid: number): number | undefined {
+  try {
+    const m = /VmRSS:\s+(\d+) kB/.exec(readFileSync(`/proc/${pid}/status`, 'utf8'));
+    return m ? Number(m[1]) / 1024 : undefined;
+  } catch {
+    return undefined;
+  }
+}
+
+/** Process state letter from /proc/<pid>/stat (T = stopped). */
+export function procState(pid: number): string | undefined {
+  try {
+    const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
+    return stat.slice(stat.lastIndexOf(')') + 2, stat.lastIndexOf(')') + 3);
+  } catch {
+    return undefined;
+  }
+}
+
+export async function waitUntil(what: string, test: () => Promise<boolean> | boolean, timeoutMs = 30_000, everyMs = 50): Promise<void> {
+  const deadline = Date.now() + timeoutMs;
+  for (;;) {
+    if (await test()) return;
+    if (Date.now() > deadline) throw new Error(`timed out after ${timeoutMs} ms waiting for ${what}`);
+    await new Promise((r) => setTimeout(r, everyMs));
+  }
+}
+
+export const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+
+/** One line per scenario with its figures, collected by the reliability page. */
+export function report(scenario: string, figures: Record<string, unknown>): void {
+  console.log(`[fault-report] ${scenario} ${JSON.stringify(figures)}`);
+}

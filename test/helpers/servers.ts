@@ -1,0 +1,189 @@
+// Private servers for fault tests that kill, stall or restart PostgreSQL or Redis. They run on free
+// ports in temp directories and never touch the machine's shared services. Every server started
+// here is tracked, and stopAllServers() (call it from afterAll) removes whatever is still running.
+import { execFile, spawn, type ChildProcess } from 'node:child_process';
+import { once } from 'node:events';
+import { chownSync, existsSync, mkdtempSync, readdirSync, rmSync } from 'node:fs';
+import net from 'node:net';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { promisify } from 'node:util';
+import pg from 'pg';
+
+const run = promisify(execFile);
+
+/** A TCP port nobody listens on right now (the kernel picks it). */
+export async function freePort(): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const srv = net.createServer();
+    srv.unref();
+    srv.once('error', reject);
+    srv.listen(0, '127.0.0.1', () => {
+      const { port } = srv.address() as net.AddressInfo;
+      srv.close(() => resolve(port));
+    });
+  });
+}
+
+async function waitUntil(what: string, test: () => Promise<boolean>, timeoutMs: number): Promise<void> {
+  const deadline = Date.now() + timeoutMs;
+  while (Date.now() < deadline) {
+    if (await test().catch(() => false)) return;
+    await new Promise((r) => setTimeout(r, 50));
+  }
+  throw new Error(`${what} not ready within ${timeoutMs} ms`);
+}
+
+function portAnswers(port: number): Promise<boolean> {
+  return new Promise((resolve) => {
+    const s = net.connect({ host: '127.0.0.1', port });
+    s.once('connect', () => (s.destroy(), resolve(true)));
+    s.once('error', () => resolve(false));
+  });
+}
+
+const stops = new Set<() => Promise<void>>();
+
+/** Stops every server this file started (afterAll, also when a test failed). */
+export async function stopAllServers(): Promise<void> {
+  for (const stop of [...stops]) await stop().catch(() => {});
+  stops.clear();
+}
+
+// ---------------------------------------------------------------------------------------------
+// Redis
+
+export interface RedisServer {
+  port: number;
+  url: string;
+  readonly pid: number | undefined;
+  /** SIGKILL the server (no persistence: its data is gone). */
+  kill(): Promise<void>;
+  /** Starts it again on the same port, empty. */
+  start(): Promise<void>;
+  /** Runs redis-cli against it, e.g. cli('DEBUG', 'SLEEP', '5'). */
+  cli(...args: string[]): Promise<string>;
+  stop(): Promise<void>;
+}
+
+export async function startRedis(): Promise<RedisServer> {
+  const port = await freePort();
+  let child: ChildProcess | undefined;
+  const launch = async () => {
+    child = spawn(
+      'redis-server',
+      ['--port', String(port), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no', '--daemonize', 'no', '--enable-debug-command', 'yes'],
+      { stdio: 'ignore' },
+    );
+    child.once('error', () => {});
+    await waitUntil(`redis-server on port ${port}`, async () => (await redis.cli('PING')) === 'PONG', 10_000);
+  };
+  const kill = async () => {
+    const c = child;
+    child = undefined;
+    if (c && c.exitCode === null && c.signalCode === null) {
+      c.kill('SIGKILL');
+      await once(c, 'exit');
+    }
+  };
+  const redis: RedisServer = {
+    port,
+    url: `redis://127.0.0.1:${port}`,
+    get pid() {
+      return child?.pid;
+    },
+    kill,
+    start: launch,
+    async cli(...args) {
+      const { stdout } = await run('redis-cli', ['-p', String(port), ...args], { timeout: 30_000 });
+      return stdout.trim();
+    },
+    async stop() {
+      stops.delete(redis.stop);
+      await kill();
+    },
+  };
+  stops.add(redis.stop);
+  await launch();
+  return redis;
+}
+
+// ---------------------------------------------------------------------------------------------
+// PostgreSQL
+
+export interface PostgresServer {
+  port: number;
+  dir: string;
+  /** postgres://postgres@127.0.0.1:<port>/<database> */
+  url(database?: string): string;
+  /** pg_ctl restart -m <mode> (immediate: a crash, recovery on start). */
+  restart(mode?: 'immediate' | 'fast'): Promise<void>;
+  pgCtl(...args: string[]): Promise<void>;
+  stop(): Promise<void>;
+}
+
+function pgBinDir(): string {
+  const root = '/usr/lib/postgresql';
+  const versions = existsSync(root) ? readdirSync(root).filter((v) => existsSync(join(root, v, 'bin', 'initdb'))) : [];
+  const v = versions.sort((a, b) => Number(b) - Number(a))[0];
+  if (!v) throw new Error(`no PostgreSQL server binaries under ${root} (apt-get install -y postgresql)`);
+  return join(root, v, 'bin');
+}
+
+async function postgresUid(): Promise<{ uid: number; gid: number }> {
+  const uid = Number((await run('id', ['-u', 'postgres'])).stdout.trim());
+  const gid = Number((await run('id', ['-g', 'postgres'])).stdout.trim());
+  return { uid, gid };
+}
+
+/** initdb + pg_ctl start as the postgres OS user, on a free port, fsync off (test data only). */
+export async function startPostgres(): Promise<PostgresServer> {
+  const bin = pgBinDir();
+  const port = await freePort();
+  const dir = mkdtempSync(join(tmpdir(), 'tc-pg-'));
+  const { uid, gid } = await postgresUid();
+  chownSync(dir, uid, gid);
+  const data = join(dir, 'data');
+  const asPostgres = (cmd: string, args: string[]) => run('runuser', ['-u', 'postgres', '--', join(bin, cmd), ...args], { timeout: 60_000 });
+  await asPostgres('initdb', ['-D', data, '-A', 'trust', '-U', 'postgres', '-N']);
+  const opts = `-p ${port} -k ${dir} -c listen_addresses=127.0.0.1 -c fsync=off -c full_page_writes=off -c max_connections=100`;
+  const pgCtl = async (...args: string[]) => {
+    await asPostgres('pg_ctl', ['-D', data, '-l', join(dir, 'server.log'), '-o', opts, ...args]);
+  };
+  const url = (database = 'postgres') => `postgres://postgres@127.0.0.1:${port}/${database}`;
+  const ready = () =>
+    waitUntil(
+      `PostgreSQL on port ${port}`,
+      async () => {
+        const c = new pg.Client({ connectionString: url() });
+        c.on('error', () => {});
+        try {
+          await c.connect();
+          await c.query('SELECT 1');
+          return true;
+        } finally {
+          await c.end().catch(() => {});
+        }
+      },
+      30_000,
+    );
+  await pgCtl('-w', 'start');
+  await ready();
+  const server: PostgresServer = {
+    port,
+    dir,
+    url,
+    pgCtl,
+    async restart(mode = 'immediate') {
+      await pgCtl('-w', '-m', mode, 'restart');
+      await ready();
+    },
+    async stop() {
+      stops.delete(server.stop);
+      if (await portAnswers(port)) await pgCtl('-w', '-m', 'immediate', 'stop').catch(() => {});
+      rmSync(dir, { recursive: true, force: true });
+    },
+  };
+  stops.add(server.stop);
+  return server;
+}
