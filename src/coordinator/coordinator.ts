@@ -175,6 +175,7 @@ export class Coordinator {
         break;
       }
       const maxRows = Math.min(cfg.claimChunk, room * this.minShardSize);
+      await failpoint('coordinator.before-claim');
       const chunk = await claimChunk(pool, epoch, { scanId, coordinatorId: this.deps.coordinatorId, cutoff: clock.now, kinds: this.kinds, maxRows });
       if (!chunk) break;
       scanId = chunk.scanId;
