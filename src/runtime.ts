@@ -6,12 +6,14 @@ import type pg from 'pg';
 import type { Logger } from 'pino';
 import type { LoadedConfig } from './config.js';
 import { Coordinator } from './coordinator/coordinator.js';
+import type { LeaderLock } from './coordinator/leader-lock.js';
 import { Leadership } from './coordinator/leadership.js';
 import { syncKinds } from './db/kinds.js';
 import { assertMigrated } from './db/migrate.js';
 import { createPool } from './db/pool.js';
 import { startHealthServer, type HealthServer } from './observability/http.js';
 import { Metrics } from './observability/metrics.js';
+import type { ShardChannel } from './transport/channel.js';
 import { RedisStreamsChannel, redactUrl } from './transport/redis-streams.js';
 import { Worker } from './worker/worker.js';
 
@@ -55,6 +57,10 @@ export interface RuntimeOptions {
   worker: boolean;
   /** Set up handlers before start (code handlers registered in TypeScript). */
   configureWorker?: (worker: Worker) => void;
+  /** Embedded single-process mode (the demo): a shard channel and a leadership lock that need no
+   *  Redis (InProcessChannel, LocalLeaderLock); config.redisUrl is then not used. Default: Redis
+   *  Streams and redlock on config.redisUrl. */
+  embedded?: { channel: ShardChannel; leaderLock: LeaderLock };
 }
 
 export interface Runtime {
@@ -62,7 +68,7 @@ export interface Runtime {
   worker: Worker | undefined;
   metrics: Metrics;
   pool: pg.Pool;
-  channel: RedisStreamsChannel;
+  channel: ShardChannel;
   health: HealthServer | undefined;
   /** Graceful stop: drain the worker, give up leadership, close connections. Idempotent. */
   stop(options?: { drainTimeoutMs?: number }): Promise<void>;
@@ -81,7 +87,10 @@ export async function startRuntime(options: RuntimeOptions): Promise<Runtime> {
     // A paused or hung worker must not hold shard locks forever.
     idleInTransactionTimeoutMs: Math.max(config.worker.leaseMs, 10_000),
   });
-  const channel = new RedisStreamsChannel({ url: config.redisUrl, keyPrefix: config.redisKeyPrefix, logger });
+  const redisChannel = options.embedded
+    ? undefined
+    : new RedisStreamsChannel({ url: config.redisUrl, keyPrefix: config.redisKeyPrefix, logger });
+  const channel: ShardChannel = options.embedded?.channel ?? redisChannel!;
   const cleanups: { name: string; run: () => Promise<unknown> }[] = [];
   let coordinator: Coordinator | undefined;
   let worker: Worker | undefined;
@@ -101,9 +110,9 @@ export async function startRuntime(options: RuntimeOptions): Promise<Runtime> {
 
   try {
     cleanups.push({ name: 'postgres', run: () => pool.end() });
-    cleanups.push({ name: 'redis', run: () => channel.close() });
+    cleanups.push({ name: redisChannel ? 'redis' : 'channel', run: () => channel.close() });
     await checkPostgres(pool, config.databaseUrl);
-    await checkRedis(channel, config.redisUrl);
+    if (redisChannel) await checkRedis(redisChannel, config.redisUrl);
     await assertMigrated(pool);
     await syncKinds(pool, config.kinds);
     await channel.init();
@@ -118,7 +127,8 @@ export async function startRuntime(options: RuntimeOptions): Promise<Runtime> {
     if (options.coordinator) {
       const coordinatorId = `${hostname()}-${process.pid}`;
       const leadership = new Leadership({
-        redis: channel.redis,
+        redis: redisChannel?.redis,
+        lock: options.embedded?.leaderLock,
         pool,
         lockKey: `${config.redisKeyPrefix}:coordinator-lock`,
         ttlMs: config.coordinator.lockTtlMs,
@@ -138,7 +148,9 @@ export async function startRuntime(options: RuntimeOptions): Promise<Runtime> {
         logger,
         checks: {
           postgres: async () => (await pool.query('SELECT 1'), { ok: true }),
-          redis: async () => (await channel.redis.ping(), { ok: true }),
+          ...(redisChannel
+            ? { redis: async () => (await redisChannel.redis.ping(), { ok: true }) }
+            : { channel: async () => ({ ok: true, transport: 'in-process' }) }),
           ...(c ? { coordinator: async () => ({ ok: true, leader: c.isLeader }) } : {}),
         },
       });

@@ -1,4 +1,5 @@
-// Who leads. Liveness comes from a Redis lock (redlock, renewed every third of its lifetime);
+// Who leads. Liveness comes from a Redis lock (redlock, renewed every third of its lifetime; the
+// embedded single-process mode uses a local lock instead, leader-lock.ts);
 // safety comes from the fencing epoch in PostgreSQL: winning the lock bumps the epoch, and every
 // coordinator write runs in a transaction that checks it (fence.ts). A coordinator that was
 // paused past its lock, or lost it to a Redis restart, cannot write once another has won.
@@ -6,10 +7,13 @@ import { EventEmitter } from 'node:events';
 import type { Redis } from 'ioredis';
 import type pg from 'pg';
 import type { Logger } from 'pino';
-import Redlock, { type Lock } from 'redlock';
+import { redlockLeaderLock, type HeldLock, type LeaderLock } from './leader-lock.js';
 
 export interface LeadershipOptions {
-  redis: Redis;
+  /** Redis for the default redlock lock; ignored when `lock` is given. */
+  redis?: Redis;
+  /** The liveness lock; default redlock on `redis`. The embedded mode passes a LocalLeaderLock. */
+  lock?: LeaderLock;
   pool: pg.Pool;
   lockKey: string;
   ttlMs: number;
@@ -23,8 +27,8 @@ export interface LeadershipEvents {
 }
 
 export class Leadership extends EventEmitter<LeadershipEvents> {
-  private readonly redlock: Redlock;
-  private lock: Lock | undefined;
+  private readonly locker: LeaderLock;
+  private lock: HeldLock | undefined;
   private currentEpoch = 0;
   private timer: NodeJS.Timeout | undefined;
   private busy: Promise<void> = Promise.resolve();
@@ -32,10 +36,9 @@ export class Leadership extends EventEmitter<LeadershipEvents> {
 
   constructor(private readonly options: LeadershipOptions) {
     super();
-    // No retries inside redlock: the loop below tries again every third of the TTL. (5.0.0-beta.2
-    // can return an already-expired lock after retries, node-redlock #296; we check expiration.)
-    this.redlock = new Redlock([options.redis], { retryCount: 0, driftFactor: 0.01, automaticExtensionThreshold: 0 });
-    this.redlock.on('error', () => {}); // contention is reported through acquire()'s rejection
+    if (options.lock) this.locker = options.lock;
+    else if (options.redis) this.locker = redlockLeaderLock(options.redis);
+    else throw new Error('Leadership needs a lock or a Redis connection');
   }
 
   /** True while this process holds an unexpired lock and an epoch. */
@@ -69,9 +72,9 @@ export class Leadership extends EventEmitter<LeadershipEvents> {
   }
 
   private async tryAcquire(): Promise<void> {
-    let lock: Lock;
+    let lock: HeldLock;
     try {
-      lock = await this.redlock.acquire([this.options.lockKey], this.options.ttlMs);
+      lock = await this.locker.acquire(this.options.lockKey, this.options.ttlMs);
     } catch {
       return; // another coordinator leads, or Redis is unreachable: stay standby
     }

@@ -1,0 +1,92 @@
+// Shard channel inside one process, for the embedded mode (demo, single machine): the same
+// at-least-once contract as the Redis Streams channel (deliveries stay pending until acked, a
+// consumer's unacked deliveries can be reclaimed by another), held in memory. Losing it is fine:
+// like a Redis restart, the first checkLostAndMark() answers true and the coordinator republishes
+// what PostgreSQL says is queued.
+import type { ShardChannel, ShardDelivery, ShardMessage } from './channel.js';
+
+interface Pending {
+  message: ShardMessage;
+  consumer: string;
+  deliveredAt: number;
+}
+
+export class InProcessChannel implements ShardChannel {
+  private readonly waiting: { id: string; message: ShardMessage }[] = [];
+  private readonly pending = new Map<string, Pending>();
+  private readonly drainedOwnPending = new Set<string>();
+  private readonly receivers = new Set<() => void>();
+  private nextId = 1;
+  private marked = false;
+  private closed = false;
+
+  async init(): Promise<void> {}
+
+  async publish(messages: readonly ShardMessage[]): Promise<void> {
+    if (this.closed) throw new Error('in-process channel is closed');
+    for (const message of messages) this.waiting.push({ id: `${Date.now()}-${this.nextId++}`, message: { ...message } });
+    if (messages.length > 0) for (const wake of [...this.receivers]) wake();
+  }
+
+  async receive(consumer: string, count: number, blockMs: number): Promise<ShardDelivery[]> {
+    if (!this.drainedOwnPending.has(consumer)) {
+      // Same contract as XREADGROUP ... 0: a consumer first gets back what it left unacked.
+      this.drainedOwnPending.add(consumer);
+      const own = [...this.pending].filter(([, p]) => p.consumer === consumer);
+      if (own.length > 0) return own.map(([id, p]) => ({ deliveryId: id, message: p.message, reclaimed: true }));
+    }
+    if (this.waiting.length === 0 && !this.closed && blockMs > 0) {
+      await new Promise<void>((resolve) => {
+        const wake = () => {
+          clearTimeout(timer);
+          this.receivers.delete(wake);
+          resolve();
+        };
+        const timer = setTimeout(wake, blockMs);
+        this.receivers.add(wake);
+      });
+    }
+    const taken = this.waiting.splice(0, Math.max(0, count));
+    const now = Date.now();
+    return taken.map(({ id, message }) => {
+      this.pending.set(id, { message, consumer, deliveredAt: now });
+      return { deliveryId: id, message, reclaimed: false };
+    });
+  }
+
+  async reclaim(consumer: string, minIdleMs: number, count: number): Promise<ShardDelivery[]> {
+    const now = Date.now();
+    const out: ShardDelivery[] = [];
+    for (const [id, p] of this.pending) {
+      if (out.length >= count) break;
+      if (p.consumer === consumer || now - p.deliveredAt < minIdleMs) continue;
+      p.consumer = consumer;
+      p.deliveredAt = now;
+      out.push({ deliveryId: id, message: p.message, reclaimed: true });
+    }
+    return out;
+  }
+
+  async ack(deliveries: readonly ShardDelivery[]): Promise<void> {
+    for (const d of deliveries) this.pending.delete(d.deliveryId);
+  }
+
+  async checkLostAndMark(): Promise<boolean> {
+    if (this.marked) return false;
+    this.marked = true;
+    return true;
+  }
+
+  async removeConsumer(consumer: string): Promise<void> {
+    this.drainedOwnPending.delete(consumer);
+  }
+
+  async depth(): Promise<{ waiting: number; pending: number }> {
+    return { waiting: this.waiting.length, pending: this.pending.size };
+  }
+
+  async close(): Promise<void> {
+    this.closed = true;
+    for (const wake of [...this.receivers]) wake();
+  }
+}
