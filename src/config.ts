@@ -10,12 +10,13 @@ const KIND_NAME = /^[a-z0-9][a-z0-9_.:-]{0,99}$/;
 
 const sqlHandler = z.strictObject({
   type: z.literal('sql'),
-  /** One statement. $1 is the array of biz_ids (text[]), $2 the payloads (jsonb[]). It must
-   *  RETURN the ids it changed as its first column: ids not returned count as skipped. */
+  /** One statement. $1 is the array of biz_ids (text[]), $2 the payloads (jsonb[]). Its first
+   *  result column is the ids it changed (an UPDATE needs RETURNING): ids not returned count as
+   *  skipped. A SELECT of your own function works too. */
   sql: z
     .string()
     .min(1)
-    .refine((s) => /\breturning\b/i.test(s), {
+    .refine((s) => !/^\s*(update|delete|insert)\b/i.test(s) || /\breturning\b/i.test(s), {
       message: 'the statement must end with RETURNING <id column>: ids it does not return count as skipped',
     }),
 });
@@ -96,6 +97,26 @@ const alertsSchema = z.strictObject({
   lagAlertEveryMs: z.number().int().min(1000).default(60_000),
 });
 
+const DAY_MS = 86_400_000;
+
+const retentionSchema = z.strictObject({
+  /** The leading coordinator purges every intervalMs. false: nothing purges on its own (run
+   *  `timeout-center purge` from cron instead). */
+  enabled: z.boolean().default(true),
+  /** Done and cancelled timeouts whose finished_at is older than this are deleted. Failed
+   *  timeouts are never purged: operators retry them. Default 7 days. */
+  doneAfterMs: z.number().int().min(0).default(7 * DAY_MS),
+  /** Reduced scans (and their shards) older than this are deleted, except scans that still have
+   *  failed timeouts. Default 7 days. Stopped workers not seen for this long are forgotten too. */
+  scansAfterMs: z.number().int().min(0).default(7 * DAY_MS),
+  /** Timeouts deleted per statement: each batch is one short DELETE, so no lock is held long. */
+  batchSize: z.number().int().min(1).max(100_000).default(5000),
+  /** Scans deleted per statement (each takes its shards with it). */
+  scanBatchSize: z.number().int().min(1).max(10_000).default(100),
+  /** How often the leader purges. Each run deletes batch after batch until nothing old is left. */
+  intervalMs: z.number().int().min(100).max(DAY_MS).default(60_000),
+});
+
 export const configSchema = z.strictObject({
   /** PostgreSQL URL; DATABASE_URL wins over the file. */
   databaseUrl: z.string().min(1).optional(),
@@ -120,6 +141,7 @@ export const configSchema = z.strictObject({
   coordinator: coordinatorSchema.default(coordinatorSchema.parse({})),
   worker: workerSchema.default(workerSchema.parse({})),
   alerts: alertsSchema.default(alertsSchema.parse({})),
+  retention: retentionSchema.default(retentionSchema.parse({})),
   /** Port of /metrics, /healthz, /readyz; 0 picks a free one, omit to serve nothing. */
   httpPort: z.number().int().min(0).max(65535).optional(),
   logLevel: z.enum(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent']).default('info'),
@@ -132,6 +154,7 @@ export type HandlerConfig = KindConfig['handler'];
 export type CoordinatorConfig = Config['coordinator'];
 export type WorkerConfig = Config['worker'];
 export type AlertsConfig = Config['alerts'];
+export type RetentionConfig = Config['retention'];
 
 /** Resolved config plus where it came from, so relative paths (code handlers) resolve. */
 export interface LoadedConfig extends Config {

@@ -140,7 +140,8 @@ export class ShardExecutor {
       await client.query(`ROLLBACK TO SAVEPOINT ${savepoint}`);
       await client.query(`RELEASE SAVEPOINT ${savepoint}`);
       const message = describe(err);
-      if (items.length === 1 || err instanceof PermanentError) {
+      // Split even on a PermanentError: it condemns the id that caused it, not its batch mates.
+      if (items.length === 1) {
         for (const item of items) out.failed.set(item.bizId, { error: message, permanent: err instanceof PermanentError });
         return;
       }
