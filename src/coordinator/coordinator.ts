@@ -82,7 +82,13 @@ export class Coordinator {
     }
     this.task = cron.schedule(this.config.coordinator.schedule, () => this.requestTick(), {
       name: 'timeout-center-tick',
-      noOverlap: false,
+      // node-cron reports missed ticks (a busy event loop) on the console; send them to our log.
+      logger: {
+        info: (m: string) => this.deps.logger.debug({ source: 'node-cron' }, m),
+        warn: (m: string) => this.deps.logger.debug({ source: 'node-cron' }, m),
+        error: (m: string | Error) => this.deps.logger.warn({ source: 'node-cron', err: m }, 'node-cron error'),
+        debug: () => {},
+      },
     });
     this.deps.leadership.start();
   }
@@ -111,8 +117,18 @@ export class Coordinator {
     } catch (err) {
       if (err instanceof FencedError) {
         this.deps.metrics.fenced.inc();
-        this.deps.logger.error({ epoch: err.epoch, currentEpoch: err.currentEpoch, holder: err.holder }, `fenced: ${err.message}; stepping down`);
-        this.deps.leadership.stepDown('fenced by a newer epoch');
+        const { leadership } = this.deps;
+        if (leadership.isLeader && leadership.epoch === err.currentEpoch) {
+          // A tick that began under our previous term (e.g. it hung on Redis while we lost the
+          // lock and won it again) was refused: right, but no reason to give up the new term.
+          this.deps.logger.warn(
+            { epoch: err.epoch, currentEpoch: err.currentEpoch },
+            `fenced: ${err.message}; that write came from this coordinator's earlier term, it still leads under epoch ${err.currentEpoch}`,
+          );
+        } else {
+          this.deps.logger.error({ epoch: err.epoch, currentEpoch: err.currentEpoch, holder: err.holder }, `fenced: ${err.message}; stepping down`);
+          leadership.stepDown('fenced by a newer epoch');
+        }
       } else {
         this.deps.logger.error({ err, ms: Date.now() - started }, 'coordinator tick failed; the next tick retries');
       }
