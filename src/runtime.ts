@@ -15,6 +15,7 @@ import { startHealthServer, type HealthServer } from './observability/http.js';
 import { Metrics } from './observability/metrics.js';
 import type { ShardChannel } from './transport/channel.js';
 import { RedisStreamsChannel, redactUrl } from './transport/redis-streams.js';
+import { Retention } from './retention/retention.js';
 import { Worker } from './worker/worker.js';
 
 export class UnreachableError extends Error {
@@ -139,6 +140,11 @@ export async function startRuntime(options: RuntimeOptions): Promise<Runtime> {
       coordinator.start();
       const c = coordinator;
       cleanups.push({ name: 'coordinator', run: () => c.stop() });
+      // Retention runs beside the coordinator, on its own timer, only while it leads; it stops
+      // first (cleanups run in reverse), after the batch in progress.
+      const retention = new Retention({ pool, config: config.retention, logger, metrics, isLeader: () => c.isLeader });
+      retention.start();
+      cleanups.push({ name: 'retention', run: () => retention.stop() });
     }
     if (config.httpPort !== undefined) {
       const c = coordinator;

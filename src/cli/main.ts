@@ -8,6 +8,13 @@ import { syncKinds } from '../db/kinds.js';
 import { createPool } from '../db/pool.js';
 import { createLogger, type Logger } from '../observability/logger.js';
 import { checkPostgres, startRuntime, UnreachableError, type Runtime } from '../runtime.js';
+import { registerCancel } from './commands/cancel.js';
+import { registerFailed } from './commands/failed.js';
+import { registerPurge } from './commands/purge.js';
+import { registerRetry } from './commands/retry.js';
+import { registerScans } from './commands/scans.js';
+import { registerShards } from './commands/shards.js';
+import { registerStatus } from './commands/status.js';
 
 const program = new Command();
 program
@@ -87,6 +94,11 @@ function positiveInt(value: string, flag: string): number {
 serve('coordinator', 'run the coordinator: leader election, scans (map), recovery (reaper) and reduce; run two for a standby');
 serve('worker', 'run a worker: read shards from Redis and apply each as one batch');
 serve('run', 'run a coordinator and a worker in one process (single machine)');
+
+// Operator verbs: read the SQL views (and retry / cancel / purge); DATABASE_URL is all they need.
+for (const register of [registerStatus, registerScans, registerShards, registerFailed, registerRetry, registerCancel, registerPurge]) {
+  register(program);
+}
 
 /** First SIGTERM/SIGINT drains and exits 0; a second one forces exit 1. */
 function untilSignalled(runtime: Runtime, logger: Logger): Promise<never> {

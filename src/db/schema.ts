@@ -92,6 +92,68 @@ export interface WorkersTable {
   stopped_at: Timestamp | null;
 }
 
+// Inspection views (sql/0001_init.sql), read by the operator CLI. Read-only.
+export interface ScanReportView {
+  scan_id: number;
+  state: ScanState;
+  cutoff: Date;
+  claimed: number;
+  shard_count: number;
+  done: number | null;
+  skipped: number | null;
+  failed: number | null;
+  retried: number | null;
+  started_at: Date;
+  mapped_at: Date | null;
+  reduced_at: Date | null;
+  duration: unknown | null;
+  epoch: number;
+  coordinator: string;
+  failures: unknown | null;
+}
+
+export interface ShardReportView {
+  shard_id: number;
+  scan_id: number;
+  kind: string;
+  size: number;
+  state: ShardState;
+  attempts: number;
+  owner: string | null;
+  lease_expires_at: Date | null;
+  done: number | null;
+  skipped: number | null;
+  failed: number | null;
+  retried: number | null;
+  error_sample: string | null;
+  created_at: Date;
+  started_at: Date | null;
+  finished_at: Date | null;
+  duration: unknown | null;
+  publish_count: number;
+}
+
+export interface FailedTimeoutsView {
+  timeout_id: number;
+  kind: string;
+  biz_id: string;
+  due_at: Date;
+  attempts: number;
+  last_error: string | null;
+  shard_id: number | null;
+  scan_id: number | null;
+  failed_at: Date | null;
+  payload: unknown | null;
+}
+
+export interface BacklogView {
+  kind: string;
+  pending_due: number;
+  in_flight: number;
+  oldest_due_at: Date | null;
+  oldest_lag: unknown | null;
+}
+
 export interface Database {
   'timeout_center.kinds': KindsTable;
   'timeout_center.timeouts': TimeoutsTable;
@@ -99,4 +161,8 @@ export interface Database {
   'timeout_center.shards': ShardsTable;
   'timeout_center.coordinator_lease': CoordinatorLeaseTable;
   'timeout_center.workers': WorkersTable;
+  'timeout_center.scan_report': ScanReportView;
+  'timeout_center.shard_report': ShardReportView;
+  'timeout_center.failed_timeouts': FailedTimeoutsView;
+  'timeout_center.backlog': BacklogView;
 }

@@ -96,6 +96,12 @@ export class Metrics {
     help: 'Shards this worker is running now',
     registers: [this.registry],
   });
+  readonly purged = new Counter({
+    name: 'tc_purged_total',
+    help: 'Rows deleted by retention, by table (timeouts, scans, workers)',
+    labelNames: ['table'] as const,
+    registers: [this.registry],
+  });
 
   constructor(processRole: string) {
     this.registry.setDefaultLabels({ role: processRole });

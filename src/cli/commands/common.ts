@@ -1,0 +1,148 @@
+// Shared pieces of the operator verbs (status, scans, shards, failed, retry, cancel, purge): the
+// database connection (DATABASE_URL only: no config file, no Redis), argument parsers whose errors
+// exit 2 before anything is written, and the two output styles (aligned tables for people, --json
+// for scripts).
+import { CommanderError, Option } from 'commander';
+import type { ColumnType, Kysely } from 'kysely';
+import type pg from 'pg';
+import { assertMigrated } from '../../db/migrate.js';
+import { createKysely } from '../../db/kysely.js';
+import { createPool } from '../../db/pool.js';
+import type { Database } from '../../db/schema.js';
+import { createLogger } from '../../observability/logger.js';
+import { checkPostgres } from '../../runtime.js';
+
+/** Bad input: one line on stderr, exit 2, nothing changed. */
+export function inputError(message: string): CommanderError {
+  return new CommanderError(2, 'tc.input', message);
+}
+
+export const databaseOption = () =>
+  new Option('--database-url <url>', 'PostgreSQL URL of the timeout center').env('DATABASE_URL');
+export const jsonOption = () => new Option('--json', 'print JSON (one document) for scripts instead of a table');
+
+/** The type of a timestamptz column in src/db/schema.ts, for raw SQL values (now(), now() - ...). */
+export type DbTimestamp = ColumnType<Date, Date | string, Date | string>;
+
+export interface DbOptions {
+  databaseUrl?: string;
+}
+
+/** Opens a small pool, checks the server and the schema, runs fn, closes everything. */
+export async function withDatabase<T>(opts: DbOptions, fn: (db: Kysely<Database>, pool: pg.Pool) => Promise<T>): Promise<T> {
+  const url = opts.databaseUrl;
+  if (!url) throw inputError('DATABASE_URL is not set (e.g. DATABASE_URL=postgres://user@127.0.0.1:5432/app), or pass --database-url');
+  const pool = createPool({ connectionString: url, max: 2, applicationName: 'timeout-center cli', logger: createLogger('silent') });
+  const db = createKysely(pool);
+  try {
+    await checkPostgres(pool, url);
+    try {
+      await assertMigrated(pool);
+    } catch (err) {
+      throw new CommanderError(2, 'tc.schema', (err as Error).message);
+    }
+    return await fn(db, pool);
+  } finally {
+    await db.destroy(); // ends the pool
+  }
+}
+
+/** A positive integer id (timeouts, shards, scans are bigint identities). */
+export function parseId(value: string, flag: string): number {
+  const n = Number(value);
+  if (!/^\d+$/.test(value.trim()) || !Number.isSafeInteger(n) || n < 1) {
+    throw inputError(`${flag} must be a positive integer id, got "${value}"`);
+  }
+  return n;
+}
+
+/** For repeatable options that take ids: `--id 4 --id 7` or `--id 4,7`. */
+export function idList(flag: string) {
+  return (value: string, previous: number[] | undefined): number[] => [
+    ...(previous ?? []),
+    ...value.split(',').map((v) => parseId(v.trim(), flag)),
+  ];
+}
+
+export function parseLimit(value: string, flag = '--limit'): number {
+  const n = Number(value);
+  if (!/^\d+$/.test(value.trim()) || n < 1 || n > 100_000) throw inputError(`${flag} must be an integer from 1 to 100000, got "${value}"`);
+  return n;
+}
+
+/** Milliseconds from "7d", "12h", "30m", "45s", "500ms" or a bare number of milliseconds. */
+export function parseDuration(value: string, flag: string): number {
+  const m = /^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)?\s*$/.exec(value);
+  if (!m) throw inputError(`${flag} must be a duration such as 7d, 12h, 30m, 45s or a number of milliseconds, got "${value}"`);
+  const unit = { ms: 1, s: 1000, m: 60_000, h: 3_600_000, d: 86_400_000 }[(m[2] ?? 'ms') as 'ms' | 's' | 'm' | 'h' | 'd'];
+  return Math.round(Number(m[1]) * unit);
+}
+
+/** Fails with the list of known kinds when `kind` is not declared in timeout_center.kinds. */
+export async function assertKind(db: Kysely<Database>, kind: string): Promise<void> {
+  const rows = await db.selectFrom('timeout_center.kinds').select('kind').orderBy('kind').execute();
+  if (!rows.some((r) => r.kind === kind)) {
+    const known = rows.map((r) => r.kind).join(', ') || '(none: run `timeout-center migrate` with a config)';
+    throw inputError(`unknown kind "${kind}"; known kinds: ${known}`);
+  }
+}
+
+// Output ------------------------------------------------------------------------------------------
+
+export function printJson(value: unknown): void {
+  process.stdout.write(`${JSON.stringify(value, null, 2)}\n`);
+}
+
+export interface Column<T> {
+  header: string;
+  value: (row: T) => string | number | null | undefined;
+  /** Right-align (numbers); default: right when every value is a number. */
+  align?: 'left' | 'right';
+  /** Cut longer cells to this many characters (with …). */
+  max?: number;
+}
+
+/** An aligned plain-text table, header in capitals, "-" for empty cells. */
+export function table<T>(rows: T[], columns: Column<T>[]): string {
+  const cells = rows.map((row) =>
+    columns.map((c) => {
+      const v = c.value(row);
+      let text = v === null || v === undefined || v === '' ? '-' : String(v);
+      text = text.replace(/\s+/g, ' ');
+      if (c.max && text.length > c.max) text = `${text.slice(0, c.max - 1)}…`;
+      return text;
+    }),
+  );
+  const numeric = (c: Column<T>) =>
+    rows.some((r) => typeof c.value(r) === 'number') && rows.every((r) => typeof c.value(r) === 'number' || c.value(r) == null);
+  const right = columns.map((c) => (c.align ? c.align === 'right' : numeric(c)));
+  const widths = columns.map((c, i) => Math.max(c.header.length, ...cells.map((r) => r[i]!.length)));
+  const line = (values: string[]) =>
+    values
+      .map((v, i) => (right[i] ? v.padStart(widths[i]!) : v.padEnd(widths[i]!)))
+      .join('  ')
+      .trimEnd();
+  return [line(columns.map((c) => c.header.toUpperCase())), ...cells.map(line)].join('\n');
+}
+
+export function print(text: string): void {
+  process.stdout.write(`${text}\n`);
+}
+
+/** "850ms", "12.3s", "4m 05s", "3h 12m", "2d 04h". */
+export function formatSeconds(seconds: number | null | undefined): string | null {
+  if (seconds === null || seconds === undefined || !Number.isFinite(seconds)) return null;
+  const s = Math.max(0, seconds);
+  if (s < 1) return `${Math.round(s * 1000)}ms`;
+  if (s < 60) return `${s.toFixed(1)}s`;
+  if (s < 3600) return `${Math.floor(s / 60)}m ${String(Math.floor(s % 60)).padStart(2, '0')}s`;
+  if (s < 86_400) return `${Math.floor(s / 3600)}h ${String(Math.floor((s % 3600) / 60)).padStart(2, '0')}m`;
+  return `${Math.floor(s / 86_400)}d ${String(Math.floor((s % 86_400) / 3600)).padStart(2, '0')}h`;
+}
+
+/** Local-time-free timestamp for tables: "2026-11-22 22:04:09Z". */
+export function formatTime(d: Date | string | null | undefined): string | null {
+  if (!d) return null;
+  const date = d instanceof Date ? d : new Date(d);
+  return `${date.toISOString().slice(0, 19).replace('T', ' ')}Z`;
+}

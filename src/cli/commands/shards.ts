@@ -1,0 +1,81 @@
+// `timeout-center shards <scanId> [--state s]`: the shards of one scan (view shard_report): kind,
+// size, state, attempts, owner, counts, duration and the first error.
+import { sql } from 'kysely';
+import type { Command } from 'commander';
+import { databaseOption, formatSeconds, inputError, jsonOption, parseId, print, printJson, table, withDatabase, type DbOptions } from './common.js';
+
+const STATES = ['queued', 'running', 'done', 'failed'] as const;
+
+export function registerShards(program: Command): void {
+  program
+    .command('shards')
+    .description('the shards of one scan: kind, size, state, attempts, owner, done / skipped / failed / retried, duration, first error')
+    .argument('<scanId>', 'scan id (see `timeout-center scans`)')
+    .addOption(databaseOption())
+    .addOption(jsonOption())
+    .option('--state <state>', `only shards in this state (${STATES.join(', ')})`)
+    .action(async (scanArg: string, opts: DbOptions & { json?: boolean; state?: string }) => {
+      const scanId = parseId(scanArg, 'scanId');
+      const state = opts.state;
+      if (state !== undefined && !(STATES as readonly string[]).includes(state)) {
+        throw inputError(`--state must be one of ${STATES.join(', ')}, got "${state}"`);
+      }
+      await withDatabase(opts, async (db) => {
+        const scan = await db.selectFrom('timeout_center.scans').select('id').where('id', '=', scanId).executeTakeFirst();
+        if (!scan) throw inputError(`scan ${scanId} does not exist (never created, or purged by retention); see \`timeout-center scans\``);
+        const rows = await db
+          .selectFrom('timeout_center.shard_report')
+          .selectAll()
+          .select(sql<number | null>`extract(epoch FROM duration)::float8`.as('duration_s'))
+          .where('scan_id', '=', scanId)
+          .$if(state !== undefined, (q) => q.where('state', '=', state as (typeof STATES)[number]))
+          .orderBy('shard_id')
+          .execute();
+        if (opts.json) {
+          printJson(
+            rows.map((s) => ({
+              shardId: s.shard_id,
+              scanId: s.scan_id,
+              kind: s.kind,
+              size: s.size,
+              state: s.state,
+              attempts: s.attempts,
+              owner: s.owner,
+              leaseExpiresAt: s.lease_expires_at,
+              done: s.done,
+              skipped: s.skipped,
+              failed: s.failed,
+              retried: s.retried,
+              errorSample: s.error_sample,
+              createdAt: s.created_at,
+              startedAt: s.started_at,
+              finishedAt: s.finished_at,
+              durationSeconds: s.duration_s,
+              publishCount: s.publish_count,
+            })),
+          );
+          return;
+        }
+        if (rows.length === 0) {
+          print(`scan ${scanId} has no shards${state ? ` in state ${state}` : ''}`);
+          return;
+        }
+        print(
+          table(rows, [
+            { header: 'shard', value: (s) => s.shard_id },
+            { header: 'kind', value: (s) => s.kind },
+            { header: 'size', value: (s) => s.size },
+            { header: 'state', value: (s) => s.state },
+            { header: 'attempts', value: (s) => s.attempts },
+            { header: 'owner', value: (s) => s.owner, max: 30 },
+            { header: 'done', value: (s) => s.done },
+            { header: 'skipped', value: (s) => s.skipped },
+            { header: 'failed', value: (s) => s.failed },
+            { header: 'retried', value: (s) => s.retried },
+            { header: 'duration', value: (s) => formatSeconds(s.duration_s), align: 'right' },
+            { header: 'error', value: (s) => s.error_sample, max: 60 },
+          ]),
+        );
+      });
+    });
+}

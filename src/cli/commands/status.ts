@@ -1,0 +1,177 @@
+// `timeout-center status`: one screen on the health of the center. Backlog and oldest lag per kind
+// (view backlog), who leads and with which epoch (coordinator_lease), live workers (workers table:
+// seen in the last LIVE_WINDOW_S seconds and not stopped), failed timeouts waiting for an operator,
+// and the last scans (view scan_report).
+import { sql } from 'kysely';
+import type { Command } from 'commander';
+import { databaseOption, formatSeconds, formatTime, jsonOption, parseLimit, print, printJson, table, withDatabase, type DbOptions, type DbTimestamp } from './common.js';
+
+/** Workers heartbeat every 5 s; one not seen for three beats is not counted as live. */
+export const LIVE_WINDOW_S = 15;
+
+export function registerStatus(program: Command): void {
+  program
+    .command('status')
+    .description(`backlog and oldest lag per kind, leader and epoch, live workers (seen in the last ${LIVE_WINDOW_S} s), failed count, last scans`)
+    .addOption(databaseOption())
+    .addOption(jsonOption())
+    .option('--scans <n>', 'how many recent scans to show', (v) => parseLimit(v, '--scans'), 5)
+    .action(async (opts: DbOptions & { json?: boolean; scans: number }) => {
+      await withDatabase(opts, async (db) => {
+        const [now, backlog, lease, workers, failed, scans] = await Promise.all([
+          sql<{ now: Date }>`SELECT now() AS now`.execute(db),
+          db
+            .selectFrom('timeout_center.backlog')
+            .select(['kind', 'pending_due', 'in_flight', 'oldest_due_at'])
+            .select(sql<number | null>`extract(epoch FROM oldest_lag)::float8`.as('oldest_lag_s'))
+            .orderBy('kind')
+            .execute(),
+          db.selectFrom('timeout_center.coordinator_lease').select(['epoch', 'holder', 'acquired_at']).where('id', '=', 1).executeTakeFirst(),
+          db
+            .selectFrom('timeout_center.workers')
+            .select(['worker_id', 'host', 'pid', 'kinds', 'started_at', 'last_seen_at'])
+            .select(sql<number>`extract(epoch FROM now() - last_seen_at)::float8`.as('seen_s_ago'))
+            .where('stopped_at', 'is', null)
+            .where('last_seen_at', '>', sql<DbTimestamp>`now() - make_interval(secs => ${LIVE_WINDOW_S})`)
+            .orderBy('worker_id')
+            .execute(),
+          db
+            .selectFrom('timeout_center.timeouts')
+            .select(['kind', sql<number>`count(*)::int`.as('count')])
+            .where('state', '=', 'failed')
+            .groupBy('kind')
+            .orderBy('kind')
+            .execute(),
+          db
+            .selectFrom('timeout_center.scan_report')
+            .select(['scan_id', 'state', 'claimed', 'shard_count', 'done', 'skipped', 'failed', 'retried', 'started_at', 'reduced_at', 'epoch'])
+            .select(sql<number | null>`extract(epoch FROM duration)::float8`.as('duration_s'))
+            .orderBy('scan_id', 'desc')
+            .limit(opts.scans)
+            .execute(),
+        ]);
+        const totals = {
+          pendingDue: backlog.reduce((a, b) => a + Number(b.pending_due), 0),
+          inFlight: backlog.reduce((a, b) => a + Number(b.in_flight), 0),
+          oldestLagSeconds: backlog.reduce<number | null>((a, b) => (b.oldest_lag_s !== null && (a === null || b.oldest_lag_s > a) ? b.oldest_lag_s : a), null),
+          failed: failed.reduce((a, b) => a + b.count, 0),
+        };
+        const leader = lease && lease.epoch > 0 ? { holder: lease.holder, epoch: Number(lease.epoch), acquiredAt: lease.acquired_at } : null;
+        if (opts.json) {
+          printJson({
+            now: now.rows[0]!.now,
+            backlog: backlog.map((b) => ({
+              kind: b.kind,
+              pendingDue: Number(b.pending_due),
+              inFlight: Number(b.in_flight),
+              oldestDueAt: b.oldest_due_at,
+              oldestLagSeconds: b.oldest_lag_s,
+            })),
+            totals,
+            leader,
+            liveWorkers: workers.map((w) => ({ workerId: w.worker_id, host: w.host, pid: w.pid, kinds: w.kinds, startedAt: w.started_at, lastSeenAt: w.last_seen_at })),
+            failed: Object.fromEntries(failed.map((f) => [f.kind, f.count])),
+            scans: scans.map((s) => ({
+              scanId: s.scan_id,
+              state: s.state,
+              claimed: s.claimed,
+              shards: s.shard_count,
+              done: s.done,
+              skipped: s.skipped,
+              failed: s.failed,
+              retried: s.retried,
+              startedAt: s.started_at,
+              reducedAt: s.reduced_at,
+              durationSeconds: s.duration_s,
+              epoch: Number(s.epoch),
+            })),
+          });
+          return;
+        }
+        const out: string[] = [];
+        out.push(
+          `Backlog: ${totals.pendingDue} due and waiting, ${totals.inFlight} in flight, oldest lag ${formatSeconds(totals.oldestLagSeconds) ?? '-'}`,
+        );
+        if (backlog.length > 0) {
+          out.push(
+            indent(
+              table(backlog, [
+                { header: 'kind', value: (b) => b.kind },
+                { header: 'due waiting', value: (b) => Number(b.pending_due) },
+                { header: 'in flight', value: (b) => Number(b.in_flight) },
+                { header: 'oldest lag', value: (b) => formatSeconds(b.oldest_lag_s), align: 'right' },
+              ]),
+            ),
+          );
+        }
+        out.push('');
+        out.push(
+          leader
+            ? `Leader: ${leader.holder ?? '?'} (epoch ${leader.epoch}, since ${formatTime(leader.acquiredAt)}; each coordinator's /readyz says whether it leads now)`
+            : 'Leader: none has been elected yet (no coordinator has run against this database)',
+        );
+        out.push('');
+        out.push(`Live workers: ${workers.length}`);
+        if (workers.length > 0) {
+          out.push(
+            indent(
+              table(workers, [
+                { header: 'worker', value: (w) => w.worker_id },
+                { header: 'host', value: (w) => w.host },
+                { header: 'pid', value: (w) => w.pid },
+                { header: 'kinds', value: (w) => w.kinds.join(','), max: 40 },
+                { header: 'last seen', value: (w) => `${formatSeconds(w.seen_s_ago)} ago`, align: 'right' },
+              ]),
+            ),
+          );
+        }
+        out.push('');
+        out.push(
+          totals.failed > 0
+            ? `Failed timeouts: ${totals.failed} (${failed.map((f) => `${f.kind} ${f.count}`).join(', ')}): see \`timeout-center failed\`, then \`timeout-center retry\``
+            : 'Failed timeouts: 0',
+        );
+        out.push('');
+        out.push(`Last scans: ${scans.length === 0 ? 'none yet' : ''}`.trimEnd());
+        if (scans.length > 0) out.push(indent(scanTable(scans)));
+        print(out.join('\n'));
+      });
+    });
+}
+
+function indent(text: string): string {
+  return text
+    .split('\n')
+    .map((l) => `  ${l}`)
+    .join('\n');
+}
+
+export interface ScanRow {
+  scan_id: number;
+  state: string;
+  claimed: number;
+  shard_count: number;
+  done: number | null;
+  skipped: number | null;
+  failed: number | null;
+  retried: number | null;
+  started_at: Date;
+  duration_s: number | null;
+  epoch: number;
+}
+
+export function scanTable(scans: ScanRow[]): string {
+  return table(scans, [
+    { header: 'scan', value: (s) => s.scan_id },
+    { header: 'state', value: (s) => s.state },
+    { header: 'claimed', value: (s) => s.claimed },
+    { header: 'shards', value: (s) => s.shard_count },
+    { header: 'done', value: (s) => s.done },
+    { header: 'skipped', value: (s) => s.skipped },
+    { header: 'failed', value: (s) => s.failed },
+    { header: 'retried', value: (s) => s.retried },
+    { header: 'started', value: (s) => formatTime(s.started_at) },
+    { header: 'duration', value: (s) => formatSeconds(s.duration_s), align: 'right' },
+    { header: 'epoch', value: (s) => Number(s.epoch) },
+  ]);
+}

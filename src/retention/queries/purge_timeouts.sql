@@ -1,0 +1,13 @@
+-- purge_timeouts: deletes up to $2 done or cancelled timeouts that finished more than $1 ms ago,
+-- oldest first, through the partial index timeouts_purgeable. Failed timeouts are never purged
+-- (operators retry them). One short statement per batch: no long locks, and the dead tuples it
+-- leaves are reclaimed by autovacuum and reused by new inserts.
+--   $1 age (ms)   $2 batch size
+-- Returns nothing; the row count is the number deleted.
+DELETE FROM timeout_center.timeouts t
+ WHERE t.id IN (SELECT id FROM timeout_center.timeouts
+                 WHERE state IN ('done', 'cancelled')
+                   AND finished_at < now() - $1 * interval '1 millisecond'
+                 ORDER BY finished_at
+                 LIMIT $2
+                   FOR UPDATE SKIP LOCKED)

@@ -1,0 +1,140 @@
+// Retention: deletes done and cancelled timeouts, reduced scans (with their shards) and forgotten
+// workers once they are older than the configured ages. Each batch is one short DELETE through a
+// partial index (sql/0002_retention.sql), so a purge never holds a long lock and keeps pace with
+// millions of rows a day; the space of deleted rows is reused by new rows once autovacuum has
+// marked it free (see docs/operations.md). Failed timeouts are kept: operators retry them.
+//
+// The leading coordinator runs it every retention.intervalMs (Retention below); operators can run
+// the same purge with `timeout-center purge`.
+import type pg from 'pg';
+import type { Logger } from 'pino';
+import type { RetentionConfig } from '../config.js';
+import { query } from '../db/queries.js';
+import type { Metrics } from '../observability/metrics.js';
+
+const here = new URL('.', import.meta.url);
+
+export interface PurgeOptions {
+  /** Done/cancelled timeouts finished longer ago than this are deleted. */
+  doneAfterMs: number;
+  /** Reduced scans older than this are deleted with their shards; also stopped workers. */
+  scansAfterMs: number;
+  batchSize: number;
+  scanBatchSize: number;
+}
+
+export interface PurgeResult {
+  timeouts: number;
+  scans: number;
+  workers: number;
+  batches: number;
+  ms: number;
+}
+
+export interface PurgeHooks {
+  /** Checked between batches: return true to stop early (process shutting down, leadership lost). */
+  shouldStop?: () => boolean;
+  onBatch?: (table: 'timeouts' | 'scans', deleted: number) => void;
+}
+
+/** Deletes old rows batch by batch until none is left (or shouldStop says so). */
+export async function purge(pool: pg.Pool, options: PurgeOptions, hooks: PurgeHooks = {}): Promise<PurgeResult> {
+  const started = performance.now();
+  const result: PurgeResult = { timeouts: 0, scans: 0, workers: 0, batches: 0, ms: 0 };
+  const stop = hooks.shouldStop ?? (() => false);
+  // Timeouts first: nothing references them. Then scans, whose shards cascade.
+  for (;;) {
+    if (stop()) break;
+    const { rowCount } = await pool.query(query(here, 'purge_timeouts'), [options.doneAfterMs, options.batchSize]);
+    const n = rowCount ?? 0;
+    result.batches += 1;
+    result.timeouts += n;
+    if (n > 0) hooks.onBatch?.('timeouts', n);
+    if (n < options.batchSize) break;
+  }
+  for (;;) {
+    if (stop()) break;
+    const { rowCount } = await pool.query(query(here, 'purge_scans'), [options.scansAfterMs, options.scanBatchSize]);
+    const n = rowCount ?? 0;
+    result.batches += 1;
+    result.scans += n;
+    if (n > 0) hooks.onBatch?.('scans', n);
+    if (n < options.scanBatchSize) break;
+  }
+  if (!stop()) {
+    const { rowCount } = await pool.query(query(here, 'purge_workers'), [options.scansAfterMs]);
+    result.workers = rowCount ?? 0;
+  }
+  result.ms = Math.round(performance.now() - started);
+  return result;
+}
+
+/** What purge would delete now, without deleting (`timeout-center purge --dry-run`). */
+export async function countPurgeable(pool: pg.Pool, options: Pick<PurgeOptions, 'doneAfterMs' | 'scansAfterMs'>): Promise<{ timeouts: number; scans: number }> {
+  const { rows } = await pool.query<{ timeouts: number; scans: number }>(query(here, 'count_purgeable'), [options.doneAfterMs, options.scansAfterMs]);
+  return rows[0]!;
+}
+
+export interface RetentionDeps {
+  pool: pg.Pool;
+  config: RetentionConfig;
+  logger: Logger;
+  metrics: Metrics;
+  /** Only the leader purges (two purging at once would be safe, but wasteful). */
+  isLeader: () => boolean;
+}
+
+/** The periodic purge run by the coordinator process while it leads. */
+export class Retention {
+  private timer: NodeJS.Timeout | undefined;
+  private running: Promise<void> | undefined;
+  private stopped = false;
+
+  constructor(private readonly deps: RetentionDeps) {}
+
+  start(): void {
+    if (!this.deps.config.enabled) return;
+    this.stopped = false;
+    this.schedule();
+  }
+
+  private schedule(): void {
+    if (this.stopped) return;
+    this.timer = setTimeout(() => {
+      this.running = this.runOnce()
+        .then(() => undefined)
+        .finally(() => {
+          this.running = undefined;
+          this.schedule();
+        });
+    }, this.deps.config.intervalMs);
+    this.timer.unref();
+  }
+
+  /** One purge, if this process leads. Errors are logged; the next interval tries again. */
+  async runOnce(): Promise<PurgeResult | undefined> {
+    const { pool, config, logger, metrics, isLeader } = this.deps;
+    if (!isLeader()) return undefined;
+    try {
+      const result = await purge(pool, config, {
+        shouldStop: () => this.stopped || !isLeader(),
+        onBatch: (table, n) => metrics.purged.inc({ table }, n),
+      });
+      if (result.workers > 0) metrics.purged.inc({ table: 'workers' }, result.workers);
+      if (result.timeouts + result.scans + result.workers > 0) {
+        logger.info({ ...result }, 'retention purged old rows');
+      }
+      return result;
+    } catch (err) {
+      logger.warn({ err }, 'retention purge failed; the next run retries');
+      return undefined;
+    }
+  }
+
+  /** Stops after the batch in progress. Idempotent. */
+  async stop(): Promise<void> {
+    this.stopped = true;
+    if (this.timer) clearTimeout(this.timer);
+    await this.running?.catch(() => {});
+  }
+}
