@@ -1,0 +1,105 @@
+// Scenario 5: PostgreSQL goes away under running processes. (a) A private PostgreSQL is stopped
+// with -m immediate (a crash: every backend killed, crash recovery on start) mid-run and started
+// again 1.5 s later. (b) A worker's backend is terminated with pg_terminate_backend while it sits
+// inside its shard transaction. No process may crash on the pool's 'error' event, and the work
+// must resume on its own.
+import { afterAll, afterEach, describe, expect, it } from 'vitest';
+import { killAll } from '../helpers/processes.js';
+import { startPostgres, stopAllServers } from '../helpers/servers.js';
+import { linesMatching, report, Scenario, sleep, waitUntil } from './harness.js';
+
+const N = 3000;
+let s: Scenario | undefined;
+
+afterEach(async () => {
+  await killAll();
+  await s?.close();
+  s = undefined;
+});
+
+afterAll(async () => {
+  await killAll();
+  await stopAllServers();
+});
+
+describe('PostgreSQL faults', () => {
+  it('PostgreSQL stopped with -m immediate mid-run and started again: every process survives and drains', async () => {
+    const server = await startPostgres();
+    s = await Scenario.create('fault-pg-immediate', { databaseUrl: server.url() });
+    const c = s.coordinator('coordinator');
+    await c.waitForMsg('became leader', 15_000);
+    const slow = 'worker.after-lease=sleep(200)';
+    const workers = [s.worker('worker-1', { failpoints: slow }), s.worker('worker-2', { failpoints: slow })];
+    await Promise.all(workers.map((w) => w.waitForMsg('worker started')));
+    await s.seed(N);
+
+    await waitUntil('a few shards done', async () => (await s!.count(`SELECT count(*) AS n FROM timeout_center.shards WHERE state = 'done'`)) >= 3, 20_000);
+    const running = await s.count(`SELECT count(*) AS n FROM timeout_center.shards WHERE state IN ('queued', 'running')`);
+    // The test's own pool loses its connections too; drop them before the crash.
+    await server.pgCtl('-w', '-m', 'immediate', 'stop');
+    const downAt = Date.now();
+    await sleep(1500);
+    await server.pgCtl('-w', 'start');
+    const outageMs = Date.now() - downAt;
+
+    const inv = await s.expectInvariants(40_000);
+    expect(inv.applied).toBe(N);
+    for (const p of [c, ...workers]) expect(p.alive, `${p.name} survived (stderr: ${p.stderr.slice(-500)})`).toBe(true);
+    const connectionLost = [c, ...workers].reduce((n, p) => n + linesMatching(p, /PostgreSQL connection lost/).length, 0);
+    const retried = workers.reduce((n, p) => n + linesMatching(p, /transient error; retrying|shard failed; it will be retried/).length, 0);
+    const rerun = await s.count(`SELECT count(*) AS n FROM timeout_center.shards WHERE attempts > 1`);
+    await s.stopAll();
+    report('5a PostgreSQL -m immediate stop + start', {
+      timeouts: N,
+      applied: inv.applied,
+      shardsInFlightAtCrash: running,
+      outageMs,
+      connectionLostEvents: connectionLost,
+      shardRetriesLogged: retried,
+      shardsRerun: rerun,
+      wallMs: s.elapsedMs(),
+    });
+  });
+
+  it("pg_terminate_backend on a worker's backend inside its shard transaction: the shard retries on a new connection", async () => {
+    s = await Scenario.create('fault-pg-terminate');
+    // The first three shard transactions wait 700 ms before COMMIT: the window to terminate them.
+    // (The executor retries a transaction on a new connection while the retry can still finish
+    // inside the lease, 80% of leaseMs = 2.4 s here; a longer stall leaves it to lease expiry.)
+    const worker = s.worker('worker', { failpoints: 'worker.before-commit=3*sleep(700)' });
+    await worker.waitForMsg('worker started');
+    const c = s.coordinator('coordinator');
+    await s.seed(N);
+
+    const terminated: number[] = [];
+    await waitUntil(
+      'a worker backend idle in its shard transaction',
+      async () => {
+        const { rows } = await s!.pool.query<{ pid: number; ok: boolean }>(
+          `SELECT pid, pg_terminate_backend(pid) AS ok FROM pg_stat_activity
+            WHERE datname = current_database() AND application_name = 'timeout-center worker'
+              AND state = 'idle in transaction' AND now() - state_change > interval '100 milliseconds'`,
+        );
+        terminated.push(...rows.filter((r) => r.ok).map((r) => r.pid));
+        return terminated.length > 0;
+      },
+      20_000,
+      50,
+    );
+
+    const inv = await s.expectInvariants(30_000);
+    expect(inv.applied).toBe(N);
+    expect(worker.alive, `worker survived (stderr: ${worker.stderr.slice(-500)})`).toBe(true);
+    expect(c.alive).toBe(true);
+    const retries = linesMatching(worker, /shard transaction failed on a transient error; retrying/);
+    expect(retries.length).toBeGreaterThanOrEqual(1);
+    await s.stopAll();
+    report('5b pg_terminate_backend inside the shard transaction', {
+      timeouts: N,
+      applied: inv.applied,
+      backendsTerminated: terminated.length,
+      transactionRetries: retries.length,
+      wallMs: s.elapsedMs(),
+    });
+  });
+});
