@@ -8,6 +8,8 @@ import { syncKinds } from '../db/kinds.js';
 import { createPool } from '../db/pool.js';
 import { createLogger, type Logger } from '../observability/logger.js';
 import { checkPostgres, startRuntime, UnreachableError, type Runtime } from '../runtime.js';
+import { registerDemo } from './commands/demo.js';
+import { registerGenerate } from './commands/generate.js';
 import { registerCancel } from './commands/cancel.js';
 import { registerFailed } from './commands/failed.js';
 import { registerPurge } from './commands/purge.js';
@@ -94,6 +96,11 @@ function positiveInt(value: string, flag: string): number {
 serve('coordinator', 'run the coordinator: leader election, scans (map), recovery (reaper) and reduce; run two for a standby');
 serve('worker', 'run a worker: read shards from Redis and apply each as one batch');
 serve('run', 'run a coordinator and a worker in one process (single machine)');
+
+// Trying it: the one-process demo (embedded PostgreSQL when DATABASE_URL is unset), and the order
+// generator that feeds the compose fleet.
+registerDemo(program);
+registerGenerate(program);
 
 // Operator verbs: read the SQL views (and retry / cancel / purge); DATABASE_URL is all they need.
 for (const register of [registerStatus, registerScans, registerShards, registerFailed, registerRetry, registerCancel, registerPurge]) {
