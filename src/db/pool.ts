@@ -5,9 +5,12 @@
 import pg from 'pg';
 import type { Logger } from 'pino';
 
-// bigint columns (ids, counts) arrive as strings; parse the int8 values we use as numbers
-// (ids stay far below 2^53).
-pg.types.setTypeParser(pg.types.builtins.INT8, (v) => Number(v));
+// Our pools read int8 (ids, counts) as numbers; ids stay far below 2^53. Scoped to our pools
+// instead of pg.types.setTypeParser, which would change every pg user in the process.
+const typeParsers: pg.CustomTypesConfig = {
+  getTypeParser: ((oid: number, format?: 'text' | 'binary') =>
+    oid === pg.types.builtins.INT8 ? (v: string) => Number(v) : pg.types.getTypeParser(oid, format)) as pg.CustomTypesConfig['getTypeParser'],
+};
 
 export interface PoolOptions {
   connectionString: string;
@@ -26,6 +29,7 @@ export function createPool(options: PoolOptions): pg.Pool {
     connectionTimeoutMillis: 10_000,
     idleTimeoutMillis: 30_000,
     keepAlive: true,
+    types: typeParsers,
     ...(options.idleInTransactionTimeoutMs
       ? { idle_in_transaction_session_timeout: options.idleInTransactionTimeoutMs }
       : {}),
