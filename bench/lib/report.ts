@@ -1,0 +1,251 @@
+// The results: one table on stdout, and docs/benchmarks.md with the table, the charts (SVG) and
+// the settings tried. Everything here is computed from results.json, so `--report-only`
+// rewrites the document without rerunning.
+import { mkdirSync, writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { barChart, lineChart } from './svg.ts';
+import type { Variant } from './systems.ts';
+import type { BurstResult, PendingResult, SteadyResult } from './workloads.ts';
+
+export interface Results {
+  meta: { date: string; mode: string; node: string; postgres: string; redis: string; cpus: number; args: string[]; burstN: number; rate: number; durationS: number; delayS: number; notes: string[] };
+  variants: Variant[];
+  burst: BurstResult[];
+  steady: SteadyResult[];
+  memory: BurstResult[];
+  pending?: PendingResult;
+  tune: (BurstResult & { settings: Record<string, unknown> })[];
+}
+
+const n0 = (v: number) => Math.round(v).toLocaleString('en');
+const s2 = (v: number) => (v >= 100 ? v.toFixed(0) : v >= 10 ? v.toFixed(1) : v.toFixed(2));
+const ms = (s: number) => (s * 1000 >= 10_000 ? `${(s).toFixed(1)} s` : `${Math.round(s * 1000)} ms`);
+
+function label(r: Results, id: string): string {
+  return r.variants.find((v) => v.id === id)?.label ?? id;
+}
+
+function system(r: Results, id: string): string {
+  return r.variants.find((v) => v.id === id)?.system ?? 'timeout-center';
+}
+
+/** Best burst result per system. */
+export function bestBySystem(r: Results): Map<string, BurstResult> {
+  const best = new Map<string, BurstResult>();
+  for (const b of r.burst) {
+    const sys = system(r, b.variant);
+    const cur = best.get(sys);
+    if (!b.timedOut && b.correctness.ok && (!cur || b.rate > cur.rate)) best.set(sys, b);
+    else if (!cur && !best.has(sys)) best.set(sys, b);
+  }
+  return best;
+}
+
+export interface Target {
+  name: string;
+  target: string;
+  actual: string;
+  met: boolean | null;
+}
+
+export function targets(r: Results): Target[] {
+  const out: Target[] = [];
+  const best = bestBySystem(r);
+  const tc = r.burst.find((b) => b.variant === 'tc-best') ?? r.burst.find((b) => b.variant === 'tc-default');
+  const sql = best.get('pure-sql');
+  const boss = [best.get('pg-boss-batch'), best.get('pg-boss-job')].filter((b): b is BurstResult => !!b).sort((a, b) => b.rate - a.rate)[0];
+  if (tc && sql) {
+    const x = tc.rate / sql.rate;
+    out.push({ name: 'burst drain vs pure-SQL limit', target: '≥ 0.8×', actual: `${x.toFixed(2)}× (${n0(tc.rate)} vs ${n0(sql.rate)} /s)`, met: x >= 0.8 });
+  }
+  if (tc && boss) {
+    const x = tc.rate / boss.rate;
+    out.push({ name: "burst drain vs pg-boss's best", target: '≥ 4×', actual: `${x.toFixed(2)}× (${n0(tc.rate)} vs ${n0(boss.rate)} /s, ${label(r, boss.variant)})`, met: x >= 4 });
+  }
+  for (const id of ['tc-best', 'tc-default']) {
+    const st = r.steady.find((s) => s.variant === id);
+    if (!st) continue;
+    out.push({ name: `steady p99 lateness at ${n0(st.rate)}/s (${label(r, id)})`, target: '≤ 1 s', actual: ms(st.lateness.p99), met: st.lateness.p99 <= 1 && st.correctness.ok });
+    out.push({ name: `steady p50 lateness at ${n0(st.rate)}/s (${label(r, id)})`, target: '≤ 300 ms', actual: ms(st.lateness.p50), met: st.lateness.p50 <= 0.3 && st.correctness.ok });
+  }
+  if (r.pending) {
+    const p = r.pending;
+    out.push({
+      name: `coordinator tick with ${n0(p.pending)} pending vs empty`,
+      target: '≤ 1.5×',
+      actual: `${p.ratio.toFixed(2)}× (${p.loaded.msMedian.toFixed(1)} vs ${p.empty.msMedian.toFixed(1)} ms median)`,
+      met: p.ratio <= 1.5,
+    });
+  }
+  return out;
+}
+
+export function table(r: Results): string {
+  const best = bestBySystem(r);
+  const sql = best.get('pure-sql');
+  const lines: string[] = [];
+  lines.push(`| system | burst ${n0(r.meta.burstN)}: timeouts/s | × pure-SQL | burst lateness p50 / p99 / max | steady ${n0(r.meta.rate)}/s: lateness p50 / p99 / max | steady max backlog | peak RSS (MB) | correct |`);
+  lines.push('|---|---:|---:|---|---|---:|---|---|');
+  const ids = r.variants.map((v) => v.id).filter((id) => r.burst.some((b) => b.variant === id) || r.steady.some((s) => s.variant === id));
+  for (const id of ids) {
+    const b = r.burst.find((x) => x.variant === id);
+    const st = r.steady.find((x) => x.variant === id);
+    const rss = [...(b?.rss ?? [])].map((p) => `${p.name.replace(/^tc /, '')} ${p.peakRssMb}`).join(', ');
+    const ok = [b, st].filter((x) => x).map((x) => (x!.correctness.ok ? 'yes' : `NO: ${x!.correctness.problems.join('; ')}`));
+    lines.push(
+      `| ${label(r, id)} | ${b ? `${n0(b.rate)}${b.timedOut ? ' (timed out)' : ''}` : '–'} | ${b && sql ? (b.rate / sql.rate).toFixed(2) : '–'} | ${
+        b ? `${s2(b.lateness.p50)} / ${s2(b.lateness.p99)} / ${s2(b.lateness.max)} s` : '–'
+      } | ${st ? `${ms(st.lateness.p50)} / ${ms(st.lateness.p99)} / ${ms(st.lateness.max)}` : '–'} | ${st ? n0(st.maxBacklog) : '–'} | ${rss || '–'} | ${[...new Set(ok)].join(', ')} |`,
+    );
+  }
+  return lines.join('\n');
+}
+
+function pendingTable(p: PendingResult): string {
+  const row = (name: string, t: PendingResult['empty']) =>
+    `| ${name} | ${t.msMedian.toFixed(2)} | ${t.msMean.toFixed(2)} | ${t.statementsPerTick.toFixed(1)} | ${t.rowsPerTick.toFixed(1)} | ${t.buffersPerTick.toFixed(1)} |`;
+  return [
+    '| pending timeouts | tick ms (median) | tick ms (mean) | statements / tick | rows read / tick | buffers / tick |',
+    '|---|---:|---:|---:|---:|---:|',
+    row('0', p.empty),
+    row(n0(p.pending), p.loaded),
+  ].join('\n');
+}
+
+function memoryTable(r: Results): string {
+  const lines = ['| settings | timeouts | drain timeouts/s | process | peak RSS (MB) |', '|---|---:|---:|---|---:|'];
+  for (const m of r.memory) for (const p of m.rss) lines.push(`| ${label(r, m.variant)} | ${n0(m.n)} | ${n0(m.rate)} | ${p.name} | ${p.peakRssMb} |`);
+  return lines.join('\n');
+}
+
+function settingsTable(r: Results): string {
+  const lines = ['| system | variant | settings | burst timeouts/s | steady p99 |', '|---|---|---|---:|---:|'];
+  for (const v of r.variants) {
+    const b = r.burst.find((x) => x.variant === v.id);
+    const st = r.steady.find((x) => x.variant === v.id);
+    const settings = Object.entries(v.settings).map(([k, val]) => `${k}=${String(val)}`).join(', ');
+    lines.push(`| ${v.system} | ${v.label} | ${settings} | ${b ? n0(b.rate) + (b.timedOut ? ' (timed out)' : '') : '–'} | ${st ? ms(st.lateness.p99) : '–'} |`);
+  }
+  for (const t of r.tune) {
+    const settings = Object.entries(t.settings).map(([k, val]) => `${k}=${String(val)}`).join(', ');
+    lines.push(`| timeout-center (tuning) | ${t.variant} | ${settings} | ${n0(t.rate)} | – |`);
+  }
+  return lines.join('\n');
+}
+
+export function charts(r: Results): Record<string, string> {
+  const out: Record<string, string> = {};
+  if (r.burst.length > 0) {
+    out['burst-throughput.svg'] = barChart({
+      title: `Burst drain: ${n0(r.meta.burstN)} timeouts due at once`,
+      unit: 'timeouts closed per second (higher is better)',
+      series: ['timeouts/s'],
+      rows: r.burst.map((b) => ({ label: label(r, b.variant), values: [b.rate] })),
+    });
+    out['burst-lateness.svg'] = barChart({
+      title: 'Burst drain: lateness (closed_at - due_at)',
+      unit: 'seconds (lower is better)',
+      series: ['p50', 'p99', 'max'],
+      rows: r.burst.map((b) => ({ label: label(r, b.variant), values: [b.lateness.p50, b.lateness.p99, b.lateness.max] })),
+      log: true,
+    });
+  }
+  if (r.steady.length > 0) {
+    out['steady-lateness.svg'] = barChart({
+      title: `Steady arrivals: ${n0(r.meta.rate)}/s for ${r.meta.durationS} s, each due ${r.meta.delayS} s later`,
+      unit: 'lateness, ms (lower is better)',
+      series: ['p50', 'p99', 'max'],
+      rows: r.steady.map((s) => ({ label: label(r, s.variant), values: [s.lateness.p50 * 1000, s.lateness.p99 * 1000, s.lateness.max * 1000] })),
+      log: true,
+    });
+    out['steady-backlog.svg'] = lineChart({
+      title: 'Steady arrivals: due but not yet closed, over time',
+      xUnit: 'seconds since arrivals began',
+      yUnit: 'unpaid orders due and not closed',
+      series: r.steady.map((s) => ({ label: label(r, s.variant), points: s.backlog.map((b) => ({ x: b.t, y: b.n })) })),
+    });
+  }
+  return out;
+}
+
+export function writeReport(r: Results, outDir: string, docName = 'benchmarks.md', extraMarkdown = ''): string {
+  const chartDir = join(outDir, 'bench');
+  mkdirSync(chartDir, { recursive: true });
+  const svgs = charts(r);
+  for (const [name, svg] of Object.entries(svgs)) writeFileSync(join(chartDir, name), svg);
+  writeFileSync(join(chartDir, 'results.json'), JSON.stringify(r, null, 2));
+  const t = targets(r);
+  const md: string[] = [];
+  md.push('# Benchmarks');
+  md.push('');
+  md.push(
+    `Generated by \`npm run bench\` (${r.meta.mode}) on ${r.meta.date}: ${r.meta.cpus} CPUs, Node ${r.meta.node}, ${r.meta.postgres}, Redis ${r.meta.redis}. ` +
+      'One PostgreSQL and one Redis on the same box as every process, each system on a fresh database. ' +
+      'The box is shared with other work, so absolute figures are noisy: compare ratios within one run.',
+  );
+  md.push('');
+  md.push(`Arguments: \`${r.meta.args.join(' ') || '(defaults)'}\`. Raw figures: [bench/results.json](bench/results.json).`);
+  md.push('');
+  md.push('## Results');
+  md.push('');
+  md.push(table(r));
+  md.push('');
+  md.push('Burst lateness is closed_at - due_at of each unpaid order with all due at once, so p50 is about half the drain time. Steady lateness is the same measure under a constant arrival rate. Peak RSS is VmHWM of each consumer process during the burst.');
+  md.push('');
+  md.push('## Targets');
+  md.push('');
+  md.push('| target | wanted | measured | met |');
+  md.push('|---|---|---|---|');
+  for (const x of t) md.push(`| ${x.name} | ${x.target} | ${x.actual} | ${x.met === null ? '–' : x.met ? 'yes' : '**no**'} |`);
+  md.push('');
+  if (extraMarkdown) {
+    md.push(extraMarkdown.trim());
+    md.push('');
+  }
+  md.push('## Charts');
+  md.push('');
+  for (const name of Object.keys(svgs)) md.push(`![${name.replace('.svg', '')}](bench/${name})`, '');
+  if (r.pending) {
+    md.push('## Idle cost and pending scale');
+    md.push('');
+    md.push(
+      `One coordinator tick (recovery check, reduce, next-due look-up, lag check every 5th tick), run ${r.pending.empty.ticks} times one second apart, the idle cadence. ` +
+        'Statements are counted on the pool (BEGIN/COMMIT included); rows and buffers come from pg_stat_user_tables / pg_statio_user_tables of the timeout_center tables.',
+    );
+    md.push('');
+    md.push(pendingTable(r.pending));
+    md.push('');
+    const p = r.pending;
+    md.push(
+      `Storage: ${n0(p.pending)} pending timeouts take ${(p.tableBytes / 1024 ** 2).toFixed(0)} MiB (heap ${(p.heapBytes / 1024 ** 2).toFixed(0)} MiB, indexes ${(p.indexBytes / 1024 ** 2).toFixed(0)} MiB): **${p.bytesPerTimeout.toFixed(0)} bytes per pending timeout**. Inserting them with INSERT ... SELECT generate_series took ${p.insertSeconds.toFixed(0)} s.`,
+    );
+    md.push('');
+    md.push('The next-due look-up with the table full (EXPLAIN ANALYZE, BUFFERS):');
+    md.push('');
+    md.push('```');
+    md.push(p.explain);
+    md.push('```');
+    md.push('');
+  }
+  if (r.memory.length > 0) {
+    md.push('## Flood memory');
+    md.push('');
+    md.push(memoryTable(r));
+    md.push('');
+  }
+  md.push('## Settings tried');
+  md.push('');
+  md.push('Every peer ran in each configuration below; the best per system (burst drain) is the one the targets and the steady workload use.');
+  md.push('');
+  md.push(settingsTable(r));
+  md.push('');
+  if (r.meta.notes.length > 0) {
+    md.push('## Run notes');
+    md.push('');
+    for (const n of r.meta.notes) md.push(`- ${n}`);
+    md.push('');
+  }
+  const path = join(outDir, docName);
+  writeFileSync(path, md.join('\n'));
+  return path;
+}

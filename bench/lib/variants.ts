@@ -1,0 +1,71 @@
+// The systems and settings compared. Each peer is run in the settings listed here; the best one
+// per system (highest burst drain) is the one the steady workload and the targets use.
+// The "settings tried" table in docs/benchmarks.md is generated from this list.
+import { TC_DEFAULTS, type Variant } from './systems.ts';
+
+/** timeout-center's best settings found on the reference box (2 cores, one shared PostgreSQL):
+ *  see `npm run bench -- --tune` and the tuning table in docs/benchmarks.md. */
+export const TC_BEST = { ...TC_DEFAULTS, workers: 2, concurrency: 2, shardSize: 1000, claimChunk: 20_000, maxInFlightShards: 64 };
+
+export const VARIANTS: Variant[] = [
+  { id: 'tc-default', system: 'timeout-center', label: 'timeout-center (default)', settings: { ...TC_DEFAULTS } },
+  { id: 'tc-best', system: 'timeout-center', label: 'timeout-center (best)', settings: { ...TC_BEST } },
+  { id: 'sql-1000', system: 'pure-sql', label: 'pure-SQL limit k=1000', settings: { connections: 2, limit: 1000 } },
+  { id: 'sql-5000', system: 'pure-sql', label: 'pure-SQL limit k=5000', settings: { connections: 2, limit: 5000 } },
+  {
+    id: 'pgboss-batch-500',
+    system: 'pg-boss-batch',
+    label: 'pg-boss batch 500×2',
+    settings: { batchSize: 500, localConcurrency: 2, pollingIntervalSeconds: 0.5, transactional: true, poolMax: 6 },
+  },
+  {
+    id: 'pgboss-batch-1000',
+    system: 'pg-boss-batch',
+    label: 'pg-boss batch 1000×4',
+    settings: { batchSize: 1000, localConcurrency: 4, pollingIntervalSeconds: 0.5, transactional: true, poolMax: 8 },
+  },
+  // pg-boss 12 waits pollingIntervalSeconds (>= 0.5) between fetches of a worker unless the last
+  // batch came back full (burstWhenBatchFull, ignored for batchSize 1): with batchSize 1 each
+  // worker runs at most 2 jobs/s (the smoke run measured 32/s for localConcurrency 16). Per-job
+  // handling is therefore run with batched fetch and completion, one UPDATE per job.
+  {
+    id: 'pgboss-job-100',
+    system: 'pg-boss-job',
+    label: 'pg-boss per-job, fetch 100×4',
+    settings: { batchSize: 100, localConcurrency: 4, pollingIntervalSeconds: 0.5, transactional: false, perJob: true, perJobConnections: 8, poolMax: 6 },
+  },
+  {
+    id: 'pgboss-job-500',
+    system: 'pg-boss-job',
+    label: 'pg-boss per-job, fetch 500×2',
+    settings: { batchSize: 500, localConcurrency: 2, pollingIntervalSeconds: 0.5, transactional: false, perJob: true, perJobConnections: 16, poolMax: 4 },
+  },
+  {
+    id: 'graphile-default',
+    system: 'graphile-worker',
+    label: 'graphile-worker ×10',
+    settings: { concurrency: 10, maxPoolSize: 12, pollInterval: 2000, localQueueSize: -1, completeJobBatchDelay: -1 },
+  },
+  {
+    id: 'graphile-batched',
+    system: 'graphile-worker',
+    label: 'graphile-worker ×24 localQueue',
+    settings: { concurrency: 24, maxPoolSize: 26, pollInterval: 200, localQueueSize: 500, completeJobBatchDelay: 0 },
+  },
+  { id: 'bullmq-50', system: 'bullmq', label: 'BullMQ ×50', settings: { concurrency: 50, poolMax: 10, workers: 1 } },
+  { id: 'bullmq-2x100', system: 'bullmq', label: 'BullMQ 2×100', settings: { concurrency: 100, poolMax: 10, workers: 2 } },
+];
+
+/** timeout-center settings tried by --tune (burst only). */
+export const TC_TUNE: Variant[] = [
+  { id: 'tune-default', settings: { ...TC_DEFAULTS } },
+  { id: 'tune-2w', settings: { ...TC_DEFAULTS, workers: 2 } },
+  { id: 'tune-c8', settings: { ...TC_DEFAULTS, concurrency: 8 } },
+  { id: 'tune-s1000', settings: { ...TC_DEFAULTS, shardSize: 1000, claimChunk: 20_000 } },
+  { id: 'tune-s2000', settings: { ...TC_DEFAULTS, shardSize: 2000, claimChunk: 20_000 } },
+  { id: 'tune-2w-c2-s1000', settings: { ...TC_DEFAULTS, workers: 2, concurrency: 2, shardSize: 1000, claimChunk: 20_000 } },
+  { id: 'tune-2w-s1000', settings: { ...TC_DEFAULTS, workers: 2, shardSize: 1000, claimChunk: 20_000 } },
+].map((v) => ({ ...v, system: 'timeout-center' as const, label: v.id }));
+
+/** The smoke run: one variant per system, small. */
+export const SMOKE_IDS = ['tc-default', 'sql-1000', 'pgboss-batch-500', 'pgboss-job-100', 'graphile-batched', 'bullmq-50'];

@@ -1,0 +1,376 @@
+// The four workloads. Each system gets a fresh database (and its own Redis key prefix) per
+// workload; the bench process loads the data and watches the orders table, the system's own
+// processes do the work.
+import { once } from 'node:events';
+import pg from 'pg';
+import { createTestDatabase, testKeyPrefix } from '../../test/helpers/services.ts';
+import { runCli } from '../../test/helpers/processes.ts';
+import { writeConfig } from '../../test/helpers/orders.ts';
+import { ORDERS_DDL, correctness, insertOrders, lateness, progress, sleep, type Correctness, type Lateness } from './orders.ts';
+import { makeDriver, KIND, type ProcessStats, type Variant } from './systems.ts';
+import type { Status } from './status.ts';
+
+export const REDIS_URL = process.env['BENCH_REDIS_URL'] ?? process.env['TEST_REDIS_URL'] ?? 'redis://127.0.0.1:6379';
+
+export interface BurstResult {
+  variant: string;
+  n: number;
+  /** seconds from "all due" to "all unpaid closed" */
+  seconds: number;
+  rate: number;
+  lateness: Lateness;
+  correctness: Correctness;
+  rss: ProcessStats[];
+  /** ms the loading ran past the due time (0 = the drain started cleanly at the due time) */
+  overrunMs: number;
+  timedOut: boolean;
+}
+
+export interface SteadyResult {
+  variant: string;
+  rate: number;
+  durationS: number;
+  delayS: number;
+  arrived: number;
+  /** arrivals actually achieved per second */
+  achievedRate: number;
+  lateness: Lateness;
+  correctness: Correctness;
+  backlog: { t: number; n: number }[];
+  maxBacklog: number;
+  rss: ProcessStats[];
+  timedOut: boolean;
+}
+
+interface Env {
+  status: Status;
+  keep?: boolean;
+}
+
+async function withSystem<T>(
+  variant: Variant,
+  workload: string,
+  env: Env,
+  fn: (ctx: { pool: pg.Pool; url: string; driver: ReturnType<typeof makeDriver> }) => Promise<T>,
+): Promise<T> {
+  const db = await createTestDatabase(`bench_${workload}_${variant.id}`);
+  const pool = new pg.Pool({ connectionString: db.url, max: 3 });
+  pool.on('error', () => {});
+  const driver = makeDriver(variant, { databaseUrl: db.url, redisUrl: REDIS_URL, redisPrefix: testKeyPrefix('bench'), pool });
+  try {
+    await pool.query(ORDERS_DDL);
+    env.status.set('preparing schema');
+    await driver.prepare();
+    return await fn({ pool, url: db.url, driver });
+  } finally {
+    await driver.stop().catch(() => {});
+    await driver.close().catch(() => {});
+    await pool.end().catch(() => {});
+    if (!env.keep) await db.drop().catch(() => {});
+  }
+}
+
+/** Waits until the due timeouts are final too (timeout-center, pure SQL), briefly. */
+async function settleTimeouts(pool: pg.Pool, ms: number): Promise<void> {
+  const deadline = Date.now() + ms;
+  while (Date.now() < deadline) {
+    const { rows } = await pool.query<{ n: number }>(
+      "SELECT count(*)::int AS n FROM timeout_center.timeouts WHERE due_at <= now() AND state NOT IN ('done', 'cancelled', 'failed')",
+    );
+    if (rows[0]!.n === 0) return;
+    await sleep(200);
+  }
+}
+
+// 1. Burst drain ----------------------------------------------------------------------------
+
+export async function burst(variant: Variant, n: number, maxSeconds: number, env: Env, leadMs = 2500): Promise<BurstResult> {
+  return withSystem(variant, 'burst', env, async ({ pool, driver }) => {
+    const unpaid = n - Math.floor(n / 10);
+    // Due far enough ahead that loading and process start finish first.
+    const aheadMs = leadMs + (n * (driver.scheduleCostUs + 10)) / 1000;
+    const t0 = new Date(Date.now() + aheadMs);
+    const chunk = 50_000;
+    for (let a = 1; a <= n; a += chunk) {
+      const b = Math.min(n, a + chunk - 1);
+      env.status.set(`loading ${b.toLocaleString('en')}/${n.toLocaleString('en')}`);
+      await insertOrders(pool, a, b, t0);
+      await driver.schedule(a, b, t0);
+    }
+    await pool.query('ANALYZE');
+    env.status.set('starting processes');
+    await driver.start();
+    const overrunMs = Math.max(0, Date.now() - t0.getTime());
+    while (Date.now() < t0.getTime()) {
+      env.status.set(`due in ${((t0.getTime() - Date.now()) / 1000).toFixed(1)} s`);
+      await sleep(Math.min(200, t0.getTime() - Date.now()));
+    }
+    const pollMs = n > 300_000 ? 1000 : 250;
+    let timedOut = false;
+    for (;;) {
+      const p = await progress(pool);
+      const elapsed = (Date.now() - t0.getTime()) / 1000;
+      env.status.set(`closed ${p.closed.toLocaleString('en')}/${unpaid.toLocaleString('en')}  ${Math.round(p.closed / Math.max(elapsed, 0.001)).toLocaleString('en')}/s  ${elapsed.toFixed(1)} s`);
+      if (p.closed >= unpaid) break;
+      if (elapsed > maxSeconds) {
+        timedOut = true;
+        break;
+      }
+      await sleep(pollMs);
+    }
+    if (driver.usesTimeoutsTable && !timedOut) await settleTimeouts(pool, 15_000);
+    const rss = await driver.stop();
+    const lat = await lateness(pool);
+    const seconds = lat.lastCloseEpoch === null ? maxSeconds : lat.lastCloseEpoch - t0.getTime() / 1000;
+    const done = timedOut ? Math.round((lat.count / unpaid) * n) : n;
+    const corr = timedOut ? { ...(await correctness(pool, false)), ok: false, problems: ['timed out'] } : await correctness(pool, driver.usesTimeoutsTable);
+    return { variant: variant.id, n, seconds, rate: done / seconds, lateness: lat, correctness: corr, rss, overrunMs, timedOut };
+  });
+}
+
+// 2. Steady arrivals -------------------------------------------------------------------------
+
+export async function steady(variant: Variant, rate: number, durationS: number, delayS: number, env: Env): Promise<SteadyResult> {
+  return withSystem(variant, 'steady', env, async ({ pool, url, driver }) => {
+    env.status.set('starting processes');
+    await driver.start();
+    const start = Date.now();
+    let next = 1;
+    const backlog: { t: number; n: number }[] = [];
+    let sampling = true;
+    const sampler = (async () => {
+      const samplePool = new pg.Pool({ connectionString: url, max: 1 });
+      try {
+        while (sampling) {
+          const t = (Date.now() - start) / 1000;
+          const p = await progress(samplePool);
+          backlog.push({ t: Math.round(t * 10) / 10, n: p.backlog });
+          env.status.set(`${t < durationS ? 'arriving' : 'draining'}: ${(next - 1).toLocaleString('en')} scheduled, ${p.closed.toLocaleString('en')} closed, backlog ${p.backlog}  ${t.toFixed(0)} s`);
+          await sleep(1000 - ((Date.now() - start) % 1000));
+        }
+      } finally {
+        await samplePool.end();
+      }
+    })();
+    // Arrivals every 100 ms, catching up if a batch took longer.
+    while (Date.now() - start < durationS * 1000) {
+      const target = Math.floor((rate * (Date.now() - start)) / 1000);
+      if (target >= next) {
+        const due = new Date(Date.now() + delayS * 1000);
+        await insertOrders(pool, next, target, due);
+        await driver.schedule(next, target, due);
+        next = target + 1;
+      }
+      await sleep(100 - ((Date.now() - start) % 100));
+    }
+    const arrived = next - 1;
+    const actualS = (Date.now() - start) / 1000;
+    const unpaid = arrived - Math.floor(arrived / 10);
+    const deadline = Date.now() + (delayS + 60) * 1000;
+    let timedOut = false;
+    for (;;) {
+      const p = await progress(pool);
+      if (p.closed >= unpaid) break;
+      if (Date.now() > deadline) {
+        timedOut = true;
+        break;
+      }
+      await sleep(250);
+    }
+    await sleep(1000); // one more backlog sample at zero
+    sampling = false;
+    await sampler;
+    if (driver.usesTimeoutsTable && !timedOut) await settleTimeouts(pool, 15_000);
+    const rss = await driver.stop();
+    const lat = await lateness(pool);
+    const corr = timedOut ? { ...(await correctness(pool, false)), ok: false, problems: ['timed out'] } : await correctness(pool, driver.usesTimeoutsTable);
+    return {
+      variant: variant.id,
+      rate,
+      durationS,
+      delayS,
+      arrived,
+      achievedRate: arrived / actualS,
+      lateness: lat,
+      correctness: corr,
+      backlog,
+      maxBacklog: Math.max(0, ...backlog.map((b) => b.n)),
+      rss,
+      timedOut,
+    };
+  });
+}
+
+// 3. Idle cost and pending scale ---------------------------------------------------------------
+
+export interface TickCost {
+  ticks: number;
+  msMedian: number;
+  msMean: number;
+  statementsPerTick: number;
+  /** rows read from timeout_center tables (seq_tup_read + idx_tup_fetch) per tick */
+  rowsPerTick: number;
+  /** shared buffers touched (hit + read) in timeout_center tables and indexes per tick */
+  buffersPerTick: number;
+}
+
+export interface PendingResult {
+  pending: number;
+  insertSeconds: number;
+  empty: TickCost;
+  loaded: TickCost;
+  ratio: number;
+  tableBytes: number;
+  heapBytes: number;
+  indexBytes: number;
+  bytesPerTimeout: number;
+  explain: string;
+}
+
+async function tableCounters(url: string): Promise<{ rows: number; buffers: number }> {
+  // A short-lived connection: its own activity is on catalog views only.
+  const c = new pg.Client({ connectionString: url });
+  await c.connect();
+  try {
+    const { rows } = await c.query<{ rows: number; buffers: number }>(`
+      SELECT (SELECT coalesce(sum(coalesce(seq_tup_read, 0) + coalesce(idx_tup_fetch, 0)), 0) FROM pg_stat_user_tables WHERE schemaname = 'timeout_center')::float8 AS rows,
+             (SELECT coalesce(sum(coalesce(heap_blks_hit, 0) + coalesce(heap_blks_read, 0) + coalesce(idx_blks_hit, 0) + coalesce(idx_blks_read, 0)), 0)
+                FROM pg_statio_user_tables WHERE schemaname = 'timeout_center')::float8 AS buffers`);
+    return rows[0]!;
+  } finally {
+    await c.end();
+  }
+}
+
+/** Runs `ticks` coordinator ticks one second apart (the idle cadence: the cron safety net) in
+ *  this process, counting statements on the pool and reading the table counters around them. */
+async function measureTicks(url: string, configPath: string, ticks: number, spacingMs: number, env: Env, label: string): Promise<TickCost> {
+  const dist = new URL('../../dist/', import.meta.url);
+  const { loadConfig } = await import(new URL('config.js', dist).href);
+  const { Coordinator } = await import(new URL('coordinator/coordinator.js', dist).href);
+  const { Leadership } = await import(new URL('coordinator/leadership.js', dist).href);
+  const { RedisStreamsChannel } = await import(new URL('transport/redis-streams.js', dist).href);
+  const { Metrics } = await import(new URL('observability/metrics.js', dist).href);
+  const { createLogger } = await import(new URL('observability/logger.js', dist).href);
+  const config = loadConfig({ path: configPath, env: { DATABASE_URL: url, REDIS_URL } });
+  const logger = createLogger('warn');
+  const channel = new RedisStreamsChannel({ url: REDIS_URL, keyPrefix: config.redisKeyPrefix, logger });
+  await channel.init();
+  const leaderPool = new pg.Pool({ connectionString: url, max: 1 });
+  const pool = new pg.Pool({ connectionString: url, max: 4 });
+  let statements = 0;
+  pool.on('connect', (client) => {
+    const original = client.query.bind(client) as (...a: unknown[]) => unknown;
+    (client as unknown as { query: (...a: unknown[]) => unknown }).query = (...args: unknown[]) => {
+      statements += 1;
+      return original(...args);
+    };
+  });
+  const leadership = new Leadership({ redis: channel.redis, pool: leaderPool, lockKey: `${config.redisKeyPrefix}:coordinator-lock`, ttlMs: 10_000, coordinatorId: 'bench', logger });
+  const coordinator = new Coordinator({ config, pool, channel, leadership, metrics: new Metrics('coordinator'), logger, coordinatorId: 'bench' });
+  const elected = once(leadership, 'elected');
+  leadership.start();
+  await elected;
+  try {
+    // Warm up (first tick reaps and checks lag; caches, plans), then measure on fresh counters.
+    for (let i = 0; i < 2; i++) await coordinator.tick();
+    await pool.end();
+    await sleep(500);
+    const measured = new pg.Pool({ connectionString: url, max: 4 });
+    measured.on('connect', (client) => {
+      const original = client.query.bind(client) as (...a: unknown[]) => unknown;
+      (client as unknown as { query: (...a: unknown[]) => unknown }).query = (...args: unknown[]) => {
+        statements += 1;
+        return original(...args);
+      };
+    });
+    const c2 = new Coordinator({ config, pool: measured, channel, leadership, metrics: new Metrics('coordinator'), logger, coordinatorId: 'bench' });
+    const before = await tableCounters(url);
+    statements = 0;
+    const ms: number[] = [];
+    for (let i = 0; i < ticks; i++) {
+      env.status.set(`${label}: tick ${i + 1}/${ticks}`);
+      const t = performance.now();
+      await c2.tick();
+      ms.push(performance.now() - t);
+      await sleep(spacingMs);
+    }
+    const stmts = statements;
+    await measured.end(); // backends exit: their table counters are flushed
+    await sleep(700);
+    const after = await tableCounters(url);
+    ms.sort((a, b) => a - b);
+    return {
+      ticks,
+      msMedian: ms[Math.floor(ms.length / 2)]!,
+      msMean: ms.reduce((a, b) => a + b, 0) / ms.length,
+      statementsPerTick: stmts / ticks,
+      rowsPerTick: (after.rows - before.rows) / ticks,
+      buffersPerTick: (after.buffers - before.buffers) / ticks,
+    };
+  } finally {
+    await leadership.stop().catch(() => {});
+    await channel.close().catch(() => {});
+    await leaderPool.end().catch(() => {});
+  }
+}
+
+export async function pendingScale(pending: number, ticks: number, spacingMs: number, env: Env): Promise<PendingResult> {
+  const db = await createTestDatabase('bench_pending');
+  const prefix = testKeyPrefix('bench');
+  const pool = new pg.Pool({ connectionString: db.url, max: 2 });
+  try {
+    const configPath = writeConfig({
+      redisKeyPrefix: prefix,
+      kinds: { [KIND]: { handler: { type: 'sql', sql: "UPDATE orders SET status = 'closed' WHERE id = ANY($1) AND status = 'unpaid' RETURNING id" } } },
+    });
+    env.status.set('migrating');
+    const r = await runCli(['migrate', '-c', configPath], { DATABASE_URL: db.url, REDIS_URL }, 60_000);
+    if (r.code !== 0) throw new Error(`migrate failed: ${r.stderr}`);
+    await pool.query(ORDERS_DDL);
+    const empty = await measureTicks(db.url, configPath, ticks, spacingMs, env, 'empty table');
+    const t = Date.now();
+    const chunk = 1_000_000;
+    for (let a = 1; a <= pending; a += chunk) {
+      const b = Math.min(pending, a + chunk - 1);
+      env.status.set(`inserting pending timeouts ${b.toLocaleString('en')}/${pending.toLocaleString('en')}`);
+      await pool.query(
+        `INSERT INTO timeout_center.timeouts (kind, biz_id, due_at)
+         SELECT $3, i::text, now() + interval '1 day' + i * interval '10 ms' FROM generate_series($1::bigint, $2::bigint) i`,
+        [a, b, KIND],
+      );
+    }
+    const insertSeconds = (Date.now() - t) / 1000;
+    env.status.set('VACUUM ANALYZE');
+    await pool.query('VACUUM ANALYZE timeout_center.timeouts');
+    const loaded = await measureTicks(db.url, configPath, ticks, spacingMs, env, `${pending.toLocaleString('en')} pending`);
+    const { rows } = await pool.query<{ total: number; heap: number; idx: number }>(
+      `SELECT pg_total_relation_size('timeout_center.timeouts')::float8 AS total,
+              pg_table_size('timeout_center.timeouts')::float8 AS heap,
+              pg_indexes_size('timeout_center.timeouts')::float8 AS idx`,
+    );
+    const sizes = rows[0]!;
+    const ex = await pool.query(
+      `EXPLAIN (ANALYZE, BUFFERS, COSTS OFF)
+       SELECT now() AS now,
+              (SELECT min(available_at) FROM timeout_center.timeouts WHERE state = 'pending' AND kind = ANY ($1::text[])) AS next_due,
+              (SELECT count(*) FROM timeout_center.shards WHERE state IN ('queued', 'running'))::int AS in_flight`,
+      [[KIND]],
+    );
+    return {
+      pending,
+      insertSeconds,
+      empty,
+      loaded,
+      ratio: loaded.msMedian / empty.msMedian,
+      tableBytes: sizes.total,
+      heapBytes: sizes.heap,
+      indexBytes: sizes.idx,
+      bytesPerTimeout: sizes.total / pending,
+      explain: ex.rows.map((r: Record<string, string>) => r['QUERY PLAN']).join('\n'),
+    };
+  } finally {
+    await pool.end().catch(() => {});
+    if (!env.keep) await db.drop().catch(() => {});
+  }
+}

@@ -1,0 +1,230 @@
+// npm run bench [-- options]: drain throughput and lateness of timeout-center against the pure-SQL
+// limit, pg-boss, graphile-worker and BullMQ, on the local PostgreSQL and Redis.
+//
+//   --smoke              a few thousand timeouts, every system, a few seconds each (CI)
+//   --million            burst of 1,000,000 (default 200,000)
+//   --n <count>          burst size
+//   --rate <per s>       steady arrival rate (default 5000)   --duration <s> (60)   --delay <s> (3)
+//   --pending <count>    pending-scale workload size (default 10,000,000)
+//   --workloads 1,2,3,4  which workloads (default all)
+//   --only <ids>         variant ids or system names (see bench/lib/variants.ts)
+//   --tune               burst only, over timeout-center's candidate settings
+//   --out <dir>          where benchmarks.md and bench/*.svg go (default docs/; smoke: a temp dir)
+//   --report-only        rewrite the document from <out>/bench/results.json
+//   --keep               keep the databases
+import { execFileSync } from 'node:child_process';
+import { existsSync, mkdtempSync, readFileSync } from 'node:fs';
+import { cpus, tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { parseArgs } from 'node:util';
+import pg from 'pg';
+import { ADMIN_DATABASE_URL } from '../test/helpers/services.ts';
+import { killAll } from '../test/helpers/processes.ts';
+import { bestBySystem, table, targets, writeReport, type Results } from './lib/report.ts';
+import { Status } from './lib/status.ts';
+import { SMOKE_IDS, TC_TUNE, VARIANTS } from './lib/variants.ts';
+import { burst, pendingScale, REDIS_URL, steady } from './lib/workloads.ts';
+import type { Variant } from './lib/systems.ts';
+
+const { values: args } = parseArgs({
+  options: {
+    smoke: { type: 'boolean', default: false },
+    million: { type: 'boolean', default: false },
+    n: { type: 'string' },
+    rate: { type: 'string' },
+    duration: { type: 'string' },
+    delay: { type: 'string' },
+    pending: { type: 'string' },
+    ticks: { type: 'string' },
+    workloads: { type: 'string' },
+    only: { type: 'string' },
+    tune: { type: 'boolean', default: false },
+    out: { type: 'string' },
+    'report-only': { type: 'boolean', default: false },
+    'max-seconds': { type: 'string' },
+    keep: { type: 'boolean', default: false },
+  },
+  strict: true,
+});
+
+const root = fileURLToPath(new URL('..', import.meta.url));
+const smoke = args.smoke;
+const num = (v: string | undefined, d: number) => (v === undefined ? d : Number(v.replace(/_/g, '')));
+const burstN = num(args.n, smoke ? 3000 : args.million ? 1_000_000 : 200_000);
+const rate = num(args.rate, smoke ? 400 : 5000);
+const durationS = num(args.duration, smoke ? 2 : 60);
+const delayS = num(args.delay, smoke ? 1 : 3);
+const pending = num(args.pending, smoke ? 20_000 : 10_000_000);
+const ticks = num(args.ticks, smoke ? 3 : 10);
+const maxSeconds = num(args['max-seconds'], smoke ? 60 : 180);
+const memoryN = smoke ? burstN : 1_000_000;
+const leadMs = smoke ? 1500 : 2500;
+const tickSpacingMs = smoke ? 200 : 1000;
+const workloads = new Set((args.workloads ?? (args.tune ? '1' : '1,2,3,4')).split(',').map((s) => Number(s.trim())));
+const outDir = args.out ?? (smoke ? mkdtempSync(join(tmpdir(), 'tc-bench-smoke-')) : join(root, 'docs'));
+const status = new Status();
+
+function pick(): Variant[] {
+  if (args.tune) return TC_TUNE;
+  let list = smoke ? VARIANTS.filter((v) => SMOKE_IDS.includes(v.id)) : VARIANTS;
+  if (args.only) {
+    const want = args.only.split(',').map((s) => s.trim());
+    list = VARIANTS.concat(TC_TUNE).filter((v) => want.includes(v.id) || want.includes(v.system));
+  }
+  return list;
+}
+
+async function versions(): Promise<{ postgres: string; redis: string }> {
+  const c = new pg.Client({ connectionString: ADMIN_DATABASE_URL });
+  await c.connect();
+  const { rows } = await c.query<{ v: string }>("SELECT current_setting('server_version') AS v");
+  await c.end();
+  let redis = '?';
+  try {
+    redis = /redis_version:(\S+)/.exec(execFileSync('redis-cli', ['-u', REDIS_URL, 'info', 'server'], { encoding: 'utf8' }))?.[1] ?? '?';
+  } catch {
+    /* redis-cli not installed */
+  }
+  return { postgres: `PostgreSQL ${rows[0]!.v.split(' ')[0]}`, redis };
+}
+
+async function main(): Promise<number> {
+  if (args['report-only']) {
+    const r = JSON.parse(readFileSync(join(outDir, 'bench', 'results.json'), 'utf8')) as Results;
+    const path = writeReport(r, outDir, 'benchmarks.md', analysis());
+    process.stdout.write(`${table(r)}\n\nwrote ${path}\n`);
+    return 0;
+  }
+  const variants = pick();
+  const v = await versions();
+  const results: Results = {
+    meta: {
+      date: new Date().toISOString(),
+      mode: smoke ? 'smoke' : args.tune ? 'tune' : 'full',
+      node: process.version,
+      ...v,
+      cpus: cpus().length,
+      args: process.argv.slice(2),
+      burstN,
+      rate,
+      durationS,
+      delayS,
+      notes: [],
+    },
+    variants: args.tune ? [] : variants,
+    burst: [],
+    steady: [],
+    memory: [],
+    tune: [],
+  };
+  const steps: { name: string; run: () => Promise<void> }[] = [];
+  const env = { status, keep: args.keep };
+
+  if (workloads.has(1)) {
+    for (const variant of variants) {
+      steps.push({
+        name: `burst ${burstN.toLocaleString('en')} · ${variant.label}`,
+        run: async () => {
+          const b = await burst(variant, burstN, maxSeconds, env, leadMs);
+          if (args.tune) results.tune.push({ ...b, settings: variant.settings });
+          else results.burst.push(b);
+          if (b.overrunMs > 0) results.meta.notes.push(`${variant.label}: loading ran ${b.overrunMs} ms past the due time (burst timing starts at the due time)`);
+          status.log(
+            `burst ${variant.label}: ${Math.round(b.rate).toLocaleString('en')} timeouts/s, ${b.seconds.toFixed(2)} s, lateness p50 ${b.lateness.p50.toFixed(2)} s p99 ${b.lateness.p99.toFixed(2)} s` +
+              `${b.timedOut ? ' (TIMED OUT)' : ''}; correct: ${b.correctness.ok ? 'yes' : b.correctness.problems.join('; ')}`,
+          );
+        },
+      });
+    }
+  }
+  if (workloads.has(2) && !args.tune) {
+    steps.push({
+      name: 'steady',
+      run: async () => {
+        // timeout-center in both settings, and each other system in its best burst settings.
+        const best = bestBySystem(results);
+        const chosen = variants.filter((x) => x.system === 'timeout-center' || !best.size || best.get(x.system)?.variant === x.id || (!best.has(x.system) && variants.find((y) => y.system === x.system) === x));
+        let i = 0;
+        for (const variant of chosen) {
+          i += 1;
+          status.step(`steady ${rate}/s ${i}/${chosen.length} · ${variant.label}`);
+          const s = await steady(variant, rate, durationS, delayS, env);
+          results.steady.push(s);
+          status.log(
+            `steady ${variant.label}: ${Math.round(s.achievedRate)}/s arrived, lateness p50 ${(s.lateness.p50 * 1000).toFixed(0)} ms p99 ${(s.lateness.p99 * 1000).toFixed(0)} ms max ${(s.lateness.max * 1000).toFixed(0)} ms, max backlog ${s.maxBacklog}; correct: ${s.correctness.ok ? 'yes' : s.correctness.problems.join('; ')}`,
+          );
+        }
+      },
+    });
+  }
+  if (workloads.has(3) && !args.tune) {
+    steps.push({
+      name: `pending scale ${pending.toLocaleString('en')}`,
+      run: async () => {
+        const p = await pendingScale(pending, ticks, tickSpacingMs, env);
+        results.pending = p;
+        status.log(
+          `pending scale: tick ${p.empty.msMedian.toFixed(2)} ms empty, ${p.loaded.msMedian.toFixed(2)} ms with ${pending.toLocaleString('en')} pending (${p.ratio.toFixed(2)}×); ${p.bytesPerTimeout.toFixed(0)} bytes per pending timeout`,
+        );
+      },
+    });
+  }
+  if (workloads.has(4) && !args.tune) {
+    for (const variant of variants.filter((x) => x.system === 'timeout-center')) {
+      steps.push({
+        name: `flood memory ${memoryN.toLocaleString('en')} · ${variant.label}`,
+        run: async () => {
+          const reuse = burstN >= memoryN ? results.burst.find((b) => b.variant === variant.id) : undefined;
+          const b = reuse ?? (await burst(variant, memoryN, Math.max(maxSeconds, 300), env, leadMs));
+          results.memory.push(b);
+          status.log(`flood memory ${variant.label}: ${b.rss.map((p) => `${p.name} ${p.peakRssMb} MB`).join(', ')}; ${Math.round(b.rate).toLocaleString('en')} timeouts/s; correct: ${b.correctness.ok ? 'yes' : b.correctness.problems.join('; ')}`);
+        },
+      });
+    }
+  }
+
+  let failed = 0;
+  for (const [i, step] of steps.entries()) {
+    status.step(`[${i + 1}/${steps.length}] ${step.name}`);
+    const began = Date.now();
+    try {
+      await step.run();
+      if (smoke) status.log(`  (${step.name}: ${((Date.now() - began) / 1000).toFixed(1)} s)`);
+    } catch (err) {
+      failed += 1;
+      results.meta.notes.push(`${step.name} failed: ${(err as Error).message}`);
+      status.log(`FAILED ${step.name}: ${(err as Error).stack ?? String(err)}`);
+    }
+  }
+  status.clear();
+  const leaked = await killAll();
+  if (leaked.length > 0) results.meta.notes.push(`processes still running at the end (killed): ${leaked.join(', ')}`);
+
+  const path = writeReport(results, outDir, 'benchmarks.md', smoke || args.tune ? '' : analysis());
+  process.stdout.write(`\n${table(results)}\n\n`);
+  for (const t of targets(results)) process.stdout.write(`${t.met ? 'met   ' : 'MISSED'} ${t.name}: ${t.actual} (target ${t.target})\n`);
+  if (results.tune.length > 0) {
+    for (const t of results.tune) process.stdout.write(`tune ${t.variant}: ${Math.round(t.rate)} /s, p99 ${t.lateness.p99.toFixed(2)} s, correct ${t.correctness.ok}\n`);
+  }
+  process.stdout.write(`\nwrote ${path}\n`);
+  const incorrect = [...results.burst, ...results.steady, ...results.memory, ...results.tune].filter((x) => !x.correctness.ok);
+  if (incorrect.length > 0) process.stdout.write(`correctness checks FAILED: ${incorrect.map((x) => `${x.variant}: ${x.correctness.problems.join('; ')}`).join(' | ')}\n`);
+  return failed > 0 || incorrect.length > 0 ? 1 : 0;
+}
+
+/** Hand-written analysis included in docs/benchmarks.md (bench/analysis.md). */
+function analysis(): string {
+  const p = join(root, 'bench', 'analysis.md');
+  return existsSync(p) ? readFileSync(p, 'utf8') : '';
+}
+
+main().then(
+  (code) => process.exit(code),
+  async (err: unknown) => {
+    status.clear();
+    process.stderr.write(`bench failed: ${(err as Error).stack ?? String(err)}\n`);
+    await killAll().catch(() => {});
+    process.exit(1);
+  },
+);
