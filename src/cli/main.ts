@@ -141,7 +141,8 @@ async function main(argv: string[]): Promise<void> {
     if (err instanceof CommanderError) {
       if (err.code === 'commander.helpDisplayed' || err.code === 'commander.version' || err.code === 'commander.help') process.exit(0);
       if (err.code.startsWith('tc.')) process.stderr.write(`timeout-center: ${err.message}\n`);
-      process.exit(err.exitCode || 2);
+      // Usage errors (missing argument, unknown option, ...) are bad input like ours: exit 2.
+      process.exit(err.exitCode === 1 && err.code.startsWith('commander.') ? 2 : err.exitCode || 2);
     }
     if (err instanceof ConfigError || err instanceof UnreachableError) {
       process.stderr.write(`timeout-center: ${err.message}\n`);

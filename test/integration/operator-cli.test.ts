@@ -1,0 +1,315 @@
+// The operator verbs as real processes against a real database that a real coordinator + worker
+// (`timeout-center run`) has worked on: status, scans, shards, failed, retry, cancel, with --json
+// and as tables; bad arguments exit 2 with one clear line and change nothing.
+import { execFile } from 'node:child_process';
+import pg from 'pg';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { CLOSE_SQL, createOrdersSchema, writeConfig } from '../helpers/orders.js';
+import { CLI, killAll, runCli, spawnCli, type CliProcess } from '../helpers/processes.js';
+import { createTestDatabase, testKeyPrefix, TEST_REDIS_URL, type TestDatabase } from '../helpers/services.js';
+
+const ORDERS = 2000; // ids 1..2000; every 100th is poison (its close raises), so 20 fail
+const POISON = ORDERS / 100;
+
+describe('operator CLI against a real database', () => {
+  let db: TestDatabase;
+  let pool: pg.Pool;
+  let env: Record<string, string>;
+  let dbEnv: Record<string, string>;
+  let runner: CliProcess | undefined;
+
+  const out = (r: { stdout: string }) => r.stdout.trimEnd();
+  /** Runs a verb with only DATABASE_URL in its environment (no config file, no Redis URL). */
+  const cli = (args: string[]) => runRaw(args, dbEnv);
+  const json = async <T>(args: string[]): Promise<T> => {
+    const r = await cli([...args, '--json']);
+    expect(r.code, r.stderr).toBe(0);
+    return JSON.parse(r.stdout) as T;
+  };
+  /** Everything an operator verb could change, to prove a rejected call changed nothing. */
+  const snapshot = async () =>
+    (
+      await pool.query(`SELECT md5(string_agg(t::text, ',' ORDER BY id)) AS h FROM timeout_center.timeouts t`)
+    ).rows[0].h as string;
+
+  beforeAll(async () => {
+    db = await createTestDatabase('cli');
+    pool = new pg.Pool({ connectionString: db.url, max: 4 });
+    await createOrdersSchema(pool);
+    const configPath = writeConfig({
+      redisKeyPrefix: testKeyPrefix('cli'),
+      kinds: {
+        'order.unpaid': { shardSize: 250, maxAttempts: 1, handler: { type: 'sql', sql: CLOSE_SQL } },
+        'order.unshipped': { handler: { type: 'sql', sql: CLOSE_SQL } },
+      },
+      coordinator: { lockTtlMs: 3000 },
+      worker: { concurrency: 2, leaseMs: 15_000 },
+    });
+    env = { DATABASE_URL: db.url, REDIS_URL: TEST_REDIS_URL, TIMEOUT_CENTER_CONFIG: configPath };
+    // The read verbs need nothing but DATABASE_URL: no config file, no Redis.
+    dbEnv = { DATABASE_URL: db.url };
+    const migrated = await runCli(['migrate'], env);
+    expect(migrated.code, migrated.stderr).toBe(0);
+    await pool.query(`INSERT INTO orders (id, status, poison) SELECT g, 'unpaid', g % 100 = 0 FROM generate_series(1, $1::int) g`, [ORDERS]);
+    await pool.query(
+      `INSERT INTO timeout_center.timeouts (kind, biz_id, due_at) SELECT 'order.unpaid', g::text, now() + interval '500 ms' FROM generate_series(1, $1::int) g`,
+      [ORDERS],
+    );
+    // Live ones for status / cancel: due in an hour.
+    await pool.query(
+      `INSERT INTO timeout_center.timeouts (kind, biz_id, due_at) SELECT 'order.unshipped', (9000 + g)::text, now() + interval '1 hour' FROM generate_series(1, 5) g`,
+    );
+    runner = spawnCli('run', ['run'], env);
+    await runner.waitForMsg('worker started');
+    // Drained: every due timeout final, every scan reduced.
+    const deadline = Date.now() + 60_000;
+    for (;;) {
+      const { rows } = await pool.query(`SELECT
+          (SELECT count(*) FROM timeout_center.timeouts WHERE kind = 'order.unpaid' AND state NOT IN ('done', 'failed'))::int AS open,
+          (SELECT count(*) FROM timeout_center.scans WHERE state <> 'reduced')::int AS scans`);
+      if (rows[0].open === 0 && rows[0].scans === 0) break;
+      if (Date.now() > deadline) throw new Error(`pipeline did not drain: ${JSON.stringify(rows[0])}`);
+      await new Promise((r) => setTimeout(r, 200));
+    }
+  });
+
+  afterAll(async () => {
+    const stopped = await runner?.stop();
+    const leaked = await killAll();
+    await pool?.end();
+    await db?.drop();
+    expect(stopped?.code ?? 0).toBe(0);
+    expect(leaked, 'processes still running after the test').toEqual([]);
+  });
+
+  it('status: backlog, leader and epoch, live workers, failed count, last scans (table and --json)', async () => {
+    const s = await json<{
+      backlog: unknown[];
+      totals: { pendingDue: number; inFlight: number; oldestLagSeconds: number | null; failed: number };
+      leader: { holder: string; epoch: number } | null;
+      liveWorkers: { workerId: string; pid: number }[];
+      failed: Record<string, number>;
+      scans: { scanId: number; state: string }[];
+    }>(['status']);
+    expect(s.totals).toMatchObject({ pendingDue: 0, inFlight: 0, failed: POISON });
+    expect(s.failed).toEqual({ 'order.unpaid': POISON });
+    expect(s.leader?.epoch).toBeGreaterThanOrEqual(1);
+    expect(s.leader?.holder).toContain(String(runner!.pid));
+    expect(s.liveWorkers.map((w) => w.pid)).toEqual([runner!.pid]);
+    expect(s.scans.length).toBeGreaterThan(0);
+    expect(s.scans.every((x) => x.state === 'reduced')).toBe(true);
+
+    const r = await cli(['status']);
+    expect(r.code, r.stderr).toBe(0);
+    const text = out(r);
+    expect(text).toMatch(/^Backlog: 0 due and waiting, 0 in flight/m);
+    expect(text).toMatch(new RegExp(`^Leader: \\S*${runner!.pid} \\(epoch \\d+`, 'm'));
+    expect(text).toMatch(/^Live workers: 1$/m);
+    expect(text).toMatch(new RegExp(`^Failed timeouts: ${POISON} \\(order.unpaid ${POISON}\\)`, 'm'));
+    expect(text).toMatch(/SCAN +STATE +CLAIMED +SHARDS +DONE +SKIPPED +FAILED +RETRIED/);
+    console.log(`status output:\n${text}`);
+
+    // Nothing due is waiting (the order.unshipped rows are due in an hour).
+    expect(s.backlog).toEqual([]);
+  });
+
+  it('scans and shards: newest first, totals match the rows; shards of one scan', async () => {
+    const scans = await json<{ scanId: number; claimed: number; done: number; failed: number; shards: number }[]>(['scans', '--limit', '100']);
+    expect(scans.length).toBeGreaterThan(0);
+    expect(scans.map((s) => s.scanId)).toEqual([...scans.map((s) => s.scanId)].sort((a, b) => b - a));
+    expect(scans.reduce((a, s) => a + s.claimed, 0)).toBe(ORDERS);
+    expect(scans.reduce((a, s) => a + s.failed, 0)).toBe(POISON);
+    const limited = await json<unknown[]>(['scans', '--limit', '1']);
+    expect(limited).toHaveLength(1);
+
+    const first = scans.find((s) => s.failed > 0)!;
+    const shards = await json<{ shardId: number; scanId: number; kind: string; state: string; done: number; failed: number; errorSample: string | null }[]>([
+      'shards',
+      String(first.scanId),
+    ]);
+    expect(shards).toHaveLength(first.shards);
+    expect(shards.every((s) => s.scanId === first.scanId && s.state === 'done' && s.kind === 'order.unpaid')).toBe(true);
+    expect(shards.reduce((a, s) => a + s.failed, 0)).toBe(first.failed);
+    expect(shards.find((s) => s.failed > 0)!.errorSample).toMatch(/poison row/);
+
+    const table = out(await cli(['shards', String(first.scanId)]));
+    expect(table.split('\n')[0]).toMatch(/^SHARD +KIND +SIZE +STATE +ATTEMPTS +OWNER +DONE +SKIPPED +FAILED +RETRIED +DURATION +ERROR$/);
+    expect(table.split('\n')).toHaveLength(first.shards + 1);
+    const scanTable = out(await cli(['scans']));
+    expect(scanTable.split('\n')[1]).toMatch(new RegExp(`^ *${scans[0]!.scanId} +reduced `));
+  });
+
+  it('failed: lists the failed timeouts with their error, filtered by kind and scan', async () => {
+    const f = await json<{ total: number; timeouts: { timeoutId: number; kind: string; bizId: string; lastError: string; scanId: number; shardId: number }[] }>([
+      'failed',
+      '--kind',
+      'order.unpaid',
+    ]);
+    expect(f.total).toBe(POISON);
+    expect(f.timeouts).toHaveLength(POISON);
+    expect(f.timeouts.every((t) => Number(t.bizId) % 100 === 0 && /poison row/.test(t.lastError))).toBe(true);
+    const none = await json<{ total: number }>(['failed', '--kind', 'order.unshipped']);
+    expect(none.total).toBe(0);
+    const limited = await json<{ total: number; timeouts: unknown[] }>(['failed', '--limit', '3']);
+    expect(limited).toMatchObject({ total: POISON });
+    expect(limited.timeouts).toHaveLength(3);
+    const scanId = f.timeouts[0]!.scanId;
+    const byScan = await json<{ total: number; timeouts: { scanId: number }[] }>(['failed', '--scan', String(scanId)]);
+    expect(byScan.total).toBeGreaterThan(0);
+    expect(byScan.timeouts.every((t) => t.scanId === scanId)).toBe(true);
+    const text = out(await cli(['failed', '--limit', '2']));
+    expect(text).toMatch(/^TIMEOUT +KIND +BIZ ID +DUE +ATTEMPTS +FAILED AT +SHARD +SCAN +ERROR$/m);
+    expect(text).toMatch(new RegExp(`showing 2 of ${POISON}`));
+  });
+
+  it('bad arguments: one clear line on stderr, exit 2, nothing changed', async () => {
+    const before = await snapshot();
+    const cases: [string[], RegExp][] = [
+      [['retry'], /retry needs a selector: --id/],
+      [['retry', '--id', 'abc'], /--id must be a positive integer id, got "abc"/],
+      [['retry', '--id', '5,x'], /--id must be a positive integer id, got "x"/],
+      [['retry', '--id', '-3'], /--id must be a positive integer id/],
+      [['retry', '--kind', 'order.nope'], /unknown kind "order.nope"; known kinds: order.unpaid, order.unshipped/],
+      [['retry', '--scan', '1.5'], /--scan must be a positive integer id, got "1.5"/],
+      [['retry', '--shard', '0'], /--shard must be a positive integer id, got "0"/],
+      [['cancel', 'order.nope', '9001'], /unknown kind "order.nope"/],
+      [['cancel', 'order.unshipped', 'x'.repeat(201)], /bizId must be 1 to 200 characters/],
+      [['cancel', 'order.unshipped'], /missing required argument 'bizId'/],
+      [['failed', '--kind', 'order.nope'], /unknown kind "order.nope"/],
+      [['failed', '--limit', 'ten'], /--limit must be an integer from 1 to 100000, got "ten"/],
+      [['scans', '--limit', '0'], /--limit must be an integer from 1 to 100000/],
+      [['scans', '--state', 'done'], /--state must be one of mapping, mapped, reduced/],
+      [['shards', 'abc'], /scanId must be a positive integer id, got "abc"/],
+      [['shards', '987654'], /scan 987654 does not exist/],
+      [['purge', '--done-after', '7 weeks'], /--done-after must be a duration such as 7d/],
+      [['purge', '--batch-size', '0'], /--batch-size must be an integer/],
+    ];
+    for (const [args, message] of cases) {
+      const r = await cli(args);
+      expect({ args, code: r.code }).toEqual({ args, code: 2 });
+      expect(r.stderr, args.join(' ')).toMatch(message);
+      expect(r.stderr.trim().split('\n').length, `${args.join(' ')}: one line, got ${r.stderr}`).toBeLessThanOrEqual(2);
+    }
+    // No DATABASE_URL, or a database nobody answers on.
+    const noUrl = await runRaw(['status'], {});
+    expect(noUrl.code).toBe(2);
+    expect(noUrl.stderr).toMatch(/DATABASE_URL is not set/);
+    const down = await runRaw(['status'], { DATABASE_URL: 'postgres://postgres@127.0.0.1:1/none' });
+    expect(down.code).toBe(2);
+    expect(down.stderr).toMatch(/cannot reach PostgreSQL at postgres:\/\/postgres@127.0.0.1:1\/none/);
+    expect(await snapshot()).toBe(before);
+  });
+
+  it('retry: by id (dry run first), by shard, by scan, by kind; the retried timeouts run again', async () => {
+    const failed = (await json<{ timeouts: { timeoutId: number; shardId: number; scanId: number }[] }>(['failed', '--limit', '100'])).timeouts;
+    const [a, b] = failed.map((t) => t.timeoutId).sort((x, y) => x - y);
+
+    const dry = await json<{ matched: number; retried: number; dryRun: boolean }>(['retry', '--id', `${a},${b}`, '--dry-run']);
+    expect(dry).toMatchObject({ matched: 2, retried: 2, dryRun: true });
+    expect((await json<{ total: number }>(['failed'])).total).toBe(POISON);
+
+    // The poison stays poison: make two orders closable so the retry can succeed.
+    const ids = [a!, b!];
+    await pool.query(
+      `UPDATE orders SET poison = false WHERE id IN (SELECT biz_id::bigint FROM timeout_center.timeouts WHERE id = ANY($1))`,
+      [ids],
+    );
+    const byId = await json<{ retried: number; ids: number[]; notFailed: number[] }>(['retry', '--id', String(a), '--id', String(b), '--id', '1']);
+    expect(byId.retried).toBe(2);
+    expect(byId.ids).toEqual(ids);
+    expect(byId.notFailed).toEqual([1]); // timeout 1 is done, not failed
+    const { rows: reset } = await pool.query(`SELECT state, attempts, finished_at, shard_id FROM timeout_center.timeouts WHERE id = ANY($1)`, [ids]);
+    // Pending (or already claimed again by the running coordinator), attempts back to 0.
+    for (const r of reset) expect(['pending', 'dispatched', 'done']).toContain(r.state);
+
+    await waitFor(async () => {
+      const { rows } = await pool.query(`SELECT count(*)::int AS n FROM timeout_center.timeouts WHERE id = ANY($1) AND state = 'done' AND result = 'applied'`, [ids]);
+      return rows[0].n === 2;
+    }, 'retried timeouts applied');
+    const { rows: closed } = await pool.query(
+      `SELECT count(*)::int AS n FROM orders WHERE status = 'closed' AND id IN (SELECT biz_id::bigint FROM timeout_center.timeouts WHERE id = ANY($1))`,
+      [ids],
+    );
+    expect(closed[0].n).toBe(2);
+
+    // By shard: the failed timeouts of one shard (they fail again: still poison, maxAttempts 1).
+    const rest = (await json<{ timeouts: { timeoutId: number; shardId: number; scanId: number }[] }>(['failed', '--limit', '100'])).timeouts;
+    expect(rest).toHaveLength(POISON - 2);
+    const shard = rest[0]!.shardId;
+    const inShard = rest.filter((t) => t.shardId === shard).length;
+    const byShard = await json<{ retried: number }>(['retry', '--shard', String(shard)]);
+    expect(byShard.retried).toBe(inShard);
+    await waitFor(async () => (await json<{ total: number }>(['failed'])).total === POISON - 2, 'shard retry failed again');
+
+    // By scan + kind (narrowing), then by kind alone.
+    const again = (await json<{ timeouts: { scanId: number }[] }>(['failed', '--limit', '100'])).timeouts;
+    const scan = again[0]!.scanId;
+    const inScan = again.filter((t) => t.scanId === scan).length;
+    const byScan = await json<{ retried: number }>(['retry', '--scan', String(scan), '--kind', 'order.unpaid']);
+    expect(byScan.retried).toBe(inScan);
+    await waitFor(async () => (await json<{ total: number }>(['failed'])).total === POISON - 2, 'scan retry failed again');
+    const byKind = await cli(['retry', '--kind', 'order.unpaid']);
+    expect(byKind.code, byKind.stderr).toBe(0);
+    expect(out(byKind)).toBe(`retried ${POISON - 2} failed timeouts`);
+    await waitFor(async () => (await json<{ total: number }>(['failed'])).total === POISON - 2, 'kind retry failed again');
+
+    // Nothing matches: says so, exit 0, nothing changed.
+    const none = await cli(['retry', '--kind', 'order.unshipped']);
+    expect(none.code).toBe(0);
+    expect(out(none)).toMatch(/no failed timeouts match \(nothing changed\)/);
+
+    // Never a double effect: each order closed at most once.
+    const { rows: doubled } = await pool.query(`SELECT count(*)::int AS n FROM (SELECT order_id FROM order_transitions GROUP BY 1 HAVING count(*) > 1) x`);
+    expect(doubled[0].n).toBe(0);
+  });
+
+  it('retry leaves a failed timeout alone when its object has a live timeout again', async () => {
+    const f = (await json<{ timeouts: { timeoutId: number; bizId: string }[] }>(['failed', '--limit', '1'])).timeouts[0]!;
+    // The business scheduled a new timeout for the same order.
+    await pool.query(`INSERT INTO timeout_center.timeouts (kind, biz_id, due_at) VALUES ('order.unpaid', $1, now() + interval '1 hour')`, [f.bizId]);
+    const r = await json<{ matched: number; retried: number; left: number }>(['retry', '--id', String(f.timeoutId)]);
+    expect(r).toMatchObject({ matched: 1, retried: 0, left: 1 });
+    const { rows } = await pool.query(`SELECT state FROM timeout_center.timeouts WHERE id = $1`, [f.timeoutId]);
+    expect(rows[0].state).toBe('failed');
+    await pool.query(`DELETE FROM timeout_center.timeouts WHERE biz_id = $1 AND state = 'pending'`, [f.bizId]);
+  });
+
+  it('cancel: cancels live timeouts through cancel(), reports the ones with nothing live', async () => {
+    const r = await cli(['cancel', 'order.unshipped', '9001', '9002', '9002', '424242']);
+    expect(r.code, r.stderr).toBe(0);
+    expect(out(r)).toBe(
+      'cancelled 2 order.unshipped timeouts: 9001, 9002\nno live timeout (never scheduled, or already done, failed or cancelled): 424242',
+    );
+    const { rows } = await pool.query(
+      `SELECT biz_id, state, finished_at IS NOT NULL AS finished FROM timeout_center.timeouts WHERE kind = 'order.unshipped' ORDER BY biz_id`,
+    );
+    expect(rows.map((x) => `${x.biz_id}:${x.state}:${x.finished}`)).toEqual([
+      '9001:cancelled:true',
+      '9002:cancelled:true',
+      '9003:pending:false',
+      '9004:pending:false',
+      '9005:pending:false',
+    ]);
+    // Again: nothing live any more.
+    const again = await json<{ cancelled: string[]; notLive: string[] }>(['cancel', 'order.unshipped', '9001']);
+    expect(again).toEqual({ kind: 'order.unshipped', cancelled: [], notLive: ['9001'] });
+  });
+});
+
+/** Runs the CLI with exactly `env` (plus PATH), returning raw stdout: tables and pretty JSON. */
+function runRaw(args: string[], env: Record<string, string>): Promise<{ code: number; stdout: string; stderr: string }> {
+  return new Promise((resolve) => {
+    execFile(process.execPath, [CLI, ...args], { env: { PATH: process.env['PATH'] ?? '', ...env }, timeout: 30_000 }, (err, stdout, stderr) => {
+      const code = err ? (typeof (err as { code?: unknown }).code === 'number' ? ((err as { code: number }).code) : -1) : 0;
+      resolve({ code, stdout, stderr });
+    });
+  });
+}
+
+async function waitFor(test: () => Promise<boolean>, what: string, timeoutMs = 30_000): Promise<void> {
+  const deadline = Date.now() + timeoutMs;
+  while (!(await test())) {
+    if (Date.now() > deadline) throw new Error(`timed out waiting for: ${what}`);
+    await new Promise((r) => setTimeout(r, 200));
+  }
+}
