@@ -11,7 +11,7 @@ import type pg from 'pg';
 import { pino, type Logger } from 'pino';
 import { parseConfig, type LoadedConfig } from '../config.js';
 import { LocalLeaderLock } from '../coordinator/leader-lock.js';
-import { startEmbeddedPostgres, type EmbeddedPostgres } from '../db/embedded.js';
+import type { EmbeddedPostgres } from '../db/embedded.js';
 import { syncKinds } from '../db/kinds.js';
 import { migrate } from '../db/migrate.js';
 import { createPool } from '../db/pool.js';
@@ -186,6 +186,8 @@ export async function runDemo(opts: DemoOptions, signal?: AbortSignal): Promise<
       database = `PostgreSQL at ${redactDbUrl(databaseUrl)}`;
     } else {
       say(`opening the embedded PostgreSQL (PGlite) in ${opts.dataDir} (the first run creates it: a few seconds)`);
+      // Loaded on demand: PGlite is large, and no other verb needs it.
+      const { startEmbeddedPostgres } = await import('../db/embedded.js');
       const embedded: EmbeddedPostgres = await startEmbeddedPostgres({ dataDir: opts.dataDir, logger });
       cleanups.push(() => embedded.close());
       databaseUrl = embedded.url;

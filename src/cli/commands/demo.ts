@@ -15,10 +15,13 @@ function intIn(flag: string, min: number, max: number) {
 export function registerDemo(program: Command): void {
   program
     .command('demo')
-    .description(
-      'try it: seed orders with timeouts due over the next seconds, close the unpaid ones, show progress and a summary.\n' +
-        'Without DATABASE_URL it uses an embedded PostgreSQL (PGlite, data in --data-dir); without REDIS_URL an\n' +
-        'in-process shard channel. With them set it uses the real services (give it a database of its own).',
+    .description('try it with Node alone: seed orders due over the next seconds, close the unpaid ones live, print a summary')
+    .addHelpText(
+      'after',
+      '\nWithout DATABASE_URL it uses an embedded PostgreSQL (PGlite, data kept in --data-dir); without REDIS_URL an\n' +
+        'in-process shard channel and a local leader lock. With them set it uses the real services: give it a\n' +
+        'database of its own (its coordinator takes the database\'s coordinator lease). Exits 0 when every unpaid\n' +
+        'order of the run was closed and no timeout failed.',
     )
     .option('--orders <n>', 'orders to seed', intIn('--orders', 1, 1_000_000), 3000)
     .option('--spread <seconds>', 'timeouts fall due evenly over this many seconds', intIn('--spread', 0, 3600), 10)
