@@ -51,6 +51,20 @@ export async function checkRedis(channel: RedisStreamsChannel, url: string, time
   }
 }
 
+/** pool.end() waits for every checked-out client. After a drain that ran out of time, a shard's
+ *  code may still hold one (its session already ended and rolled back by the worker): the exit
+ *  must not wait for that code. */
+async function endPool(pool: pg.Pool, logger: Logger, boundMs = 2000): Promise<void> {
+  let timer: NodeJS.Timeout | undefined;
+  const bound = new Promise<false>((resolve) => {
+    timer = setTimeout(() => resolve(false), boundMs);
+    timer.unref();
+  });
+  const ended = await Promise.race([pool.end().then(() => true as const), bound]);
+  clearTimeout(timer);
+  if (!ended) logger.warn({ boundMs }, 'PostgreSQL connections still checked out after the bound; not waiting for them');
+}
+
 export interface RuntimeOptions {
   config: LoadedConfig;
   logger: Logger;
@@ -110,7 +124,7 @@ export async function startRuntime(options: RuntimeOptions): Promise<Runtime> {
   };
 
   try {
-    cleanups.push({ name: 'postgres', run: () => pool.end() });
+    cleanups.push({ name: 'postgres', run: () => endPool(pool, logger) });
     cleanups.push({ name: redisChannel ? 'redis' : 'channel', run: () => channel.close() });
     await checkPostgres(pool, config.databaseUrl);
     if (redisChannel) await checkRedis(redisChannel, config.redisUrl);

@@ -3,7 +3,7 @@
 // takes over deliveries left by dead workers (XAUTOCLAIM) and announces itself in
 // timeout_center.workers.
 import { hostname } from 'node:os';
-import type pg from 'pg';
+import pg from 'pg';
 import type { Logger } from 'pino';
 import type { LoadedConfig } from '../config.js';
 import type { Metrics } from '../observability/metrics.js';
@@ -32,6 +32,17 @@ export class Worker {
   private lastReclaimAt = 0;
   private lastHeartbeatAt = 0;
   private wakeSlot: (() => void) | undefined;
+  /** Shard id of each running task, and the backend pid of each pool connection checked out
+   *  now: what a drain that runs out of time rolls back and releases. */
+  private readonly activeShards = new Map<Promise<void>, number>();
+  private readonly busyBackends = new Map<pg.PoolClient, number>();
+  private readonly onAcquire = (client: pg.PoolClient) => {
+    const pid = (client as unknown as { processID?: number | null }).processID;
+    if (pid) this.busyBackends.set(client, pid);
+  };
+  private readonly onRelease = (_err: Error | undefined, client: pg.PoolClient) => {
+    this.busyBackends.delete(client);
+  };
 
   constructor(private readonly deps: WorkerDeps) {
     const cfg = deps.config.worker;
@@ -51,6 +62,8 @@ export class Worker {
     const handlers = await resolveHandlers(config, this.kinds, this.registered, pool);
     this.executor = new ShardExecutor(pool, handlers, this.id, config.worker.leaseMs, metrics, logger.child({ workerId: this.id }));
     await channel.init();
+    pool.on('acquire', this.onAcquire);
+    pool.on('release', this.onRelease);
     await this.heartbeat();
     logger.info({ workerId: this.id, kinds: this.kinds, concurrency: config.worker.concurrency }, 'worker started');
     this.loop = this.run();
@@ -104,9 +117,11 @@ export class Worker {
       }
     })();
     this.active.add(task);
+    this.activeShards.set(task, shardId);
     metrics.workerBusy.set(this.active.size);
     void task.finally(() => {
       this.active.delete(task);
+      this.activeShards.delete(task);
       metrics.workerBusy.set(this.active.size);
       this.wakeSlot?.();
       this.wakeSlot = undefined;
@@ -129,11 +144,47 @@ export class Worker {
 
   /**
    * Stops taking shards and waits up to drainTimeoutMs for the running ones to commit. Shards
-   * still running after that are left to their lease (another worker takes them over). Idempotent.
+   * still running after that are rolled back and released (releaseRunning), or, when that fails,
+   * left to their lease (another worker takes them over). Idempotent.
    */
   stop(drainTimeoutMs = this.deps.config.worker.drainTimeoutMs): Promise<void> {
     this.stopped ??= this.doStop(drainTimeoutMs);
     return this.stopped;
+  }
+
+  /**
+   * After the drain bound: ends this process's busy PostgreSQL sessions (their shard transactions
+   * roll back, nothing half-applied) and gives the shards back at once (queued, unpublished: the
+   * coordinator republishes them within a second) instead of after the lease. Runs on its own
+   * connection and is bounded; a shard whose row stays locked is left to its lease.
+   */
+  private async releaseRunning(shardIds: number[]): Promise<number[]> {
+    if (shardIds.length === 0) return [];
+    const pids = [...this.busyBackends.values()];
+    const client = new pg.Client({
+      connectionString: this.deps.config.databaseUrl,
+      connectionTimeoutMillis: 3000,
+      statement_timeout: 3000,
+      application_name: 'timeout-center worker stop',
+    });
+    client.on('error', () => {});
+    await client.connect();
+    try {
+      if (pids.length > 0) await client.query('SELECT pg_terminate_backend(pid, 2000) FROM unnest($1::int[]) AS pid', [pids]);
+      const { rows } = await client.query<{ id: string; kind: string }>(
+        `UPDATE timeout_center.shards
+            SET state = 'queued', owner = NULL, lease_token = NULL, lease_expires_at = NULL, published_at = NULL
+          WHERE id IN (SELECT id FROM timeout_center.shards
+                        WHERE id = ANY($1::int8[]) AND owner = $2 AND state = 'running'
+                          FOR UPDATE SKIP LOCKED)
+        RETURNING id::text, kind`,
+        [shardIds, this.id],
+      );
+      for (const r of rows) this.deps.metrics.shards.inc({ kind: r.kind, outcome: 'released' });
+      return rows.map((r) => Number(r.id));
+    } finally {
+      await client.end().catch(() => {});
+    }
   }
 
   private async doStop(drainTimeoutMs: number): Promise<void> {
@@ -143,7 +194,18 @@ export class Worker {
     const drained = Promise.all([...this.active]).then(() => true);
     const timedOut = new Promise<boolean>((r) => setTimeout(() => r(false), drainTimeoutMs).unref());
     const clean = await Promise.race([drained, timedOut]);
-    if (!clean) logger.warn({ running: this.active.size }, 'drain timeout: leaving running shards to their lease');
+    if (!clean) {
+      const shardIds = [...this.activeShards.values()];
+      logger.warn({ running: shardIds }, 'drain timeout: rolling back the running shards and releasing them to other workers');
+      try {
+        const released = await this.releaseRunning(shardIds);
+        logger.warn({ released, leftToLease: shardIds.filter((id) => !released.includes(id)) }, 'running shards released');
+      } catch (err) {
+        logger.warn({ err }, 'could not release the running shards; they go to another worker when their lease runs out');
+      }
+    }
+    pool.off('acquire', this.onAcquire);
+    pool.off('release', this.onRelease);
     await this.loop?.catch(() => {});
     await pool
       .query('UPDATE timeout_center.workers SET stopped_at = now(), last_seen_at = now() WHERE worker_id = $1', [this.id])
