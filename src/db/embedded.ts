@@ -11,9 +11,9 @@
 // works, transactions run one at a time, and FOR UPDATE [SKIP LOCKED] never waits (there is no
 // other session to wait for). The cost: a connection that sits idle inside a transaction blocks
 // the others, which a real server would not; our transactions never wait on another connection.
-import { mkdirSync } from 'node:fs';
+import { mkdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { createServer, type Server, type Socket } from 'node:net';
-import { resolve } from 'node:path';
+import { join, resolve } from 'node:path';
 import { PGlite } from '@electric-sql/pglite';
 import { PGLiteSocketHandler, type PGLiteSocketHandlerOptions } from '@electric-sql/pglite-socket';
 import type { Logger } from 'pino';
@@ -126,15 +126,40 @@ export interface EmbeddedOptions {
   port?: number;
 }
 
+const PID_FILE = 'timeout-center-embedded.pid';
+
+/** PGlite takes no lock on its folder, and two processes writing one folder corrupt it: a pid
+ *  file says who has it; a stale one (its process is gone) is taken over. */
+function claimDataDir(dataDir: string): () => void {
+  const file = join(dataDir, PID_FILE);
+  try {
+    writeFileSync(file, String(process.pid), { flag: 'wx' });
+  } catch (err) {
+    if ((err as NodeJS.ErrnoException).code !== 'EEXIST') throw err;
+    const pid = Number(readFileSync(file, 'utf8').trim());
+    let alive = false;
+    try {
+      if (Number.isInteger(pid) && pid > 0 && pid !== process.pid) alive = (process.kill(pid, 0), true);
+    } catch (e) {
+      alive = (e as NodeJS.ErrnoException).code === 'EPERM';
+    }
+    if (alive) throw new Error(`the embedded PostgreSQL in ${dataDir} is in use by process ${pid}; stop it or pick another --data-dir`);
+    writeFileSync(file, String(process.pid));
+  }
+  return () => rmSync(file, { force: true });
+}
+
 /** Opens (or creates) the PGlite database in dataDir and serves it on 127.0.0.1. */
 export async function startEmbeddedPostgres(options: EmbeddedOptions): Promise<EmbeddedPostgres> {
   const dataDir = resolve(options.dataDir);
   mkdirSync(dataDir, { recursive: true });
+  const releaseDir = claimDataDir(dataDir);
   const started = Date.now();
   let db: PGlite;
   try {
     db = await PGlite.create(dataDir);
   } catch (err) {
+    releaseDir();
     throw new Error(
       `cannot open the embedded PostgreSQL (PGlite) in ${dataDir}: ${(err as Error).message}. Another process may be using it, or it was written by another PGlite version: delete the folder to start over`,
       { cause: err },
@@ -159,13 +184,20 @@ export async function startEmbeddedPostgres(options: EmbeddedOptions): Promise<E
       socket.destroy();
     });
   });
-  const port = await new Promise<number>((resolvePort, reject) => {
-    server.once('error', reject);
-    server.listen(options.port ?? 0, '127.0.0.1', () => {
-      const address = server.address();
-      resolvePort(typeof address === 'object' && address ? address.port : 0);
+  let port: number;
+  try {
+    port = await new Promise<number>((resolvePort, reject) => {
+      server.once('error', reject);
+      server.listen(options.port ?? 0, '127.0.0.1', () => {
+        const address = server.address();
+        resolvePort(typeof address === 'object' && address ? address.port : 0);
+      });
     });
-  });
+  } catch (err) {
+    await db.close().catch(() => {});
+    releaseDir();
+    throw new Error(`embedded PostgreSQL: cannot listen on 127.0.0.1:${options.port ?? 0}: ${(err as Error).message}`, { cause: err });
+  }
   let closing: Promise<void> | undefined;
   return {
     url: `postgres://postgres@127.0.0.1:${port}/postgres`,
@@ -176,6 +208,7 @@ export async function startEmbeddedPostgres(options: EmbeddedOptions): Promise<E
         for (const s of sockets) s.destroy();
         await new Promise<void>((r) => server.close(() => r()));
         await db.close();
+        releaseDir();
       })();
       return closing;
     },

@@ -48,10 +48,14 @@ export function registerDemo(program: Command): void {
         redisUrl?: string;
         redisPrefix: string;
       }) => {
+        // First Ctrl-C: stop at the next progress check and clean up; a second one exits at once.
         const controller = new AbortController();
-        const onSignal = () => controller.abort();
-        process.once('SIGINT', onSignal);
-        process.once('SIGTERM', onSignal);
+        const onSignal = () => {
+          if (controller.signal.aborted) process.exit(130);
+          controller.abort();
+        };
+        process.on('SIGINT', onSignal);
+        process.on('SIGTERM', onSignal);
         try {
           const summary = await runDemo(
             {
@@ -73,7 +77,7 @@ export function registerDemo(program: Command): void {
           );
           process.exitCode = summary.ok ? 0 : 1;
         } catch (err) {
-          if (err instanceof DemoError) throw new CommanderError(1, 'tc.demo', `demo: ${err.message}`);
+          if (err instanceof DemoError) throw new CommanderError(controller.signal.aborted ? 130 : 1, 'tc.demo', `demo: ${err.message}`);
           throw err;
         } finally {
           process.off('SIGINT', onSignal);
