@@ -281,10 +281,11 @@ describe('Grafana dashboard and Prometheus rules', () => {
   beforeAll(async () => {
     const metrics = new Metrics('test');
     known = new Map();
+    const types = new Map((await metrics.registry.getMetricsAsJSON()).map((m) => [m.name, String(m.type)]));
     for (const m of metrics.registry.getMetricsAsArray()) {
-      const info = (m as unknown as { name: string; labelNames?: string[] });
-      const json = await m.get();
-      known.set(info.name, { type: String(json.type), labels: new Set([...(info.labelNames ?? []), 'role', 'instance', 'job']) });
+      // prom-client keeps each metric's label names on the instance (not in its public type).
+      const info = m as unknown as { name: string; labelNames?: string[] };
+      known.set(info.name, { type: types.get(info.name)!, labels: new Set([...(info.labelNames ?? []), 'role', 'instance', 'job']) });
     }
     expect(known.has('tc_lateness_seconds')).toBe(true);
   });
