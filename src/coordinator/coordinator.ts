@@ -49,6 +49,10 @@ export class Coordinator {
   private running = false;
   /** Shards claimed but not yet published (Redis refused): retried first on the next tick. */
   private unpublished: ShardMessage[] = [];
+  /** Scans a failed tick claimed into but did not mark mapped (e.g. PostgreSQL went away between
+   *  the claim's commit and finishMap): finished on the next tick, or reduce would never close
+   *  them. (close_orphan_scans only covers scans of an older epoch: a coordinator that died.) */
+  private unfinishedScans: number[] = [];
   private lastReapAt = 0;
   private lastLagCheckAt = 0;
   private lastLagAlertAt = 0;
@@ -176,6 +180,11 @@ export class Coordinator {
     const reduced = await reduceScans(pool, epoch);
     await this.afterReduce(reduced);
 
+    while (this.unfinishedScans.length > 0) {
+      await finishMap(pool, epoch, this.unfinishedScans[0]!);
+      this.unfinishedScans.shift();
+    }
+
     // Map: claim due rows while the shards in flight stay under the bound.
     const { rows } = await pool.query<{ now: Date; next_due: Date | null; in_flight: number }>(query(new URL('.', import.meta.url), 'next_due'), [this.kinds]);
     const clock = rows[0]!;
@@ -184,28 +193,33 @@ export class Coordinator {
     let scanId: number | undefined;
     let claimed = 0;
     let backpressured = false;
-    while (nextDue !== null && nextDue <= clock.now) {
-      const room = cfg.maxInFlightShards - inFlight;
-      if (room <= 0) {
-        backpressured = true;
-        break;
+    try {
+      while (nextDue !== null && nextDue <= clock.now) {
+        const room = cfg.maxInFlightShards - inFlight;
+        if (room <= 0) {
+          backpressured = true;
+          break;
+        }
+        const maxRows = Math.min(cfg.claimChunk, room * this.minShardSize);
+        await failpoint('coordinator.before-claim');
+        const chunk = await claimChunk(pool, epoch, { scanId, coordinatorId: this.deps.coordinatorId, cutoff: clock.now, kinds: this.kinds, maxRows });
+        if (!chunk) break;
+        scanId = chunk.scanId;
+        claimed += chunk.claimed;
+        inFlight += chunk.shards.length;
+        metrics.claimed.inc(chunk.claimed);
+        await failpoint('coordinator.before-publish');
+        this.unpublished.push(...chunk.shards);
+        await this.flushUnpublished();
+        if (chunk.claimed < maxRows) break;
       }
-      const maxRows = Math.min(cfg.claimChunk, room * this.minShardSize);
-      await failpoint('coordinator.before-claim');
-      const chunk = await claimChunk(pool, epoch, { scanId, coordinatorId: this.deps.coordinatorId, cutoff: clock.now, kinds: this.kinds, maxRows });
-      if (!chunk) break;
-      scanId = chunk.scanId;
-      claimed += chunk.claimed;
-      inFlight += chunk.shards.length;
-      metrics.claimed.inc(chunk.claimed);
-      await failpoint('coordinator.before-publish');
-      this.unpublished.push(...chunk.shards);
-      await this.flushUnpublished();
-      if (chunk.claimed < maxRows) break;
-    }
-    if (scanId !== undefined) {
-      await finishMap(pool, epoch, scanId);
-      logger.debug({ scanId, claimed, inFlight }, 'scan mapped');
+      if (scanId !== undefined) {
+        await finishMap(pool, epoch, scanId);
+        logger.debug({ scanId, claimed, inFlight }, 'scan mapped');
+      }
+    } catch (err) {
+      if (scanId !== undefined) this.unfinishedScans.push(scanId);
+      throw err;
     }
     metrics.shardsInFlight.set(inFlight);
     await this.checkLag();

@@ -53,6 +53,22 @@ describe('coordinator faults', () => {
     });
   });
 
+  it('a tick that fails between claim and finishing the map (a PostgreSQL blip) leaves no scan open forever', async () => {
+    s = await Scenario.create('fault-coordinator-tick-error');
+    // The claim commits, then the tick throws before publishing and before the scan is marked
+    // mapped; the same coordinator keeps leading under the same epoch.
+    const c = s.coordinator('coordinator', { failpoints: 'coordinator.before-publish=1*error(injected: connection lost after claim)' });
+    await c.waitForMsg('became leader', 15_000);
+    s.worker('worker-1');
+    await s.seed(N);
+    await c.waitForMsg('coordinator tick failed; the next tick retries', 15_000);
+    const inv = await s.expectInvariants(30_000);
+    expect(inv.applied).toBe(N);
+    expect(c.lines.filter((l) => l.msg === 'became leader')).toHaveLength(1);
+    await s.stopAll();
+    report('2b coordinator tick error between claim and finishMap', { timeouts: N, applied: inv.applied, wallMs: s.elapsedMs() });
+  });
+
   it('SIGSTOP past the lock lifetime, standby takes over, SIGCONT: the stale write is fenced off and the old leader steps down', async () => {
     s = await Scenario.create('fault-coordinator-paused');
     // A freezes itself right before its first claim, after it read the clock and its epoch.

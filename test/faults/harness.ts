@@ -133,7 +133,18 @@ export class Scenario {
     const failed = await this.count(`SELECT count(*) AS n FROM timeout_center.timeouts WHERE state = 'failed'`);
     const cancelled = await this.count(`SELECT count(*) AS n FROM timeout_center.timeouts WHERE state = 'cancelled'`);
     const figures = { ...inv, applied, closed, failed, cancelled };
-    expect(figures, `invariants of ${this.label}`).toMatchObject({ lost: 0, doubled: 0, wrong: 0, reduceMismatch: 0, unreducedScans: 0 });
+    let detail = '';
+    if (inv.unreducedScans > 0 || inv.lost > 0) {
+      const { rows: scans } = await this.pool.query(
+        `SELECT s.id, s.epoch, s.state, s.claimed, s.shard_count,
+                (SELECT json_agg(json_build_object('id', sh.id, 'state', sh.state, 'attempts', sh.attempts, 'publish_count', sh.publish_count))
+                   FROM timeout_center.shards sh WHERE sh.scan_id = s.id AND sh.state IN ('queued', 'running')) AS open_shards,
+                (SELECT epoch FROM timeout_center.coordinator_lease) AS current_epoch
+           FROM timeout_center.scans s WHERE s.state <> 'reduced'`,
+      );
+      detail = `; open scans: ${JSON.stringify(scans)}`;
+    }
+    expect(figures, `invariants of ${this.label}${detail}`).toMatchObject({ lost: 0, doubled: 0, wrong: 0, reduceMismatch: 0, unreducedScans: 0 });
     expect(closed, 'every close comes from exactly one applied timeout').toBe(applied);
     return figures;
   }
