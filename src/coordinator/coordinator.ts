@@ -71,6 +71,7 @@ export class Coordinator {
     deps.leadership.on('deposed', () => {
       deps.metrics.leader.set(0);
       deps.metrics.epoch.set(0);
+      this.clearLeaderGauges();
     });
   }
 
@@ -167,6 +168,9 @@ export class Coordinator {
         metrics.reclaims.inc({ source: 'abandoned' }, reaped.abandoned.length);
       }
       for (const a of reaped.abandoned) {
+        // Failed shards and their timeouts show per kind beside the workers' outcomes.
+        metrics.shards.inc({ kind: a.kind, outcome: 'failed' });
+        metrics.timeouts.inc({ kind: a.kind, outcome: 'failed' }, a.failed);
         void this.alerter.raise({
           type: 'shard_abandoned',
           message: `shard ${a.shardId} (${a.kind}, scan ${a.scanId}) was abandoned by its workers too many times; ${a.failed} timeouts marked failed`,
@@ -307,6 +311,14 @@ export class Coordinator {
     }
   }
 
+  /** Backlog, lag and in-flight gauges are measured by the leader only: a standby must not keep
+   *  exporting the values of its last term (dashboards take the max across coordinators). */
+  private clearLeaderGauges(): void {
+    this.deps.metrics.backlog.reset();
+    this.deps.metrics.oldestLag.reset();
+    this.deps.metrics.shardsInFlight.set(0);
+  }
+
   /** Stops ticking and gives up leadership (the lock is released for a standby). Idempotent. */
   async stop(): Promise<void> {
     this.running = false;
@@ -316,5 +328,6 @@ export class Coordinator {
     await this.ticking?.catch(() => {});
     await this.deps.leadership.stop();
     this.deps.metrics.leader.set(0);
+    this.clearLeaderGauges();
   }
 }

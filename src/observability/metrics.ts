@@ -6,7 +6,7 @@ export class Metrics {
 
   readonly timeouts = new Counter({
     name: 'tc_timeouts_total',
-    help: 'Timeouts finished by workers, by kind and outcome (applied, skipped, failed, retried)',
+    help: 'Timeouts finished, by kind and outcome (applied, skipped, failed, retried); failed counts those of abandoned shards too (coordinator)',
     labelNames: ['kind', 'outcome'] as const,
     registers: [this.registry],
   });

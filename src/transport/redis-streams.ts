@@ -6,6 +6,8 @@ import type { Logger } from 'pino';
 import type { ShardChannel, ShardDelivery, ShardMessage } from './channel.js';
 
 const GROUP = 'workers';
+/** A blocking read that has not answered this long after its BLOCK time is presumed lost. */
+const BLOCKING_MARGIN_MS = 5000;
 
 export interface RedisStreamsOptions {
   url: string;
@@ -95,7 +97,7 @@ export class RedisStreamsChannel implements ShardChannel {
       : ['GROUP', GROUP, consumer, 'COUNT', String(count), 'BLOCK', String(blockMs), 'STREAMS', this.streamKey, '>'];
     let reply: unknown;
     try {
-      reply = await this.blockingConnection().call('XREADGROUP', ...args);
+      reply = await this.callBlocking(args, own ? BLOCKING_MARGIN_MS : blockMs + BLOCKING_MARGIN_MS);
     } catch (err) {
       if (String((err as Error).message).includes('NOGROUP')) {
         // Redis lost the stream (restart without persistence): recreate and read again.
@@ -108,6 +110,32 @@ export class RedisStreamsChannel implements ShardChannel {
     // Own pending entries are read once, at start; later reads of '0' would repeat them.
     if (own) this.drainedOwnPending.add(consumer);
     return this.toDeliveries(entries, own);
+  }
+
+  /**
+   * XREADGROUP on the blocking connection, bounded. That connection does not resend unfinished
+   * commands after a reconnect (a resent read could deliver entries nobody waits for), and ioredis
+   * then drops the command without settling its promise: a read in flight when the connection
+   * broke would wait forever, and the worker with it (no more shards, no stop). Past the bound the
+   * connection is thrown away and the caller's loop retries on a fresh one.
+   */
+  private async callBlocking(args: string[], boundMs: number): Promise<unknown> {
+    const conn = this.blockingConnection();
+    const call = conn.call('XREADGROUP', ...args);
+    let timer: NodeJS.Timeout | undefined;
+    const bound = new Promise<never>((_, reject) => {
+      timer = setTimeout(() => {
+        if (this.blocking === conn) this.blocking = undefined;
+        conn.disconnect();
+        reject(new Error(`XREADGROUP got no answer within ${boundMs} ms (Redis connection lost?); reading again on a new connection`));
+      }, boundMs);
+    });
+    call.catch(() => {}); // settles (or not) after the bound: nobody waits for it any more
+    try {
+      return await Promise.race([call, bound]);
+    } finally {
+      clearTimeout(timer);
+    }
   }
 
   async reclaim(consumer: string, minIdleMs: number, count: number): Promise<ShardDelivery[]> {
