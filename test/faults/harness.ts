@@ -25,6 +25,7 @@ export interface ScenarioOptions {
   kind?: Partial<NonNullable<ConfigInput['kinds']>[string]>;
   alerts?: DeepPartial<NonNullable<ConfigInput['alerts']>>;
   poolSize?: number;
+  logLevel?: 'info' | 'debug';
 }
 
 export class Scenario {
@@ -49,7 +50,7 @@ export class Scenario {
     const config: ConfigInput = {
       redisKeyPrefix: prefix,
       poolSize: options.poolSize ?? 3,
-      logLevel: 'info',
+      logLevel: options.logLevel ?? 'info',
       kinds: {
         [KIND]: {
           shardSize: 100,

@@ -1,9 +1,12 @@
 // Scenario 1: a worker is SIGKILLed (a) after it took a shard's lease and ran the handler, before
 // its transaction commits, and (b) after the commit, before the Redis ACK. Another worker (and the
 // coordinator's reaper) must finish everything with no timeout lost and no order closed twice.
+// Also a worker frozen (SIGSTOP) past its lease, then thawed: (c) frozen before its transaction,
+// its late write is refused by the lease token; (d) frozen inside its transaction, its row locks
+// keep every other writer off the shard until it commits, so nothing runs twice either way.
 import { afterEach, describe, expect, it } from 'vitest';
 import { killAll } from '../helpers/processes.js';
-import { report, Scenario } from './harness.js';
+import { procState, report, Scenario, sleep, waitUntil } from './harness.js';
 
 const N = 3000;
 let s: Scenario | undefined;
@@ -59,5 +62,54 @@ describe('worker killed mid-shard', () => {
     expect(rerun).toBeLessThanOrEqual(1);
     await s.stopAll();
     report('1b worker SIGKILL after commit, before ACK', { timeouts: N, applied: inv.applied, shardsRerun: rerun, wallMs: s.elapsedMs() });
+  });
+
+  it('SIGSTOP after the lease past its expiry, then SIGCONT: the shard is re-run elsewhere and the late write is refused', async () => {
+    s = await Scenario.create('fault-worker-paused-lease', { logLevel: 'debug' });
+    const victim = s.worker('worker-victim', { failpoints: 'worker.after-lease=1*pause' });
+    const survivor = s.worker('worker-survivor');
+    await Promise.all([victim.waitForMsg('worker started'), survivor.waitForMsg('worker started')]);
+    await s.seed(N);
+    s.coordinator();
+
+    await waitUntil('the victim to stop itself', () => procState(victim.pid) === 'T', 15_000);
+    const inv = await s.expectInvariants(30_000);
+    expect(inv.applied).toBe(N);
+    // The frozen worker's shard was taken over once its lease ran out (attempt 2, by the survivor).
+    const { rows } = await s.pool.query<{ id: number; owner: string }>(`SELECT id, owner FROM timeout_center.shards WHERE attempts > 1`);
+    expect(rows.length).toBeGreaterThanOrEqual(1);
+    process.kill(victim.pid, 'SIGCONT');
+    // Thawed, it runs its transaction with its old lease token: refused, nothing written.
+    const refused = await victim.waitFor((l) => l.msg === 'dropped duplicate shard delivery' && /lease on shard \d+ was lost/.test(String(l['reason'])), 10_000, 'lease-lost refusal');
+    expect(rows.map((r) => Number(r.id))).toContain(refused['shardId']);
+    await sleep(500);
+    expect(victim.alive).toBe(true);
+    await s.expectInvariants(5000);
+    await s.stopAll();
+    report('1c worker SIGSTOP after lease, SIGCONT after takeover', { timeouts: N, applied: inv.applied, takenOver: rows.length, refusal: refused['reason'], wallMs: s.elapsedMs() });
+  });
+
+  it('SIGSTOP inside the shard transaction past the lease, then SIGCONT: its locks hold the shard, it commits once, the takeover finds it done', async () => {
+    s = await Scenario.create('fault-worker-paused-txn', { logLevel: 'debug' });
+    const victim = s.worker('worker-victim', { failpoints: 'worker.before-commit=1*pause' });
+    const survivor = s.worker('worker-survivor');
+    await Promise.all([victim.waitForMsg('worker started'), survivor.waitForMsg('worker started')]);
+    await s.seed(N);
+    s.coordinator();
+
+    await waitUntil('the victim to stop itself', () => procState(victim.pid) === 'T', 15_000);
+    // Frozen for longer than the lease (3 s) but less than idle_in_transaction_session_timeout
+    // (10 s), so its transaction is still alive when it wakes.
+    await sleep(4500);
+    const stuck = await s.count(`SELECT count(*) AS n FROM timeout_center.shards WHERE state = 'running' AND lease_expires_at < now()`);
+    process.kill(victim.pid, 'SIGCONT');
+    const inv = await s.expectInvariants(30_000);
+    expect(inv.applied).toBe(N);
+    // No shard ran twice: the expired lease could not be taken while the victim held the row lock.
+    const rerun = await s.count(`SELECT count(*) AS n FROM timeout_center.shards WHERE attempts > 1`);
+    expect(rerun).toBe(0);
+    expect(victim.alive).toBe(true);
+    await s.stopAll();
+    report('1d worker SIGSTOP inside its transaction past the lease, SIGCONT', { timeouts: N, applied: inv.applied, expiredButLockedShards: stuck, shardsRerun: rerun, wallMs: s.elapsedMs() });
   });
 });
