@@ -112,4 +112,26 @@ describe('worker killed mid-shard', () => {
     await s.stopAll();
     report('1d worker SIGSTOP inside its transaction past the lease, SIGCONT', { timeouts: N, applied: inv.applied, expiredButLockedShards: stuck, shardsRerun: rerun, wallMs: s.elapsedMs() });
   });
+
+  it('a shard that kills every worker that runs it is abandoned after its attempts: failed, counted by reduce, alerted', async () => {
+    s = await Scenario.create('fault-worker-crash-loop', { kind: { maxAttempts: 2 } });
+    const n = 100; // one shard
+    const first = s.worker('worker-1', { failpoints: 'worker.before-commit=kill' });
+    await first.waitForMsg('worker started');
+    await s.seed(n);
+    const c = s.coordinator();
+    expect((await first.exited).signal).toBe('SIGKILL');
+    const second = s.worker('worker-2', { failpoints: 'worker.before-commit=kill' });
+    expect((await second.exited).signal).toBe('SIGKILL');
+
+    const inv = await s.expectInvariants(30_000);
+    expect(inv.failed).toBe(n);
+    expect(inv.closed).toBe(0);
+    const { rows } = await s.pool.query<{ state: string; attempts: number; failed_count: number }>(`SELECT state, attempts, failed_count FROM timeout_center.shards`);
+    expect(rows).toEqual([{ state: 'failed', attempts: 2, failed_count: n }]);
+    await c.waitForMsg(/^ALERT shard_abandoned/, 10_000);
+    await c.waitForMsg(/^ALERT scan_failures/, 10_000);
+    await s.stopAll();
+    report('1e crash loop: shard abandoned after max attempts', { timeouts: n, failed: inv.failed, alerts: c.lines.filter((l) => String(l.msg).startsWith('ALERT')).map((l) => l['alert']), wallMs: s.elapsedMs() });
+  });
 });
