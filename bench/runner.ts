@@ -59,7 +59,8 @@ async function pgBoss() {
   };
   if (opts['transactional']) {
     // The close commits together with the jobs' completion (what timeout-center does per shard).
-    await boss.work<{ id: number }>(queue, { ...common, transactional: true }, async (jobs, tx) => {
+    const options = { ...common, transactional: true } as const;
+    await boss.work<{ id: number }, unknown, typeof options>(queue, options, async (jobs, tx) => {
       if (jobs.length === 1) await tx.executeSql(CLOSE_ONE_SQL, [jobs[0]!.data.id]);
       else await tx.executeSql(CLOSE_MANY_SQL, [jobs.map((j) => j.data.id)]);
     });

@@ -39,6 +39,8 @@ export interface Driver {
   prepare(): Promise<void>;
   /** Schedules one timeout per order in [from, to], all due at dueAt. */
   schedule(from: number, to: number, dueAt: Date): Promise<void>;
+  /** Closes the bench-side connections used only for scheduling (burst: before the drain). */
+  endLoading(): Promise<void>;
   start(): Promise<void>;
   /** Live consumer processes (for the monitor). */
   readonly processes: CliProcess[];
@@ -162,6 +164,8 @@ class TimeoutCenterDriver implements Driver {
     return insertTimeouts(this.ctx.pool, from, to, dueAt);
   }
 
+  async endLoading() {}
+
   async start() {
     const coordinator = spawnCli('tc coordinator', ['coordinator', '-c', this.configPath], this.env);
     const workers = Array.from({ length: this.s.workers }, (_, i) => spawnCli(`tc worker ${i + 1}`, ['worker', '-c', this.configPath], this.env));
@@ -240,6 +244,11 @@ class PgBossDriver implements Driver {
     }
   }
 
+  async endLoading() {
+    await this.boss?.stop({ graceful: false, close: true }).catch(() => {});
+    this.boss = undefined;
+  }
+
   async start() {
     const p = spawnRunner('pg-boss worker', 'pg-boss', { databaseUrl: this.ctx.databaseUrl, ...this.s });
     this.processes = [p];
@@ -291,6 +300,11 @@ class GraphileDriver implements Driver {
     }
   }
 
+  async endLoading() {
+    await Promise.resolve(this.utils?.release()).catch(() => {});
+    this.utils = undefined;
+  }
+
   async start() {
     const p = spawnRunner('graphile-worker', 'graphile-worker', { databaseUrl: this.ctx.databaseUrl, ...this.s });
     this.processes = [p];
@@ -302,7 +316,7 @@ class GraphileDriver implements Driver {
   }
 
   async close() {
-    await this.utils?.release().catch(() => {});
+    await Promise.resolve(this.utils?.release()).catch(() => {});
   }
 }
 
@@ -341,6 +355,8 @@ class BullDriver implements Driver {
       await this.queue!.addBulk(jobs);
     }
   }
+
+  async endLoading() {}
 
   async start() {
     this.processes = Array.from({ length: this.s.workers }, (_, i) =>

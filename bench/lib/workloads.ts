@@ -3,7 +3,7 @@
 // processes do the work.
 import { once } from 'node:events';
 import pg from 'pg';
-import { createTestDatabase, testKeyPrefix } from '../../test/helpers/services.ts';
+import { ADMIN_DATABASE_URL, createTestDatabase, testKeyPrefix } from '../../test/helpers/services.ts';
 import { runCli } from '../../test/helpers/processes.ts';
 import { writeConfig } from '../../test/helpers/orders.ts';
 import { ORDERS_DDL, correctness, insertOrders, lateness, progress, sleep, type Correctness, type Lateness } from './orders.ts';
@@ -24,6 +24,49 @@ export interface BurstResult {
   /** ms the loading ran past the due time (0 = the drain started cleanly at the due time) */
   overrunMs: number;
   timedOut: boolean;
+  /** PostgreSQL work per timeout during the drain, from pg_stat_database of the system's own
+   *  database (deterministic, unlike timings on a shared box) */
+  cost?: DrainCost;
+}
+
+export interface DrainCost {
+  /** shared buffers touched (hit + read) */
+  buffers: number;
+  /** rows inserted + updated + deleted */
+  rowsWritten: number;
+  /** rows returned + fetched */
+  rowsRead: number;
+  /** transactions committed or rolled back */
+  transactions: number;
+}
+
+interface DbCounters {
+  buffers: number;
+  rowsWritten: number;
+  rowsRead: number;
+  transactions: number;
+}
+
+async function dbCounters(dbName: string): Promise<DbCounters> {
+  const c = new pg.Client({ connectionString: ADMIN_DATABASE_URL });
+  await c.connect();
+  try {
+    const { rows } = await c.query<DbCounters>(
+      `SELECT (blks_hit + blks_read)::float8 AS buffers, (tup_inserted + tup_updated + tup_deleted)::float8 AS "rowsWritten",
+              (tup_returned + tup_fetched)::float8 AS "rowsRead", (xact_commit + xact_rollback)::float8 AS transactions
+         FROM pg_stat_database WHERE datname = $1`,
+      [dbName],
+    );
+    return rows[0]!;
+  } finally {
+    await c.end();
+  }
+}
+
+/** Makes the pool's backends publish their pending statistics now (PostgreSQL 15+). */
+async function flushStats(pool: pg.Pool): Promise<void> {
+  await Promise.all([1, 2, 3].map(() => pool.query('SELECT pg_stat_force_next_flush()')));
+  await sleep(300);
 }
 
 export interface SteadyResult {
@@ -51,7 +94,7 @@ async function withSystem<T>(
   variant: Variant,
   workload: string,
   env: Env,
-  fn: (ctx: { pool: pg.Pool; url: string; driver: ReturnType<typeof makeDriver> }) => Promise<T>,
+  fn: (ctx: { pool: pg.Pool; url: string; dbName: string; driver: ReturnType<typeof makeDriver> }) => Promise<T>,
 ): Promise<T> {
   const db = await createTestDatabase(`bench_${workload}_${variant.id}`);
   const pool = new pg.Pool({ connectionString: db.url, max: 3 });
@@ -61,7 +104,7 @@ async function withSystem<T>(
     await pool.query(ORDERS_DDL);
     env.status.set('preparing schema');
     await driver.prepare();
-    return await fn({ pool, url: db.url, driver });
+    return await fn({ pool, url: db.url, dbName: db.name, driver });
   } finally {
     await driver.stop().catch(() => {});
     await driver.close().catch(() => {});
@@ -85,7 +128,7 @@ async function settleTimeouts(pool: pg.Pool, ms: number): Promise<void> {
 // 1. Burst drain ----------------------------------------------------------------------------
 
 export async function burst(variant: Variant, n: number, maxSeconds: number, env: Env, leadMs = 2500): Promise<BurstResult> {
-  return withSystem(variant, 'burst', env, async ({ pool, driver }) => {
+  return withSystem(variant, 'burst', env, async ({ pool, dbName, driver }) => {
     const unpaid = n - Math.floor(n / 10);
     // Due far enough ahead that loading and process start finish first.
     const aheadMs = leadMs + (n * (driver.scheduleCostUs + 10)) / 1000;
@@ -98,6 +141,10 @@ export async function burst(variant: Variant, n: number, maxSeconds: number, env
       await driver.schedule(a, b, t0);
     }
     await pool.query('ANALYZE');
+    // Loading connections publish their statistics before the drain's counters are read.
+    await driver.endLoading();
+    await flushStats(pool);
+    const before = await dbCounters(dbName);
     env.status.set('starting processes');
     await driver.start();
     const overrunMs = Math.max(0, Date.now() - t0.getTime());
@@ -105,7 +152,7 @@ export async function burst(variant: Variant, n: number, maxSeconds: number, env
       env.status.set(`due in ${((t0.getTime() - Date.now()) / 1000).toFixed(1)} s`);
       await sleep(Math.min(200, t0.getTime() - Date.now()));
     }
-    const pollMs = n > 300_000 ? 1000 : 250;
+    const pollMs = n >= 50_000 ? 1000 : 250; // the end time comes from max(closed_at), not from this poll
     let timedOut = false;
     for (;;) {
       const p = await progress(pool);
@@ -120,11 +167,15 @@ export async function burst(variant: Variant, n: number, maxSeconds: number, env
     }
     if (driver.usesTimeoutsTable && !timedOut) await settleTimeouts(pool, 15_000);
     const rss = await driver.stop();
+    await flushStats(pool);
+    const after = await dbCounters(dbName);
     const lat = await lateness(pool);
     const seconds = lat.lastCloseEpoch === null ? maxSeconds : lat.lastCloseEpoch - t0.getTime() / 1000;
     const done = timedOut ? Math.round((lat.count / unpaid) * n) : n;
     const corr = timedOut ? { ...(await correctness(pool, false)), ok: false, problems: ['timed out'] } : await correctness(pool, driver.usesTimeoutsTable);
-    return { variant: variant.id, n, seconds, rate: done / seconds, lateness: lat, correctness: corr, rss, overrunMs, timedOut };
+    const per = (k: keyof DbCounters) => (after[k] - before[k]) / done;
+    const cost = { buffers: per('buffers'), rowsWritten: per('rowsWritten'), rowsRead: per('rowsRead'), transactions: per('transactions') };
+    return { variant: variant.id, n, seconds, rate: done / seconds, lateness: lat, correctness: corr, rss, overrunMs, timedOut, cost };
   });
 }
 
