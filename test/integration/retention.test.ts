@@ -172,7 +172,8 @@ describe('retention', () => {
     // ...but the same number of new rows fits in the freed space: the table does not grow by
     // another 190k rows' worth (it would almost double without reuse).
     expect(afterRefill).toBeLessThan(before.timeouts * 1.25);
-    expect(rate).toBeGreaterThan(10_000);
+    // Far above "millions a day" (1M/day is 12/s), with room for a loaded CI machine.
+    expect(rate).toBeGreaterThan(2_000);
   });
 
   it('the leading coordinator purges on its own every retention.intervalMs', async () => {
