@@ -2,7 +2,8 @@
 // with -m immediate (a crash: every backend killed, crash recovery on start) mid-run and started
 // again 1.5 s later. (b) A worker's backend is terminated with pg_terminate_backend while it sits
 // inside its shard transaction. No process may crash on the pool's 'error' event, and the work
-// must resume on its own.
+// must resume on its own. (c) Connection chaos: random backends of every process terminated
+// every 150 ms for 3 s.
 import { afterAll, afterEach, describe, expect, it } from 'vitest';
 import { killAll } from '../helpers/processes.js';
 import { startPostgres, stopAllServers } from '../helpers/servers.js';
@@ -101,5 +102,34 @@ describe('PostgreSQL faults', () => {
       transactionRetries: retries.length,
       wallMs: s.elapsedMs(),
     });
+  });
+
+  it('connection chaos: random coordinator and worker backends terminated every 150 ms for 3 s', async () => {
+    s = await Scenario.create('fault-pg-chaos');
+    const c = s.coordinator('coordinator');
+    await c.waitForMsg('became leader', 15_000);
+    const slow = 'worker.after-lease=sleep(100)';
+    const workers = [s.worker('worker-1', { failpoints: slow }), s.worker('worker-2', { failpoints: slow })];
+    await Promise.all(workers.map((w) => w.waitForMsg('worker started')));
+    await s.seed(N, { spreadMs: 3000 });
+
+    let terminated = 0;
+    const until = Date.now() + 3000;
+    while (Date.now() < until) {
+      const { rows } = await s.pool.query<{ ok: boolean }>(
+        `SELECT pg_terminate_backend(pid) AS ok FROM pg_stat_activity
+          WHERE datname = current_database() AND application_name LIKE 'timeout-center %' AND random() < 0.3`,
+      );
+      terminated += rows.filter((r) => r.ok).length;
+      await sleep(150);
+    }
+
+    const inv = await s.expectInvariants(40_000);
+    expect(inv.applied).toBe(N);
+    for (const p of [c, ...workers]) expect(p.alive, `${p.name} survived (stderr: ${p.stderr.slice(-500)})`).toBe(true);
+    expect(terminated).toBeGreaterThan(10);
+    const tickFailures = linesMatching(c, /coordinator tick failed/).length;
+    await s.stopAll();
+    report('5c connection chaos', { timeouts: N, applied: inv.applied, backendsTerminated: terminated, coordinatorTickFailures: tickFailures, wallMs: s.elapsedMs() });
   });
 });
