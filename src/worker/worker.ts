@@ -110,10 +110,17 @@ export class Worker {
       try {
         const outcome = await this.executor!.run(shardId);
         if (outcome.status === 'not-ours') logger.debug({ shardId, reason: outcome.reason }, 'dropped duplicate shard delivery');
-        await channel.ack([delivery]);
       } catch (err) {
         // Not acknowledged: the lease runs out and the reaper (or XAUTOCLAIM) hands it on.
         logger.error({ err, shardId }, 'shard failed; it will be retried after its lease expires');
+        return;
+      }
+      try {
+        await channel.ack([delivery]);
+      } catch (err) {
+        // The outcome is committed; only the ACK is lost (Redis unreachable). The redelivery finds
+        // the shard final and is dropped, or the entry vanished with Redis's data.
+        logger.warn({ err, shardId }, 'shard committed, but its ACK failed; a redelivery will be dropped as a duplicate');
       }
     })();
     this.active.add(task);
@@ -187,6 +194,30 @@ export class Worker {
     }
   }
 
+  /**
+   * Deliveries read but never started (the read was in flight when the stop began) go back now,
+   * not after republishAfterMs or a lease: PostgreSQL still has the shard queued (or running under
+   * a dead worker's lease, which the reaper requeues), so clearing published_at lets the leader
+   * republish it within a second, and the delivery is acknowledged. If PostgreSQL or Redis does
+   * not answer, they stay pending under this consumer for XAUTOCLAIM and the reaper.
+   */
+  private async handBack(): Promise<void> {
+    if (this.backlog.length === 0) return;
+    const left = this.backlog.splice(0);
+    const shardIds = left.map((d) => d.message.shardId);
+    try {
+      await this.deps.pool.query(
+        `UPDATE timeout_center.shards SET published_at = NULL WHERE id = ANY($1::int8[]) AND state = 'queued'`,
+        [shardIds],
+      );
+      await this.deps.channel.ack(left);
+      this.deps.logger.info({ shards: shardIds }, 'handed back shards read but not started');
+    } catch (err) {
+      this.backlog.push(...left);
+      this.deps.logger.warn({ err, shards: shardIds }, 'could not hand back unstarted shards; they are recovered after republishAfterMs');
+    }
+  }
+
   private async doStop(drainTimeoutMs: number): Promise<void> {
     this.stopping = true;
     this.wakeSlot?.();
@@ -207,6 +238,7 @@ export class Worker {
     pool.off('acquire', this.onAcquire);
     pool.off('release', this.onRelease);
     await this.loop?.catch(() => {});
+    await this.handBack();
     await pool
       .query('UPDATE timeout_center.workers SET stopped_at = now(), last_seen_at = now() WHERE worker_id = $1', [this.id])
       .catch(() => {});

@@ -215,4 +215,39 @@ describe('graceful shutdown (real processes)', () => {
     expect((await standby.stop()).code).toBe(0);
     console.log(`failover: coordinator SIGTERM -> standby leader after ${takeoverMs} ms (lock TTL ${LOCK_TTL_MS} ms)`);
   });
+
+  it('shards read while the stop began are handed back at once, not after republishAfterMs or the lease', async () => {
+    // Slow recovery on purpose: without the hand-back these shards would wait 60 s.
+    const slow = {
+      ...env,
+      TIMEOUT_CENTER_CONFIG: writeConfig({
+        redisKeyPrefix: prefix,
+        kinds: { 'order.unpaid': { shardSize: 100, timeLimitMs: 3000, handler: { type: 'sql', sql: CLOSE_SQL } } },
+        coordinator: { lockTtlMs: LOCK_TTL_MS, republishAfterMs: 60_000 },
+        worker: { concurrency: 2, leaseMs: 60_000, blockMs: 5000 },
+      }),
+    };
+    const leader = spawnCli('coordinator-slow-recovery', ['coordinator'], slow);
+    await leader.waitForMsg('became leader', LOCK_TTL_MS + 5000);
+    const worker = spawnCli('worker-reading', ['worker'], slow);
+    await worker.waitForMsg('worker started');
+    await new Promise((r) => setTimeout(r, 300)); // now inside its 5 s blocking read
+    worker.kill('SIGTERM');
+    const ids = await orders(100, 0); // claimed and published while that read still blocks
+    const exit = await worker.exited;
+    expect(exit.code, worker.stderr).toBe(0);
+    const handed = worker.lines.find((l) => l.msg === 'handed back shards read but not started');
+    expect(handed?.['shards'], JSON.stringify(worker.lines.slice(-5))).toHaveLength(1);
+    expect(await states(ids)).toEqual({ dispatched: 100 });
+
+    const next = spawnCli('worker-after-handback', ['worker'], slow);
+    const startedAt = Date.now();
+    await waitAllDone(ids, 20_000);
+    const ms = Date.now() - startedAt;
+    expect(ms).toBeLessThan(10_000);
+    expect(await doubled()).toBe(0);
+    expect((await next.stop()).code).toBe(0);
+    expect((await leader.stop()).code).toBe(0);
+    console.log(`hand-back: shard read during the stop was done ${ms} ms after the next worker started (republishAfterMs 60 s)`);
+  });
 });
