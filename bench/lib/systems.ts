@@ -30,6 +30,8 @@ export interface Variant {
 export interface ProcessStats {
   name: string;
   peakRssMb: number;
+  /** user + system CPU time of the process so far */
+  cpuSeconds?: number;
 }
 
 export interface Driver {
@@ -71,8 +73,19 @@ export function peakRssMb(pid: number): number {
   }
 }
 
+/** CPU time (user + system) of a live process, in seconds. */
+export function cpuSeconds(pid: number): number {
+  try {
+    const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
+    const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+    return (Number(fields[11]) + Number(fields[12])) / 100; // utime, stime in clock ticks (USER_HZ = 100)
+  } catch {
+    return 0;
+  }
+}
+
 async function stopAll(procs: CliProcess[]): Promise<ProcessStats[]> {
-  const stats = procs.map((p) => ({ name: p.name, peakRssMb: peakRssMb(p.pid) }));
+  const stats = procs.map((p) => ({ name: p.name, peakRssMb: peakRssMb(p.pid), cpuSeconds: cpuSeconds(p.pid) }));
   await Promise.all(procs.map((p) => p.stop(20_000)));
   return stats;
 }

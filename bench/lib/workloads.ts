@@ -7,7 +7,7 @@ import { ADMIN_DATABASE_URL, createTestDatabase, testKeyPrefix } from '../../tes
 import { runCli } from '../../test/helpers/processes.ts';
 import { writeConfig } from '../../test/helpers/orders.ts';
 import { ORDERS_DDL, correctness, insertOrders, lateness, progress, sleep, type Correctness, type Lateness } from './orders.ts';
-import { makeDriver, KIND, type ProcessStats, type Variant } from './systems.ts';
+import { cpuSeconds, makeDriver, KIND, type ProcessStats, type Variant } from './systems.ts';
 import type { Status } from './status.ts';
 
 export const REDIS_URL = process.env['BENCH_REDIS_URL'] ?? process.env['TEST_REDIS_URL'] ?? 'redis://127.0.0.1:6379';
@@ -27,6 +27,8 @@ export interface BurstResult {
   /** PostgreSQL work per timeout during the drain, from pg_stat_database of the system's own
    *  database (deterministic, unlike timings on a shared box) */
   cost?: DrainCost;
+  /** CPU seconds of the PostgreSQL backends serving the system (connected at the end) */
+  dbCpuSeconds?: number;
 }
 
 export interface DrainCost {
@@ -97,7 +99,7 @@ async function withSystem<T>(
   fn: (ctx: { pool: pg.Pool; url: string; dbName: string; driver: ReturnType<typeof makeDriver> }) => Promise<T>,
 ): Promise<T> {
   const db = await createTestDatabase(`bench_${workload}_${variant.id}`);
-  const pool = new pg.Pool({ connectionString: db.url, max: 3 });
+  const pool = new pg.Pool({ connectionString: db.url, max: 3, application_name: 'tc-bench' });
   pool.on('error', () => {});
   const driver = makeDriver(variant, { databaseUrl: db.url, redisUrl: REDIS_URL, redisPrefix: testKeyPrefix('bench'), pool });
   try {
@@ -166,6 +168,8 @@ export async function burst(variant: Variant, n: number, maxSeconds: number, env
       await sleep(pollMs);
     }
     if (driver.usesTimeoutsTable && !timedOut) await settleTimeouts(pool, 15_000);
+    const backends = await pool.query<{ pid: number }>("SELECT pid FROM pg_stat_activity WHERE datname = current_database() AND application_name <> 'tc-bench'");
+    const dbCpuSeconds = backends.rows.reduce((sum, r) => sum + cpuSeconds(r.pid), 0);
     const rss = await driver.stop();
     await flushStats(pool);
     const after = await dbCounters(dbName);
@@ -175,7 +179,7 @@ export async function burst(variant: Variant, n: number, maxSeconds: number, env
     const corr = timedOut ? { ...(await correctness(pool, false)), ok: false, problems: ['timed out'] } : await correctness(pool, driver.usesTimeoutsTable);
     const per = (k: keyof DbCounters) => (after[k] - before[k]) / done;
     const cost = { buffers: per('buffers'), rowsWritten: per('rowsWritten'), rowsRead: per('rowsRead'), transactions: per('transactions') };
-    return { variant: variant.id, n, seconds, rate: done / seconds, lateness: lat, correctness: corr, rss, overrunMs, timedOut, cost };
+    return { variant: variant.id, n, seconds, rate: done / seconds, lateness: lat, correctness: corr, rss, overrunMs, timedOut, cost, dbCpuSeconds };
   });
 }
 
