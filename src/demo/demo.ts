@@ -7,6 +7,8 @@
 // orders (most unpaid) with timeouts due over the next seconds, runs a coordinator and a worker,
 // shows live progress and a summary, and exits 0 once every timeout of the run is final and no
 // unpaid order is left.
+import { existsSync } from 'node:fs';
+import { join } from 'node:path';
 import type pg from 'pg';
 import { pino, type Logger } from 'pino';
 import { parseConfig, type LoadedConfig } from '../config.js';
@@ -94,10 +96,15 @@ function demoConfig(databaseUrl: string, redisUrl: string | undefined, opts: Dem
   return { ...config, databaseUrl, redisUrl: redisUrl ?? '', baseDir: process.cwd(), source: 'demo' };
 }
 
-/** Seeds this run's orders and their timeouts in one transaction; returns the id ranges. */
-async function seed(pool: pg.Pool, opts: DemoOptions): Promise<{ firstOrder: number; firstTimeout: number; lastTimeout: number; paid: number }> {
+/** The demo shop's table; it must exist before the worker starts (it checks its handler's SQL). */
+async function createOrdersTable(pool: pg.Pool): Promise<void> {
   await pool.query(`CREATE TABLE IF NOT EXISTS demo_orders (
       id bigint PRIMARY KEY, status text NOT NULL, created_at timestamptz NOT NULL DEFAULT now(), closed_at timestamptz)`);
+}
+
+/** Seeds this run's orders and their timeouts in one transaction, as a shop would; returns the
+ *  id ranges. */
+async function seed(pool: pg.Pool, opts: DemoOptions): Promise<{ firstOrder: number; firstTimeout: number; lastTimeout: number; paid: number }> {
   const client = await pool.connect();
   try {
     await client.query('BEGIN');
@@ -144,8 +151,8 @@ async function readProgress(pool: pg.Pool, first: number, last: number): Promise
             percentile_cont(0.99) WITHIN GROUP (ORDER BY extract(epoch FROM finished_at - due_at))
               FILTER (WHERE state = 'done') AS p99,
             max(extract(epoch FROM finished_at - due_at)::float8) FILTER (WHERE state = 'done') AS max
-       FROM timeout_center.timeouts WHERE id BETWEEN $1 AND $2`,
-    [first, last],
+       FROM timeout_center.timeouts WHERE id BETWEEN $1 AND $2 AND kind = $3`,
+    [first, last, DEMO_KIND],
   );
   return rows[0]!;
 }
@@ -185,7 +192,8 @@ export async function runDemo(opts: DemoOptions, signal?: AbortSignal): Promise<
     if (databaseUrl) {
       database = `PostgreSQL at ${redactDbUrl(databaseUrl)}`;
     } else {
-      say(`opening the embedded PostgreSQL (PGlite) in ${opts.dataDir} (the first run creates it: a few seconds)`);
+      const fresh = !existsSync(join(opts.dataDir, 'PG_VERSION'));
+      say(`${fresh ? 'creating' : 'opening'} the embedded PostgreSQL (PGlite) in ${opts.dataDir}${fresh ? ' (first run: a few seconds)' : ''}`);
       // Loaded on demand: PGlite is large, and no other verb needs it.
       const { startEmbeddedPostgres } = await import('../db/embedded.js');
       const embedded: EmbeddedPostgres = await startEmbeddedPostgres({ dataDir: opts.dataDir, logger });
@@ -202,12 +210,9 @@ export async function runDemo(opts: DemoOptions, signal?: AbortSignal): Promise<
     cleanups.push(() => pool.end());
     await migrate(pool, logger);
     await syncKinds(pool, config.kinds);
-    const run = await seed(pool, opts);
-    say(
-      `seeded ${opts.orders} orders (${opts.orders - run.paid} unpaid, ${run.paid} paid) with timeouts due over the next ${opts.spreadSeconds} s` +
-        ` (kind ${DEMO_KIND}, orders ${run.firstOrder}..${run.firstOrder + opts.orders - 1})`,
-    );
+    await createOrdersTable(pool);
 
+    // The processes run before anything is due, as in production: lateness is then honest.
     runtime = await startRuntime({
       config,
       logger,
@@ -216,6 +221,11 @@ export async function runDemo(opts: DemoOptions, signal?: AbortSignal): Promise<
       ...(opts.redisUrl ? {} : { embedded: { channel: new InProcessChannel(), leaderLock: new LocalLeaderLock() } }),
     });
     say(`coordinator and worker (${opts.concurrency} shards at a time) started; the close runs as one UPDATE per shard of ${opts.shardSize}`);
+    const run = await seed(pool, opts);
+    say(
+      `seeded ${opts.orders} orders (${opts.orders - run.paid} unpaid, ${run.paid} paid) with timeouts due over the next ${opts.spreadSeconds} s` +
+        ` (kind ${DEMO_KIND}, orders ${run.firstOrder}..${run.firstOrder + opts.orders - 1})`,
+    );
 
     const deadline = Date.now() + (opts.spreadSeconds + 1 + opts.graceSeconds) * 1000;
     const tty = Boolean(out.isTTY);

@@ -44,7 +44,8 @@ describe('timeout-center demo', () => {
     const dataDir = mkdtempSync(join(tmpdir(), 'tc-demo-'));
     dirs.push(dataDir);
     const args = ['demo', '--orders', String(ORDERS), '--spread', '3', '--data-dir', dataDir, '--grace', '30', '--json'];
-    const first = await runCli(args, { DATABASE_URL: undefined, REDIS_URL: undefined }, 60_000);
+    // ~15 s on an idle 2-core machine (PGlite's first initdb is 5-8 s of it); room for a loaded one.
+    const first = await runCli(args, { DATABASE_URL: undefined, REDIS_URL: undefined }, 90_000);
     expect(first.code, first.stderr).toBe(0);
     const s = summaryOf(first.lines);
     expect(s.database).toContain('PGlite');

@@ -56,6 +56,12 @@ export function registerDemo(program: Command): void {
         };
         process.on('SIGINT', onSignal);
         process.on('SIGTERM', onSignal);
+        // The reader went away (`demo | head`): stop and clean up instead of dying on EPIPE.
+        const onStdoutError = (err: NodeJS.ErrnoException) => {
+          if (err.code !== 'EPIPE') throw err;
+          controller.abort();
+        };
+        process.stdout.on('error', onStdoutError);
         try {
           const summary = await runDemo(
             {
@@ -82,6 +88,7 @@ export function registerDemo(program: Command): void {
         } finally {
           process.off('SIGINT', onSignal);
           process.off('SIGTERM', onSignal);
+          process.stdout.off('error', onStdoutError);
         }
       },
     );
