@@ -11,6 +11,7 @@ import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { parse as parseYaml, parseAllDocuments } from 'yaml';
 import { beforeAll, describe, expect, it } from 'vitest';
+import { parseConfig } from '../../src/config.js';
 import { Metrics } from '../../src/observability/metrics.js';
 
 const ROOT = fileURLToPath(new URL('../../', import.meta.url));
@@ -149,6 +150,24 @@ describe('docker-compose.yml', () => {
     for (const name of ['coordinator-1', 'coordinator-2', 'worker', 'generator']) {
       expect(services[name]!['depends_on']['migrate']['condition'], name).toBe('service_completed_successfully');
     }
+  });
+
+  it('the fleet configs are valid, and the generator feeds a declared kind whose table the init script creates', () => {
+    for (const file of ['deploy/config/timeout-center.yaml', 'deploy/k8s/timeout-center.yaml']) {
+      const config = parseConfig(yamlFile(file), file); // throws ConfigError naming the field
+      for (const [kind, k] of Object.entries(config.kinds)) {
+        if (k.handler.type === 'sql') expect(k.handler.sql, `${file}: ${kind}`).toMatch(/\bUPDATE orders\b/);
+      }
+    }
+    const config = parseConfig(yamlFile('deploy/config/timeout-center.yaml'));
+    const gen = services['generator']!['command'] as string[];
+    const kindFlag = gen.indexOf('--kind');
+    const kind = kindFlag >= 0 ? gen[kindFlag + 1]! : 'order.unpaid'; // the verb's default
+    expect(Object.keys(config.kinds)).toContain(kind);
+    // Workers check their handler SQL at start: the orders table exists from PostgreSQL's first boot.
+    const initdb = (services['postgres']!['volumes'] as string[]).find((v) => v.endsWith(':/docker-entrypoint-initdb.d:ro'));
+    expect(read(`${initdb!.split(':')[0]}/10-orders.sql`)).toMatch(/CREATE TABLE IF NOT EXISTS orders/);
+    expect(cliHelp('generate')).toContain(`(default: "order.unpaid")`);
   });
 
   it('renders with the compose CLI', () => {
