@@ -127,7 +127,7 @@ describe('PostgreSQL faults', () => {
     const inv = await s.expectInvariants(40_000);
     expect(inv.applied).toBe(N);
     for (const p of [c, ...workers]) expect(p.alive, `${p.name} survived (stderr: ${p.stderr.slice(-500)})`).toBe(true);
-    expect(terminated).toBeGreaterThan(10);
+    expect(terminated).toBeGreaterThanOrEqual(5);
     const tickFailures = linesMatching(c, /coordinator tick failed/).length;
     await s.stopAll();
     report('5c connection chaos', { timeouts: N, applied: inv.applied, backendsTerminated: terminated, coordinatorTickFailures: tickFailures, wallMs: s.elapsedMs() });
