@@ -2,7 +2,7 @@ import { describe, expect, it } from 'vitest';
 import { ConfigError, loadConfig, parseConfig } from '../../src/config.js';
 import { parseFailpoints } from '../../src/failpoints.js';
 
-const kinds = { 'order.unpaid': { handler: { type: 'sql', sql: 'UPDATE o SET s = 1 WHERE id = ANY($1) RETURNING id' } } };
+const kinds = { 'order.unpaid': { handler: { type: 'sql' as const, sql: 'UPDATE o SET s = 1 WHERE id = ANY($1) RETURNING id' } } };
 
 describe('config', () => {
   it('fills documented defaults', () => {
