@@ -9,6 +9,7 @@ function esc(s: string): string {
 }
 
 function fmt(v: number): string {
+  if (v === 0) return '0';
   if (v >= 100_000) return `${Math.round(v / 1000)}k`;
   if (v >= 10_000) return `${(v / 1000).toFixed(1)}k`;
   if (v >= 100) return String(Math.round(v));

@@ -157,7 +157,8 @@ class TimeoutCenterDriver implements Driver {
   }
 
   get env() {
-    return { DATABASE_URL: this.ctx.databaseUrl, REDIS_URL: this.ctx.redisUrl };
+    // BENCH_TC_NODE_OPTIONS reaches only timeout-center's processes, e.g. "--cpu-prof --cpu-prof-dir=/tmp/prof".
+    return { DATABASE_URL: this.ctx.databaseUrl, REDIS_URL: this.ctx.redisUrl, NODE_OPTIONS: process.env['BENCH_TC_NODE_OPTIONS'] };
   }
 
   async prepare() {
@@ -231,7 +232,7 @@ export const PGBOSS_QUEUE = 'close-order';
 
 class PgBossDriver implements Driver {
   readonly usesTimeoutsTable = false;
-  readonly scheduleCostUs = 40;
+  readonly scheduleCostUs = 120;
   processes: CliProcess[] = [];
   private boss: PgBoss | undefined;
   private readonly ctx: DriverContext;
@@ -289,7 +290,7 @@ export interface GraphileSettings {
 
 class GraphileDriver implements Driver {
   readonly usesTimeoutsTable = false;
-  readonly scheduleCostUs = 40;
+  readonly scheduleCostUs = 100;
   processes: CliProcess[] = [];
   private utils: WorkerUtils | undefined;
   private readonly ctx: DriverContext;

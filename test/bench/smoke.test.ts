@@ -1,0 +1,61 @@
+// The benchmark's smoke mode, so the bench cannot rot: every system drains a few thousand
+// timeouts (burst), takes a few seconds of steady arrivals, and the pending-scale and memory
+// workloads run small. Asserts the run completed and every correctness check passed; no timing
+// assertions (the box is shared, timings are noise here).
+import { spawn } from 'node:child_process';
+import { mkdtempSync, readFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { describe, expect, it } from 'vitest';
+
+const root = fileURLToPath(new URL('../..', import.meta.url));
+
+interface Checked {
+  variant: string;
+  correctness: { ok: boolean; problems: string[] };
+  timedOut: boolean;
+}
+
+describe('bench --smoke', () => {
+  it('runs every system and workload with correctness checks passing', { timeout: 150_000 }, async () => {
+    const out = mkdtempSync(join(tmpdir(), 'tc-bench-smoke-'));
+    const child = spawn(process.execPath, ['--experimental-transform-types', '--no-warnings', 'bench/run.ts', '--smoke', '--out', out], {
+      cwd: root,
+      env: { ...process.env, BENCH_REDIS_URL: process.env['TEST_REDIS_URL'] ?? 'redis://127.0.0.1:6379' },
+      stdio: ['ignore', 'pipe', 'pipe'],
+    });
+    let output = '';
+    child.stdout.setEncoding('utf8').on('data', (c: string) => (output += c));
+    child.stderr.setEncoding('utf8').on('data', (c: string) => (output += c));
+    const timer = setTimeout(() => child.kill('SIGKILL'), 140_000);
+    const code = await new Promise<number | null>((resolve) => child.on('exit', (c) => resolve(c)));
+    clearTimeout(timer);
+    expect(code, output.slice(-4000)).toBe(0);
+
+    const results = JSON.parse(readFileSync(join(out, 'bench', 'results.json'), 'utf8')) as {
+      variants: { id: string; system: string }[];
+      burst: Checked[];
+      steady: Checked[];
+      memory: Checked[];
+      pending?: { loaded: { statementsPerTick: number }; bytesPerTimeout: number };
+      meta: { notes: string[] };
+    };
+    const systems = new Set(results.variants.map((v) => v.system));
+    expect([...systems].sort()).toEqual(['bullmq', 'graphile-worker', 'pg-boss-batch', 'pg-boss-job', 'pure-sql', 'timeout-center']);
+    expect(results.burst.map((b) => b.variant).sort()).toEqual(results.variants.map((v) => v.id).sort());
+    expect(results.steady.map((s) => s.variant).sort()).toEqual(results.variants.map((v) => v.id).sort());
+    for (const r of [...results.burst, ...results.steady, ...results.memory]) {
+      expect(r.timedOut, r.variant).toBe(false);
+      expect(r.correctness.problems, r.variant).toEqual([]);
+      expect(r.correctness.ok, r.variant).toBe(true);
+    }
+    expect(results.memory.length).toBeGreaterThan(0);
+    expect(results.pending?.loaded.statementsPerTick).toBeGreaterThan(0);
+    expect(results.pending?.bytesPerTimeout).toBeGreaterThan(0);
+    expect(results.meta.notes.filter((n) => n.includes('failed'))).toEqual([]);
+    const doc = readFileSync(join(out, 'benchmarks.md'), 'utf8');
+    expect(doc).toContain('| system |');
+    expect(doc).toContain('burst-throughput.svg');
+  });
+});
