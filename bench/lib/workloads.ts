@@ -7,7 +7,7 @@ import { ADMIN_DATABASE_URL, createTestDatabase, testKeyPrefix } from '../../tes
 import { runCli } from '../../test/helpers/processes.ts';
 import { writeConfig } from '../../test/helpers/orders.ts';
 import { ORDERS_DDL, correctness, insertOrders, lateness, progress, sleep, type Correctness, type Lateness } from './orders.ts';
-import { cpuSeconds, makeDriver, KIND, type ProcessStats, type Variant } from './systems.ts';
+import { cpuSeconds, deleteRedisPrefix, makeDriver, KIND, type ProcessStats, type Variant } from './systems.ts';
 import type { Status } from './status.ts';
 
 export const REDIS_URL = process.env['BENCH_REDIS_URL'] ?? process.env['TEST_REDIS_URL'] ?? 'redis://127.0.0.1:6379';
@@ -427,6 +427,7 @@ export async function pendingScale(pending: number, ticks: number, spacingMs: nu
     };
   } finally {
     await pool.end().catch(() => {});
+    await deleteRedisPrefix(REDIS_URL, prefix).catch(() => {});
     if (!env.keep) await db.drop().catch(() => {});
   }
 }
