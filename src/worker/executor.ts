@@ -1,5 +1,6 @@
-// Runs one shard: take its lease, then in one transaction lock it and its live timeouts, run the
-// kind's handler on the whole batch, and record every outcome; the caller ACKs after commit.
+// Runs one shard: take its lease, then in one transaction lock it, mark its live timeouts done
+// (one write per row, which also locks them), run the kind's handler on the whole batch, and
+// correct the exceptions (skipped, failed) with the shard's counts; the caller ACKs after commit.
 // A failing batch is split in halves (each try inside a savepoint) until the failing ids are
 // isolated, so one bad row never holds back the rest of its shard.
 import type pg from 'pg';
@@ -86,23 +87,38 @@ export class ShardExecutor {
     const result = await withTransaction(this.pool, async (client) => {
       const locked = await client.query(query(here, 'lock_shard'), [lease.id, lease.lease_token]);
       if (locked.rowCount === 0) throw new LeaseLostError(`lease on shard ${lease.id} was lost (the reaper requeued it)`);
-      const { rows } = await client.query<{ id: number; biz_id: string; payload: unknown }>(query(here, 'lock_items'), [lease.id]);
+      // One write per live row: marked done (applied) and locked; finish.sql corrects the exceptions.
+      const { rows } = await client.query<{ id: number; biz_id: string; payload: unknown; lateness: number }>(query(here, 'mark_done'), [lease.id]);
       const items: ShardItem[] = rows.map((r) => ({ bizId: r.biz_id, payload: r.payload }));
       const split: SplitResult = { applied: new Set(), failed: new Map() };
       if (items.length > 0) await this.applySplitting(client, handler, lease.id, items, split, 0);
       await failpoint('worker.before-commit');
-      const failedIds = [...split.failed.keys()];
-      // A permanent failure uses up the remaining attempts at once.
-      const maxAttempts = failedIds.some((id) => split.failed.get(id)!.permanent) ? 1 : handler.config.maxAttempts;
-      const done = await client.query<{ done: number; skipped: number; failed: number; retried: number; lateness: number[] }>(query(here, 'complete'), [
+      // Ids the handler did not return were skipped (nothing to change, e.g. already paid).
+      const skipped: number[] = [];
+      const failed: number[] = [];
+      const failures: { error: string; permanent: boolean }[] = [];
+      const lateness: number[] = [];
+      for (const row of rows) {
+        const failure = split.failed.get(row.biz_id);
+        if (failure) {
+          failed.push(row.id);
+          failures.push(failure);
+        } else {
+          lateness.push(row.lateness);
+          if (!split.applied.has(row.biz_id)) skipped.push(row.id);
+        }
+      }
+      const done = await client.query<{ done: number; skipped: number; failed: number; retried: number }>(query(here, 'finish'), [
         lease.id,
-        [...split.applied],
-        failedIds,
-        failedIds.map((id) => split.failed.get(id)!.error),
-        maxAttempts,
+        skipped,
+        failed,
+        failures.map((f) => f.error),
+        failures.map((f) => f.permanent),
+        handler.config.maxAttempts,
         handler.config.backoffMs,
+        rows.length,
       ]);
-      return done.rows[0]!;
+      return { ...done.rows[0]!, lateness };
     });
     await failpoint('worker.after-commit');
     const kind = lease.kind;
