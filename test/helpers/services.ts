@@ -44,6 +44,14 @@ export async function createTestDatabase(label: string): Promise<TestDatabase> {
       const c = new pg.Client({ connectionString: ADMIN_DATABASE_URL });
       await c.connect();
       try {
+        // Give sessions that are closing (a pool just ended, a killed process's backend) a moment
+        // to go: FORCE terminates them, and a client still ending on our side would then see an
+        // unhandled 57P01 error event.
+        for (let i = 0; i < 25; i += 1) {
+          const { rows } = await c.query<{ n: number }>('SELECT count(*)::int AS n FROM pg_stat_activity WHERE datname = $1', [name]);
+          if (rows[0]!.n === 0) break;
+          await new Promise((r) => setTimeout(r, 200));
+        }
         await c.query(`DROP DATABASE IF EXISTS ${name} WITH (FORCE)`);
       } finally {
         await c.end();
