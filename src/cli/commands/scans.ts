@@ -3,7 +3,7 @@
 import { sql } from 'kysely';
 import type { Command } from 'commander';
 import { databaseOption, inputError, jsonOption, parseLimit, print, printJson, withDatabase, type DbOptions } from './common.js';
-import { scanTable } from './status.js';
+import { scanJson, scanTable } from './status.js';
 
 const STATES = ['mapping', 'mapped', 'reduced'] as const;
 
@@ -32,20 +32,9 @@ export function registerScans(program: Command): void {
         if (opts.json) {
           printJson(
             rows.map((s) => ({
-              scanId: s.scan_id,
-              state: s.state,
+              ...scanJson(s),
               cutoff: s.cutoff,
-              claimed: s.claimed,
-              shards: s.shard_count,
-              done: s.done,
-              skipped: s.skipped,
-              failed: s.failed,
-              retried: s.retried,
-              startedAt: s.started_at,
               mappedAt: s.mapped_at,
-              reducedAt: s.reduced_at,
-              durationSeconds: s.duration_s,
-              epoch: Number(s.epoch),
               coordinator: s.coordinator,
               failures: s.failures,
             })),

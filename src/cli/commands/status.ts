@@ -5,6 +5,7 @@
 import { sql } from 'kysely';
 import type { Command } from 'commander';
 import { databaseOption, formatSeconds, formatTime, jsonOption, parseLimit, print, printJson, table, withDatabase, type DbOptions, type DbTimestamp } from './common.js';
+import type { ScanReportView } from '../../db/schema.js';
 
 /** Workers heartbeat every 5 s; one not seen for three beats is not counted as live. */
 export const LIVE_WINDOW_S = 15;
@@ -71,20 +72,7 @@ export function registerStatus(program: Command): void {
             leader,
             liveWorkers: workers.map((w) => ({ workerId: w.worker_id, host: w.host, pid: w.pid, kinds: w.kinds, startedAt: w.started_at, lastSeenAt: w.last_seen_at })),
             failed: Object.fromEntries(failed.map((f) => [f.kind, f.count])),
-            scans: scans.map((s) => ({
-              scanId: s.scan_id,
-              state: s.state,
-              claimed: s.claimed,
-              shards: s.shard_count,
-              done: s.done,
-              skipped: s.skipped,
-              failed: s.failed,
-              retried: s.retried,
-              startedAt: s.started_at,
-              reducedAt: s.reduced_at,
-              durationSeconds: s.duration_s,
-              epoch: Number(s.epoch),
-            })),
+            scans: scans.map(scanJson),
           });
           return;
         }
@@ -146,18 +134,28 @@ function indent(text: string): string {
     .join('\n');
 }
 
-export interface ScanRow {
-  scan_id: number;
-  state: string;
-  claimed: number;
-  shard_count: number;
-  done: number | null;
-  skipped: number | null;
-  failed: number | null;
-  retried: number | null;
-  started_at: Date;
-  duration_s: number | null;
-  epoch: number;
+/** The scan_report columns the status and scans verbs show, plus the duration in seconds. */
+export type ScanRow = Pick<
+  ScanReportView,
+  'scan_id' | 'state' | 'claimed' | 'shard_count' | 'done' | 'skipped' | 'failed' | 'retried' | 'started_at' | 'reduced_at' | 'epoch'
+> & { duration_s: number | null };
+
+/** A scan as --json prints it (status and scans). */
+export function scanJson(s: ScanRow) {
+  return {
+    scanId: s.scan_id,
+    state: s.state,
+    claimed: s.claimed,
+    shards: s.shard_count,
+    done: s.done,
+    skipped: s.skipped,
+    failed: s.failed,
+    retried: s.retried,
+    startedAt: s.started_at,
+    reducedAt: s.reduced_at,
+    durationSeconds: s.duration_s,
+    epoch: Number(s.epoch),
+  };
 }
 
 export function scanTable(scans: ScanRow[]): string {
