@@ -8,7 +8,8 @@ import { createLogger } from '../../src/observability/logger.js';
 import { startRuntime } from '../../src/runtime.js';
 import { cancel, schedule } from '../../src/schedule.js';
 import { writeConfig } from '../helpers/orders.js';
-import { killAll, runCli } from '../helpers/processes.js';
+import { runCli } from '../helpers/processes.js';
+import { tearDown } from '../helpers/teardown.js';
 import { createTestDatabase, testKeyPrefix, TEST_REDIS_URL, type TestDatabase } from '../helpers/services.js';
 
 let db: TestDatabase;
@@ -22,12 +23,7 @@ beforeAll(async () => {
   env = { DATABASE_URL: db.url, REDIS_URL: TEST_REDIS_URL, TIMEOUT_CENTER_CONFIG: writeConfig({ kinds }) };
 });
 
-afterAll(async () => {
-  const leaked = await killAll();
-  await pool?.end();
-  await db?.drop();
-  expect(leaked).toEqual([]);
-});
+afterAll(() => tearDown({ pool, db }));
 
 describe('migrations', () => {
   it('apply once when five processes start them at the same moment', async () => {

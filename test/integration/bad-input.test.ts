@@ -8,7 +8,8 @@ import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { cancel, reschedule, schedule, TimeoutInputError, UnknownKindError } from '../../src/schedule.js';
 import { CLOSE_SQL, createOrdersSchema, writeConfig } from '../helpers/orders.js';
-import { killAll, runCli } from '../helpers/processes.js';
+import { runCli } from '../helpers/processes.js';
+import { tearDown } from '../helpers/teardown.js';
 import { createTestDatabase, testKeyPrefix, TEST_REDIS_URL, type TestDatabase } from '../helpers/services.js';
 
 let db: TestDatabase;
@@ -43,12 +44,7 @@ beforeAll(async () => {
   expect(r.code, r.stderr).toBe(0);
 });
 
-afterAll(async () => {
-  const leaked = await killAll();
-  await pool?.end();
-  await db?.drop();
-  expect(leaked).toEqual([]);
-});
+afterAll(() => tearDown({ pool, db }));
 
 describe('inserting timeouts', () => {
   it('rejects an unknown kind in plain SQL, naming the foreign key, and writes nothing', async () => {

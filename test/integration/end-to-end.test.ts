@@ -4,7 +4,8 @@
 import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createOrdersSchema, CLOSE_SQL, waitForDrain, writeConfig } from '../helpers/orders.js';
-import { killAll, runCli, spawnCli, type CliProcess } from '../helpers/processes.js';
+import { runCli, spawnCli, type CliProcess } from '../helpers/processes.js';
+import { tearDown } from '../helpers/teardown.js';
 import { createTestDatabase, testKeyPrefix, TEST_REDIS_URL, type TestDatabase } from '../helpers/services.js';
 
 const ORDERS = 20_000;
@@ -39,12 +40,7 @@ describe('end to end: coordinator + two workers as separate processes', () => {
     expect(migrated.code, migrated.stderr).toBe(0);
   });
 
-  afterAll(async () => {
-    const leaked = await killAll();
-    await pool?.end();
-    await db?.drop();
-    expect(leaked, 'processes still running after the test').toEqual([]);
-  });
+  afterAll(() => tearDown({ pool, db }));
 
   it('closes every due unpaid order exactly once and tells the same story in the views', async () => {
     // Orders: 1..20000, every 10th paid. Flaky kind: 1_000_001..1_001_000, every 100th poison.

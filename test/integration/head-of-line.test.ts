@@ -4,7 +4,8 @@ import pg from 'pg';
 import { afterAll, beforeAll, expect, it } from 'vitest';
 import { schedule } from '../../src/schedule.js';
 import { createOrdersSchema, CLOSE_SQL, writeConfig } from '../helpers/orders.js';
-import { killAll, runCli, spawnCli } from '../helpers/processes.js';
+import { runCli, spawnCli } from '../helpers/processes.js';
+import { tearDown } from '../helpers/teardown.js';
 import { createTestDatabase, testKeyPrefix, TEST_REDIS_URL, type TestDatabase } from '../helpers/services.js';
 
 let db: TestDatabase;
@@ -23,12 +24,7 @@ beforeAll(async () => {
   expect((await runCli(['migrate'], env)).code).toBe(0);
 });
 
-afterAll(async () => {
-  const leaked = await killAll();
-  await pool?.end();
-  await db?.drop();
-  expect(leaked).toEqual([]);
-});
+afterAll(() => tearDown({ pool, db }));
 
 it('fires a short timeout inserted after a long one first', async () => {
   await pool.query("INSERT INTO orders (id, status) VALUES (1, 'unpaid'), (2, 'unpaid')");

@@ -7,7 +7,8 @@ import { execFile } from 'node:child_process';
 import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { CLOSE_SQL, createOrdersSchema, writeConfig } from '../helpers/orders.js';
-import { CLI, killAll, runCli, spawnCli } from '../helpers/processes.js';
+import { CLI, runCli, spawnCli } from '../helpers/processes.js';
+import { tearDown } from '../helpers/teardown.js';
 import { createTestDatabase, testKeyPrefix, TEST_REDIS_URL, type TestDatabase } from '../helpers/services.js';
 
 const DAY = 86_400_000;
@@ -44,12 +45,7 @@ describe('retention', () => {
     expect(migrated.code, migrated.stderr).toBe(0);
   });
 
-  afterAll(async () => {
-    const leaked = await killAll();
-    await pool?.end();
-    await db?.drop();
-    expect(leaked, 'processes still running after the test').toEqual([]);
-  });
+  afterAll(() => tearDown({ pool, db }));
 
   /** Loads finished rows directly (the insert trigger only admits pending rows; a fixture may
    *  bypass it with session_replication_role, which only a superuser can set). */

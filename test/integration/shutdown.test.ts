@@ -7,7 +7,8 @@
 import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { CLOSE_SQL, createOrdersSchema, writeConfig } from '../helpers/orders.js';
-import { killAll, runCli, spawnCli, type CliProcess } from '../helpers/processes.js';
+import { runCli, spawnCli, type CliProcess } from '../helpers/processes.js';
+import { tearDown } from '../helpers/teardown.js';
 import { createTestDatabase, testKeyPrefix, TEST_REDIS_URL, type TestDatabase } from '../helpers/services.js';
 
 const LOCK_TTL_MS = 9000;
@@ -40,12 +41,7 @@ describe('graceful shutdown (real processes)', () => {
     await coordinator.waitForMsg('became leader', 20_000);
   });
 
-  afterAll(async () => {
-    const leaked = await killAll();
-    await pool?.end();
-    await db?.drop();
-    expect(leaked, 'processes still running after the test').toEqual([]);
-  });
+  afterAll(() => tearDown({ pool, db }));
 
   /** n unpaid orders with timeouts due in dueInMs; returns their ids. */
   async function orders(n: number, dueInMs = 300): Promise<number[]> {
