@@ -57,7 +57,7 @@ const coordinatorSchema = z.strictObject({
   schedule: z.string().default('* * * * * *'),
   /** Never tick more often than this, even when timeouts are due back to back. */
   minTickIntervalMs: z.number().int().min(10).max(60_000).default(50),
-  /** Rows claimed per statement. */
+  /** Most due timeouts of one kind a scan maps into new shards; bounds how far the map counts. */
   claimChunk: z.number().int().min(1).max(1_000_000).default(5000),
   /** Stop claiming while this many shards are queued or running (backpressure). */
   maxInFlightShards: z.number().int().min(1).max(100_000).default(64),

@@ -1,5 +1,6 @@
 // The coordinator: while it leads, each tick recovers lost shards (reaper), closes finished scans
-// (reduce), then claims what is due into shards and publishes them (map + dispatch). node-cron
+// (reduce), then writes shards for what is due and publishes them (map + dispatch); workers claim
+// the shards' rows themselves. node-cron
 // drives the safety-net tick; the coordinator also wakes early at the next known due time. All
 // times it compares come from PostgreSQL's now().
 import cron, { type ScheduledTask } from 'node-cron';
@@ -13,7 +14,7 @@ import type { Metrics } from '../observability/metrics.js';
 import type { ShardChannel, ShardMessage } from '../transport/channel.js';
 import { FencedError } from './fence.js';
 import type { Leadership } from './leadership.js';
-import { claimChunk, finishMap } from './map.js';
+import { planScan, type PlannedScan } from './map.js';
 import { reap } from './reaper.js';
 import { consecutiveFailedScans, reduceScans, type ReducedScan } from './reduce.js';
 
@@ -30,29 +31,18 @@ export interface CoordinatorDeps {
   coordinatorId: string;
 }
 
-export interface TickResult {
-  claimed: number;
-  shards: number;
-  reduced: ReducedScan[];
-  backpressured: boolean;
-}
-
 export class Coordinator {
   private readonly config: LoadedConfig;
   private readonly kinds: string[];
-  private readonly minShardSize: number;
+  private readonly maxShardSize: number;
   private readonly alerter: Alerter;
   private task: ScheduledTask | undefined;
   private wakeTimer: NodeJS.Timeout | undefined;
   private ticking: Promise<void> | undefined;
   private tickAgain = false;
   private running = false;
-  /** Shards claimed but not yet published (Redis refused): retried first on the next tick. */
+  /** Shards written but not yet published (Redis refused): retried first on the next tick. */
   private unpublished: ShardMessage[] = [];
-  /** Scans a failed tick claimed into but did not mark mapped (e.g. PostgreSQL went away between
-   *  the claim's commit and finishMap): finished on the next tick, or reduce would never close
-   *  them. (close_orphan_scans only covers scans of an older epoch: a coordinator that died.) */
-  private unfinishedScans: number[] = [];
   private lastReapAt = 0;
   private lastLagCheckAt = 0;
   private lastLagAlertAt = 0;
@@ -60,7 +50,7 @@ export class Coordinator {
   constructor(private readonly deps: CoordinatorDeps) {
     this.config = deps.config;
     this.kinds = Object.keys(deps.config.kinds);
-    this.minShardSize = Math.min(...Object.values(deps.config.kinds).map((k) => k.shardSize));
+    this.maxShardSize = Math.max(...Object.values(deps.config.kinds).map((k) => k.shardSize));
     this.alerter = new Alerter(deps.config.alerts, deps.logger, deps.metrics, deps.coordinatorId);
     deps.leadership.on('elected', (epoch) => {
       deps.metrics.leader.set(1);
@@ -184,58 +174,42 @@ export class Coordinator {
     const reduced = await reduceScans(pool, epoch);
     await this.afterReduce(reduced);
 
-    while (this.unfinishedScans.length > 0) {
-      await finishMap(pool, epoch, this.unfinishedScans[0]!);
-      this.unfinishedScans.shift();
-    }
-
-    // Map: claim due rows while the shards in flight stay under the bound.
+    // Map: one statement writes a scan with shards for what is due beyond the shards in flight,
+    // while they stay under the bound.
     const { rows } = await pool.query<{ now: Date; next_due: Date | null; in_flight: number }>(query(new URL('.', import.meta.url), 'next_due'), [this.kinds]);
     const clock = rows[0]!;
     let inFlight = clock.in_flight;
-    let nextDue = clock.next_due;
-    let scanId: number | undefined;
-    let claimed = 0;
-    let backpressured = false;
-    try {
-      while (nextDue !== null && nextDue <= clock.now) {
-        const room = cfg.maxInFlightShards - inFlight;
-        if (room <= 0) {
-          backpressured = true;
-          break;
-        }
-        const maxRows = Math.min(cfg.claimChunk, room * this.minShardSize);
-        await failpoint('coordinator.before-claim');
-        const chunk = await claimChunk(pool, epoch, { scanId, coordinatorId: this.deps.coordinatorId, cutoff: clock.now, kinds: this.kinds, maxRows });
-        if (!chunk) break;
-        scanId = chunk.scanId;
-        claimed += chunk.claimed;
-        inFlight += chunk.shards.length;
-        metrics.claimed.inc(chunk.claimed);
+    const nextDue = clock.next_due;
+    const room = cfg.maxInFlightShards - inFlight;
+    const due = nextDue !== null && nextDue <= clock.now;
+    let planned: PlannedScan | undefined;
+    if (due && room > 0) {
+      await failpoint('coordinator.before-claim');
+      planned = await planScan(pool, epoch, {
+        coordinatorId: this.deps.coordinatorId,
+        cutoff: clock.now,
+        kinds: this.kinds,
+        maxShards: room,
+        maxRows: Math.min(cfg.claimChunk, room * this.maxShardSize),
+      });
+      if (planned) {
+        inFlight += planned.shards.length;
+        metrics.claimed.inc(planned.capacity);
         await failpoint('coordinator.before-publish');
-        this.unpublished.push(...chunk.shards);
+        this.unpublished.push(...planned.shards);
         await this.flushUnpublished();
-        if (chunk.claimed < maxRows) break;
+        logger.debug({ scanId: planned.scanId, shards: planned.shards.length, capacity: planned.capacity, inFlight }, 'scan mapped');
       }
-      if (scanId !== undefined) {
-        await finishMap(pool, epoch, scanId);
-        logger.debug({ scanId, claimed, inFlight }, 'scan mapped');
-      }
-    } catch (err) {
-      if (scanId !== undefined) this.unfinishedScans.push(scanId);
-      throw err;
     }
     metrics.shardsInFlight.set(inFlight);
     await this.checkLag();
 
-    if (backpressured) return BACKPRESSURE_RECHECK_MS;
-    if (scanId !== undefined) {
-      // More may have become due while we mapped: look again soon.
-      return this.config.coordinator.minTickIntervalMs;
-    }
-    // Nothing was due: the next claimable time, measured on the database clock.
-    const after = nextDue && nextDue > clock.now ? nextDue.getTime() - clock.now.getTime() : undefined;
-    return after;
+    // A full room: more may be waiting. Shards written: more may have become due meanwhile.
+    if (planned) return planned.shards.length >= room ? BACKPRESSURE_RECHECK_MS : cfg.minTickIntervalMs;
+    // Due rows all covered by shards in flight (or no room): look again when some have finished.
+    if (due) return BACKPRESSURE_RECHECK_MS;
+    // Nothing is due: sleep until the next claimable time, measured on the database clock.
+    return nextDue ? nextDue.getTime() - clock.now.getTime() : undefined;
   }
 
   private async flushUnpublished(): Promise<void> {

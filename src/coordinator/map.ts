@@ -1,55 +1,41 @@
-// Map: claim due timeouts in bounded chunks and write them as shards of one scan. The scan row
-// is written in the same fenced transaction as its first chunk, so a tick that finds nothing
-// leaves no trace.
+// Map: count what is due beyond the shards already in flight and write a scan with new shards for
+// it, in one fenced statement. The timeouts themselves are not touched here: each shard carries a
+// claim limit, and the worker that runs it claims that many due rows of its kind (see
+// worker/queries/claim.sql), so every timeout is written once on its way to done.
 import type pg from 'pg';
 import { query } from '../db/queries.js';
 import type { ShardMessage } from '../transport/channel.js';
 import { fencedTransaction } from './fence.js';
 
-export interface ChunkResult {
+export interface PlannedScan {
   scanId: number;
   shards: ShardMessage[];
-  claimed: number;
+  /** Due timeouts the new shards may claim in all. */
+  capacity: number;
 }
 
-/** Claims up to maxRows into a scan (a new one when scanId is undefined). Returns undefined when
- *  nothing was due; a new scan row is then not kept. */
-export async function claimChunk(
+/** Writes a scan with up to maxShards new shards for the due timeouts not yet covered by shards
+ *  in flight. Returns undefined (and writes nothing) when nothing new is due. */
+export async function planScan(
   pool: pg.Pool,
   epoch: number,
-  args: { scanId: number | undefined; coordinatorId: string; cutoff: Date; kinds: string[]; maxRows: number },
-): Promise<ChunkResult | undefined> {
-  return fencedTransaction(pool, epoch, async (client) => {
-    let scanId = args.scanId;
-    if (scanId === undefined) {
-      const { rows } = await client.query<{ id: number }>(
-        'INSERT INTO timeout_center.scans (epoch, coordinator, cutoff) VALUES ($1, $2, $3) RETURNING id',
-        [epoch, args.coordinatorId, args.cutoff],
-      );
-      scanId = rows[0]!.id;
-    }
-    const { rows } = await client.query<{ id: number; kind: string; size: number }>(query(new URL('.', import.meta.url), 'claim'), [
-      scanId,
+  args: { coordinatorId: string; cutoff: Date; kinds: string[]; maxShards: number; maxRows: number },
+): Promise<PlannedScan | undefined> {
+  const { rows } = await fencedTransaction(pool, epoch, (client) =>
+    client.query<{ id: number; scan_id: number; kind: string; claim_limit: number }>(query(new URL('.', import.meta.url), 'plan_shards'), [
       args.cutoff,
       args.kinds,
+      args.maxShards,
       args.maxRows,
-    ]);
-    if (rows.length === 0) {
-      // Nothing was due after all (another claim won the rows): drop the scan row we just wrote.
-      if (args.scanId === undefined) await client.query('DELETE FROM timeout_center.scans WHERE id = $1', [scanId]);
-      return undefined;
-    }
-    return {
-      scanId,
-      shards: rows.map((r) => ({ shardId: r.id, scanId: scanId!, kind: r.kind })),
-      claimed: rows.reduce((n, r) => n + r.size, 0),
-    };
-  });
-}
-
-/** Marks a scan fully mapped: from now on reduce may close it. */
-export async function finishMap(pool: pg.Pool, epoch: number, scanId: number): Promise<void> {
-  await fencedTransaction(pool, epoch, (client) =>
-    client.query("UPDATE timeout_center.scans SET state = 'mapped', mapped_at = now() WHERE id = $1 AND state = 'mapping'", [scanId]),
+      epoch,
+      args.coordinatorId,
+    ]),
   );
+  if (rows.length === 0) return undefined;
+  const scanId = Number(rows[0]!.scan_id);
+  return {
+    scanId,
+    shards: rows.map((r) => ({ shardId: Number(r.id), scanId, kind: r.kind })),
+    capacity: rows.reduce((n, r) => n + r.claim_limit, 0),
+  };
 }

@@ -57,7 +57,10 @@ export interface ShardsTable {
   scan_id: number;
   kind: string;
   seq: number;
+  /** Timeouts the shard claimed (0 until it ran). */
   size: number;
+  /** Most due timeouts the shard may claim (set by the map). */
+  claim_limit: number;
   state: Generated<ShardState>;
   attempts: Generated<number>;
   owner: string | null;
@@ -131,6 +134,7 @@ export interface ShardReportView {
   finished_at: Date | null;
   duration: unknown | null;
   publish_count: number;
+  claim_limit: number;
 }
 
 export interface FailedTimeoutsView {

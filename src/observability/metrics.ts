@@ -44,7 +44,7 @@ export class Metrics {
   });
   readonly claimed = new Counter({
     name: 'tc_claimed_total',
-    help: 'Timeouts claimed by the coordinator into shards',
+    help: 'Due timeouts the coordinator mapped into new shards (the sum of their claim limits)',
     registers: [this.registry],
   });
   readonly backlog = new Gauge({

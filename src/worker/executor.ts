@@ -1,6 +1,7 @@
-// Runs one shard: take its lease, then in one transaction lock it, mark its live timeouts done
-// (one write per row, which also locks them), run the kind's handler on the whole batch, and
-// correct the exceptions (skipped, failed) with the shard's counts; the caller ACKs after commit.
+// Runs one shard: take its lease, then in one transaction lock it, claim up to its limit of due
+// timeouts of its kind and mark them done (one write per row, which also locks them), run the
+// kind's handler on the whole batch, and correct the exceptions (skipped, failed) with the shard's
+// counts; the caller ACKs after commit. A re-run after a worker died pins its rows first (pin.sql).
 // A failing batch is split in halves (each try inside a savepoint) until the failing ids are
 // isolated, so one bad row never holds back the rest of its shard.
 import type pg from 'pg';
@@ -34,7 +35,10 @@ interface Lease {
   kind: string;
   lease_token: string;
   attempts: number;
+  claim_limit: number;
 }
+
+type ClaimedRow = { id: number; biz_id: string; payload: unknown; lateness: number };
 
 interface SplitResult {
   applied: Set<string>;
@@ -63,6 +67,12 @@ export class ShardExecutor {
     }
     const log = this.logger.child({ shardId, scanId: lease.scan_id, kind: lease.kind });
     await failpoint('worker.after-lease');
+    if (lease.attempts > 1) {
+      // An earlier run of this shard died: fix its rows first, so that the rows that may be
+      // killing workers stay with this shard and fail with it after maxAttempts.
+      const { rows: pinned } = await this.pool.query<{ pinned: number }>(query(here, 'pin'), [lease.id, lease.kind, lease.claim_limit, lease.lease_token]);
+      log.warn({ attempt: lease.attempts, pinned: pinned[0]?.pinned ?? 0 }, 'shard runs again after its worker died; its rows are pinned to it');
+    }
     const started = performance.now();
     // Transient errors (deadlock, connection lost, PostgreSQL restarting) retry the whole
     // transaction while the lease lasts; the lease token stays valid unless the reaper took it.
@@ -87,8 +97,10 @@ export class ShardExecutor {
     const result = await withTransaction(this.pool, async (client) => {
       const locked = await client.query(query(here, 'lock_shard'), [lease.id, lease.lease_token]);
       if (locked.rowCount === 0) throw new LeaseLostError(`lease on shard ${lease.id} was lost (the reaper requeued it)`);
-      // One write per live row: marked done (applied) and locked; finish.sql corrects the exceptions.
-      const { rows } = await client.query<{ id: number; biz_id: string; payload: unknown; lateness: number }>(query(here, 'mark_done'), [lease.id]);
+      // One write per row: claimed, marked done (applied) and locked; finish.sql corrects the
+      // exceptions. Rows pinned by a re-run come first; a first run claims due rows of its kind.
+      let { rows } = await client.query<ClaimedRow>(query(here, 'mark_done'), [lease.id]);
+      if (rows.length === 0) ({ rows } = await client.query<ClaimedRow>(query(here, 'claim'), [lease.id, lease.kind, lease.claim_limit]));
       const items: ShardItem[] = rows.map((r) => ({ bizId: r.biz_id, payload: r.payload }));
       const split: SplitResult = { applied: new Set(), failed: new Map() };
       if (items.length > 0) await this.applySplitting(client, handler, lease.id, items, split, 0);

@@ -1,6 +1,7 @@
 -- abandon_shards: a shard whose lease ran out and that already had its kind's max attempts (its
 -- worker died or overran the lease every time) fails with its remaining timeouts, so a shard that
--- kills workers cannot loop forever.
+-- kills workers cannot loop forever. Its timeouts are the ones it pinned on its first re-run
+-- (worker/queries/pin.sql); rows it never pinned went back to pending when its worker died.
 --   $1 max shards
 -- Returns the failed shards (id, kind, scan_id, failed_count).
 WITH doomed AS (
@@ -21,7 +22,7 @@ WITH doomed AS (
   SELECT shard_id, count(*)::int AS n FROM failed_rows GROUP BY shard_id
 )
 UPDATE timeout_center.shards sh
-   SET state = 'failed', finished_at = now(), lease_expires_at = NULL,
+   SET state = 'failed', finished_at = now(), lease_expires_at = NULL, size = coalesce(c.n, 0),
        done_count = 0, skipped_count = 0, retried_count = 0, failed_count = coalesce(c.n, 0),
        error_sample = format('abandoned after %s attempts: each time its worker died or overran the lease', d.attempts)
   FROM doomed d LEFT JOIN counts c ON c.shard_id = d.id

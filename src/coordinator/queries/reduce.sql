@@ -1,6 +1,7 @@
 -- reduce: every mapped scan whose shards are all final gets its totals, exactly once: the
 -- state moves mapped -> reduced in this one conditional UPDATE.
 --   $1 max scans
+-- claimed is the sum of what the scan's shards claimed (workers claim their rows).
 -- Returns the reduced scans with totals.
 WITH ready AS (
   SELECT s.id FROM timeout_center.scans s
@@ -11,7 +12,7 @@ WITH ready AS (
    LIMIT $1
      FOR UPDATE SKIP LOCKED
 ), totals AS (
-  SELECT sh.scan_id,
+  SELECT sh.scan_id, sum(sh.size)::int AS claimed,
          sum(sh.done_count)::int AS done, sum(sh.skipped_count)::int AS skipped,
          sum(sh.failed_count)::int AS failed, sum(sh.retried_count)::int AS retried,
          jsonb_agg(jsonb_build_object('shard', sh.id, 'kind', sh.kind, 'failed', sh.failed_count,
@@ -21,7 +22,7 @@ WITH ready AS (
    GROUP BY sh.scan_id
 )
 UPDATE timeout_center.scans s
-   SET state = 'reduced', reduced_at = now(),
+   SET state = 'reduced', reduced_at = now(), claimed = coalesce(t.claimed, 0),
        done = coalesce(t.done, 0), skipped = coalesce(t.skipped, 0),
        failed = coalesce(t.failed, 0), retried = coalesce(t.retried, 0), failures = t.failures
   FROM ready r LEFT JOIN totals t ON t.scan_id = r.id

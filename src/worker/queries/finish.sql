@@ -4,7 +4,7 @@
 -- when the failure is permanent).
 --   $1 shard id   $2 skipped timeout ids (bigint[])   $3 failed timeout ids (bigint[])
 --   $4 their errors (text[])   $5 their permanence (boolean[])   $6 max attempts
---   $7 backoff base (ms)   $8 live timeouts in the shard (int)
+--   $7 backoff base (ms)   $8 timeouts the shard claimed (int)
 -- Returns the shard's counts.
 WITH failure AS (
   SELECT * FROM unnest($3::bigint[], $4::text[], $5::boolean[]) AS f (id, error, permanent)
@@ -29,7 +29,7 @@ WITH failure AS (
          (SELECT min(last_error) FROM failed) AS error_sample
 )
 UPDATE timeout_center.shards sh
-   SET state = 'done', finished_at = statement_timestamp(), lease_expires_at = NULL,
+   SET state = 'done', finished_at = statement_timestamp(), lease_expires_at = NULL, size = $8,
        done_count = $8 - c.skipped - c.failed - c.retried, skipped_count = c.skipped,
        failed_count = c.failed, retried_count = c.retried, error_sample = c.error_sample
   FROM counts c

@@ -1,7 +1,8 @@
--- mark_done: second statement of the shard transaction. Marks the shard's live timeouts done
--- (applied) and locks them, in one write per row; finish.sql then corrects only the exceptions
--- (skipped, failed). A timeout cancelled before this point is not here and never acts; a cancel
--- arriving later waits for this transaction and then finds nothing live.
+-- mark_done: second statement of the shard transaction when the shard holds pinned rows (a re-run
+-- after a worker died, see pin.sql): marks them done (applied) and locks them, in one write per
+-- row; finish.sql then corrects only the exceptions (skipped, failed). A pinned timeout cancelled
+-- before this point is not here and never acts. Returns nothing for a first run: claim.sql then
+-- claims the shard's rows.
 --   $1 shard id
 -- Returns the live timeouts the handler gets, with their lateness (s).
 UPDATE timeout_center.timeouts

@@ -6,4 +6,4 @@ UPDATE timeout_center.shards
    SET state = 'running', owner = $2, lease_token = gen_random_uuid(), attempts = attempts + 1,
        lease_expires_at = now() + $3 * interval '1 millisecond', started_at = now()
  WHERE id = $1 AND (state = 'queued' OR (state = 'running' AND lease_expires_at < now()))
-RETURNING id, scan_id, kind, lease_token, attempts, size
+RETURNING id, scan_id, kind, lease_token, attempts, claim_limit

@@ -1,0 +1,42 @@
+-- plan_shards: the map step. Per kind, counts the due timeouts beyond what the shards already
+-- queued or running will claim, and writes a new scan with shards for them, each with a claim
+-- limit. It reads the timeouts and writes none of them: a worker claims its shard's rows itself,
+-- in the shard's transaction (worker/queries/claim.sql), so a timeout is written once on its way
+-- to done. Counting stops at the live capacity plus $4 rows, so a large backlog costs a bounded
+-- read. The scan and all its shards are written by this one statement, so the scan is mapped at
+-- once; a tick with nothing new writes nothing. Runs inside the coordinator's fenced transaction.
+--   $1 cutoff (timestamptz)   $2 kinds served (text[])   $3 max new shards
+--   $4 max new rows per kind   $5 epoch   $6 coordinator id
+-- Returns the new shards (id, scan_id, kind, claim_limit), none when nothing new was due.
+WITH live AS (
+  SELECT sh.kind, sum(sh.claim_limit)::bigint AS capacity
+    FROM timeout_center.shards sh
+   WHERE sh.state IN ('queued', 'running')
+   GROUP BY sh.kind
+), need AS (
+  SELECT k.kind, k.shard_size,
+         greatest((SELECT count(*)
+                     FROM (SELECT 1 FROM timeout_center.timeouts t
+                            WHERE t.kind = k.kind AND t.state = 'pending' AND t.available_at <= $1
+                            LIMIT coalesce(l.capacity, 0) + $4) due)
+                  - coalesce(l.capacity, 0), 0) AS uncovered
+    FROM timeout_center.kinds k LEFT JOIN live l ON l.kind = k.kind
+   WHERE k.kind = ANY ($2::text[])
+), planned AS (
+  -- Kinds take turns (every kind's first shard, then every kind's second, ...) so that one
+  -- kind's flood does not take all the room.
+  SELECT n.kind, g.i AS turn, least(n.shard_size::bigint, n.uncovered - (g.i - 1) * n.shard_size)::int AS claim_limit
+    FROM need n, generate_series(1, ceil(n.uncovered::numeric / n.shard_size)::int) AS g (i)
+   WHERE n.uncovered > 0
+   ORDER BY g.i, n.kind
+   LIMIT $3
+), new_scan AS (
+  INSERT INTO timeout_center.scans (epoch, coordinator, cutoff, state, shard_count, mapped_at)
+  SELECT $5, $6, $1, 'mapped', (SELECT count(*) FROM planned), now()
+   WHERE EXISTS (SELECT 1 FROM planned)
+  RETURNING id
+)
+INSERT INTO timeout_center.shards (scan_id, kind, seq, size, claim_limit, published_at, publish_count)
+SELECT (SELECT id FROM new_scan), p.kind, row_number() OVER (ORDER BY p.turn, p.kind) - 1, 0, p.claim_limit, now(), 1
+  FROM planned p
+RETURNING id, scan_id, kind, claim_limit
