@@ -18,7 +18,7 @@ WITH due AS (
   UPDATE timeout_center.timeouts t
      SET state = 'done', result = 'applied', attempts = t.attempts + 1, finished_at = clock_timestamp()
    WHERE t.id IN (SELECT id FROM timeout_center.timeouts
-                   WHERE state = 'pending' AND available_at <= now()
+                   WHERE kind = 'order.unpaid' AND state = 'pending' AND available_at <= now()
                    ORDER BY available_at LIMIT $1 FOR UPDATE SKIP LOCKED)
   RETURNING t.biz_id
 ), closed AS (

@@ -72,6 +72,9 @@ const coordinatorSchema = z.strictObject({
 const workerSchema = z.strictObject({
   /** Shards run at once by one worker process (each holds one PostgreSQL connection). */
   concurrency: z.number().int().min(1).max(256).default(4),
+  /** Shard deliveries read ahead of free slots, so the next shard starts as soon as one ends.
+   *  A read-ahead delivery is not leased: if this worker dies it is taken over (XAUTOCLAIM). */
+  prefetch: z.number().int().min(0).max(256).default(2),
   /** Lease on a shard; a shard whose lease ran out (worker died) is reclaimed. Must exceed the
    *  kinds' time limits. */
   leaseMs: z.number().int().min(1000).max(3_600_000).default(30_000),

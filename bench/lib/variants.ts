@@ -59,12 +59,11 @@ export const VARIANTS: Variant[] = [
 /** timeout-center settings tried by --tune (burst only). */
 export const TC_TUNE: Variant[] = [
   { id: 'tune-default', settings: { ...TC_DEFAULTS } },
-  { id: 'tune-2w', settings: { ...TC_DEFAULTS, workers: 2 } },
-  { id: 'tune-c8', settings: { ...TC_DEFAULTS, concurrency: 8 } },
-  { id: 'tune-s1000', settings: { ...TC_DEFAULTS, shardSize: 1000, claimChunk: 20_000 } },
-  { id: 'tune-s2000', settings: { ...TC_DEFAULTS, shardSize: 2000, claimChunk: 20_000 } },
-  { id: 'tune-2w-c2-s1000', settings: { ...TC_DEFAULTS, workers: 2, concurrency: 2, shardSize: 1000, claimChunk: 20_000 } },
-  { id: 'tune-2w-s1000', settings: { ...TC_DEFAULTS, workers: 2, shardSize: 1000, claimChunk: 20_000 } },
+  { id: 'tune-s1000-c4', settings: { ...TC_DEFAULTS, shardSize: 1000, claimChunk: 50_000, maxInFlightShards: 16 } },
+  { id: 'tune-s2000-c4', settings: { ...TC_DEFAULTS, shardSize: 2000, claimChunk: 50_000, maxInFlightShards: 16 } },
+  { id: 'tune-s5000-c2', settings: { ...TC_DEFAULTS, shardSize: 5000, concurrency: 2, claimChunk: 50_000, maxInFlightShards: 8 } },
+  { id: 'tune-s5000-c4', settings: { ...TC_DEFAULTS, shardSize: 5000, concurrency: 4, claimChunk: 50_000, maxInFlightShards: 8 } },
+  { id: 'tune-2w-s2000-c2', settings: { ...TC_DEFAULTS, workers: 2, concurrency: 2, shardSize: 2000, claimChunk: 50_000, maxInFlightShards: 16 } },
 ].map((v) => ({ ...v, system: 'timeout-center' as const, label: v.id }));
 
 /** The smoke run: one variant per system, small. */

@@ -2,6 +2,7 @@
 // workload; the bench process loads the data and watches the orders table, the system's own
 // processes do the work.
 import { once } from 'node:events';
+import { readFileSync } from 'node:fs';
 import pg from 'pg';
 import { ADMIN_DATABASE_URL, createTestDatabase, testKeyPrefix } from '../../test/helpers/services.ts';
 import { runCli } from '../../test/helpers/processes.ts';
@@ -407,10 +408,7 @@ export async function pendingScale(pending: number, ticks: number, spacingMs: nu
     );
     const sizes = rows[0]!;
     const ex = await pool.query(
-      `EXPLAIN (ANALYZE, BUFFERS, COSTS OFF)
-       SELECT now() AS now,
-              (SELECT min(available_at) FROM timeout_center.timeouts WHERE state = 'pending' AND kind = ANY ($1::text[])) AS next_due,
-              (SELECT count(*) FROM timeout_center.shards WHERE state IN ('queued', 'running'))::int AS in_flight`,
+      `EXPLAIN (ANALYZE, BUFFERS, COSTS OFF) ${readFileSync(new URL('../../src/coordinator/queries/next_due.sql', import.meta.url), 'utf8')}`,
       [[KIND]],
     );
     return {

@@ -182,8 +182,11 @@ export class Coordinator {
     const nextDue = clock.next_due;
     const room = cfg.maxInFlightShards - inFlight;
     const due = nextDue !== null && nextDue <= clock.now;
+    // Each plan counts the rows the shards in flight already cover: under a backlog, wait until a
+    // quarter of the bound is free instead of counting again for every finished shard.
+    const minRoom = inFlight === 0 ? 1 : Math.max(1, Math.floor(cfg.maxInFlightShards / 4));
     let planned: PlannedScan | undefined;
-    if (due && room > 0) {
+    if (due && room >= minRoom) {
       await failpoint('coordinator.before-claim');
       planned = await planScan(pool, epoch, {
         coordinatorId: this.deps.coordinatorId,

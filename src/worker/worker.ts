@@ -1,5 +1,6 @@
 // The worker process: reads shard messages from the channel's consumer group, runs up to
-// `concurrency` shards at once through the executor, and ACKs each after its commit. It also
+// `concurrency` shards at once through the executor (with up to `prefetch` more read ahead), and
+// ACKs each after its commit. It also
 // takes over deliveries left by dead workers (XAUTOCLAIM) and announces itself in
 // timeout_center.workers.
 import { hostname } from 'node:os';
@@ -71,10 +72,13 @@ export class Worker {
 
   private async run(): Promise<void> {
     const { config, channel, logger } = this.deps;
-    const { concurrency, blockMs, leaseMs } = config.worker;
+    const { concurrency, prefetch, blockMs, leaseMs } = config.worker;
     while (!this.stopping) {
       try {
-        if (this.active.size >= concurrency) {
+        this.startFromBacklog();
+        // Up to `prefetch` deliveries wait here beside the running shards, so a slot that frees
+        // starts its next shard at once instead of after a read from Redis.
+        if (this.active.size + this.backlog.length >= concurrency + prefetch) {
           await new Promise<void>((resolve) => (this.wakeSlot = resolve));
           continue;
         }
@@ -86,20 +90,24 @@ export class Worker {
             this.deps.metrics.reclaims.inc({ source: 'xautoclaim' }, reclaimed.length);
             logger.warn({ count: reclaimed.length }, 'took over shard deliveries left by a stopped worker');
             this.backlog.push(...reclaimed);
+            continue;
           }
         }
-        if (this.backlog.length === 0) {
-          const free = concurrency - this.active.size;
-          this.backlog.push(...(await channel.receive(this.id, free, blockMs)));
-        }
-        while (this.backlog.length > 0 && this.active.size < concurrency && !this.stopping) {
-          this.startShard(this.backlog.shift()!);
-        }
+        const room = concurrency + prefetch - this.active.size - this.backlog.length;
+        this.backlog.push(...(await channel.receive(this.id, room, blockMs)));
       } catch (err) {
         if (this.stopping) break;
         logger.warn({ err }, 'reading shards failed (Redis unreachable?); retrying in 1 s');
         await new Promise((r) => setTimeout(r, 1000));
       }
+    }
+  }
+
+  /** Starts waiting deliveries while slots are free (also called when a shard ends, so a
+   *  prefetched delivery never waits for a blocking read to return). */
+  private startFromBacklog(): void {
+    while (this.backlog.length > 0 && this.active.size < this.deps.config.worker.concurrency && !this.stopping) {
+      this.startShard(this.backlog.shift()!);
     }
   }
 
@@ -130,6 +138,7 @@ export class Worker {
       this.active.delete(task);
       this.activeShards.delete(task);
       metrics.workerBusy.set(this.active.size);
+      this.startFromBacklog();
       this.wakeSlot?.();
       this.wakeSlot = undefined;
     });

@@ -91,22 +91,24 @@ describe('payment racing the close', () => {
     };
 
     // Half the payers pay orders falling due right now (their close is not yet under way: the
-    // payment usually comes first); the other half pay orders whose timeout is already dispatched
-    // to a worker (the close is under way: it usually comes first).
-    let dispatched: number[] = [];
+    // payment usually comes first); the other half pay orders whose timeout is due and waiting for
+    // or inside a running shard, the oldest first (the close is under way: it usually comes first).
+    let underWay: number[] = [];
     const refresher = async () => {
       while (running) {
         const { rows } = await s!.pool.query<{ id: number }>(
-          `SELECT biz_id::bigint AS id FROM timeout_center.timeouts WHERE state = 'dispatched' LIMIT 300`,
+          `SELECT biz_id::bigint AS id FROM timeout_center.timeouts
+            WHERE kind = $1 AND state = 'pending' AND available_at <= now() ORDER BY available_at LIMIT 300`,
+          [KIND],
         );
-        dispatched = rows.map((r) => Number(r.id)).filter((id) => !tried.has(id));
+        underWay = rows.map((r) => Number(r.id)).filter((id) => !tried.has(id));
         await sleep(20);
       }
     };
     const pick = (n: number): number | undefined => {
       if (n % 2 === 1) {
-        while (dispatched.length > 0) {
-          const id = dispatched.splice(Math.floor(Math.random() * dispatched.length), 1)[0]!;
+        while (underWay.length > 0) {
+          const id = underWay.splice(Math.floor(Math.random() * underWay.length), 1)[0]!;
           if (!tried.has(id)) return id;
         }
         return undefined;

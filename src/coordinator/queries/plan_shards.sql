@@ -13,14 +13,17 @@ WITH live AS (
     FROM timeout_center.shards sh
    WHERE sh.state IN ('queued', 'running')
    GROUP BY sh.kind
-), need AS (
-  SELECT k.kind, k.shard_size,
-         greatest((SELECT count(*)
-                     FROM (SELECT 1 FROM timeout_center.timeouts t
-                            WHERE t.kind = k.kind AND t.state = 'pending' AND t.available_at <= $1
-                            LIMIT coalesce(l.capacity, 0) + $4) due)
-                  - coalesce(l.capacity, 0), 0) AS uncovered
-    FROM timeout_center.kinds k LEFT JOIN live l ON l.kind = k.kind
+), need AS MATERIALIZED (
+  -- Counted once per kind, on timeouts_due_by_kind in due order (the order workers claim in),
+  -- stopping at what is already covered plus what new shards could take.
+  SELECT k.kind, k.shard_size, greatest(c.due - coalesce(l.capacity, 0), 0) AS uncovered
+    FROM timeout_center.kinds k
+    LEFT JOIN live l ON l.kind = k.kind
+   CROSS JOIN LATERAL (SELECT count(*) AS due
+                         FROM (SELECT 1 FROM timeout_center.timeouts t
+                                WHERE t.kind = k.kind AND t.state = 'pending' AND t.available_at <= $1
+                                ORDER BY t.available_at
+                                LIMIT coalesce(l.capacity, 0) + $4) d) c
    WHERE k.kind = ANY ($2::text[])
 ), planned AS (
   -- Kinds take turns (every kind's first shard, then every kind's second, ...) so that one

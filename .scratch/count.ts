@@ -1,0 +1,21 @@
+import pg from 'pg';
+import { readFileSync } from 'node:fs';
+import { createTestDatabase } from '../test/helpers/services.ts';
+const db = await createTestDatabase('cnt');
+const pool = new pg.Pool({ connectionString: db.url, max: 2 });
+for (const f of ['0001_init', '0002_retention', '0003_worker_claim']) await pool.query(readFileSync(`sql/${f}.sql`, 'utf8'));
+await pool.query(`INSERT INTO timeout_center.kinds (kind) VALUES ('order.unpaid')`);
+await pool.query(`INSERT INTO timeout_center.timeouts (kind, biz_id, due_at) SELECT 'order.unpaid', i::text, now() - interval '1 s' FROM generate_series(1, 200000) i`);
+await pool.query('VACUUM ANALYZE timeout_center.timeouts');
+const q = `EXPLAIN (ANALYZE, BUFFERS, COSTS OFF) SELECT count(*) FROM (SELECT 1 FROM timeout_center.timeouts t WHERE t.kind = 'order.unpaid' AND t.state = 'pending' AND t.available_at <= now() LIMIT 40000) x`;
+const show = async (label: string) => { const { rows } = await pool.query(q); console.log(label, rows.map((r) => r['QUERY PLAN']).filter((l: string) => /Heap|Buffers|Execution|Scan/.test(l)).join(' | ')); };
+await show('vacuumed:');
+await show('vacuumed again:');
+// churn: mark the first 50k done, as workers would
+await pool.query(`UPDATE timeout_center.timeouts SET state='done', finished_at=now() WHERE id <= 50000`);
+await show('after 50k done (dead entries first):');
+await show('again:');
+const t = performance.now();
+await pool.query(`UPDATE timeout_center.timeouts SET state='done', finished_at=now() WHERE id > 50000 AND id <= 55000`);
+console.log('5000-row update ms', (performance.now() - t).toFixed(1));
+await pool.end(); await db.drop();
