@@ -12,6 +12,7 @@
 //   --out <dir>          where benchmarks.md and bench/*.svg go (default docs/; smoke: a temp dir)
 //   --report-only        rewrite the document from <out>/bench/results.json
 //   --keep               keep the databases
+//   --help               this text
 import { execFileSync } from 'node:child_process';
 import { existsSync, mkdtempSync, readFileSync } from 'node:fs';
 import { cpus, tmpdir } from 'node:os';
@@ -44,9 +45,18 @@ const { values: args } = parseArgs({
     'report-only': { type: 'boolean', default: false },
     'max-seconds': { type: 'string' },
     keep: { type: 'boolean', default: false },
+    help: { type: 'boolean', short: 'h', default: false },
   },
   strict: true,
 });
+
+if (args.help) {
+  // The usage is the comment block this file starts with.
+  const lines = readFileSync(fileURLToPath(import.meta.url), 'utf8').split('\n');
+  const header = lines.slice(0, lines.findIndex((l) => !l.startsWith('//')));
+  console.log(header.map((l) => l.replace(/^\/\/ ?/, '')).join('\n'));
+  process.exit(0);
+}
 
 const root = fileURLToPath(new URL('..', import.meta.url));
 const smoke = args.smoke;

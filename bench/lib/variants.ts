@@ -5,7 +5,7 @@ import { TC_DEFAULTS, type Variant } from './systems.ts';
 
 /** timeout-center's best settings found on the reference box (2 cores, one shared PostgreSQL):
  *  see `npm run bench -- --tune` and the tuning table in docs/benchmarks.md. */
-export const TC_BEST = { ...TC_DEFAULTS, shardSize: 1000, claimChunk: 20_000 };
+export const TC_BEST = { ...TC_DEFAULTS, shardSize: 5000, concurrency: 2, claimChunk: 50_000, maxInFlightShards: 8 };
 
 export const VARIANTS: Variant[] = [
   { id: 'tc-default', system: 'timeout-center', label: 'timeout-center (default)', settings: { ...TC_DEFAULTS } },

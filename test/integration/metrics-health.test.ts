@@ -183,8 +183,13 @@ describe('metrics and health endpoints (real processes)', () => {
     for (const name of ['tc_backlog', 'tc_backlog_oldest_lag_seconds', 'tc_reclaims_total', 'tc_fenced_writes_total', 'tc_alerts_total', 'tc_purged_total']) {
       expect(l, name).toContain(`# TYPE ${name} `);
     }
-    // While the rows waited for a worker, the leader measured them as backlog with their lag: the
-    // view shows what the gauge showed. Now drained: no backlog series left.
+    // While the rows waited for a worker, the leader measured them as backlog with their lag (rows
+    // a shard is applying stay pending until it commits). Drained, the next measurement shows no
+    // backlog left.
+    for (let i = 0; i < 40 && (metric(l, 'tc_backlog', { kind: 'order.unpaid', state: 'pending' }) ?? 0) > 0; i++) {
+      await new Promise((r) => setTimeout(r, 250));
+      l = (await get(ports.leader, '/metrics')).body;
+    }
     expect(metric(l, 'tc_backlog', { kind: 'order.unpaid', state: 'pending' }) ?? 0).toBe(0);
     // The standby exports leader 0 and no backlog of its own.
     const s = (await get(ports.standby, '/metrics')).body;

@@ -77,8 +77,8 @@ describe('retention', () => {
     );
     const ids = rows.map((r) => Number(r.id));
     await pool.query(
-      `INSERT INTO timeout_center.shards (scan_id, kind, seq, size, state, attempts, done_count, skipped_count, failed_count, retried_count, finished_at)
-       SELECT s, 'order.unpaid', q, 500, 'done', 1, 500, 0, 0, 0, now() - $2 * interval '1 ms'
+      `INSERT INTO timeout_center.shards (scan_id, kind, seq, size, claim_limit, state, attempts, done_count, skipped_count, failed_count, retried_count, finished_at)
+       SELECT s, 'order.unpaid', q, 500, 500, 'done', 1, 500, 0, 0, 0, now() - $2 * interval '1 ms'
          FROM unnest($1::int8[]) s, generate_series(0, 4) q`,
       [ids, ageMs],
     );
