@@ -11,6 +11,9 @@ const LIMIT = `WITH due AS (UPDATE timeout_center.timeouts t SET state='done', r
 closed AS (UPDATE orders SET status='closed', closed_at=clock_timestamp(), closes=closes+1 WHERE id IN (SELECT biz_id::bigint FROM due) AND status='unpaid' RETURNING id)
 SELECT (SELECT count(*) FROM due)::int AS n`;
 const CLAIM = readFileSync('src/worker/queries/claim.sql', 'utf8');
+const LIMIT_ARR = LIMIT.replace('WHERE t.id IN (SELECT id', 'WHERE t.id = ANY (ARRAY(SELECT id').replace('FOR UPDATE SKIP LOCKED) RETURNING', 'FOR UPDATE SKIP LOCKED)) RETURNING');
+const CLAIM_ARR = CLAIM.replace('WHERE t.id IN (SELECT d.id', 'WHERE t.id = ANY (ARRAY(SELECT d.id').replace('FOR UPDATE SKIP LOCKED)\n     AND t.state', 'FOR UPDATE SKIP LOCKED))\n     AND t.state');
+if (LIMIT_ARR === LIMIT) throw new Error('replace failed');
 const CLOSE = "UPDATE orders SET status = 'closed', closed_at = clock_timestamp(), closes = closes + 1 WHERE id = ANY($1) AND status = 'unpaid' RETURNING id";
 async function setup() {
   const db = await createTestDatabase('exp');
@@ -25,25 +28,38 @@ async function setup() {
   await pool.query(`CHECKPOINT`);
   return { db, pool };
 }
+const RAW = { getTypeParser: () => (v: string) => v } as unknown as typeof pg.types;
 type Step = (c: pg.PoolClient, shard: number) => Promise<number>;
 const variants: Record<string, Step> = {
   limit: async (c) => (await c.query(LIMIT, [K])).rows[0].n,
+  limitarr: async (c) => (await c.query(LIMIT_ARR, [K])).rows[0].n,
+  raw: async (c, shard) => {
+    await c.query('BEGIN');
+    const { rows } = await c.query({ text: CLAIM_ARR, values: [shard, 'order.unpaid', K], types: RAW });
+    await c.query({ text: CLOSE, values: [rows[0].biz_ids], types: RAW });
+    await c.query('COMMIT');
+    return Number(rows[0].n);
+  },
+  rawnoret: async (c, shard) => {
+    await c.query('BEGIN');
+    const { rows } = await c.query({ text: CLAIM_ARR, values: [shard, 'order.unpaid', K], types: RAW });
+    await c.query({ text: 'WITH h AS (' + CLOSE + ') SELECT count(*) FROM h', values: [rows[0].biz_ids], types: RAW });
+    await c.query('COMMIT');
+    return Number(rows[0].n);
+  },
+  workerarr: async (c, shard) => {
+    await c.query('BEGIN');
+    const { rows } = await c.query(CLAIM_ARR, [shard, 'order.unpaid', K]);
+    await c.query(CLOSE, [rows[0].biz_ids]);
+    await c.query('COMMIT');
+    return rows[0].n;
+  },
   worker: async (c, shard) => {
     await c.query('BEGIN');
     const { rows } = await c.query(CLAIM, [shard, 'order.unpaid', K]);
-    const applied = await c.query(CLOSE, [rows.map((r) => r.biz_id)]);
-    const set = new Set(applied.rows.map((r) => String(r.id)));
-    const skipped = rows.filter((r) => !set.has(r.biz_id)).map((r) => r.id);
-    await c.query("UPDATE timeout_center.timeouts SET result='skipped' WHERE id = ANY($1::bigint[])", [skipped]);
+    await c.query(CLOSE, [rows[0].biz_ids]);
     await c.query('COMMIT');
-    return rows.length;
-  },
-  noskip: async (c, shard) => {
-    await c.query('BEGIN');
-    const { rows } = await c.query(CLAIM, [shard, 'order.unpaid', K]);
-    await c.query(CLOSE, [rows.map((r) => r.biz_id)]);
-    await c.query('COMMIT');
-    return rows.length;
+    return rows[0].n;
   },
 };
 for (const [name, step] of Object.entries(variants)) {

@@ -11,6 +11,7 @@
 //   --tune               burst only, over timeout-center's candidate settings
 //   --out <dir>          where benchmarks.md and bench/*.svg go (default docs/; smoke: a temp dir)
 //   --report-only        rewrite the document from <out>/bench/results.json
+//   --rounds <n>         run the burst n times per system, interleaved; report the median (default 1)
 //   --keep               keep the databases
 //   --help               this text
 import { execFileSync } from 'node:child_process';
@@ -25,7 +26,7 @@ import { killAll } from '../test/helpers/processes.ts';
 import { bestBySystem, table, targets, writeReport, type Results } from './lib/report.ts';
 import { Status } from './lib/status.ts';
 import { SMOKE_IDS, TC_TUNE, VARIANTS } from './lib/variants.ts';
-import { burst, pendingScale, REDIS_URL, steady } from './lib/workloads.ts';
+import { burst, pendingScale, REDIS_URL, steady, type BurstResult } from './lib/workloads.ts';
 import type { Variant } from './lib/systems.ts';
 
 const { values: args } = parseArgs({
@@ -44,6 +45,7 @@ const { values: args } = parseArgs({
     out: { type: 'string' },
     'report-only': { type: 'boolean', default: false },
     'max-seconds': { type: 'string' },
+    rounds: { type: 'string' },
     keep: { type: 'boolean', default: false },
     help: { type: 'boolean', short: 'h', default: false },
   },
@@ -68,6 +70,7 @@ const delayS = num(args.delay, smoke ? 1 : 3);
 const pending = num(args.pending, smoke ? 20_000 : 10_000_000);
 const ticks = num(args.ticks, smoke ? 3 : 10);
 const maxSeconds = num(args['max-seconds'], smoke ? 60 : 180);
+const rounds = num(args.rounds, 1);
 const memoryN = smoke ? burstN : 1_000_000;
 const leadMs = smoke ? 1500 : 2500;
 const tickSpacingMs = smoke ? 200 : 1000;
@@ -76,7 +79,7 @@ const outDir = args.out ?? (smoke ? mkdtempSync(join(tmpdir(), 'tc-bench-smoke-'
 const status = new Status();
 
 function pick(): Variant[] {
-  if (args.tune) return TC_TUNE;
+  if (args.tune && !args.only) return TC_TUNE;
   let list = smoke ? VARIANTS.filter((v) => SMOKE_IDS.includes(v.id)) : VARIANTS;
   if (args.only) {
     const want = args.only.split(',').map((s) => s.trim());
@@ -132,21 +135,41 @@ async function main(): Promise<number> {
   const env = { status, keep: args.keep };
 
   if (workloads.has(1)) {
-    for (const variant of variants) {
-      steps.push({
-        name: `burst ${burstN.toLocaleString('en')} · ${variant.label}`,
-        run: async () => {
-          const b = await burst(variant, burstN, maxSeconds, env, leadMs);
-          if (args.tune) results.tune.push({ ...b, settings: variant.settings });
-          else results.burst.push(b);
-          if (b.overrunMs > 0) results.meta.notes.push(`${variant.label}: loading ran ${b.overrunMs} ms past the due time (burst timing starts at the due time)`);
-          status.log(
-            `burst ${variant.label}: ${Math.round(b.rate).toLocaleString('en')} timeouts/s, ${b.seconds.toFixed(2)} s, lateness p50 ${b.lateness.p50.toFixed(2)} s p99 ${b.lateness.p99.toFixed(2)} s` +
-              `${b.timedOut ? ' (TIMED OUT)' : ''}; correct: ${b.correctness.ok ? 'yes' : b.correctness.problems.join('; ')}`,
-          );
-        },
-      });
+    // Rounds are interleaved (every system once, then again) so that a slow spell of the box does
+    // not land on one system only; each system is reported by its median round.
+    const byVariant = new Map<string, BurstResult[]>();
+    for (let round = 1; round <= rounds; round++) {
+      for (const variant of variants) {
+        steps.push({
+          name: `burst ${burstN.toLocaleString('en')} · ${variant.label}${rounds > 1 ? ` · round ${round}/${rounds}` : ''}`,
+          run: async () => {
+            const b = await burst(variant, burstN, maxSeconds, env, leadMs);
+            byVariant.set(variant.id, [...(byVariant.get(variant.id) ?? []), b]);
+            if (b.overrunMs > 0) results.meta.notes.push(`${variant.label}: loading ran ${b.overrunMs} ms past the due time (burst timing starts at the due time)`);
+            status.log(
+              `burst ${variant.label}: ${Math.round(b.rate).toLocaleString('en')} timeouts/s, ${b.seconds.toFixed(2)} s, lateness p50 ${b.lateness.p50.toFixed(2)} s p99 ${b.lateness.p99.toFixed(2)} s` +
+                `${b.timedOut ? ' (TIMED OUT)' : ''}; correct: ${b.correctness.ok ? 'yes' : b.correctness.problems.join('; ')}`,
+            );
+          },
+        });
+      }
     }
+    steps.push({
+      name: 'burst medians',
+      run: async () => {
+        for (const variant of variants) {
+          const runs = byVariant.get(variant.id);
+          if (!runs?.length) continue;
+          const sorted = [...runs].sort((a, b) => a.rate - b.rate);
+          const median: BurstResult = { ...sorted[Math.floor((sorted.length - 1) / 2)]!, ...(runs.length > 1 ? { roundRates: runs.map((r) => r.rate) } : {}) };
+          // A round that was wrong makes the system's result wrong, whichever round is reported.
+          const wrong = runs.find((r) => !r.correctness.ok);
+          if (wrong) median.correctness = wrong.correctness;
+          if (args.tune) results.tune.push({ ...median, settings: variant.settings });
+          else results.burst.push(median);
+        }
+      },
+    });
   }
   if (workloads.has(2) && !args.tune) {
     steps.push({

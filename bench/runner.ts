@@ -12,14 +12,19 @@ const log = (msg: string, extra: Record<string, unknown> = {}) => process.stdout
 let stop: () => Promise<void> = async () => {};
 
 /** The pure-SQL limit: N connections, each looping one statement that claims k due timeouts
- *  (SKIP LOCKED), marks them done and closes their unpaid orders. */
-const PURE_SQL = `
+ *  (SKIP LOCKED), marks them done and closes their unpaid orders. Two spellings of the claim:
+ *  `in` is the one the issue writes (id IN (SELECT ...)), with which the planner may hash-join
+ *  the claimed ids against a scan of the whole table; `array` (id = ANY (ARRAY(SELECT ...))) makes
+ *  it probe the primary key. The faster one is the reference. */
+function pureSqlStatement(form: 'in' | 'array'): string {
+  const claim = `SELECT id FROM timeout_center.timeouts
+                   WHERE kind = 'order.unpaid' AND state = 'pending' AND available_at <= now()
+                   ORDER BY available_at LIMIT $1 FOR UPDATE SKIP LOCKED`;
+  return `
 WITH due AS (
   UPDATE timeout_center.timeouts t
      SET state = 'done', result = 'applied', attempts = t.attempts + 1, finished_at = clock_timestamp()
-   WHERE t.id IN (SELECT id FROM timeout_center.timeouts
-                   WHERE kind = 'order.unpaid' AND state = 'pending' AND available_at <= now()
-                   ORDER BY available_at LIMIT $1 FOR UPDATE SKIP LOCKED)
+   WHERE ${form === 'array' ? `t.id = ANY (ARRAY(${claim}))` : `t.id IN (${claim})`}
   RETURNING t.biz_id
 ), closed AS (
   UPDATE orders SET status = 'closed', closed_at = clock_timestamp(), closes = closes + 1
@@ -27,14 +32,16 @@ WITH due AS (
   RETURNING id
 )
 SELECT (SELECT count(*) FROM due)::int AS n, (SELECT count(*) FROM closed)::int AS closed`;
+}
 
 async function pureSql() {
+  const statement = pureSqlStatement(opts['form'] === 'array' ? 'array' : 'in');
   const pool = new pg.Pool({ connectionString: opts['databaseUrl'], max: opts['connections'] });
   pool.on('error', () => {});
   let running = true;
   const loops = Array.from({ length: opts['connections'] as number }, async () => {
     while (running) {
-      const { rows } = await pool.query<{ n: number }>(PURE_SQL, [opts['limit']]);
+      const { rows } = await pool.query<{ n: number }>(statement, [opts['limit']]);
       if (rows[0]!.n === 0) await sleep(10);
     }
   });

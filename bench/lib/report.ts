@@ -97,7 +97,7 @@ export function table(r: Results): string {
       .map((x) => (x!.timedOut ? `${x === b ? 'burst' : 'steady'} not drained in time` : x!.correctness.ok ? 'yes' : `NO: ${x!.correctness.problems.join('; ')}`));
     const slow = st && st.achievedRate < st.rate * 0.95 ? ` (arrivals reached only ${n0(st.achievedRate)}/s)` : '';
     lines.push(
-      `| ${label(r, id)} | ${b ? `${n0(b.rate)}${b.timedOut ? ' (timed out)' : ''}` : '–'} | ${b && sql ? (b.rate / sql.rate).toFixed(2) : '–'} | ${
+      `| ${label(r, id)} | ${b ? `${n0(b.rate)}${b.roundRates ? ` (${n0(Math.min(...b.roundRates))}–${n0(Math.max(...b.roundRates))})` : ''}${b.timedOut ? ' (timed out)' : ''}` : '–'} | ${b && sql ? (b.rate / sql.rate).toFixed(2) : '–'} | ${
         b ? `${s2(b.lateness.p50)} / ${s2(b.lateness.p99)} / ${s2(b.lateness.max)} s` : '–'
       } | ${st ? `${ms(st.lateness.p50)} / ${ms(st.lateness.p99)} / ${ms(st.lateness.max)}${slow}` : '–'} | ${st ? n0(st.maxBacklog) : '–'} | ${rss || '–'} | ${[...new Set(ok)].join(', ')} |`,
     );

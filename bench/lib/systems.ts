@@ -199,6 +199,8 @@ class TimeoutCenterDriver implements Driver {
 export interface SqlSettings {
   connections: number;
   limit: number;
+  /** How the claim is spelled: id IN (SELECT ...) (default) or id = ANY (ARRAY(SELECT ...)). */
+  form?: 'in' | 'array';
 }
 
 class PureSqlDriver extends TimeoutCenterDriver {

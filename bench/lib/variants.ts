@@ -12,6 +12,7 @@ export const VARIANTS: Variant[] = [
   { id: 'tc-best', system: 'timeout-center', label: 'timeout-center (best)', settings: { ...TC_BEST } },
   { id: 'sql-1000', system: 'pure-sql', label: 'pure-SQL limit k=1000', settings: { connections: 2, limit: 1000 } },
   { id: 'sql-5000', system: 'pure-sql', label: 'pure-SQL limit k=5000', settings: { connections: 2, limit: 5000 } },
+  { id: 'sql-5000-array', system: 'pure-sql', label: 'pure-SQL limit k=5000, ARRAY(...)', settings: { connections: 2, limit: 5000, form: 'array' } },
   {
     id: 'pgboss-batch-500',
     system: 'pg-boss-batch',
@@ -59,11 +60,13 @@ export const VARIANTS: Variant[] = [
 /** timeout-center settings tried by --tune (burst only). */
 export const TC_TUNE: Variant[] = [
   { id: 'tune-default', settings: { ...TC_DEFAULTS } },
-  { id: 'tune-s1000-c4', settings: { ...TC_DEFAULTS, shardSize: 1000, claimChunk: 50_000, maxInFlightShards: 16 } },
-  { id: 'tune-s2000-c4', settings: { ...TC_DEFAULTS, shardSize: 2000, claimChunk: 50_000, maxInFlightShards: 16 } },
   { id: 'tune-s5000-c2', settings: { ...TC_DEFAULTS, shardSize: 5000, concurrency: 2, claimChunk: 50_000, maxInFlightShards: 8 } },
-  { id: 'tune-s5000-c4', settings: { ...TC_DEFAULTS, shardSize: 5000, concurrency: 4, claimChunk: 50_000, maxInFlightShards: 8 } },
-  { id: 'tune-2w-s2000-c2', settings: { ...TC_DEFAULTS, workers: 2, concurrency: 2, shardSize: 2000, claimChunk: 50_000, maxInFlightShards: 16 } },
+  { id: 'tune-s5000-c3', settings: { ...TC_DEFAULTS, shardSize: 5000, concurrency: 3, claimChunk: 50_000, maxInFlightShards: 8 } },
+  { id: 'tune-s4000-c3', settings: { ...TC_DEFAULTS, shardSize: 4000, concurrency: 3, claimChunk: 50_000, maxInFlightShards: 10 } },
+  { id: 'tune-s2500-c4', settings: { ...TC_DEFAULTS, shardSize: 2500, concurrency: 4, claimChunk: 50_000, maxInFlightShards: 16 } },
+  { id: 'tune-s10000-c2', settings: { ...TC_DEFAULTS, shardSize: 10_000, concurrency: 2, claimChunk: 50_000, maxInFlightShards: 5 } },
+  { id: 'tune-s20000-c2', settings: { ...TC_DEFAULTS, shardSize: 20_000, concurrency: 2, claimChunk: 100_000, maxInFlightShards: 4 } },
+  { id: 'tune-2w-s5000-c2', settings: { ...TC_DEFAULTS, workers: 2, concurrency: 2, shardSize: 5000, claimChunk: 50_000, maxInFlightShards: 8 } },
 ].map((v) => ({ ...v, system: 'timeout-center' as const, label: v.id }));
 
 /** The smoke run: one variant per system, small. */

@@ -30,6 +30,8 @@ export interface BurstResult {
   cost?: DrainCost;
   /** CPU seconds of the PostgreSQL backends serving the system (connected at the end) */
   dbCpuSeconds?: number;
+  /** With --rounds: the rate of every round; this result is the round with the median rate. */
+  roundRates?: number[];
 }
 
 export interface DrainCost {
@@ -143,7 +145,11 @@ export async function burst(variant: Variant, n: number, maxSeconds: number, env
       await insertOrders(pool, a, b, t0);
       await driver.schedule(a, b, t0);
     }
-    await pool.query('ANALYZE');
+    // Every system starts from the same state: statistics and visibility map current (as
+    // autovacuum would leave a table filled over minutes), and no checkpoint due mid-drain (the
+    // first write of each page after a checkpoint logs the whole page).
+    await pool.query('VACUUM ANALYZE');
+    await pool.query('CHECKPOINT');
     // Loading connections publish their statistics before the drain's counters are read.
     await driver.endLoading();
     await flushStats(pool);

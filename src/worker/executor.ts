@@ -4,7 +4,7 @@
 // counts; the caller ACKs after commit. A re-run after a worker died pins its rows first (pin.sql).
 // A failing batch is split in halves (each try inside a savepoint) until the failing ids are
 // isolated, so one bad row never holds back the rest of its shard.
-import type pg from 'pg';
+import pg from 'pg';
 import type { Logger } from 'pino';
 import { isConnectionError, isRetryableConflict, withTransaction } from '../db/pool.js';
 import { query } from '../db/queries.js';
@@ -14,6 +14,7 @@ import {
   HandlerTimeoutError,
   normalizeResult,
   PermanentError,
+  type BatchSqlHandler,
   type ResolvedHandler,
   type ShardItem,
 } from './handlers.js';
@@ -38,7 +39,33 @@ interface Lease {
   claim_limit: number;
 }
 
-type ClaimedRow = { id: number; biz_id: string; payload: unknown; lateness: number };
+/** What claim.sql took, as PostgreSQL's text (arrays as literals such as {1,2,3}). */
+interface Taken {
+  n: string;
+  ids: string;
+  biz_ids: string;
+  payloads: string;
+  lateness: string;
+}
+
+interface Outcome {
+  /** Timeout ids the handler skipped: an array, or a bigint[] literal from PostgreSQL. */
+  skipped: string | string[];
+  failed: string[];
+  failures: { error: string; permanent: boolean }[];
+  lateness: number[];
+}
+
+/** Leaves every column as PostgreSQL's text. */
+const AS_TEXT = { getTypeParser: () => (value: string) => value };
+/** pg's parser for an array type (array OIDs are not among pg's builtin type ids). */
+function arrayParser<T>(oid: number): (text: string) => T[] {
+  return pg.types.getTypeParser(oid as Parameters<typeof pg.types.getTypeParser>[0]) as (text: string) => T[];
+}
+const parseInt8Array = arrayParser<string>(1016);
+const parseTextArray = arrayParser<string>(1009);
+const parseJsonbArray = arrayParser<unknown>(3807);
+const parseFloat8Array = arrayParser<number>(1022);
 
 interface SplitResult {
   applied: Set<string>;
@@ -56,8 +83,7 @@ export class ShardExecutor {
   ) {}
 
   async run(shardId: number): Promise<ShardOutcome> {
-    const { rows } = await this.pool.query<Lease>(query(here, 'take_lease'), [shardId, this.workerId, this.leaseMs]);
-    const lease = rows[0];
+    const lease = await this.takeLease(shardId);
     if (!lease) return { status: 'not-ours', reason: 'shard is final or leased by another worker' };
     const handler = this.handlers.get(lease.kind);
     if (!handler) {
@@ -93,44 +119,45 @@ export class ShardExecutor {
     }
   }
 
+  /**
+   * take_lease.sql in a transaction of its own that does not wait for the WAL flush
+   * (synchronous_commit off): one round trip, no fsync per shard. A lease lost in a PostgreSQL crash
+   * only means the shard is taken again; the shard's own transaction, which applies the timeouts,
+   * commits durably. The parameters are numbers and one escaped literal (a multi-statement string
+   * cannot carry bind parameters).
+   */
+  private async takeLease(shardId: number): Promise<Lease | undefined> {
+    if (!Number.isSafeInteger(shardId) || shardId <= 0) throw new Error(`invalid shard id in a delivery: ${String(shardId)}`);
+    const values: Record<string, string> = { $1: String(shardId), $2: pg.escapeLiteral(this.workerId), $3: String(Math.floor(this.leaseMs)) };
+    const update = query(here, 'take_lease').replace(/\$[123]\b/g, (p) => values[p]!);
+    const results = (await this.pool.query(`BEGIN; SET LOCAL synchronous_commit = off; ${update}; COMMIT`)) as unknown as pg.QueryResult<Lease>[];
+    const row = results[2]?.rows[0];
+    return row ? { ...row, id: Number(row.id), scan_id: Number(row.scan_id), attempts: Number(row.attempts), claim_limit: Number(row.claim_limit) } : undefined;
+  }
+
   private async runTransaction(lease: Lease, handler: ResolvedHandler, log: Logger): Promise<ShardOutcome> {
     const result = await withTransaction(this.pool, async (client) => {
       const locked = await client.query(query(here, 'lock_shard'), [lease.id, lease.lease_token]);
       if (locked.rowCount === 0) throw new LeaseLostError(`lease on shard ${lease.id} was lost (the reaper requeued it)`);
       // One write per row: claimed, marked done (applied) and locked; finish.sql corrects the
-      // exceptions. Rows pinned by a re-run come first; a first run claims due rows of its kind.
-      let { rows } = await client.query<ClaimedRow>(query(here, 'mark_done'), [lease.id]);
-      if (rows.length === 0) ({ rows } = await client.query<ClaimedRow>(query(here, 'claim'), [lease.id, lease.kind, lease.claim_limit]));
-      const items: ShardItem[] = rows.map((r) => ({ bizId: r.biz_id, payload: r.payload }));
-      const split: SplitResult = { applied: new Set(), failed: new Map() };
-      if (items.length > 0) await this.applySplitting(client, handler, lease.id, items, split, 0);
+      // exceptions. The rows come back as PostgreSQL array text, parsed only where needed.
+      const { rows } = await client.query<Taken>({ text: query(here, 'claim'), values: [lease.id, lease.kind, lease.claim_limit], types: AS_TEXT });
+      const taken = rows[0]!;
+      const n = Number(taken.n);
+      let outcome: Outcome = { skipped: [], failed: [], failures: [], lateness: [] };
+      if (n > 0) outcome = (handler.batch && (await this.applyBatch(client, handler.batch, taken, log))) || (await this.applyEach(client, handler, lease.id, taken));
       await failpoint('worker.before-commit');
-      // Ids the handler did not return were skipped (nothing to change, e.g. already paid).
-      const skipped: number[] = [];
-      const failed: number[] = [];
-      const failures: { error: string; permanent: boolean }[] = [];
-      const lateness: number[] = [];
-      for (const row of rows) {
-        const failure = split.failed.get(row.biz_id);
-        if (failure) {
-          failed.push(row.id);
-          failures.push(failure);
-        } else {
-          lateness.push(row.lateness);
-          if (!split.applied.has(row.biz_id)) skipped.push(row.id);
-        }
-      }
       const done = await client.query<{ done: number; skipped: number; failed: number; retried: number }>(query(here, 'finish'), [
         lease.id,
-        skipped,
-        failed,
-        failures.map((f) => f.error),
-        failures.map((f) => f.permanent),
+        outcome.skipped,
+        outcome.failed,
+        outcome.failures.map((f) => f.error),
+        outcome.failures.map((f) => f.permanent),
         handler.config.maxAttempts,
         handler.config.backoffMs,
-        rows.length,
+        n,
       ]);
-      return { ...done.rows[0]!, lateness };
+      return { ...done.rows[0]!, lateness: outcome.lateness };
     });
     await failpoint('worker.after-commit');
     const kind = lease.kind;
@@ -139,10 +166,56 @@ export class ShardExecutor {
     this.metrics.timeouts.inc({ kind, outcome: 'failed' }, result.failed);
     this.metrics.timeouts.inc({ kind, outcome: 'retried' }, result.retried);
     this.metrics.shards.inc({ kind, outcome: 'done' });
-    for (const l of result.lateness) this.metrics.lateness.observe({ kind }, Math.max(0, l));
+    // One label lookup per shard, not per timeout (a shard holds thousands).
+    const lateness = this.metrics.lateness.labels({ kind });
+    for (const l of result.lateness) lateness.observe(Math.max(0, l));
     if (result.failed > 0 || result.retried > 0) log.warn({ ...result, lateness: undefined }, 'shard finished with failing timeouts');
     else log.debug({ done: result.done, skipped: result.skipped }, 'shard done');
     return { status: 'done', done: result.done, skipped: result.skipped, failed: result.failed, retried: result.retried };
+  }
+
+  /**
+   * A SQL handler on the whole shard in one statement (handlers.ts batchSql): the claimed arrays go
+   * back as the text they came in, and PostgreSQL returns the skipped ids. On a handler error the
+   * savepoint undoes it and the shard falls back to applyEach, which isolates the failing ids.
+   */
+  private async applyBatch(client: pg.PoolClient, batch: BatchSqlHandler, taken: Taken, log: Logger): Promise<Outcome | undefined> {
+    await client.query(`SAVEPOINT tc_batch; SET LOCAL statement_timeout = ${Math.floor(batch.timeLimitMs)}`);
+    try {
+      const { rows } = await client.query<{ skipped: string }>({ text: batch.sql, values: [taken.biz_ids, taken.ids, taken.biz_ids], types: AS_TEXT });
+      await client.query('SET LOCAL statement_timeout = 0; RELEASE SAVEPOINT tc_batch');
+      return { skipped: rows[0]!.skipped, failed: [], failures: [], lateness: parseFloat8Array(taken.lateness) };
+    } catch (err) {
+      // The connection or the transaction itself is gone: no row is to blame, retry the shard.
+      if (isConnectionError(err) || isRetryableConflict(err)) throw err;
+      await client.query('ROLLBACK TO SAVEPOINT tc_batch; RELEASE SAVEPOINT tc_batch');
+      log.debug({ err }, 'batch handler failed; isolating the failing ids');
+      return undefined;
+    }
+  }
+
+  /** The handler on the shard's items (one value per timeout), split in halves on failure. */
+  private async applyEach(client: pg.PoolClient, handler: ResolvedHandler, shardId: number, taken: Taken): Promise<Outcome> {
+    const ids = parseInt8Array(taken.ids);
+    const bizIds = parseTextArray(taken.biz_ids);
+    const payloads = parseJsonbArray(taken.payloads);
+    const lateness = parseFloat8Array(taken.lateness);
+    const items: ShardItem[] = bizIds.map((bizId, i) => ({ bizId, payload: payloads[i] }));
+    const split: SplitResult = { applied: new Set(), failed: new Map() };
+    await this.applySplitting(client, handler, shardId, items, split, 0);
+    // Ids the handler did not return were skipped (nothing to change, e.g. already paid).
+    const out: Outcome & { skipped: string[] } = { skipped: [], failed: [], failures: [], lateness: [] };
+    bizIds.forEach((bizId, i) => {
+      const failure = split.failed.get(bizId);
+      if (failure) {
+        out.failed.push(ids[i]!);
+        out.failures.push(failure);
+      } else {
+        out.lateness.push(lateness[i]!);
+        if (!split.applied.has(bizId)) out.skipped.push(ids[i]!);
+      }
+    });
+    return out;
   }
 
   /** Runs the handler on items inside a savepoint; on failure splits them in halves. */

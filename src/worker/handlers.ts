@@ -104,6 +104,32 @@ export interface ResolvedHandler {
   kind: string;
   config: KindConfig;
   run: ShardHandler;
+  /** SQL handlers that take only $1: the handler wrapped so that one statement applies the batch
+   *  and returns the ids it skipped, with every array passed through as text (see batchSql). */
+  batch?: BatchSqlHandler;
+}
+
+/** Runs a SQL handler on a whole shard without building a JavaScript value per timeout: the
+ *  claimed arrays go back to PostgreSQL as the text the claim returned them in. */
+export interface BatchSqlHandler {
+  /** $1 business ids (the handler's own $1), $2 timeout ids (bigint[]), $3 business ids (text[]).
+   *  Returns one row: skipped, the timeout ids (bigint[]) whose object the handler did not return. */
+  sql: string;
+  timeLimitMs: number;
+}
+
+/**
+ * The handler inside a CTE, with the skipped ids computed beside it (a hash anti-join of the
+ * claimed ids against the ids the handler returned), so a shard's handler and its result are one
+ * statement and one round trip. Returns undefined when the handler takes more than $1 (payloads).
+ */
+export function batchSql(sql: string): string | undefined {
+  if (/\$(?:[2-9]|\d{2,})\b/.test(sql)) return undefined;
+  const body = sql.trim().replace(/;\s*$/, '');
+  return `WITH h AS (${body})
+SELECT coalesce(array_agg(c.id), '{}') AS skipped
+  FROM unnest($2::bigint[], $3::text[]) AS c (id, biz_id)
+ WHERE NOT EXISTS (SELECT 1 FROM h AS r (v) WHERE r.v::text = c.biz_id)`;
 }
 
 /** Builds every kind's handler; SQL statements are checked by PostgreSQL (PREPARE) so a typo
@@ -118,17 +144,32 @@ export async function resolveHandlers(
   for (const kind of kinds) {
     const kc = config.kinds[kind]!;
     let run: ShardHandler;
+    let batch: BatchSqlHandler | undefined;
     if (kc.handler.type === 'sql') {
       await checkSql(pool, kind, kc.handler.sql);
       run = sqlHandler(kc.handler.sql, kc.timeLimitMs);
+      batch = await batchFor(pool, kc.handler.sql, kc.timeLimitMs);
     } else if (kc.handler.type === 'http') {
       run = httpHandler(kc.handler);
     } else {
       run = await codeHandler(kind, kc.handler, config.baseDir, registered);
     }
-    out.set(kind, { kind, config: kc, run });
+    out.set(kind, { kind, config: kc, run, ...(batch ? { batch } : {}) });
   }
   return out;
+}
+
+/** The batch form of a SQL handler, when PostgreSQL accepts it (the handler must be a statement
+ *  that can stand in a WITH clause and return the ids it changed first). */
+async function batchFor(pool: pg.Pool, sql: string, timeLimitMs: number): Promise<BatchSqlHandler | undefined> {
+  const wrapped = batchSql(sql);
+  if (!wrapped) return undefined;
+  try {
+    await checkSql(pool, '', wrapped);
+    return { sql: wrapped, timeLimitMs };
+  } catch {
+    return undefined; // the handler runs as written, one value per timeout
+  }
 }
 
 async function checkSql(pool: pg.Pool, kind: string, sql: string): Promise<void> {

@@ -14,11 +14,11 @@ WITH ours AS (
 ), pinned AS (
   UPDATE timeout_center.timeouts t
      SET state = 'dispatched', shard_id = $1
-   WHERE t.id IN (SELECT d.id FROM timeout_center.timeouts d
+   WHERE t.id = ANY (ARRAY(SELECT d.id FROM timeout_center.timeouts d
                    WHERE d.kind = $2 AND d.state = 'pending' AND d.available_at <= statement_timestamp()
                    ORDER BY d.available_at
                    LIMIT $3
-                     FOR UPDATE SKIP LOCKED)
+                     FOR UPDATE SKIP LOCKED))
      AND t.state = 'pending'
      AND EXISTS (SELECT 1 FROM ours) AND NOT EXISTS (SELECT 1 FROM held)
   RETURNING t.id
