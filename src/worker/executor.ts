@@ -14,10 +14,10 @@ import {
   HandlerTimeoutError,
   normalizeResult,
   PermanentError,
-  type BatchSqlHandler,
   type ResolvedHandler,
   type ShardItem,
 } from './handlers.js';
+import type { BatchSqlHandler } from './sql-handler.js';
 
 const here = new URL('.', import.meta.url);
 
@@ -39,16 +39,20 @@ interface Lease {
   claim_limit: number;
 }
 
-/** What claim.sql took, as PostgreSQL's text (arrays as literals such as {1,2,3}). */
+/** What claim.sql returns, as PostgreSQL's text (arrays as literals such as {1,2,3}); the plain
+ *  form fills ids, biz_ids and payloads, the batch form skipped. */
 interface Taken {
   n: string;
-  ids: string;
-  biz_ids: string;
-  payloads: string;
+  ids: string | null;
+  biz_ids: string | null;
+  payloads: string | null;
+  skipped: string | null;
   lateness: string;
 }
 
 interface Outcome {
+  /** Timeouts the shard claimed. */
+  n: number;
   /** Timeout ids the handler skipped: an array, or a bigint[] literal from PostgreSQL. */
   skipped: string | string[];
   failed: string[];
@@ -140,12 +144,11 @@ export class ShardExecutor {
       const locked = await client.query(query(here, 'lock_shard'), [lease.id, lease.lease_token]);
       if (locked.rowCount === 0) throw new LeaseLostError(`lease on shard ${lease.id} was lost (the reaper requeued it)`);
       // One write per row: claimed, marked done (applied) and locked; finish.sql corrects the
-      // exceptions. The rows come back as PostgreSQL array text, parsed only where needed.
-      const { rows } = await client.query<Taken>({ text: query(here, 'claim'), values: [lease.id, lease.kind, lease.claim_limit], types: AS_TEXT });
-      const taken = rows[0]!;
-      const n = Number(taken.n);
-      let outcome: Outcome = { skipped: [], failed: [], failures: [], lateness: [] };
-      if (n > 0) outcome = (handler.batch && (await this.applyBatch(client, handler.batch, taken, log))) || (await this.applyEach(client, handler, lease.id, taken));
+      // exceptions. A SQL handler runs inside the claim statement (batch form); anything else,
+      // or a batch that failed, gets the claimed rows (as PostgreSQL array text) and runs apart.
+      const outcome =
+        (handler.batch && (await this.claimAndApply(client, handler.batch, lease, log))) ||
+        (await this.claimThenApply(client, handler, lease));
       await failpoint('worker.before-commit');
       const done = await client.query<{ done: number; skipped: number; failed: number; retried: number }>(query(here, 'finish'), [
         lease.id,
@@ -155,7 +158,7 @@ export class ShardExecutor {
         outcome.failures.map((f) => f.permanent),
         handler.config.maxAttempts,
         handler.config.backoffMs,
-        n,
+        outcome.n,
       ]);
       return { ...done.rows[0]!, lateness: outcome.lateness };
     });
@@ -175,36 +178,41 @@ export class ShardExecutor {
   }
 
   /**
-   * A SQL handler on the whole shard in one statement (handlers.ts batchSql): the claimed arrays go
-   * back as the text they came in, and PostgreSQL returns the skipped ids. On a handler error the
-   * savepoint undoes it and the shard falls back to applyEach, which isolates the failing ids.
+   * Claim and SQL handler in one statement (sql-handler.ts): PostgreSQL returns only the count,
+   * the lateness and the skipped ids. On a handler error the savepoint undoes claim and handler
+   * alike, and the shard falls back to claimThenApply, which isolates the failing ids.
    */
-  private async applyBatch(client: pg.PoolClient, batch: BatchSqlHandler, taken: Taken, log: Logger): Promise<Outcome | undefined> {
+  private async claimAndApply(client: pg.PoolClient, batch: BatchSqlHandler, lease: Lease, log: Logger): Promise<Outcome | undefined> {
     await client.query(`SAVEPOINT tc_batch; SET LOCAL statement_timeout = ${Math.floor(batch.timeLimitMs)}`);
     try {
-      const { rows } = await client.query<{ skipped: string }>({ text: batch.sql, values: [taken.biz_ids, taken.ids, taken.biz_ids], types: AS_TEXT });
+      const { rows } = await client.query<Taken>({ text: batch.sql, values: [lease.id, lease.kind, lease.claim_limit, true], types: AS_TEXT });
       await client.query('SET LOCAL statement_timeout = 0; RELEASE SAVEPOINT tc_batch');
-      return { skipped: rows[0]!.skipped, failed: [], failures: [], lateness: parseFloat8Array(taken.lateness) };
+      const taken = rows[0]!;
+      return { n: Number(taken.n), skipped: taken.skipped ?? '{}', failed: [], failures: [], lateness: parseFloat8Array(taken.lateness) };
     } catch (err) {
       // The connection or the transaction itself is gone: no row is to blame, retry the shard.
       if (isConnectionError(err) || isRetryableConflict(err)) throw err;
       await client.query('ROLLBACK TO SAVEPOINT tc_batch; RELEASE SAVEPOINT tc_batch');
-      log.debug({ err }, 'batch handler failed; isolating the failing ids');
+      log.debug({ err }, 'batch handler failed; claiming again to isolate the failing ids');
       return undefined;
     }
   }
 
-  /** The handler on the shard's items (one value per timeout), split in halves on failure. */
-  private async applyEach(client: pg.PoolClient, handler: ResolvedHandler, shardId: number, taken: Taken): Promise<Outcome> {
-    const ids = parseInt8Array(taken.ids);
-    const bizIds = parseTextArray(taken.biz_ids);
-    const payloads = parseJsonbArray(taken.payloads);
+  /** Claims the rows, then runs the handler on them (one value per timeout), splitting in halves
+   *  on failure. */
+  private async claimThenApply(client: pg.PoolClient, handler: ResolvedHandler, lease: Lease): Promise<Outcome> {
+    const { rows } = await client.query<Taken>({ text: query(here, 'claim'), values: [lease.id, lease.kind, lease.claim_limit, false], types: AS_TEXT });
+    const taken = rows[0]!;
+    const out: Outcome & { skipped: string[] } = { n: Number(taken.n), skipped: [], failed: [], failures: [], lateness: [] };
+    if (out.n === 0) return out;
+    const ids = parseInt8Array(taken.ids!);
+    const bizIds = parseTextArray(taken.biz_ids!);
+    const payloads = parseJsonbArray(taken.payloads!);
     const lateness = parseFloat8Array(taken.lateness);
     const items: ShardItem[] = bizIds.map((bizId, i) => ({ bizId, payload: payloads[i] }));
     const split: SplitResult = { applied: new Set(), failed: new Map() };
-    await this.applySplitting(client, handler, shardId, items, split, 0);
+    await this.applySplitting(client, handler, lease.id, items, split, 0);
     // Ids the handler did not return were skipped (nothing to change, e.g. already paid).
-    const out: Outcome & { skipped: string[] } = { skipped: [], failed: [], failures: [], lateness: [] };
     bizIds.forEach((bizId, i) => {
       const failure = split.failed.get(bizId);
       if (failure) {

@@ -5,6 +5,7 @@ import { pathToFileURL } from 'node:url';
 import { resolve } from 'node:path';
 import type pg from 'pg';
 import type { HandlerConfig, KindConfig, LoadedConfig } from '../config.js';
+import { batchSqlHandler, type BatchSqlHandler } from './sql-handler.js';
 
 export interface ShardItem {
   bizId: string;
@@ -104,32 +105,8 @@ export interface ResolvedHandler {
   kind: string;
   config: KindConfig;
   run: ShardHandler;
-  /** SQL handlers that take only $1: the handler wrapped so that one statement applies the batch
-   *  and returns the ids it skipped, with every array passed through as text (see batchSql). */
+  /** SQL handlers that take only $1: claim and handler as one statement (sql-handler.ts). */
   batch?: BatchSqlHandler;
-}
-
-/** Runs a SQL handler on a whole shard without building a JavaScript value per timeout: the
- *  claimed arrays go back to PostgreSQL as the text the claim returned them in. */
-export interface BatchSqlHandler {
-  /** $1 business ids (the handler's own $1), $2 timeout ids (bigint[]), $3 business ids (text[]).
-   *  Returns one row: skipped, the timeout ids (bigint[]) whose object the handler did not return. */
-  sql: string;
-  timeLimitMs: number;
-}
-
-/**
- * The handler inside a CTE, with the skipped ids computed beside it (a hash anti-join of the
- * claimed ids against the ids the handler returned), so a shard's handler and its result are one
- * statement and one round trip. Returns undefined when the handler takes more than $1 (payloads).
- */
-export function batchSql(sql: string): string | undefined {
-  if (/\$(?:[2-9]|\d{2,})\b/.test(sql)) return undefined;
-  const body = sql.trim().replace(/;\s*$/, '');
-  return `WITH h AS (${body})
-SELECT coalesce(array_agg(c.id), '{}') AS skipped
-  FROM unnest($2::bigint[], $3::text[]) AS c (id, biz_id)
- WHERE NOT EXISTS (SELECT 1 FROM h AS r (v) WHERE r.v::text = c.biz_id)`;
 }
 
 /** Builds every kind's handler; SQL statements are checked by PostgreSQL (PREPARE) so a typo
@@ -148,7 +125,7 @@ export async function resolveHandlers(
     if (kc.handler.type === 'sql') {
       await checkSql(pool, kind, kc.handler.sql);
       run = sqlHandler(kc.handler.sql, kc.timeLimitMs);
-      batch = await batchFor(pool, kc.handler.sql, kc.timeLimitMs);
+      batch = await batchSqlHandler(pool, kc.handler.sql, kc.timeLimitMs);
     } else if (kc.handler.type === 'http') {
       run = httpHandler(kc.handler);
     } else {
@@ -157,19 +134,6 @@ export async function resolveHandlers(
     out.set(kind, { kind, config: kc, run, ...(batch ? { batch } : {}) });
   }
   return out;
-}
-
-/** The batch form of a SQL handler, when PostgreSQL accepts it (the handler must be a statement
- *  that can stand in a WITH clause and return the ids it changed first). */
-async function batchFor(pool: pg.Pool, sql: string, timeLimitMs: number): Promise<BatchSqlHandler | undefined> {
-  const wrapped = batchSql(sql);
-  if (!wrapped) return undefined;
-  try {
-    await checkSql(pool, '', wrapped);
-    return { sql: wrapped, timeLimitMs };
-  } catch {
-    return undefined; // the handler runs as written, one value per timeout
-  }
 }
 
 async function checkSql(pool: pg.Pool, kind: string, sql: string): Promise<void> {

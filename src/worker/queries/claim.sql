@@ -10,10 +10,14 @@
 --     then claims nothing new (the one-time NOT EXISTS below).
 -- ARRAY(...) makes the UPDATE probe the primary key for exactly the claimed ids; with IN (...)
 -- the planner may instead hash-join them against a scan of the whole table.
--- The rows come back as arrays (one row in all), so the worker can pass them to a SQL handler
--- without building an object per timeout.
---   $1 shard id   $2 kind   $3 claim limit
--- Returns n, ids (bigint[]), biz_ids (text[]), payloads (jsonb[]), lateness in s (float8[]).
+-- Two forms. Plain ($4 false): the rows come back as arrays (one row in all) for the worker to
+-- hand to its handler. Batch ($4 true): a SQL handler takes the place of the `applied` CTE below
+-- (worker/sql-handler.ts, its $1 being the claimed business ids), so claim and handler are one
+-- statement, and only the count, the lateness and the skipped timeout ids come back.
+--   $1 shard id   $2 kind   $3 claim limit   $4 batch form (boolean)
+-- Returns n, and ids (bigint[]), biz_ids (text[]), payloads (jsonb[]) in the plain form or
+-- skipped (bigint[]: ids whose object the handler did not return) in the batch form, and
+-- lateness in s (float8[]).
 WITH pinned AS (
   UPDATE timeout_center.timeouts t
      SET state = 'done', result = 'applied', attempts = t.attempts + 1, finished_at = statement_timestamp()
@@ -33,10 +37,13 @@ WITH pinned AS (
   RETURNING t.id, t.biz_id, t.payload, t.due_at
 ), taken AS (
   SELECT * FROM pinned UNION ALL SELECT * FROM claimed
+), applied (v) AS (
+  SELECT NULL::text WHERE false -- tc:handler (the batch form puts the SQL handler here)
 )
 SELECT count(*)::int AS n,
-       coalesce(array_agg(id ORDER BY id), '{}') AS ids,
-       coalesce(array_agg(biz_id ORDER BY id), '{}') AS biz_ids,
-       coalesce(array_agg(payload ORDER BY id), '{}') AS payloads,
+       CASE WHEN NOT $4 THEN coalesce(array_agg(id ORDER BY id), '{}') END AS ids,
+       CASE WHEN NOT $4 THEN coalesce(array_agg(biz_id ORDER BY id), '{}') END AS biz_ids,
+       CASE WHEN NOT $4 THEN coalesce(array_agg(payload ORDER BY id), '{}') END AS payloads,
+       CASE WHEN $4 THEN coalesce(array_agg(id) FILTER (WHERE biz_id NOT IN (SELECT a.v::text FROM applied a WHERE a.v IS NOT NULL)), '{}') END AS skipped,
        coalesce(array_agg(extract(epoch FROM statement_timestamp() - due_at)::float8 ORDER BY id), '{}') AS lateness
   FROM taken

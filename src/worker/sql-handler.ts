@@ -1,0 +1,104 @@
+// The batch form of a SQL handler: the kind's statement placed inside claim.sql, its $1 replaced by
+// the business ids the claim took, so that claiming a shard, applying it and finding what it
+// skipped is one statement per shard, with no value per timeout crossing into JavaScript. Built
+// once per kind at start and checked by PostgreSQL; a handler it cannot take (payloads in $2, a
+// statement that cannot stand in a WITH clause, a $1 that is not an array) runs as written.
+import type pg from 'pg';
+import { query } from '../db/queries.js';
+
+const here = new URL('.', import.meta.url);
+/** The line of claim.sql the handler replaces. */
+const HANDLER_SLOT = /^.*-- tc:handler\b.*$/m;
+
+export interface BatchSqlHandler {
+  /** claim.sql with the handler inside: $1 shard id, $2 kind, $3 claim limit, $4 true. */
+  sql: string;
+  timeLimitMs: number;
+}
+
+/**
+ * Replaces the positional parameter $n outside string literals, quoted identifiers, comments and
+ * dollar-quoted bodies. Returns undefined when $n does not occur.
+ */
+export function replaceParameter(sql: string, n: number, replacement: string): string | undefined {
+  const token = `$${n}`;
+  let out = '';
+  let found = false;
+  let i = 0;
+  while (i < sql.length) {
+    const c = sql[i]!;
+    const rest = sql.slice(i);
+    let skip = 0;
+    if (c === "'" || c === '"') {
+      // '' and "" escape the quote inside; a backslash never ends the literal in standard strings.
+      let j = i + 1;
+      while (j < sql.length && !(sql[j] === c && sql[j + 1] !== c)) j += sql[j] === c ? 2 : 1;
+      skip = j + 1 - i;
+    } else if (rest.startsWith('--')) {
+      const end = sql.indexOf('\n', i);
+      skip = (end < 0 ? sql.length : end) - i;
+    } else if (rest.startsWith('/*')) {
+      const end = sql.indexOf('*/', i + 2);
+      skip = (end < 0 ? sql.length : end + 2) - i;
+    } else if (c === '$') {
+      const tag = /^\$([A-Za-z_][A-Za-z0-9_]*)?\$/.exec(rest);
+      if (tag) {
+        const end = sql.indexOf(tag[0], i + tag[0].length);
+        skip = (end < 0 ? sql.length : end + tag[0].length) - i;
+      } else if (rest.startsWith(token) && !/[0-9]/.test(sql[i + token.length] ?? '')) {
+        out += replacement;
+        found = true;
+        i += token.length;
+        continue;
+      }
+    }
+    if (skip > 0) {
+      out += sql.slice(i, i + skip);
+      i += skip;
+    } else {
+      out += c;
+      i += 1;
+    }
+  }
+  return found ? out : undefined;
+}
+
+/** The batch form of the handler, or undefined when it must run as written. */
+export async function batchSqlHandler(pool: pg.Pool, handlerSql: string, timeLimitMs: number): Promise<BatchSqlHandler | undefined> {
+  if (/\$(?:[2-9]|\d{2,})/.test(handlerSql)) return undefined; // it takes payloads ($2) or more
+  const body = handlerSql.trim().replace(/;\s*$/, '');
+  const client = await pool.connect();
+  try {
+    // The type PostgreSQL gives $1 in the handler as written (ids = ANY($1) makes it bigint[]).
+    await client.query(`PREPARE tc_batch_probe AS ${body}`);
+    const { rows } = await client.query<{ types: string }>(
+      `SELECT parameter_types::text[] AS types FROM pg_prepared_statements WHERE name = 'tc_batch_probe'`,
+    );
+    await client.query('DEALLOCATE tc_batch_probe');
+    const types = parseTypes(rows[0]?.types);
+    const type = types.length === 1 ? types[0] : undefined;
+    if (!type || !/^[a-z0-9_ ]+\[\]$/.test(type)) return undefined;
+    const inner = replaceParameter(body, 1, `(ARRAY(SELECT taken.biz_id FROM taken)::${type})`);
+    if (!inner) return undefined;
+    const sql = query(here, 'claim').replace(HANDLER_SLOT, `  ${inner}`);
+    await client.query(`PREPARE tc_batch_check AS ${sql}`);
+    await client.query('DEALLOCATE tc_batch_check');
+    return { sql, timeLimitMs };
+  } catch {
+    await client.query('DEALLOCATE ALL').catch(() => {});
+    return undefined;
+  } finally {
+    client.release();
+  }
+}
+
+/** pg returns text[] as a string here (a custom query row type): '{bigint[]}' -> ['bigint[]']. */
+function parseTypes(value: unknown): string[] {
+  if (Array.isArray(value)) return value.map(String);
+  if (typeof value !== 'string') return [];
+  return value
+    .replace(/^\{|\}$/g, '')
+    .split(',')
+    .map((t) => t.replace(/^"|"$/g, '').trim())
+    .filter(Boolean);
+}

@@ -1,0 +1,66 @@
+// The batch form of SQL handlers (src/worker/sql-handler.ts): which handlers get it, and that the
+// one statement claims, applies and reports the skipped ids exactly as the plain form would.
+import pg from 'pg';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { batchSqlHandler } from '../../src/worker/sql-handler.js';
+import { CLOSE_SQL, createOrdersSchema, writeConfig } from '../helpers/orders.js';
+import { runCli } from '../helpers/processes.js';
+import { tearDown } from '../helpers/teardown.js';
+import { createTestDatabase, TEST_REDIS_URL, type TestDatabase } from '../helpers/services.js';
+
+let db: TestDatabase;
+let pool: pg.Pool;
+
+beforeAll(async () => {
+  db = await createTestDatabase('sqlhandler');
+  pool = new pg.Pool({ connectionString: db.url, max: 3 });
+  await createOrdersSchema(pool);
+  const env = { DATABASE_URL: db.url, REDIS_URL: TEST_REDIS_URL, TIMEOUT_CENTER_CONFIG: writeConfig({ kinds: { 'order.unpaid': { handler: { type: 'sql', sql: CLOSE_SQL } } } }) };
+  const migrated = await runCli(['migrate'], env);
+  expect(migrated.code, migrated.stderr).toBe(0);
+});
+
+afterAll(() => tearDown({ pool, db }));
+
+describe('batch form of a SQL handler', () => {
+  it('is built for a handler that takes an array in $1 and returns what it changed', async () => {
+    expect(await batchSqlHandler(pool, CLOSE_SQL, 1000)).toBeDefined();
+    expect(await batchSqlHandler(pool, `${CLOSE_SQL};`, 1000)).toBeDefined();
+    expect(await batchSqlHandler(pool, 'SELECT x FROM unnest($1::text[]) x', 1000)).toBeDefined();
+  });
+
+  it('is not built where the handler must run as written', async () => {
+    // payloads in $2; a scalar $1; no RETURNING (nothing to tell applied from skipped)
+    expect(await batchSqlHandler(pool, "UPDATE orders SET status = 'closed' WHERE id = ANY($1) AND $2::jsonb[] IS NOT NULL RETURNING id", 1000)).toBeUndefined();
+    expect(await batchSqlHandler(pool, "UPDATE orders SET status = 'closed' WHERE id = $1 RETURNING id", 1000)).toBeUndefined();
+    expect(await batchSqlHandler(pool, "UPDATE orders SET status = 'closed' WHERE id = ANY($1)", 1000)).toBeUndefined();
+  });
+
+  it('claims the shard, applies the handler and returns the skipped ids, in one statement', async () => {
+    await pool.query(`INSERT INTO orders (id, status) SELECT g, CASE WHEN g % 4 = 0 THEN 'paid' ELSE 'unpaid' END FROM generate_series(1, 20) g`);
+    await pool.query(`INSERT INTO timeout_center.timeouts (kind, biz_id, due_at) SELECT 'order.unpaid', g::text, now() - interval '1 s' FROM generate_series(1, 20) g`);
+    const { rows: scan } = await pool.query(`INSERT INTO timeout_center.scans (epoch, coordinator, cutoff) VALUES (1, 'test', now()) RETURNING id`);
+    const { rows: shard } = await pool.query(
+      `INSERT INTO timeout_center.shards (scan_id, kind, seq, size, claim_limit) VALUES ($1, 'order.unpaid', 0, 0, 15) RETURNING id`,
+      [scan[0].id],
+    );
+    const batch = (await batchSqlHandler(pool, CLOSE_SQL, 1000))!;
+    const { rows } = await pool.query(batch.sql, [shard[0].id, 'order.unpaid', 15, true]);
+    expect(rows[0].n).toBe(15);
+    // The 15 earliest due (ids 1-15); of those, 4, 8 and 12 were paid: skipped.
+    const { rows: paid } = await pool.query(`SELECT id FROM timeout_center.timeouts WHERE biz_id IN ('4', '8', '12') ORDER BY id`);
+    expect([...rows[0].skipped].map(Number).sort((a, b) => a - b)).toEqual(paid.map((r) => Number(r.id)));
+    expect(rows[0].lateness).toHaveLength(15);
+    const { rows: orders } = await pool.query(`SELECT status, count(*)::int AS n FROM orders GROUP BY status ORDER BY status`);
+    expect(orders).toEqual([
+      { status: 'closed', n: 12 },
+      { status: 'paid', n: 5 },
+      { status: 'unpaid', n: 3 },
+    ]);
+    const { rows: states } = await pool.query(`SELECT state, count(*)::int AS n FROM timeout_center.timeouts GROUP BY state ORDER BY state`);
+    expect(states).toEqual([
+      { state: 'done', n: 15 },
+      { state: 'pending', n: 5 },
+    ]);
+  });
+});
