@@ -1,6 +1,7 @@
 import pg from 'pg';
 import { readFileSync } from 'node:fs';
 import { createTestDatabase } from '../test/helpers/services.ts';
+import { batchSqlHandler } from '../dist/worker/sql-handler.js';
 pg.types.setTypeParser(pg.types.builtins.INT8, (v) => Number(v));
 const N = Number(process.argv[2] ?? 200000);
 const K = Number(process.argv[3] ?? 5000);
@@ -29,10 +30,24 @@ async function setup() {
   return { db, pool };
 }
 const RAW = { getTypeParser: () => (v: string) => v } as unknown as typeof pg.types;
+let BATCH: string | undefined;
+let BATCH2: string | undefined;
 type Step = (c: pg.PoolClient, shard: number) => Promise<number>;
 const variants: Record<string, Step> = {
   limit: async (c) => (await c.query(LIMIT, [K])).rows[0].n,
   limitarr: async (c) => (await c.query(LIMIT_ARR, [K])).rows[0].n,
+  batch: async (c, shard) => {
+    await c.query('BEGIN');
+    const { rows } = await c.query({ text: BATCH!, values: [shard, 'order.unpaid', K, true], types: RAW });
+    await c.query('COMMIT');
+    return Number(rows[0].n);
+  },
+  batchnolat: async (c, shard) => {
+    await c.query('BEGIN');
+    const { rows } = await c.query({ text: BATCH2!, values: [shard, 'order.unpaid', K, true], types: RAW });
+    await c.query('COMMIT');
+    return Number(rows[0].n);
+  },
   raw: async (c, shard) => {
     await c.query('BEGIN');
     const { rows } = await c.query({ text: CLAIM_ARR, values: [shard, 'order.unpaid', K], types: RAW });
@@ -65,6 +80,9 @@ const variants: Record<string, Step> = {
 for (const [name, step] of Object.entries(variants)) {
   if (only && !only.includes(name)) continue;
   const { db, pool } = await setup();
+  BATCH = (await batchSqlHandler(pool, CLOSE, 10000))!.sql;
+  BATCH2 = BATCH.replace(/coalesce\(array_agg\(extract[^\n]*AS lateness/, "'{}' AS lateness");
+  if (BATCH2 === BATCH) throw new Error('no lateness replace');
   const t0 = performance.now();
   let shard = 0; let total = 0;
   await Promise.all(Array.from({ length: CONC }, async () => {

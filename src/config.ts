@@ -57,8 +57,10 @@ const coordinatorSchema = z.strictObject({
   schedule: z.string().default('* * * * * *'),
   /** Never tick more often than this, even when timeouts are due back to back. */
   minTickIntervalMs: z.number().int().min(10).max(60_000).default(50),
-  /** Most due timeouts of one kind a scan maps into new shards; bounds how far the map counts. */
-  claimChunk: z.number().int().min(1).max(1_000_000).default(5000),
+  /** How far past the shards in flight the map counts due timeouts of a kind in one go. What it
+   *  counts but has no room for yet is remembered (up to 1 s), so a flood is counted once per
+   *  claimChunk rows, not once per shard. */
+  claimChunk: z.number().int().min(1).max(1_000_000).default(50_000),
   /** Stop claiming while this many shards are queued or running (backpressure). */
   maxInFlightShards: z.number().int().min(1).max(100_000).default(64),
   /** Leadership lock lifetime in Redis; renewed every third of it. */

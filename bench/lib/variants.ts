@@ -66,6 +66,9 @@ export const TC_TUNE: Variant[] = [
   { id: 'tune-s2500-c4', settings: { ...TC_DEFAULTS, shardSize: 2500, concurrency: 4, claimChunk: 50_000, maxInFlightShards: 16 } },
   { id: 'tune-s10000-c2', settings: { ...TC_DEFAULTS, shardSize: 10_000, concurrency: 2, claimChunk: 50_000, maxInFlightShards: 5 } },
   { id: 'tune-s20000-c2', settings: { ...TC_DEFAULTS, shardSize: 20_000, concurrency: 2, claimChunk: 100_000, maxInFlightShards: 4 } },
+  { id: 'tune-s10000-c3', settings: { ...TC_DEFAULTS, shardSize: 10_000, concurrency: 3, claimChunk: 100_000, maxInFlightShards: 6 } },
+  { id: 'tune-s20000-c3', settings: { ...TC_DEFAULTS, shardSize: 20_000, concurrency: 3, claimChunk: 100_000, maxInFlightShards: 5 } },
+  { id: 'tune-s10000-c4', settings: { ...TC_DEFAULTS, shardSize: 10_000, concurrency: 4, claimChunk: 100_000, maxInFlightShards: 8 } },
   { id: 'tune-2w-s5000-c2', settings: { ...TC_DEFAULTS, workers: 2, concurrency: 2, shardSize: 5000, claimChunk: 50_000, maxInFlightShards: 8 } },
 ].map((v) => ({ ...v, system: 'timeout-center' as const, label: v.id }));
 

@@ -19,6 +19,8 @@ import { reap } from './reaper.js';
 import { consecutiveFailedScans, reduceScans, type ReducedScan } from './reduce.js';
 
 const REAP_EVERY_MS = 1000;
+/** How long rows counted but not yet given shards are trusted before the map counts again. */
+const CREDIT_TTL_MS = 1000;
 const BACKPRESSURE_RECHECK_MS = 100;
 
 export interface CoordinatorDeps {
@@ -44,6 +46,12 @@ export class Coordinator {
   /** Shards written but not yet published (Redis refused): retried first on the next tick. */
   private unpublished: ShardMessage[] = [];
   private lastReapAt = 0;
+  /** Per kind: due rows a count found beyond the shards in flight that the room did not take yet.
+   *  Only shards of this leader's plans claim them, so the next plans use this instead of
+   *  counting the same rows again (at most CREDIT_TTL_MS old). */
+  private credit = new Map<string, { rows: number; at: number }>();
+  /** When a count last found every due row covered by the shards in flight (see tick). */
+  private coveredAt: { cutoff: Date; at: number } | undefined;
   private lastLagCheckAt = 0;
   private lastLagAlertAt = 0;
 
@@ -56,9 +64,12 @@ export class Coordinator {
       deps.metrics.leader.set(1);
       deps.metrics.epoch.set(epoch);
       this.lastReapAt = 0; // a new leader recovers at once
+      this.credit.clear();
+      this.coveredAt = undefined;
       this.requestTick();
     });
     deps.leadership.on('deposed', () => {
+      this.credit.clear();
       deps.metrics.leader.set(0);
       deps.metrics.epoch.set(0);
       this.clearLeaderGauges();
@@ -176,7 +187,7 @@ export class Coordinator {
 
     // Map: one statement writes a scan with shards for what is due beyond the shards in flight,
     // while they stay under the bound.
-    const { rows } = await pool.query<{ now: Date; next_due: Date | null; in_flight: number }>(query(new URL('.', import.meta.url), 'next_due'), [this.kinds]);
+    const { rows } = await pool.query<{ now: Date; next_due: Date | null; latest_due: Date | null; in_flight: number }>(query(new URL('.', import.meta.url), 'next_due'), [this.kinds]);
     const clock = rows[0]!;
     let inFlight = clock.in_flight;
     const nextDue = clock.next_due;
@@ -185,23 +196,34 @@ export class Coordinator {
     // Each plan counts the rows the shards in flight already cover: under a backlog, wait until a
     // quarter of the bound is free instead of counting again for every finished shard.
     const minRoom = inFlight === 0 ? 1 : Math.max(1, Math.floor(cfg.maxInFlightShards / 4));
+    // The last count found every due row covered by shards in flight, and nothing has become due
+    // since (the latest due time is not past that count's cutoff): counting again would only
+    // re-read the covered rows. A row inserted late with a due time already past waits at most
+    // CREDIT_TTL_MS for the next count.
+    const covered = this.coveredAt !== undefined && Date.now() - this.coveredAt.at < CREDIT_TTL_MS && (clock.latest_due === null || clock.latest_due <= this.coveredAt.cutoff);
     let planned: PlannedScan | undefined;
-    if (due && room >= minRoom) {
+    if (due && room >= minRoom && !covered) {
       await failpoint('coordinator.before-claim');
+      const planStarted = performance.now();
       planned = await planScan(pool, epoch, {
         coordinatorId: this.deps.coordinatorId,
         cutoff: clock.now,
         kinds: this.kinds,
         maxShards: room,
-        maxRows: Math.min(cfg.claimChunk, room * this.maxShardSize),
+        maxRows: Math.max(cfg.claimChunk, room * this.maxShardSize),
+        credit: this.usableCredit(),
       });
+      this.updateCredit(planned);
+      this.coveredAt = planned ? undefined : { cutoff: clock.now, at: Date.now() };
       if (planned) {
         inFlight += planned.shards.length;
         metrics.claimed.inc(planned.capacity);
         await failpoint('coordinator.before-publish');
         this.unpublished.push(...planned.shards);
         await this.flushUnpublished();
-        logger.debug({ scanId: planned.scanId, shards: planned.shards.length, capacity: planned.capacity, inFlight }, 'scan mapped');
+        logger.debug({ scanId: planned.scanId, shards: planned.shards.length, capacity: planned.capacity, inFlight, planMs: Math.round(performance.now() - planStarted) }, 'scan mapped');
+      } else {
+        logger.debug({ room, inFlight, planMs: Math.round(performance.now() - planStarted) }, 'nothing new to map');
       }
     }
     metrics.shardsInFlight.set(inFlight);
@@ -213,6 +235,25 @@ export class Coordinator {
     if (due) return BACKPRESSURE_RECHECK_MS;
     // Nothing is due: sleep until the next claimable time, measured on the database clock.
     return nextDue ? nextDue.getTime() - clock.now.getTime() : undefined;
+  }
+
+  private usableCredit(): Record<string, number> {
+    const now = Date.now();
+    const out: Record<string, number> = {};
+    for (const [kind, c] of this.credit) {
+      // Less than a full shard left: count again rather than plan a part-empty shard on trust.
+      if (now - c.at < CREDIT_TTL_MS && c.rows >= (this.config.kinds[kind]?.shardSize ?? Infinity)) out[kind] = c.rows;
+    }
+    return out;
+  }
+
+  private updateCredit(planned: PlannedScan | undefined): void {
+    const next = new Map<string, { rows: number; at: number }>();
+    for (const [kind, k] of planned?.byKind ?? []) {
+      const left = k.uncovered - k.planned;
+      if (left > 0) next.set(kind, { rows: left, at: k.counted ? Date.now() : (this.credit.get(kind)?.at ?? Date.now()) });
+    }
+    this.credit = next;
   }
 
   private async flushUnpublished(): Promise<void> {

@@ -12,6 +12,9 @@ export interface PlannedScan {
   shards: ShardMessage[];
   /** Due timeouts the new shards may claim in all. */
   capacity: number;
+  /** Per kind that got shards: its uncovered rows, what the new shards cover, and whether the
+   *  rows were counted now (or taken from the credit). */
+  byKind: Map<string, { uncovered: number; planned: number; counted: boolean }>;
 }
 
 /** Writes a scan with up to maxShards new shards for the due timeouts not yet covered by shards
@@ -19,23 +22,32 @@ export interface PlannedScan {
 export async function planScan(
   pool: pg.Pool,
   epoch: number,
-  args: { coordinatorId: string; cutoff: Date; kinds: string[]; maxShards: number; maxRows: number },
+  args: { coordinatorId: string; cutoff: Date; kinds: string[]; maxShards: number; maxRows: number; credit: Record<string, number> },
 ): Promise<PlannedScan | undefined> {
+  type Row = { id: number; scan_id: number; kind: string; claim_limit: number; uncovered: string; counted: boolean };
   const { rows } = await fencedTransaction(pool, epoch, (client) =>
-    client.query<{ id: number; scan_id: number; kind: string; claim_limit: number }>(query(new URL('.', import.meta.url), 'plan_shards'), [
+    client.query<Row>(query(new URL('.', import.meta.url), 'plan_shards'), [
       args.cutoff,
       args.kinds,
       args.maxShards,
       args.maxRows,
       epoch,
       args.coordinatorId,
+      JSON.stringify(args.credit),
     ]),
   );
   if (rows.length === 0) return undefined;
   const scanId = Number(rows[0]!.scan_id);
+  const byKind = new Map<string, { uncovered: number; planned: number; counted: boolean }>();
+  for (const r of rows) {
+    const k = byKind.get(r.kind) ?? { uncovered: Number(r.uncovered), planned: 0, counted: r.counted };
+    k.planned += r.claim_limit;
+    byKind.set(r.kind, k);
+  }
   return {
     scanId,
     shards: rows.map((r) => ({ shardId: Number(r.id), scanId, kind: r.kind })),
     capacity: rows.reduce((n, r) => n + r.claim_limit, 0),
+    byKind,
   };
 }

@@ -39,22 +39,24 @@ interface Lease {
   claim_limit: number;
 }
 
-/** What claim.sql returns, as PostgreSQL's text (arrays as literals such as {1,2,3}); the plain
- *  form fills ids, biz_ids and payloads, the batch form skipped. */
+/** What claim.sql returns, as PostgreSQL's text (arrays as literals such as {1,2,3}); ids,
+ *  biz_ids and payloads only in the plain form. */
 interface Taken {
   n: string;
   ids: string | null;
   biz_ids: string | null;
   payloads: string | null;
-  skipped: string | null;
+  skipped: string;
   lateness: string;
 }
 
 interface Outcome {
   /** Timeouts the shard claimed. */
   n: number;
-  /** Timeout ids the handler skipped: an array, or a bigint[] literal from PostgreSQL. */
-  skipped: string | string[];
+  /** Of those, marked skipped by claim.sql itself (batch form). */
+  skippedMarked: number;
+  /** Timeout ids finish.sql must mark skipped (plain form). */
+  skipped: string[];
   failed: string[];
   failures: { error: string; permanent: boolean }[];
   lateness: number[];
@@ -87,7 +89,9 @@ export class ShardExecutor {
   ) {}
 
   async run(shardId: number): Promise<ShardOutcome> {
+    const leaseStarted = performance.now();
     const lease = await this.takeLease(shardId);
+    const leaseMs = performance.now() - leaseStarted;
     if (!lease) return { status: 'not-ours', reason: 'shard is final or leased by another worker' };
     const handler = this.handlers.get(lease.kind);
     if (!handler) {
@@ -109,7 +113,7 @@ export class ShardExecutor {
     const deadline = Date.now() + this.leaseMs * 0.8;
     for (let attempt = 1; ; attempt += 1) {
       try {
-        const outcome = await this.runTransaction(lease, handler, log);
+        const outcome = await this.runTransaction(lease, handler, log, leaseMs);
         this.metrics.shardDuration.observe({ kind: lease.kind }, (performance.now() - started) / 1000);
         return outcome;
       } catch (err) {
@@ -139,7 +143,9 @@ export class ShardExecutor {
     return row ? { ...row, id: Number(row.id), scan_id: Number(row.scan_id), attempts: Number(row.attempts), claim_limit: Number(row.claim_limit) } : undefined;
   }
 
-  private async runTransaction(lease: Lease, handler: ResolvedHandler, log: Logger): Promise<ShardOutcome> {
+  private async runTransaction(lease: Lease, handler: ResolvedHandler, log: Logger, leaseMs: number): Promise<ShardOutcome> {
+    // Where a shard's time goes (debug log): lease, claim + handler, finish, commit.
+    const t = { begin: performance.now(), applied: 0, finished: 0 };
     const result = await withTransaction(this.pool, async (client) => {
       const locked = await client.query(query(here, 'lock_shard'), [lease.id, lease.lease_token]);
       if (locked.rowCount === 0) throw new LeaseLostError(`lease on shard ${lease.id} was lost (the reaper requeued it)`);
@@ -149,6 +155,7 @@ export class ShardExecutor {
       const outcome =
         (handler.batch && (await this.claimAndApply(client, handler.batch, lease, log))) ||
         (await this.claimThenApply(client, handler, lease));
+      t.applied = performance.now();
       await failpoint('worker.before-commit');
       const done = await client.query<{ done: number; skipped: number; failed: number; retried: number }>(query(here, 'finish'), [
         lease.id,
@@ -159,9 +166,13 @@ export class ShardExecutor {
         handler.config.maxAttempts,
         handler.config.backoffMs,
         outcome.n,
+        outcome.skippedMarked,
       ]);
+      t.finished = performance.now();
       return { ...done.rows[0]!, lateness: outcome.lateness };
     });
+    const ms = (x: number) => Math.round(x * 10) / 10;
+    const phases = { leaseMs: ms(leaseMs), claimApplyMs: ms(t.applied - t.begin), finishMs: ms(t.finished - t.applied), commitMs: ms(performance.now() - t.finished) };
     await failpoint('worker.after-commit');
     const kind = lease.kind;
     this.metrics.timeouts.inc({ kind, outcome: 'applied' }, result.done);
@@ -173,7 +184,7 @@ export class ShardExecutor {
     const lateness = this.metrics.lateness.labels({ kind });
     for (const l of result.lateness) lateness.observe(Math.max(0, l));
     if (result.failed > 0 || result.retried > 0) log.warn({ ...result, lateness: undefined }, 'shard finished with failing timeouts');
-    else log.debug({ done: result.done, skipped: result.skipped }, 'shard done');
+    else log.debug({ done: result.done, skipped: result.skipped, ...phases }, 'shard done');
     return { status: 'done', done: result.done, skipped: result.skipped, failed: result.failed, retried: result.retried };
   }
 
@@ -188,7 +199,7 @@ export class ShardExecutor {
       const { rows } = await client.query<Taken>({ text: batch.sql, values: [lease.id, lease.kind, lease.claim_limit, true], types: AS_TEXT });
       await client.query('SET LOCAL statement_timeout = 0; RELEASE SAVEPOINT tc_batch');
       const taken = rows[0]!;
-      return { n: Number(taken.n), skipped: taken.skipped ?? '{}', failed: [], failures: [], lateness: parseFloat8Array(taken.lateness) };
+      return { n: Number(taken.n), skippedMarked: Number(taken.skipped), skipped: [], failed: [], failures: [], lateness: parseFloat8Array(taken.lateness) };
     } catch (err) {
       // The connection or the transaction itself is gone: no row is to blame, retry the shard.
       if (isConnectionError(err) || isRetryableConflict(err)) throw err;
@@ -203,7 +214,7 @@ export class ShardExecutor {
   private async claimThenApply(client: pg.PoolClient, handler: ResolvedHandler, lease: Lease): Promise<Outcome> {
     const { rows } = await client.query<Taken>({ text: query(here, 'claim'), values: [lease.id, lease.kind, lease.claim_limit, false], types: AS_TEXT });
     const taken = rows[0]!;
-    const out: Outcome & { skipped: string[] } = { n: Number(taken.n), skipped: [], failed: [], failures: [], lateness: [] };
+    const out: Outcome & { skipped: string[] } = { n: Number(taken.n), skippedMarked: 0, skipped: [], failed: [], failures: [], lateness: [] };
     if (out.n === 0) return out;
     const ids = parseInt8Array(taken.ids!);
     const bizIds = parseTextArray(taken.biz_ids!);

@@ -78,7 +78,7 @@ export async function batchSqlHandler(pool: pg.Pool, handlerSql: string, timeLim
     const types = parseTypes(rows[0]?.types);
     const type = types.length === 1 ? types[0] : undefined;
     if (!type || !/^[a-z0-9_ ]+\[\]$/.test(type)) return undefined;
-    const inner = replaceParameter(body, 1, `(ARRAY(SELECT taken.biz_id FROM taken)::${type})`);
+    const inner = replaceParameter(body, 1, `(ARRAY(SELECT due.biz_id FROM due)::${type})`);
     if (!inner) return undefined;
     const sql = query(here, 'claim').replace(HANDLER_SLOT, `  ${inner}`);
     await client.query(`PREPARE tc_batch_check AS ${sql}`);

@@ -3,27 +3,34 @@
 -- limit. It reads the timeouts and writes none of them: a worker claims its shard's rows itself,
 -- in the shard's transaction (worker/queries/claim.sql), so a timeout is written once on its way
 -- to done. Counting stops at the live capacity plus $4 rows, so a large backlog costs a bounded
--- read. The scan and all its shards are written by this one statement, so the scan is mapped at
--- once; a tick with nothing new writes nothing. Runs inside the coordinator's fenced transaction.
+-- read; what a count found but the room did not take is the coordinator's credit, passed back in
+-- $7 for the next scans instead of counting the same rows again. The scan and all its shards are
+-- written by this one statement, so the scan is mapped at once; a tick with nothing new writes
+-- nothing. Runs inside the coordinator's fenced transaction.
 --   $1 cutoff (timestamptz)   $2 kinds served (text[])   $3 max new shards
---   $4 max new rows per kind   $5 epoch   $6 coordinator id
--- Returns the new shards (id, scan_id, kind, claim_limit), none when nothing new was due.
+--   $4 max rows counted per kind beyond the live capacity   $5 epoch   $6 coordinator id
+--   $7 credit: {"kind": uncovered rows counted earlier} (jsonb; a kind in it is not counted)
+-- Returns the new shards (id, scan_id, kind, claim_limit) with their kind's uncovered rows and
+-- whether they were counted now; none when nothing new was due.
 WITH live AS (
   SELECT sh.kind, sum(sh.claim_limit)::bigint AS capacity
     FROM timeout_center.shards sh
    WHERE sh.state IN ('queued', 'running')
    GROUP BY sh.kind
 ), need AS MATERIALIZED (
-  -- Counted once per kind, on timeouts_due_by_kind in due order (the order workers claim in),
-  -- stopping at what is already covered plus what new shards could take.
-  SELECT k.kind, k.shard_size, greatest(c.due - coalesce(l.capacity, 0), 0) AS uncovered
+  -- Counted once per kind (unless the credit says), on timeouts_due_by_kind in due order (the
+  -- order workers claim in), stopping at what is already covered plus $4.
+  SELECT k.kind, k.shard_size, cr.credit IS NULL AS counted,
+         coalesce(cr.credit,
+                  greatest((SELECT count(*)
+                              FROM (SELECT 1 FROM timeout_center.timeouts t
+                                     WHERE t.kind = k.kind AND t.state = 'pending' AND t.available_at <= $1
+                                     ORDER BY t.available_at
+                                     LIMIT coalesce(l.capacity, 0) + $4) d)
+                           - coalesce(l.capacity, 0), 0)) AS uncovered
     FROM timeout_center.kinds k
     LEFT JOIN live l ON l.kind = k.kind
-   CROSS JOIN LATERAL (SELECT count(*) AS due
-                         FROM (SELECT 1 FROM timeout_center.timeouts t
-                                WHERE t.kind = k.kind AND t.state = 'pending' AND t.available_at <= $1
-                                ORDER BY t.available_at
-                                LIMIT coalesce(l.capacity, 0) + $4) d) c
+   CROSS JOIN LATERAL (SELECT ($7::jsonb ->> k.kind)::bigint AS credit) cr
    WHERE k.kind = ANY ($2::text[])
 ), planned AS (
   -- Kinds take turns (every kind's first shard, then every kind's second, ...) so that one
@@ -38,8 +45,12 @@ WITH live AS (
   SELECT $5, $6, $1, 'mapped', (SELECT count(*) FROM planned), now()
    WHERE EXISTS (SELECT 1 FROM planned)
   RETURNING id
+), new_shards AS (
+  INSERT INTO timeout_center.shards (scan_id, kind, seq, size, claim_limit, published_at, publish_count)
+  SELECT (SELECT id FROM new_scan), p.kind, row_number() OVER (ORDER BY p.turn, p.kind) - 1, 0, p.claim_limit, now(), 1
+    FROM planned p
+  RETURNING id, scan_id, kind, claim_limit
 )
-INSERT INTO timeout_center.shards (scan_id, kind, seq, size, claim_limit, published_at, publish_count)
-SELECT (SELECT id FROM new_scan), p.kind, row_number() OVER (ORDER BY p.turn, p.kind) - 1, 0, p.claim_limit, now(), 1
-  FROM planned p
-RETURNING id, scan_id, kind, claim_limit
+SELECT s.id, s.scan_id, s.kind, s.claim_limit, n.uncovered, n.counted
+  FROM new_shards s JOIN need n ON n.kind = s.kind
+ ORDER BY s.id

@@ -8,42 +8,44 @@
 --     the rows are simply pending again.
 --   - A re-run after a worker died applies the rows pin.sql fixed for it (state dispatched); it
 --     then claims nothing new (the one-time NOT EXISTS below).
--- ARRAY(...) makes the UPDATE probe the primary key for exactly the claimed ids; with IN (...)
--- the planner may instead hash-join them against a scan of the whole table.
--- Two forms. Plain ($4 false): the rows come back as arrays (one row in all) for the worker to
--- hand to its handler. Batch ($4 true): a SQL handler takes the place of the `applied` CTE below
--- (worker/sql-handler.ts, its $1 being the claimed business ids), so claim and handler are one
--- statement, and only the count, the lateness and the skipped timeout ids come back.
+-- Two forms. Plain ($4 false): every row is marked applied and the rows come back as arrays (one
+-- row in all) for the worker to hand to its handler; finish.sql then marks the skipped ones. Batch
+-- ($4 true): a SQL handler takes the place of the `applied` CTE below (worker/sql-handler.ts, its
+-- $1 being the claimed business ids) and runs before the rows are written, so each row is written
+-- once with its final result, and only the counts and the lateness come back.
+-- The rows are locked first (pinned, fresh) and written last (taken); ARRAY(...) makes that UPDATE
+-- probe the primary key for exactly those ids (with IN (...) the planner may hash-join them
+-- against a scan of the whole table).
 --   $1 shard id   $2 kind   $3 claim limit   $4 batch form (boolean)
--- Returns n, and ids (bigint[]), biz_ids (text[]), payloads (jsonb[]) in the plain form or
--- skipped (bigint[]: ids whose object the handler did not return) in the batch form, and
--- lateness in s (float8[]).
-WITH pinned AS (
-  UPDATE timeout_center.timeouts t
-     SET state = 'done', result = 'applied', attempts = t.attempts + 1, finished_at = statement_timestamp()
-   WHERE t.shard_id = $1 AND t.state = 'dispatched'
-  RETURNING t.id, t.biz_id, t.payload, t.due_at
-), claimed AS (
-  UPDATE timeout_center.timeouts t
-     SET state = 'done', result = 'applied', attempts = t.attempts + 1, finished_at = statement_timestamp(),
-         shard_id = $1
-   WHERE t.id = ANY (ARRAY(SELECT d.id FROM timeout_center.timeouts d
-                   WHERE d.kind = $2 AND d.state = 'pending' AND d.available_at <= statement_timestamp()
-                   ORDER BY d.available_at
-                   LIMIT $3
-                     FOR UPDATE SKIP LOCKED))
-     AND t.state = 'pending'
+-- Returns n, skipped (how many the handler did not change; batch form), lateness in s (float8[]),
+-- and in the plain form ids (bigint[]), biz_ids (text[]), payloads (jsonb[]).
+WITH pinned AS MATERIALIZED (
+  SELECT p.id, p.biz_id FROM timeout_center.timeouts p
+   WHERE p.shard_id = $1 AND p.state = 'dispatched'
+     FOR UPDATE
+), fresh AS MATERIALIZED (
+  SELECT d.id, d.biz_id FROM timeout_center.timeouts d
+   WHERE d.kind = $2 AND d.state = 'pending' AND d.available_at <= statement_timestamp()
      AND NOT EXISTS (SELECT 1 FROM timeout_center.timeouts p WHERE p.shard_id = $1 AND p.state = 'dispatched')
-  RETURNING t.id, t.biz_id, t.payload, t.due_at
-), taken AS (
-  SELECT * FROM pinned UNION ALL SELECT * FROM claimed
+   ORDER BY d.available_at
+   LIMIT $3
+     FOR UPDATE SKIP LOCKED
+), due AS MATERIALIZED (
+  SELECT id, biz_id FROM pinned UNION ALL SELECT id, biz_id FROM fresh
 ), applied (v) AS (
   SELECT NULL::text WHERE false -- tc:handler (the batch form puts the SQL handler here)
+), taken AS (
+  UPDATE timeout_center.timeouts t
+     SET state = 'done', attempts = t.attempts + 1, finished_at = statement_timestamp(), shard_id = $1,
+         result = CASE WHEN NOT $4 OR t.biz_id IN (SELECT a.v::text FROM applied a WHERE a.v IS NOT NULL)
+                       THEN 'applied' ELSE 'skipped' END
+   WHERE t.id = ANY (ARRAY(SELECT id FROM due))
+  RETURNING t.id, t.biz_id, t.payload, t.due_at, t.result
 )
 SELECT count(*)::int AS n,
+       count(*) FILTER (WHERE result = 'skipped')::int AS skipped,
        CASE WHEN NOT $4 THEN coalesce(array_agg(id ORDER BY id), '{}') END AS ids,
        CASE WHEN NOT $4 THEN coalesce(array_agg(biz_id ORDER BY id), '{}') END AS biz_ids,
        CASE WHEN NOT $4 THEN coalesce(array_agg(payload ORDER BY id), '{}') END AS payloads,
-       CASE WHEN $4 THEN coalesce(array_agg(id) FILTER (WHERE biz_id NOT IN (SELECT a.v::text FROM applied a WHERE a.v IS NOT NULL)), '{}') END AS skipped,
        coalesce(array_agg(extract(epoch FROM statement_timestamp() - due_at)::float8 ORDER BY id), '{}') AS lateness
   FROM taken

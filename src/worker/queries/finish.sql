@@ -1,10 +1,12 @@
--- finish: records the exceptions to mark_done and closes the shard, in one statement. Skipped
--- timeouts (the handler changed nothing, e.g. already paid) keep state done with result skipped;
+-- finish: records the exceptions to claim.sql's plain form and closes the shard, in one statement.
+-- Skipped timeouts (the handler changed nothing, e.g. already paid) keep state done with result
+-- skipped (the batch form of claim.sql wrote that already and passes only their number in $9);
 -- failed ones go back to pending with a backoff, or become failed once out of attempts (at once
 -- when the failure is permanent).
 --   $1 shard id   $2 skipped timeout ids (bigint[])   $3 failed timeout ids (bigint[])
 --   $4 their errors (text[])   $5 their permanence (boolean[])   $6 max attempts
 --   $7 backoff base (ms)   $8 timeouts the shard claimed (int)
+--   $9 timeouts claim.sql already marked skipped (int)
 -- Returns the shard's counts.
 WITH failure AS (
   SELECT * FROM unnest($3::bigint[], $4::text[], $5::boolean[]) AS f (id, error, permanent)
@@ -23,7 +25,7 @@ WITH failure AS (
    WHERE t.id = f.id
   RETURNING t.state, t.last_error
 ), counts AS (
-  SELECT (SELECT count(*) FROM skipped)::int AS skipped,
+  SELECT (SELECT count(*) FROM skipped)::int + $9 AS skipped,
          (SELECT count(*) FROM failed WHERE state = 'failed')::int AS failed,
          (SELECT count(*) FROM failed WHERE state = 'pending')::int AS retried,
          (SELECT min(last_error) FROM failed) AS error_sample
