@@ -142,7 +142,8 @@ export interface TcSettings {
   minTickIntervalMs: number;
 }
 
-export const TC_DEFAULTS: TcSettings = { workers: 1, concurrency: 4, shardSize: 500, claimChunk: 5000, maxInFlightShards: 64, minTickIntervalMs: 50 };
+/** The product's defaults (src/config.ts), written out so the settings table shows them. */
+export const TC_DEFAULTS: TcSettings = { workers: 1, concurrency: 4, shardSize: 500, claimChunk: 50_000, maxInFlightShards: 64, minTickIntervalMs: 50 };
 
 class TimeoutCenterDriver implements Driver {
   readonly usesTimeoutsTable = true;

@@ -5,7 +5,7 @@ import { TC_DEFAULTS, type Variant } from './systems.ts';
 
 /** timeout-center's best settings found on the reference box (2 cores, one shared PostgreSQL):
  *  see `npm run bench -- --tune` and the tuning table in docs/benchmarks.md. */
-export const TC_BEST = { ...TC_DEFAULTS, shardSize: 5000, concurrency: 2, claimChunk: 50_000, maxInFlightShards: 8 };
+export const TC_BEST = { ...TC_DEFAULTS, shardSize: 20_000, concurrency: 2, claimChunk: 100_000, maxInFlightShards: 4 };
 
 export const VARIANTS: Variant[] = [
   { id: 'tc-default', system: 'timeout-center', label: 'timeout-center (default)', settings: { ...TC_DEFAULTS } },
@@ -13,6 +13,7 @@ export const VARIANTS: Variant[] = [
   { id: 'sql-1000', system: 'pure-sql', label: 'pure-SQL limit k=1000', settings: { connections: 2, limit: 1000 } },
   { id: 'sql-5000', system: 'pure-sql', label: 'pure-SQL limit k=5000', settings: { connections: 2, limit: 5000 } },
   { id: 'sql-5000-array', system: 'pure-sql', label: 'pure-SQL limit k=5000, ARRAY(...)', settings: { connections: 2, limit: 5000, form: 'array' } },
+  { id: 'sql-20000-array', system: 'pure-sql', label: 'pure-SQL limit k=20000, ARRAY(...)', settings: { connections: 2, limit: 20_000, form: 'array' } },
   {
     id: 'pgboss-batch-500',
     system: 'pg-boss-batch',
@@ -66,6 +67,8 @@ export const TC_TUNE: Variant[] = [
   { id: 'tune-s2500-c4', settings: { ...TC_DEFAULTS, shardSize: 2500, concurrency: 4, claimChunk: 50_000, maxInFlightShards: 16 } },
   { id: 'tune-s10000-c2', settings: { ...TC_DEFAULTS, shardSize: 10_000, concurrency: 2, claimChunk: 50_000, maxInFlightShards: 5 } },
   { id: 'tune-s20000-c2', settings: { ...TC_DEFAULTS, shardSize: 20_000, concurrency: 2, claimChunk: 100_000, maxInFlightShards: 4 } },
+  { id: 'tune-s2000-c2', settings: { ...TC_DEFAULTS, shardSize: 2000, concurrency: 2, maxInFlightShards: 16 } },
+  { id: 'tune-s2000-c4', settings: { ...TC_DEFAULTS, shardSize: 2000, concurrency: 4, maxInFlightShards: 16 } },
   { id: 'tune-s10000-c3', settings: { ...TC_DEFAULTS, shardSize: 10_000, concurrency: 3, claimChunk: 100_000, maxInFlightShards: 6 } },
   { id: 'tune-s20000-c3', settings: { ...TC_DEFAULTS, shardSize: 20_000, concurrency: 3, claimChunk: 100_000, maxInFlightShards: 5 } },
   { id: 'tune-s10000-c4', settings: { ...TC_DEFAULTS, shardSize: 10_000, concurrency: 4, claimChunk: 100_000, maxInFlightShards: 8 } },

@@ -196,10 +196,12 @@ export class Coordinator {
     // Each plan counts the rows the shards in flight already cover: under a backlog, wait until a
     // quarter of the bound is free instead of counting again for every finished shard.
     const minRoom = inFlight === 0 ? 1 : Math.max(1, Math.floor(cfg.maxInFlightShards / 4));
-    // The last count found every due row covered by shards in flight, and nothing has become due
-    // since (the latest due time is not past that count's cutoff): counting again would only
-    // re-read the covered rows. A row inserted late with a due time already past waits at most
-    // CREDIT_TTL_MS for the next count.
+    // The last count found every due row covered by shards in flight, some are still in flight,
+    // and nothing has become due since (the latest due time is not past that count's cutoff):
+    // counting again would only re-read the covered rows. A row inserted meanwhile with a due time
+    // already past waits at most CREDIT_TTL_MS for the next count.
+    // With nothing in flight, whatever is due is uncovered.
+    if (inFlight === 0) this.coveredAt = undefined;
     const covered = this.coveredAt !== undefined && Date.now() - this.coveredAt.at < CREDIT_TTL_MS && (clock.latest_due === null || clock.latest_due <= this.coveredAt.cutoff);
     let planned: PlannedScan | undefined;
     if (due && room >= minRoom && !covered) {
