@@ -1,4 +1,4 @@
-// Scenarios 2 and 3: the coordinator dies between claiming in PostgreSQL and publishing to Redis;
+// Scenarios 2 and 3: the coordinator dies between mapping in PostgreSQL and publishing to Redis;
 // and the coordinator is frozen (SIGSTOP) past its lock lifetime while a standby takes over, then
 // thawed (SIGCONT): its next write must be refused by the fencing epoch and it must step down.
 import { afterEach, describe, expect, it } from 'vitest';
@@ -17,7 +17,7 @@ afterEach(async () => {
 const leaderEpoch = (l: LogLine) => Number(l['epoch']);
 
 describe('coordinator faults', () => {
-  it('SIGKILL between claim (committed) and publish: the standby takes over and republishes from PostgreSQL', async () => {
+  it('SIGKILL between the map (committed) and publish: the standby takes over and republishes from PostgreSQL', async () => {
     s = await Scenario.create('fault-coordinator-before-publish');
     const a = s.coordinator('coordinator-a', { failpoints: 'coordinator.before-publish=1*kill' });
     const first = await a.waitForMsg('became leader', 15_000);
@@ -29,21 +29,21 @@ describe('coordinator faults', () => {
     const exit = await a.exited;
     expect(exit.signal).toBe('SIGKILL');
     expect(a.stderr).toContain('failpoint coordinator.before-publish hit: kill');
-    // What A claimed is in PostgreSQL only: queued shards of a scan still 'mapping' under A's epoch.
+    // What A mapped is in PostgreSQL only: queued shards of A's scan that no worker has heard of.
     const stranded = await s.count(`SELECT count(*) AS n FROM timeout_center.shards WHERE state = 'queued' AND publish_count = 1`);
 
     const second = await b.waitForMsg('became leader', 15_000);
     expect(leaderEpoch(second)).toBeGreaterThan(leaderEpoch(first));
     const inv = await s.expectInvariants(30_000);
     expect(inv.applied).toBe(N);
-    // The stranded shards went out again from PostgreSQL (publish_count 2), and A's half-mapped
-    // scan was closed by the new leader and reduced.
+    // The stranded shards went out again from PostgreSQL (publish_count 2), and A's scan was
+    // reduced by the new leader.
     const republished = await s.count(`SELECT count(*) AS n FROM timeout_center.shards WHERE publish_count > 1`);
     expect(republished).toBeGreaterThanOrEqual(1);
     const aScans = await s.count(`SELECT count(*) AS n FROM timeout_center.scans WHERE epoch = $1 AND state = 'reduced'`, [leaderEpoch(first)]);
     expect(aScans).toBe(1);
     await s.stopAll();
-    report('2 coordinator SIGKILL between claim and publish', {
+    report('2 coordinator SIGKILL between map and publish', {
       timeouts: N,
       applied: inv.applied,
       strandedShards: stranded,
@@ -53,11 +53,11 @@ describe('coordinator faults', () => {
     });
   });
 
-  it('a tick that fails between claim and finishing the map (a PostgreSQL blip) leaves no scan open forever', async () => {
+  it('a tick that fails between the map and publishing (a Redis or PostgreSQL blip) leaves no scan open forever', async () => {
     s = await Scenario.create('fault-coordinator-tick-error');
-    // The claim commits, then the tick throws before publishing and before the scan is marked
-    // mapped; the same coordinator keeps leading under the same epoch.
-    const c = s.coordinator('coordinator', { failpoints: 'coordinator.before-publish=1*error(injected: connection lost after claim)' });
+    // The scan and its shards commit, then the tick throws before publishing; the same
+    // coordinator keeps leading under the same epoch, and the reaper republishes the shards.
+    const c = s.coordinator('coordinator', { failpoints: 'coordinator.before-publish=1*error(injected: connection lost after the map)' });
     await c.waitForMsg('became leader', 15_000);
     s.worker('worker-1');
     await s.seed(N);
@@ -66,12 +66,12 @@ describe('coordinator faults', () => {
     expect(inv.applied).toBe(N);
     expect(c.lines.filter((l) => l.msg === 'became leader')).toHaveLength(1);
     await s.stopAll();
-    report('2b coordinator tick error between claim and finishMap', { timeouts: N, applied: inv.applied, wallMs: s.elapsedMs() });
+    report('2b coordinator tick error between map and publish', { timeouts: N, applied: inv.applied, wallMs: s.elapsedMs() });
   });
 
   it('SIGSTOP past the lock lifetime, standby takes over, SIGCONT: the stale write is fenced off and the old leader steps down', async () => {
     s = await Scenario.create('fault-coordinator-paused');
-    // A freezes itself right before its first claim, after it read the clock and its epoch.
+    // A freezes itself right before its first map, after it read the clock and its epoch.
     const a = s.coordinator('coordinator-a', { failpoints: 'coordinator.before-claim=1*pause' });
     const first = await a.waitForMsg('became leader', 15_000);
     const b = s.coordinator('coordinator-b');
@@ -92,7 +92,7 @@ describe('coordinator faults', () => {
     const pausedMs = Date.now() - pausedAt;
     if (pausedMs < 2500) await new Promise((r) => setTimeout(r, 2500 - pausedMs));
 
-    // Thaw A: it carries on with the claim it was about to make, under its old epoch.
+    // Thaw A: it carries on with the map it was about to write, under its old epoch.
     process.kill(a.pid, 'SIGCONT');
     const fenced = await a.waitForMsg(/^fenced: write refused/, 15_000);
     expect(fenced['epoch']).toBe(leaderEpoch(first));
