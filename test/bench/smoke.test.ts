@@ -1,6 +1,6 @@
 // The benchmark's smoke mode, so the bench cannot rot: every system drains a few thousand
 // timeouts (burst), takes a few seconds of steady arrivals, and the pending-scale and memory
-// workloads run small. Asserts the run completed and every correctness check passed; no timing
+// workloads run small; and the statement bench (bench/statements.ts) runs each variant small. Asserts the run completed and every correctness check passed; no timing
 // assertions (the box is shared, timings are noise here).
 import { spawn } from 'node:child_process';
 import { mkdtempSync, readFileSync } from 'node:fs';
@@ -57,5 +57,18 @@ describe('bench --smoke', () => {
     const doc = readFileSync(join(out, 'benchmarks.md'), 'utf8');
     expect(doc).toContain('| system |');
     expect(doc).toContain('burst-throughput.svg');
+  });
+
+  it('bench:statements drains with every statement variant (each checks its own drain)', { timeout: 60_000 }, async () => {
+    const child = spawn(process.execPath, ['--experimental-transform-types', '--no-warnings', 'bench/statements.ts', '--n', '3000', '--k', '500'], {
+      cwd: root,
+      stdio: ['ignore', 'pipe', 'pipe'],
+    });
+    let output = '';
+    child.stdout.setEncoding('utf8').on('data', (c: string) => (output += c));
+    child.stderr.setEncoding('utf8').on('data', (c: string) => (output += c));
+    const code = await new Promise<number | null>((resolve) => child.on('exit', (c) => resolve(c)));
+    expect(code, output).toBe(0);
+    for (const v of ['limit-in', 'limit-array', 'worker-batch', 'worker-plain']) expect(output).toMatch(new RegExp(`^${v} +[\\d,]+ timeouts/s`, 'm'));
   });
 });

@@ -1,0 +1,157 @@
+// npm run bench:statements [-- options]: the statements alone, without processes, Redis or a
+// coordinator. N due timeouts (90 % unpaid orders) are drained by C connections looping one
+// transaction, for each variant on a fresh database; prints timeouts/s per variant. It separates
+// what a statement costs from what the pipeline around it costs (bench/run.ts measures both).
+//
+//   --n <count>          timeouts (default 200,000)
+//   --k <rows>           rows per statement / shard (default 5000)
+//   --connections <c>    connections looping at once (default 2)
+//   --only <names>       variants, comma separated (default all):
+//       limit-in         the pure-SQL limit as the issue writes it: id IN (SELECT ... SKIP LOCKED)
+//       limit-array      the same with id = ANY (ARRAY(SELECT ...)): primary-key probes
+//       worker-batch     the worker's claim.sql, batch form: claim + SQL handler + result, one statement
+//       worker-plain     claim.sql plain form, then the handler as its own statement with the ids
+//                        passed back from JavaScript, then the skipped ids marked (finish.sql's write)
+//   --help               this text
+import { readFileSync } from 'node:fs';
+import { parseArgs } from 'node:util';
+import pg from 'pg';
+// dist/: npm run bench:statements builds first, and src/ cannot be loaded without compiling.
+import { batchSqlHandler } from '../dist/worker/sql-handler.js';
+import { createTestDatabase } from '../test/helpers/services.ts';
+import { ORDERS_DDL } from './lib/orders.ts';
+
+const { values: args } = parseArgs({
+  options: {
+    n: { type: 'string' },
+    k: { type: 'string' },
+    connections: { type: 'string' },
+    only: { type: 'string' },
+    help: { type: 'boolean', short: 'h', default: false },
+  },
+  strict: true,
+});
+if (args.help) {
+  const lines = readFileSync(new URL(import.meta.url), 'utf8').split('\n');
+  console.log(lines.slice(0, lines.findIndex((l) => !l.startsWith('//'))).map((l) => l.replace(/^\/\/ ?/, '')).join('\n'));
+  process.exit(0);
+}
+/** Bad input: one line saying what is wrong, exit 2, nothing created. */
+function usage(message: string): never {
+  console.error(`bench:statements: ${message} (see --help)`);
+  process.exit(2);
+}
+const num = (v: string | undefined, d: number) => (v === undefined ? d : Number(v.replace(/_/g, '')));
+const N = num(args.n, 200_000);
+const K = num(args.k, 5000);
+const C = num(args.connections, 2);
+for (const [name, v] of Object.entries({ n: N, k: K, connections: C })) {
+  if (!Number.isSafeInteger(v) || v < 1) usage(`--${name} must be a positive integer, got ${String(v)}`);
+}
+const VARIANTS = ['limit-in', 'limit-array', 'worker-batch', 'worker-plain'];
+const names = args.only ? args.only.split(',').map((s) => s.trim()) : VARIANTS;
+const unknown = names.filter((n) => !VARIANTS.includes(n));
+if (unknown.length > 0) usage(`unknown variant(s) ${unknown.join(', ')}; known: ${VARIANTS.join(', ')}`);
+
+const KIND = 'order.unpaid';
+const CLOSE = "UPDATE orders SET status = 'closed', closed_at = clock_timestamp(), closes = closes + 1 WHERE id = ANY($1) AND status = 'unpaid' RETURNING id";
+const LIMIT_CLAIM = `SELECT id FROM timeout_center.timeouts
+  WHERE kind = '${KIND}' AND state = 'pending' AND available_at <= now() ORDER BY available_at LIMIT $1 FOR UPDATE SKIP LOCKED`;
+const limit = (where: string) => `
+WITH due AS (
+  UPDATE timeout_center.timeouts t
+     SET state = 'done', result = 'applied', attempts = t.attempts + 1, finished_at = clock_timestamp()
+   WHERE ${where}
+  RETURNING t.biz_id
+), closed AS (
+  UPDATE orders SET status = 'closed', closed_at = clock_timestamp(), closes = closes + 1
+   WHERE id IN (SELECT biz_id::bigint FROM due) AND status = 'unpaid'
+  RETURNING id
+)
+SELECT (SELECT count(*) FROM due)::int AS n`;
+/** Every column as PostgreSQL's text, as the worker reads claim.sql. */
+const AS_TEXT = { getTypeParser: () => (value: string) => value };
+const CLAIM = readFileSync(new URL('../dist/worker/queries/claim.sql', import.meta.url), 'utf8');
+
+type Step = (client: pg.PoolClient, shard: number) => Promise<number>;
+
+async function variants(pool: pg.Pool): Promise<Record<string, Step>> {
+  const batch = await batchSqlHandler(pool, CLOSE, 60_000);
+  if (!batch) throw new Error('the close statement has no batch form; see src/worker/sql-handler.ts');
+  return {
+    'limit-in': async (c) => (await c.query(limit(`t.id IN (${LIMIT_CLAIM})`), [K])).rows[0].n,
+    'limit-array': async (c) => (await c.query(limit(`t.id = ANY (ARRAY(${LIMIT_CLAIM}))`), [K])).rows[0].n,
+    'worker-batch': async (c, shard) => {
+      await c.query('BEGIN');
+      const { rows } = await c.query({ text: batch.sql, values: [shard, KIND, K, true], types: AS_TEXT });
+      await c.query('COMMIT');
+      return Number(rows[0].n);
+    },
+    'worker-plain': async (c, shard) => {
+      await c.query('BEGIN');
+      const { rows } = await c.query({ text: CLAIM, values: [shard, KIND, K, false], types: AS_TEXT });
+      const applied = await c.query({ text: CLOSE, values: [rows[0].biz_ids], rowMode: 'array', types: AS_TEXT });
+      const ids = pg.types.getTypeParser(1016 as Parameters<typeof pg.types.getTypeParser>[0])(rows[0].ids) as string[];
+      const bizIds = pg.types.getTypeParser(1009 as Parameters<typeof pg.types.getTypeParser>[0])(rows[0].biz_ids) as string[];
+      const done = new Set((applied.rows as unknown as string[][]).map((r) => r[0]));
+      const skipped = ids.filter((_, i) => !done.has(bizIds[i]!));
+      await c.query("UPDATE timeout_center.timeouts SET result = 'skipped' WHERE id = ANY ($1::bigint[])", [skipped]);
+      await c.query('COMMIT');
+      return Number(rows[0].n);
+    },
+  };
+}
+
+async function prepare(): Promise<{ pool: pg.Pool; drop: () => Promise<void> }> {
+  const db = await createTestDatabase('bench_statements');
+  const pool = new pg.Pool({ connectionString: db.url, max: C + 1 });
+  pool.on('error', () => {});
+  for (const f of ['0001_init', '0002_retention', '0003_worker_claim']) {
+    await pool.query(readFileSync(new URL(`../sql/${f}.sql`, import.meta.url), 'utf8'));
+  }
+  await pool.query(`INSERT INTO timeout_center.kinds (kind, shard_size) VALUES ($1, $2)`, [KIND, Math.min(K, 100_000)]);
+  await pool.query(ORDERS_DDL);
+  await pool.query(`INSERT INTO orders (id, status, due_at) SELECT i, CASE WHEN i % 10 = 0 THEN 'paid' ELSE 'unpaid' END, now() FROM generate_series(1, $1::int) i`, [N]);
+  await pool.query(`INSERT INTO timeout_center.timeouts (kind, biz_id, due_at) SELECT $2, i::text, now() - interval '1 s' FROM generate_series(1, $1::int) i`, [N, KIND]);
+  await pool.query('VACUUM ANALYZE');
+  await pool.query('CHECKPOINT');
+  return { pool, drop: async () => { await pool.end(); await db.drop(); } };
+}
+
+async function main(): Promise<void> {
+  console.log(`${N.toLocaleString('en')} timeouts, ${K.toLocaleString('en')} per statement, ${C} connections`);
+  for (const name of names) {
+    const { pool, drop } = await prepare();
+    try {
+      const step = (await variants(pool))[name]!;
+      let shard = 0;
+      let total = 0;
+      const started = performance.now();
+      await Promise.all(
+        Array.from({ length: C }, async () => {
+          const client = await pool.connect();
+          try {
+            for (;;) {
+              const n = await step(client, ++shard);
+              total += n;
+              if (n === 0) break;
+            }
+          } finally {
+            client.release();
+          }
+        }),
+      );
+      const seconds = (performance.now() - started) / 1000;
+      const { rows } = await pool.query(`SELECT count(*)::int AS open FROM orders WHERE status = 'unpaid'`);
+      if (total !== N || rows[0].open !== 0) throw new Error(`${name}: drained ${total} of ${N}, ${rows[0].open} unpaid left`);
+      console.log(`${name.padEnd(13)} ${Math.round(total / seconds).toLocaleString('en').padStart(9)} timeouts/s  (${seconds.toFixed(2)} s)`);
+    } finally {
+      await drop();
+    }
+  }
+}
+
+main().catch((err: unknown) => {
+  console.error(err instanceof Error ? err.message : err);
+  process.exit(1);
+});
