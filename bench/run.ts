@@ -26,6 +26,7 @@ import { ADMIN_DATABASE_URL } from '../test/helpers/services.ts';
 import { killAll } from '../test/helpers/processes.ts';
 import { bestBySystem, table, targets, writeReport, type Results } from './lib/report.ts';
 import { Status } from './lib/status.ts';
+import { printUsage } from './lib/usage.ts';
 import { SMOKE_IDS, TC_TUNE, VARIANTS } from './lib/variants.ts';
 import { burst, pendingScale, REDIS_URL, steady, type BurstResult } from './lib/workloads.ts';
 import type { Variant } from './lib/systems.ts';
@@ -54,10 +55,7 @@ const { values: args } = parseArgs({
 });
 
 if (args.help) {
-  // The usage is the comment block this file starts with.
-  const lines = readFileSync(fileURLToPath(import.meta.url), 'utf8').split('\n');
-  const header = lines.slice(0, lines.findIndex((l) => !l.startsWith('//')));
-  console.log(header.map((l) => l.replace(/^\/\/ ?/, '')).join('\n'));
+  printUsage(import.meta.url);
   process.exit(0);
 }
 

@@ -3,7 +3,8 @@
 // Prints {"msg":"ready"} once consuming, stops cleanly on SIGTERM. Each one closes orders with
 // the same conditional UPDATE as timeout-center's handler (bench/lib/orders.ts).
 import pg from 'pg';
-import { BULL_QUEUE, CLOSE_MANY_SQL, CLOSE_ONE_SQL, bullConnection, sleep } from './lib/orders.ts';
+import { pureSqlStatement } from './lib/limit.ts';
+import { BULL_QUEUE, CLOSE_MANY_SQL, CLOSE_ONE_SQL, KIND, bullConnection, sleep } from './lib/orders.ts';
 
 const [system, json] = process.argv.slice(2);
 const opts = JSON.parse(json ?? '{}') as Record<string, any>;
@@ -11,31 +12,9 @@ const log = (msg: string, extra: Record<string, unknown> = {}) => process.stdout
 
 let stop: () => Promise<void> = async () => {};
 
-/** The pure-SQL limit: N connections, each looping one statement that claims k due timeouts
- *  (SKIP LOCKED), marks them done and closes their unpaid orders. Two spellings of the claim:
- *  `in` is the one the issue writes (id IN (SELECT ...)), with which the planner may hash-join
- *  the claimed ids against a scan of the whole table; `array` (id = ANY (ARRAY(SELECT ...))) makes
- *  it probe the primary key. The faster one is the reference. */
-function pureSqlStatement(form: 'in' | 'array'): string {
-  const claim = `SELECT id FROM timeout_center.timeouts
-                   WHERE kind = 'order.unpaid' AND state = 'pending' AND available_at <= now()
-                   ORDER BY available_at LIMIT $1 FOR UPDATE SKIP LOCKED`;
-  return `
-WITH due AS (
-  UPDATE timeout_center.timeouts t
-     SET state = 'done', result = 'applied', attempts = t.attempts + 1, finished_at = clock_timestamp()
-   WHERE ${form === 'array' ? `t.id = ANY (ARRAY(${claim}))` : `t.id IN (${claim})`}
-  RETURNING t.biz_id
-), closed AS (
-  UPDATE orders SET status = 'closed', closed_at = clock_timestamp(), closes = closes + 1
-   WHERE id IN (SELECT biz_id::bigint FROM due) AND status = 'unpaid'
-  RETURNING id
-)
-SELECT (SELECT count(*) FROM due)::int AS n, (SELECT count(*) FROM closed)::int AS closed`;
-}
-
+/** The pure-SQL limit: N connections, each looping one statement (bench/lib/limit.ts). */
 async function pureSql() {
-  const statement = pureSqlStatement(opts['form'] === 'array' ? 'array' : 'in');
+  const statement = pureSqlStatement(opts['form'] === 'array' ? 'array' : 'in', KIND);
   const pool = new pg.Pool({ connectionString: opts['databaseUrl'], max: opts['connections'] });
   pool.on('error', () => {});
   let running = true;

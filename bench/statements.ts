@@ -19,7 +19,9 @@ import pg from 'pg';
 // dist/: npm run bench:statements builds first, and src/ cannot be loaded without compiling.
 import { batchSqlHandler } from '../dist/worker/sql-handler.js';
 import { createTestDatabase } from '../test/helpers/services.ts';
-import { ORDERS_DDL } from './lib/orders.ts';
+import { pureSqlStatement } from './lib/limit.ts';
+import { CLOSE_MANY_SQL, KIND, ORDERS_DDL } from './lib/orders.ts';
+import { printUsage } from './lib/usage.ts';
 
 const { values: args } = parseArgs({
   options: {
@@ -32,8 +34,7 @@ const { values: args } = parseArgs({
   strict: true,
 });
 if (args.help) {
-  const lines = readFileSync(new URL(import.meta.url), 'utf8').split('\n');
-  console.log(lines.slice(0, lines.findIndex((l) => !l.startsWith('//'))).map((l) => l.replace(/^\/\/ ?/, '')).join('\n'));
+  printUsage(import.meta.url);
   process.exit(0);
 }
 /** Bad input: one line saying what is wrong, exit 2, nothing created. */
@@ -53,22 +54,6 @@ const names = args.only ? args.only.split(',').map((s) => s.trim()) : VARIANTS;
 const unknown = names.filter((n) => !VARIANTS.includes(n));
 if (unknown.length > 0) usage(`unknown variant(s) ${unknown.join(', ')}; known: ${VARIANTS.join(', ')}`);
 
-const KIND = 'order.unpaid';
-const CLOSE = "UPDATE orders SET status = 'closed', closed_at = clock_timestamp(), closes = closes + 1 WHERE id = ANY($1) AND status = 'unpaid' RETURNING id";
-const LIMIT_CLAIM = `SELECT id FROM timeout_center.timeouts
-  WHERE kind = '${KIND}' AND state = 'pending' AND available_at <= now() ORDER BY available_at LIMIT $1 FOR UPDATE SKIP LOCKED`;
-const limit = (where: string) => `
-WITH due AS (
-  UPDATE timeout_center.timeouts t
-     SET state = 'done', result = 'applied', attempts = t.attempts + 1, finished_at = clock_timestamp()
-   WHERE ${where}
-  RETURNING t.biz_id
-), closed AS (
-  UPDATE orders SET status = 'closed', closed_at = clock_timestamp(), closes = closes + 1
-   WHERE id IN (SELECT biz_id::bigint FROM due) AND status = 'unpaid'
-  RETURNING id
-)
-SELECT (SELECT count(*) FROM due)::int AS n`;
 /** Every column as PostgreSQL's text, as the worker reads claim.sql. */
 const AS_TEXT = { getTypeParser: () => (value: string) => value };
 const CLAIM = readFileSync(new URL('../dist/worker/queries/claim.sql', import.meta.url), 'utf8');
@@ -76,11 +61,11 @@ const CLAIM = readFileSync(new URL('../dist/worker/queries/claim.sql', import.me
 type Step = (client: pg.PoolClient, shard: number) => Promise<number>;
 
 async function variants(pool: pg.Pool): Promise<Record<string, Step>> {
-  const batch = await batchSqlHandler(pool, CLOSE, 60_000);
+  const batch = await batchSqlHandler(pool, CLOSE_MANY_SQL, 60_000);
   if (!batch) throw new Error('the close statement has no batch form; see src/worker/sql-handler.ts');
   return {
-    'limit-in': async (c) => (await c.query(limit(`t.id IN (${LIMIT_CLAIM})`), [K])).rows[0].n,
-    'limit-array': async (c) => (await c.query(limit(`t.id = ANY (ARRAY(${LIMIT_CLAIM}))`), [K])).rows[0].n,
+    'limit-in': async (c) => (await c.query(pureSqlStatement('in', KIND), [K])).rows[0].n,
+    'limit-array': async (c) => (await c.query(pureSqlStatement('array', KIND), [K])).rows[0].n,
     'worker-batch': async (c, shard) => {
       await c.query('BEGIN');
       const { rows } = await c.query({ text: batch.sql, values: [shard, KIND, K, true], types: AS_TEXT });
@@ -90,7 +75,7 @@ async function variants(pool: pg.Pool): Promise<Record<string, Step>> {
     'worker-plain': async (c, shard) => {
       await c.query('BEGIN');
       const { rows } = await c.query({ text: CLAIM, values: [shard, KIND, K, false], types: AS_TEXT });
-      const applied = await c.query({ text: CLOSE, values: [rows[0].biz_ids], rowMode: 'array', types: AS_TEXT });
+      const applied = await c.query({ text: CLOSE_MANY_SQL, values: [rows[0].biz_ids], rowMode: 'array', types: AS_TEXT });
       const ids = pg.types.getTypeParser(1016 as Parameters<typeof pg.types.getTypeParser>[0])(rows[0].ids) as string[];
       const bizIds = pg.types.getTypeParser(1009 as Parameters<typeof pg.types.getTypeParser>[0])(rows[0].biz_ids) as string[];
       const done = new Set((applied.rows as unknown as string[][]).map((r) => r[0]));

@@ -61,7 +61,7 @@ const coordinatorSchema = z.strictObject({
    *  counts but has no room for yet is remembered (up to 1 s), so a flood is counted once per
    *  claimChunk rows, not once per shard. */
   claimChunk: z.number().int().min(1).max(1_000_000).default(50_000),
-  /** Stop claiming while this many shards are queued or running (backpressure). */
+  /** Write no new shards while this many are queued or running (backpressure). */
   maxInFlightShards: z.number().int().min(1).max(100_000).default(64),
   /** Leadership lock lifetime in Redis; renewed every third of it. */
   lockTtlMs: z.number().int().min(500).max(600_000).default(10_000),

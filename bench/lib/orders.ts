@@ -7,6 +7,9 @@ import pg from 'pg';
 // bigint counts and ids as numbers (they stay far below 2^53).
 pg.types.setTypeParser(pg.types.builtins.INT8, (v) => Number(v));
 
+/** The one kind every timeout-center system in the bench schedules. */
+export const KIND = 'order.unpaid';
+
 export const ORDERS_DDL = `
   CREATE TABLE orders (
     id        bigint PRIMARY KEY,

@@ -13,7 +13,7 @@ import { makeWorkerUtils, type WorkerUtils } from 'graphile-worker';
 import { Queue } from 'bullmq';
 import { CliProcess, runCli, spawnCli } from '../../test/helpers/processes.ts';
 import { writeConfig } from '../../test/helpers/orders.ts';
-import { BULL_QUEUE, CLOSE_MANY_SQL, bullConnection } from './orders.ts';
+import { BULL_QUEUE, CLOSE_MANY_SQL, KIND, bullConnection } from './orders.ts';
 
 export type SystemName = 'timeout-center' | 'pure-sql' | 'pg-boss-batch' | 'pg-boss-job' | 'graphile-worker' | 'bullmq';
 
@@ -60,7 +60,7 @@ export interface DriverContext {
 }
 
 const RUNNER = fileURLToPath(new URL('../runner.ts', import.meta.url));
-export const KIND = 'order.unpaid';
+export { KIND };
 
 /** Peak resident set (VmHWM) of a live process, in MB. */
 export function peakRssMb(pid: number): number {

@@ -1,8 +1,7 @@
 // The coordinator: while it leads, each tick recovers lost shards (reaper), closes finished scans
 // (reduce), then writes shards for what is due and publishes them (map + dispatch); workers claim
-// the shards' rows themselves. node-cron
-// drives the safety-net tick; the coordinator also wakes early at the next known due time. All
-// times it compares come from PostgreSQL's now().
+// the shards' rows themselves. node-cron drives the safety-net tick; the coordinator also wakes
+// early at the next known due time. All times it compares come from PostgreSQL's now().
 import cron, { type ScheduledTask } from 'node-cron';
 import type pg from 'pg';
 import type { Logger } from 'pino';
@@ -70,6 +69,7 @@ export class Coordinator {
     });
     deps.leadership.on('deposed', () => {
       this.credit.clear();
+      this.coveredAt = undefined;
       deps.metrics.leader.set(0);
       deps.metrics.epoch.set(0);
       this.clearLeaderGauges();
@@ -196,11 +196,11 @@ export class Coordinator {
     // Each plan counts the rows the shards in flight already cover: under a backlog, wait until a
     // quarter of the bound is free instead of counting again for every finished shard.
     const minRoom = inFlight === 0 ? 1 : Math.max(1, Math.floor(cfg.maxInFlightShards / 4));
-    // The last count found every due row covered by shards in flight, some are still in flight,
-    // and nothing has become due since (the latest due time is not past that count's cutoff):
-    // counting again would only re-read the covered rows. A row inserted meanwhile with a due time
-    // already past waits at most CREDIT_TTL_MS for the next count.
-    // With nothing in flight, whatever is due is uncovered.
+    // Skip the count when the last one found every due row covered by shards in flight, some are
+    // still in flight, and nothing has become due since (the latest due time is not past that
+    // count's cutoff): it would only re-read the covered rows. A row inserted meanwhile with a due
+    // time already past waits at most CREDIT_TTL_MS. With nothing in flight, whatever is due is
+    // uncovered.
     if (inFlight === 0) this.coveredAt = undefined;
     const covered = this.coveredAt !== undefined && Date.now() - this.coveredAt.at < CREDIT_TTL_MS && (clock.latest_due === null || clock.latest_due <= this.coveredAt.cutoff);
     let planned: PlannedScan | undefined;

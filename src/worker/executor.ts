@@ -17,7 +17,7 @@ import {
   type ResolvedHandler,
   type ShardItem,
 } from './handlers.js';
-import type { BatchSqlHandler } from './sql-handler.js';
+import { replaceParameter, type BatchSqlHandler } from './sql-handler.js';
 
 const here = new URL('.', import.meta.url);
 
@@ -136,8 +136,8 @@ export class ShardExecutor {
    */
   private async takeLease(shardId: number): Promise<Lease | undefined> {
     if (!Number.isSafeInteger(shardId) || shardId <= 0) throw new Error(`invalid shard id in a delivery: ${String(shardId)}`);
-    const values: Record<string, string> = { $1: String(shardId), $2: pg.escapeLiteral(this.workerId), $3: String(Math.floor(this.leaseMs)) };
-    const update = query(here, 'take_lease').replace(/\$[123]\b/g, (p) => values[p]!);
+    const values = [String(shardId), pg.escapeLiteral(this.workerId), String(Math.floor(this.leaseMs))];
+    const update = values.reduce((sql, value, i) => replaceParameter(sql, i + 1, value) ?? sql, query(here, 'take_lease'));
     const results = (await this.pool.query(`BEGIN; SET LOCAL synchronous_commit = off; ${update}; COMMIT`)) as unknown as pg.QueryResult<Lease>[];
     const row = results[2]?.rows[0];
     return row ? { ...row, id: Number(row.id), scan_id: Number(row.scan_id), attempts: Number(row.attempts), claim_limit: Number(row.claim_limit) } : undefined;
@@ -214,7 +214,7 @@ export class ShardExecutor {
   private async claimThenApply(client: pg.PoolClient, handler: ResolvedHandler, lease: Lease): Promise<Outcome> {
     const { rows } = await client.query<Taken>({ text: query(here, 'claim'), values: [lease.id, lease.kind, lease.claim_limit, false], types: AS_TEXT });
     const taken = rows[0]!;
-    const out: Outcome & { skipped: string[] } = { n: Number(taken.n), skippedMarked: 0, skipped: [], failed: [], failures: [], lateness: [] };
+    const out: Outcome = { n: Number(taken.n), skippedMarked: 0, skipped: [], failed: [], failures: [], lateness: [] };
     if (out.n === 0) return out;
     const ids = parseInt8Array(taken.ids!);
     const bizIds = parseTextArray(taken.biz_ids!);

@@ -5,7 +5,7 @@ import { pathToFileURL } from 'node:url';
 import { resolve } from 'node:path';
 import type pg from 'pg';
 import type { HandlerConfig, KindConfig, LoadedConfig } from '../config.js';
-import { batchSqlHandler, type BatchSqlHandler } from './sql-handler.js';
+import { batchSqlHandler, sqlParameterTypes, type BatchSqlHandler } from './sql-handler.js';
 
 export interface ShardItem {
   bizId: string;
@@ -123,9 +123,9 @@ export async function resolveHandlers(
     let run: ShardHandler;
     let batch: BatchSqlHandler | undefined;
     if (kc.handler.type === 'sql') {
-      await checkSql(pool, kind, kc.handler.sql);
+      const parameterTypes = await checkSql(pool, kind, kc.handler.sql);
       run = sqlHandler(kc.handler.sql, kc.timeLimitMs);
-      batch = await batchSqlHandler(pool, kc.handler.sql, kc.timeLimitMs);
+      batch = await batchSqlHandler(pool, kc.handler.sql, kc.timeLimitMs, parameterTypes);
     } else if (kc.handler.type === 'http') {
       run = httpHandler(kc.handler);
     } else {
@@ -136,15 +136,12 @@ export async function resolveHandlers(
   return out;
 }
 
-async function checkSql(pool: pg.Pool, kind: string, sql: string): Promise<void> {
-  const client = await pool.connect();
+/** PostgreSQL's check of a SQL handler at start (a typo fails here, with the kind's name); returns
+ *  the parameter types it inferred, which the batch form needs. */
+async function checkSql(pool: pg.Pool, kind: string, sql: string): Promise<string[]> {
   try {
-    // Parameter types are left to PostgreSQL, as at run time (ids = ANY($1) makes $1 bigint[]).
-    await client.query(`PREPARE tc_check_handler AS ${sql}`);
-    await client.query('DEALLOCATE tc_check_handler');
+    return await sqlParameterTypes(pool, sql);
   } catch (err) {
     throw new Error(`kinds."${kind}".handler.sql: PostgreSQL rejects the statement: ${(err as Error).message}`, { cause: err });
-  } finally {
-    client.release();
   }
 }

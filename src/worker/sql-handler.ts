@@ -63,42 +63,45 @@ export function replaceParameter(sql: string, n: number, replacement: string): s
   return found ? out : undefined;
 }
 
-/** The batch form of the handler, or undefined when it must run as written. */
-export async function batchSqlHandler(pool: pg.Pool, handlerSql: string, timeLimitMs: number): Promise<BatchSqlHandler | undefined> {
-  if (/\$(?:[2-9]|\d{2,})/.test(handlerSql)) return undefined; // it takes payloads ($2) or more
-  const body = handlerSql.trim().replace(/;\s*$/, '');
+/** Prepares a statement to learn the parameter types PostgreSQL infers for it (ids = ANY($1)
+ *  makes $1 bigint[]); throws PostgreSQL's error when it rejects the statement. */
+export async function sqlParameterTypes(pool: pg.Pool, sql: string): Promise<string[]> {
   const client = await pool.connect();
   try {
-    // The type PostgreSQL gives $1 in the handler as written (ids = ANY($1) makes it bigint[]).
-    await client.query(`PREPARE tc_batch_probe AS ${body}`);
-    const { rows } = await client.query<{ types: string }>(
-      `SELECT parameter_types::text[] AS types FROM pg_prepared_statements WHERE name = 'tc_batch_probe'`,
-    );
-    await client.query('DEALLOCATE tc_batch_probe');
-    const types = parseTypes(rows[0]?.types);
-    const type = types.length === 1 ? types[0] : undefined;
-    if (!type || !/^[a-z0-9_ ]+\[\]$/.test(type)) return undefined;
-    const inner = replaceParameter(body, 1, `(ARRAY(SELECT due.biz_id FROM due)::${type})`);
-    if (!inner) return undefined;
-    const sql = query(here, 'claim').replace(HANDLER_SLOT, `  ${inner}`);
-    await client.query(`PREPARE tc_batch_check AS ${sql}`);
-    await client.query('DEALLOCATE tc_batch_check');
-    return { sql, timeLimitMs };
-  } catch {
-    await client.query('DEALLOCATE ALL').catch(() => {});
-    return undefined;
+    await client.query(`PREPARE tc_check_sql AS ${sql}`);
+    try {
+      const { rows } = await client.query<{ types: string[] }>(
+        `SELECT parameter_types::text[] AS types FROM pg_prepared_statements WHERE name = 'tc_check_sql'`,
+      );
+      return rows[0]?.types ?? [];
+    } finally {
+      await client.query('DEALLOCATE tc_check_sql');
+    }
   } finally {
     client.release();
   }
 }
 
-/** pg returns text[] as a string here (a custom query row type): '{bigint[]}' -> ['bigint[]']. */
-function parseTypes(value: unknown): string[] {
-  if (Array.isArray(value)) return value.map(String);
-  if (typeof value !== 'string') return [];
-  return value
-    .replace(/^\{|\}$/g, '')
-    .split(',')
-    .map((t) => t.replace(/^"|"$/g, '').trim())
-    .filter(Boolean);
+/** The batch form of the handler, or undefined when it must run as written. parameterTypes: what
+ *  sqlParameterTypes returned for the handler, when the caller already asked. */
+export async function batchSqlHandler(
+  pool: pg.Pool,
+  handlerSql: string,
+  timeLimitMs: number,
+  parameterTypes?: string[],
+): Promise<BatchSqlHandler | undefined> {
+  if (/\$(?:[2-9]|\d{2,})/.test(handlerSql)) return undefined; // it takes payloads ($2) or more
+  const body = handlerSql.trim().replace(/;\s*$/, '');
+  try {
+    const types = parameterTypes ?? (await sqlParameterTypes(pool, body));
+    const type = types.length === 1 ? types[0] : undefined;
+    if (!type || !/^[a-z0-9_ ]+\[\]$/.test(type)) return undefined;
+    const inner = replaceParameter(body, 1, `(ARRAY(SELECT due.biz_id FROM due)::${type})`);
+    if (!inner) return undefined;
+    const sql = query(here, 'claim').replace(HANDLER_SLOT, `  ${inner}`);
+    await sqlParameterTypes(pool, sql); // PostgreSQL accepts the combined statement
+    return { sql, timeLimitMs };
+  } catch {
+    return undefined; // the handler runs as written
+  }
 }

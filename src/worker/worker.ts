@@ -1,8 +1,7 @@
 // The worker process: reads shard messages from the channel's consumer group, runs up to
 // `concurrency` shards at once through the executor (with up to `prefetch` more read ahead), and
-// ACKs each after its commit. It also
-// takes over deliveries left by dead workers (XAUTOCLAIM) and announces itself in
-// timeout_center.workers.
+// ACKs each after its commit. It also takes over deliveries left by dead workers (XAUTOCLAIM) and
+// announces itself in timeout_center.workers.
 import { hostname } from 'node:os';
 import pg from 'pg';
 import type { Logger } from 'pino';
