@@ -11,6 +11,7 @@ import { checkPostgres, startRuntime, UnreachableError, type Runtime } from '../
 import { registerDemo } from './commands/demo.js';
 import { registerGenerate } from './commands/generate.js';
 import { registerCancel } from './commands/cancel.js';
+import { addConsoleOptions, consoleFromServeOptions, registerConsole, type ServeConsoleOpts } from './commands/console.js';
 import { registerFailed } from './commands/failed.js';
 import { registerPurge } from './commands/purge.js';
 import { registerRetry } from './commands/retry.js';
@@ -79,10 +80,16 @@ function serve(role: 'coordinator' | 'worker' | 'run', description: string) {
   if (role !== 'coordinator') {
     cmd.addOption(new Option('--concurrency <n>', 'shards run at once by the worker').argParser((v) => positiveInt(v, '--concurrency')));
   }
-  cmd.action(async (opts: { config?: string; port?: number; concurrency?: number }) => {
+  addConsoleOptions(cmd);
+  cmd.action(async (opts: { config?: string; port?: number; concurrency?: number } & ServeConsoleOpts) => {
     const { config, logger } = load(opts);
     if (opts.concurrency) config.worker.concurrency = opts.concurrency;
     const runtime = await startRuntime({ config, logger, coordinator: role !== 'worker', worker: role !== 'coordinator' });
+    // The console (--console) has its own pool; it ends with the process.
+    await consoleFromServeOptions(opts, config.databaseUrl, config.alerts.lagSlaMs, logger)?.catch(async (err: unknown) => {
+      await runtime.stop();
+      throw err;
+    });
     await untilSignalled(runtime, logger);
   });
 }
@@ -101,6 +108,7 @@ serve('run', 'run a coordinator and a worker in one process (single machine)');
 // generator that feeds the compose fleet.
 registerDemo(program);
 registerGenerate(program);
+registerConsole(program);
 
 // Operator verbs: read the SQL views (and retry / cancel / purge); DATABASE_URL is all they need.
 for (const register of [registerStatus, registerScans, registerShards, registerFailed, registerRetry, registerCancel, registerPurge]) {

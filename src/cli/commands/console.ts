@@ -1,0 +1,152 @@
+// `timeout-center console`: the web console (src/console/) on its own, needing only DATABASE_URL;
+// and the --console <port> option that serves the same console from a coordinator, worker or
+// run process. Auth comes from the environment (TC_CONSOLE_TOKEN, TC_CONSOLE_USER +
+// TC_CONSOLE_PASSWORD): never on the command line, where `ps` shows it.
+import { CommanderError, Option, type Command } from 'commander';
+import { parseConfig, readConfigFile } from '../../config.js';
+import { assertMigrated } from '../../db/migrate.js';
+import { createPool } from '../../db/pool.js';
+import { createLogger, type Logger } from '../../observability/logger.js';
+import { checkPostgres } from '../../runtime.js';
+import { AuthConfigError, authFromEnv } from '../../console/auth.js';
+import { ConsoleConfigError, normalizeBasePath, startConsole, type ConsoleServer } from '../../console/server.js';
+import { databaseOption, inputError, parseDuration } from './common.js';
+
+export const DEFAULT_CONSOLE_PORT = 8080;
+
+function parsePort(value: string, flag: string): number {
+  const n = Number(value);
+  if (!/^\d+$/.test(value.trim()) || n > 65535) throw inputError(`${flag} must be a port 0..65535, got "${value}"`);
+  return n;
+}
+
+function basePath(value: string): string {
+  try {
+    return normalizeBasePath(value);
+  } catch (err) {
+    throw inputError((err as Error).message);
+  }
+}
+
+export interface ConsoleFlags {
+  host: string;
+  basePath: string;
+  readOnly: boolean;
+  allowUnauthenticated: boolean;
+}
+
+export interface StartConsoleInput extends ConsoleFlags {
+  databaseUrl: string;
+  port: number;
+  lagSlaSeconds: number;
+  logger: Logger;
+}
+
+/** Opens the console's own small pool and serves; close() stops both. */
+export async function serveConsole(input: StartConsoleInput): Promise<ConsoleServer> {
+  let auth;
+  try {
+    auth = authFromEnv();
+  } catch (err) {
+    if (err instanceof AuthConfigError) throw new CommanderError(2, 'tc.console', err.message);
+    throw err;
+  }
+  const pool = createPool({ connectionString: input.databaseUrl, max: 4, applicationName: 'timeout-center console', logger: input.logger });
+  try {
+    await checkPostgres(pool, input.databaseUrl);
+    await assertMigrated(pool);
+    const server = await startConsole({ ...input, pool, auth });
+    return {
+      ...server,
+      close: async () => {
+        await server.close();
+        await pool.end();
+      },
+    };
+  } catch (err) {
+    await pool.end();
+    if (err instanceof ConsoleConfigError) throw new CommanderError(2, 'tc.console', err.message);
+    throw err;
+  }
+}
+
+/** --console and its companions on coordinator / worker / run. */
+export function addConsoleOptions(cmd: Command): Command {
+  return cmd
+    .addOption(new Option('--console <port>', 'also serve the web console on this port (auth from TC_CONSOLE_TOKEN or TC_CONSOLE_USER/TC_CONSOLE_PASSWORD)').argParser((v) => parsePort(v, '--console')))
+    .addOption(new Option('--console-host <host>', 'address the console listens on (non-loopback needs auth)').default('127.0.0.1'))
+    .addOption(new Option('--console-base-path <path>', 'serve the console under this sub-path (behind a proxy), e.g. /tc').argParser(basePath).default(''))
+    .addOption(new Option('--console-read-only', 'the console refuses every action'))
+    .addOption(new Option('--console-allow-unauthenticated', 'allow a console without auth on a non-loopback address (a proxy in front authenticates)'));
+}
+
+export interface ServeConsoleOpts {
+  console?: number;
+  consoleHost: string;
+  consoleBasePath: string;
+  consoleReadOnly?: boolean;
+  consoleAllowUnauthenticated?: boolean;
+}
+
+/** Starts the console of a coordinator / worker / run process when --console was given. */
+export function consoleFromServeOptions(opts: ServeConsoleOpts, databaseUrl: string, lagSlaMs: number, logger: Logger): Promise<ConsoleServer> | undefined {
+  if (opts.console === undefined) return undefined;
+  return serveConsole({
+    databaseUrl,
+    port: opts.console,
+    host: opts.consoleHost,
+    basePath: opts.consoleBasePath,
+    readOnly: Boolean(opts.consoleReadOnly),
+    allowUnauthenticated: Boolean(opts.consoleAllowUnauthenticated),
+    lagSlaSeconds: lagSlaMs / 1000,
+    logger,
+  });
+}
+
+interface ConsoleCommandOpts {
+  databaseUrl?: string;
+  config?: string;
+  port: number;
+  host: string;
+  basePath: string;
+  readOnly?: boolean;
+  allowUnauthenticated?: boolean;
+  lagSla?: number;
+}
+
+export function registerConsole(program: Command): void {
+  program
+    .command('console')
+    .description('serve the web console and its JSON API: overview, kinds (pause / resume / limit), scans and shards, timeouts, failed, warnings, audit')
+    .addOption(databaseOption())
+    .addOption(new Option('-c, --config <file>', 'config file: the lag SLA (alerts.lagSlaMs) for the warnings').env('TIMEOUT_CENTER_CONFIG'))
+    .addOption(new Option('-p, --port <port>', 'port to serve on (0 = any free port)').argParser((v) => parsePort(v, '--port')).default(DEFAULT_CONSOLE_PORT))
+    .addOption(new Option('--host <host>', 'address to listen on; a non-loopback one needs auth (TC_CONSOLE_TOKEN or TC_CONSOLE_USER + TC_CONSOLE_PASSWORD)').default('127.0.0.1'))
+    .addOption(new Option('--base-path <path>', 'serve under this sub-path (behind a proxy), e.g. /tc').argParser(basePath).default(''))
+    .addOption(new Option('--read-only', 'refuse every action (403): a console to look, not to touch'))
+    .addOption(new Option('--allow-unauthenticated', 'allow serving without auth on a non-loopback address (only when a proxy in front authenticates)'))
+    .addOption(new Option('--lag-sla <duration>', 'lag SLA for the warnings, e.g. 60s (default: alerts.lagSlaMs of --config, else 60s)').argParser((v) => parseDuration(v, '--lag-sla')))
+    .action(async (opts: ConsoleCommandOpts) => {
+      if (!opts.databaseUrl) throw inputError('DATABASE_URL is not set (e.g. DATABASE_URL=postgres://user@127.0.0.1:5432/app), or pass --database-url');
+      const lagSlaMs = opts.lagSla ?? (opts.config ? parseConfig(readConfigFile(opts.config), opts.config).alerts.lagSlaMs : 60_000);
+      const logger = createLogger(process.env['LOG_LEVEL'] === 'debug' ? 'debug' : 'info');
+      const server = await serveConsole({
+        databaseUrl: opts.databaseUrl,
+        port: opts.port,
+        host: opts.host,
+        basePath: opts.basePath,
+        readOnly: Boolean(opts.readOnly),
+        allowUnauthenticated: Boolean(opts.allowUnauthenticated),
+        lagSlaSeconds: lagSlaMs / 1000,
+        logger,
+      });
+      await new Promise<void>((resolve) => {
+        const stop = () => {
+          logger.info('stopping the console');
+          void server.close().then(resolve);
+        };
+        process.once('SIGTERM', stop);
+        process.once('SIGINT', stop);
+      });
+    });
+}

@@ -1,0 +1,22 @@
+// The audit trail (timeout_center.audit_log): who did what, when, newest first.
+import type { Queryable } from '../flow/kind-controls.js';
+
+export interface AuditEntry {
+  id: number;
+  at: Date;
+  actor: string;
+  action: string;
+  kind: string | null;
+  target: string | null;
+  details: Record<string, unknown>;
+}
+
+export async function listAudit(db: Queryable, opts: { limit: number; kind?: string | undefined; action?: string | undefined }): Promise<AuditEntry[]> {
+  const { rows } = await db.query<AuditEntry>(
+    `SELECT id, at, actor, action, kind, target, details FROM timeout_center.audit_log
+      WHERE ($2::text IS NULL OR kind = $2) AND ($3::text IS NULL OR action = $3)
+      ORDER BY id DESC LIMIT $1`,
+    [opts.limit, opts.kind ?? null, opts.action ?? null],
+  );
+  return rows;
+}

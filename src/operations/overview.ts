@@ -1,0 +1,113 @@
+// What the console's overview shows: backlog and oldest lag per kind (view backlog, paused marked
+// from kind_controls), leader and epoch (coordinator_lease), live workers, failed counts,
+// throughput and lateness per minute over the last hour, and open circuit breakers when the
+// circuit_breakers table exists (issue 9; absent on older schemas: none shown).
+import type { Queryable } from '../flow/kind-controls.js';
+
+/** Workers heartbeat every 5 s; one not seen for three beats is not live (as `status`). */
+export const LIVE_WINDOW_S = 15;
+
+export interface KindBacklog {
+  kind: string;
+  paused: boolean;
+  pendingDue: number;
+  inFlight: number;
+  oldestDueAt: Date | null;
+  oldestLagSeconds: number | null;
+  failed: number;
+}
+
+export interface LiveWorker {
+  workerId: string;
+  host: string;
+  pid: number;
+  kinds: string[];
+  startedAt: Date;
+  lastSeenAt: Date;
+  seenSecondsAgo: number;
+}
+
+export interface Leader {
+  holder: string | null;
+  epoch: number;
+  acquiredAt: Date | null;
+}
+
+export interface MinutePoint {
+  /** Start of the minute. */
+  minute: Date;
+  /** Timeouts that reached a final state (done or failed) in the minute. */
+  finished: number;
+  /** 95th percentile of finished_at - due_at in the minute, seconds. */
+  latenessP95: number | null;
+  latenessMax: number | null;
+}
+
+export interface OpenBreaker {
+  kind: string;
+  target: string | null;
+  worker: string | null;
+  state: string;
+  changedAt: Date | null;
+}
+
+export async function kindBacklog(db: Queryable): Promise<KindBacklog[]> {
+  const { rows } = await db.query<KindBacklog>(`
+    SELECT k.kind, k.paused,
+           coalesce(b.pending_due, 0)::int8 AS "pendingDue", coalesce(b.in_flight, 0)::int8 AS "inFlight",
+           b.oldest_due_at AS "oldestDueAt", extract(epoch FROM b.oldest_lag)::float8 AS "oldestLagSeconds",
+           (SELECT count(*) FROM timeout_center.timeouts t WHERE t.kind = k.kind AND t.state = 'failed')::int AS failed
+      FROM timeout_center.kinds k
+      LEFT JOIN timeout_center.backlog b ON b.kind = k.kind
+     ORDER BY k.kind`);
+  return rows;
+}
+
+export async function leader(db: Queryable): Promise<Leader | null> {
+  const { rows } = await db.query<Leader>(
+    `SELECT holder, epoch, acquired_at AS "acquiredAt" FROM timeout_center.coordinator_lease WHERE id = 1 AND epoch > 0`,
+  );
+  return rows[0] ?? null;
+}
+
+export async function liveWorkers(db: Queryable): Promise<LiveWorker[]> {
+  const { rows } = await db.query<LiveWorker>(
+    `SELECT worker_id AS "workerId", host, pid, kinds, started_at AS "startedAt", last_seen_at AS "lastSeenAt",
+            extract(epoch FROM now() - last_seen_at)::float8 AS "seenSecondsAgo"
+       FROM timeout_center.workers
+      WHERE stopped_at IS NULL AND last_seen_at > now() - make_interval(secs => $1)
+      ORDER BY worker_id`,
+    [LIVE_WINDOW_S],
+  );
+  return rows;
+}
+
+/** One point per minute of the last hour (minutes with nothing finished are 0). Reads the
+ *  timeouts_finished index (finished_at); retention keeps far more than an hour. */
+export async function lastHour(db: Queryable): Promise<MinutePoint[]> {
+  const { rows } = await db.query<MinutePoint>(`
+    WITH minutes AS (
+      SELECT generate_series(date_trunc('minute', now()) - interval '59 minutes', date_trunc('minute', now()), interval '1 minute') AS minute),
+    finished AS (
+      SELECT date_trunc('minute', finished_at) AS minute, count(*) AS n,
+             percentile_cont(0.95) WITHIN GROUP (ORDER BY extract(epoch FROM finished_at - due_at)) AS p95,
+             max(extract(epoch FROM finished_at - due_at))::float8 AS mx
+        FROM timeout_center.timeouts
+       WHERE finished_at >= date_trunc('minute', now()) - interval '59 minutes' AND state IN ('done', 'failed')
+       GROUP BY 1)
+    SELECT m.minute, coalesce(f.n, 0)::int8 AS finished, f.p95 AS "latenessP95", f.mx AS "latenessMax"
+      FROM minutes m LEFT JOIN finished f USING (minute)
+     ORDER BY m.minute`);
+  return rows;
+}
+
+/** Open (or half-open) circuit breakers; none when the table does not exist on this schema. */
+export async function openBreakers(db: Queryable): Promise<OpenBreaker[]> {
+  const { rows: exists } = await db.query<{ t: string | null }>(`SELECT to_regclass('timeout_center.circuit_breakers')::text AS t`);
+  if (!exists[0]?.t) return [];
+  const { rows } = await db.query<OpenBreaker>(
+    `SELECT kind, target::text, worker::text, state::text, changed_at AS "changedAt"
+       FROM timeout_center.circuit_breakers WHERE state::text <> 'closed' ORDER BY kind, target`,
+  );
+  return rows;
+}
