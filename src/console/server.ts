@@ -193,7 +193,7 @@ export async function startConsole(options: ConsoleOptions): Promise<ConsoleServ
   // Reads: [JSON for /api, HTML page] per path.
   async function get(r: Request, ctx: PageContext): Promise<{ json: unknown; page: () => string } | null> {
     const q = r.query;
-    if (r.path === '/' || r.path === '') {
+    if (r.path === '/' || r.path === '' || r.path === '/overview') {
       const d = await overviewData();
       return { json: d, page: () => overviewPage(ctx, d) };
     }
@@ -279,7 +279,8 @@ export async function startConsole(options: ConsoleOptions): Promise<ConsoleServ
       const ids = (single ? [single] : many(p, 'id')).flatMap((v) => v.split(',')).filter((v) => v.trim() !== '').map((v) => positiveId(v, 'timeout id'));
       let selector;
       if (ids.length > 0) selector = { id: ids };
-      else if (one(p, 'all') === '1') {
+      // A form says "all matching" explicitly; an API call names its filter (kind, scan, error).
+      else if (one(p, 'all') === '1' || (r.api && (one(p, 'kind') || one(p, 'scan') || one(p, 'error')))) {
         const f = failedFilter({ get: (k: string) => one(p, k) });
         selector = { kind: f.kind, scan: f.scan, errorContains: f.errorContains, id: undefined };
         // "All matching" with no filter is every failed timeout: allowed, but only when asked for.
