@@ -6,7 +6,7 @@ import type { AuditEntry } from '../operations/audit.js';
 import type { KindBacklog, Leader, LiveWorker, MinutePoint, OpenBreaker } from '../operations/overview.js';
 import type { ScanSummary, ShardSummary } from '../operations/scans.js';
 import type { FailedFilter, FailedRow, TimeoutHistoryRow } from '../operations/timeouts.js';
-import type { Warning, WarningsReport } from '../operations/warnings.js';
+import { formatBytes, type Warning, type WarningsReport } from '../operations/warnings.js';
 import { lastHourChart } from './chart.js';
 import { formatSeconds, formatTime, html, raw, type Html } from './html.js';
 
@@ -240,7 +240,7 @@ ${warningList(report.warnings)}
 <h2>Table and index size (bloat estimates)</h2>
 <table id="relations"><tr><th>relation</th><th>kind</th><th>size</th><th>live rows need (est.)</th><th>dead or free (est.)</th></tr>
 ${report.relations.map(
-  (r) => html`<tr><td>${r.name}</td><td>${r.kind}</td><td class="n">${(r.bytes / 1_048_576).toFixed(1)} MB</td><td class="n">${r.expectedBytes === null ? 'not analyzed yet' : `${(r.expectedBytes / 1_048_576).toFixed(1)} MB`}</td><td class="n">${r.bloatRatio === null ? '-' : `${Math.round(r.bloatRatio * 100)} %`}</td></tr>`,
+  (r) => html`<tr><td>${r.name}</td><td>${r.kind}</td><td class="n">${formatBytes(r.bytes)}</td><td class="n">${r.expectedBytes === null ? 'not analyzed yet' : formatBytes(r.expectedBytes)}</td><td class="n">${r.bloatRatio === null ? '-' : `${Math.round(r.bloatRatio * 100)} %`}</td></tr>`,
 )}</table>
 <p class="muted">Estimates from pg_stats and reltuples (no pgstattuple); relations under 1 MB are not rated.</p>
 <h2>Autovacuum on timeouts</h2>

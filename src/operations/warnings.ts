@@ -60,6 +60,8 @@ export const LIMITS = {
   bloatRatio: [0.5, 0.8],
   /** Dead tuples this many times autovacuum's trigger point: it is not keeping up. */
   autovacuumBehind: [2, 10],
+  /** Below this many dead tuples autovacuum lag is not worth a warning (small tables). */
+  minDeadTuples: 10_000,
   xidAge: [10_000_000, 100_000_000],
   transactionSeconds: [300, 3600],
 } as const;
@@ -117,7 +119,10 @@ async function xminHolders(db: Queryable): Promise<XminHolder[]> {
              format('pid %s %s (%s, %s)', pid, coalesce(nullif(application_name, ''), backend_type), usename, state) AS name,
              age(backend_xmin)::int8 AS "xidAge",
              extract(epoch FROM now() - xact_start)::float8 AS seconds
-        FROM pg_stat_activity WHERE backend_xmin IS NOT NULL AND pid <> pg_backend_pid()
+        FROM pg_stat_activity
+       WHERE backend_xmin IS NOT NULL AND pid <> pg_backend_pid()
+         -- this database's sessions, and WAL senders (hot_standby_feedback) which hold every database
+         AND (datname = current_database() OR backend_type = 'walsender')
       UNION ALL
       SELECT 'replication slot', slot_name::text, greatest(age(xmin), age(catalog_xmin))::int8, NULL
         FROM pg_replication_slots WHERE xmin IS NOT NULL OR catalog_xmin IS NOT NULL
@@ -158,7 +163,7 @@ export async function collectWarnings(db: Queryable, opts: { lagSlaSeconds: numb
       });
     }
   }
-  if (vac && vac.autovacuumThreshold > 0) {
+  if (vac && vac.autovacuumThreshold > 0 && vac.deadTuples >= LIMITS.minDeadTuples) {
     const behind = vac.deadTuples / vac.autovacuumThreshold;
     const sev = level(behind, LIMITS.autovacuumBehind);
     if (sev) {
@@ -201,6 +206,11 @@ function worst(a: Severity | null, b: Severity | null): Severity | null {
   return a ?? b;
 }
 
-function mb(bytes: number): string {
-  return `${(bytes / 1_048_576).toFixed(1)} MB`;
+/** "812 kB", "3.4 MB", "1.2 GB". */
+export function formatBytes(bytes: number): string {
+  if (bytes < 1_048_576) return `${Math.round(bytes / 1024)} kB`;
+  if (bytes < 1_073_741_824) return `${(bytes / 1_048_576).toFixed(1)} MB`;
+  return `${(bytes / 1_073_741_824).toFixed(1)} GB`;
 }
+
+const mb = formatBytes;

@@ -72,9 +72,11 @@ describe.skipIf(!existsSync(CHROMIUM))('console in a real browser', () => {
       kinds: {
         'order.unpaid': { shardSize: 50, maxAttempts: 1, handler: { type: 'sql', sql: CLOSE_SQL } },
         'order.unshipped': { handler: { type: 'sql', sql: CLOSE_SQL } },
+        // Declared but served by no worker (worker.kinds leaves it out): the warnings page says so.
+        'order.unrefunded': { handler: { type: 'sql', sql: CLOSE_SQL } },
       },
       coordinator: { lockTtlMs: 3000 },
-      worker: { concurrency: 2, leaseMs: 15_000 },
+      worker: { concurrency: 2, leaseMs: 15_000, kinds: ['order.unpaid', 'order.unshipped'] },
       alerts: { lagSlaMs: 30_000 },
     });
     const env = { DATABASE_URL: db.url, REDIS_URL: TEST_REDIS_URL, TIMEOUT_CENTER_CONFIG: configPath };
@@ -102,6 +104,9 @@ describe.skipIf(!existsSync(CHROMIUM))('console in a real browser', () => {
       (await count(`SELECT count(*)::int AS n FROM timeout_center.timeouts WHERE kind = 'order.unpaid' AND state NOT IN ('done', 'failed')`)) === 0 &&
       (await count(`SELECT count(*)::int AS n FROM timeout_center.scans WHERE state <> 'reduced'`)) === 0,
     60_000);
+
+    // Two minutes late, over the 30 s SLA, and nobody serves its kind.
+    await pool.query(`INSERT INTO timeout_center.timeouts (kind, biz_id, due_at) VALUES ('order.unrefunded', '7001', now() - interval '2 minutes')`);
 
     browser = await chromium.launch({ executablePath: CHROMIUM, args: ['--no-sandbox', '--disable-dev-shm-usage'] });
     const context = await browser.newContext({ httpCredentials: { username: USER, password: PASSWORD }, viewport: { width: 1280, height: 800 } });
@@ -162,12 +167,15 @@ describe.skipIf(!existsSync(CHROMIUM))('console in a real browser', () => {
     }
     await page.goto(`${url}/warnings`);
     expect(await page.locator('#relations').textContent()).toContain('timeouts');
+    const warnings = await page.locator('#warnings').textContent();
+    expect(warnings).toContain('order.unrefunded: no live worker serves this kind');
+    expect(warnings).toMatch(/order\.unrefunded: oldest due timeout is \d+ s late, over the 30 s SLA/);
     await shot('warnings');
     await page.goto(`${url}/scans`);
     await shot('scans');
     // The JSON API reads the same data.
     const api = (await (await page.request.get(`${url}/api/kinds`)).json()) as { kind: string; paused: boolean }[];
-    expect(api.map((k) => k.kind)).toEqual(['order.unpaid', 'order.unshipped']);
+    expect(api.map((k) => k.kind)).toEqual(['order.unpaid', 'order.unrefunded', 'order.unshipped']);
   });
 
   it('pauses a kind (shown, audited, nothing of it starts), then resumes it and its backlog drains', async () => {
@@ -267,6 +275,7 @@ describe.skipIf(!existsSync(CHROMIUM))('console in a real browser', () => {
     expect(res?.status()).toBe(200);
     expect(await roPage.locator('header a', { hasText: 'Scans' }).getAttribute('href')).toBe('/tc/scans');
     expect(await roPage.locator('header .who').textContent()).toContain('token:viewer');
+    await roPage.screenshot({ path: `${SHOTS}read-only.png`, fullPage: true });
     await roPage.locator('header a', { hasText: 'Overview' }).click();
     expect(await roPage.locator('h1').textContent()).toBe('Overview');
     await roPage.goto(`${roUrl}/kinds`);
