@@ -320,7 +320,16 @@ export async function startConsole(options: ConsoleOptions): Promise<ConsoleServ
     const url = new URL(req.url ?? '/', 'http://console.invalid');
     let path = url.pathname;
     if (base && (path === base || path.startsWith(`${base}/`))) path = path.slice(base.length) || '/';
+    // Probes answer without auth (they carry no data): /healthz the process, /readyz PostgreSQL.
     if (path === '/healthz') return send(res, 200, 'text/plain; charset=utf-8', 'ok\n');
+    if (path === '/readyz') {
+      try {
+        await pool.query('SELECT 1');
+        return send(res, 200, 'text/plain; charset=utf-8', 'ready\n');
+      } catch (err) {
+        return send(res, 503, 'text/plain; charset=utf-8', `PostgreSQL does not answer: ${(err as Error).message}\n`);
+      }
+    }
     const method = req.method ?? 'GET';
     const api = path.startsWith('/api/') || path === '/api';
     const auth = authenticate(req, options.auth);

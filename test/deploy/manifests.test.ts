@@ -122,7 +122,7 @@ describe('docker-compose.yml', () => {
 
   it('declares the whole fleet, and the dev servers alone still come up with `docker compose up postgres redis`', () => {
     expect(Object.keys(services)).toEqual(
-      expect.arrayContaining(['postgres', 'redis', 'migrate', 'coordinator-1', 'coordinator-2', 'worker', 'generator', 'prometheus', 'grafana']),
+      expect.arrayContaining(['postgres', 'redis', 'migrate', 'coordinator-1', 'coordinator-2', 'worker', 'console', 'generator', 'prometheus', 'grafana']),
     );
     expect(services['worker']!['deploy']['replicas']).toBe(3);
     // npm start / npm test on the host use these ports, passwordless like the machine's servers.
@@ -147,7 +147,9 @@ describe('docker-compose.yml', () => {
     }
     // Workers and coordinators wait for the migration; the migration waits for PostgreSQL.
     expect(services['migrate']!['depends_on']['postgres']['condition']).toBe('service_healthy');
-    for (const name of ['coordinator-1', 'coordinator-2', 'worker', 'generator']) {
+    // The console listens on all addresses in its container: it has auth from the environment.
+    expect(services['console']!['environment']['TC_CONSOLE_PASSWORD']).toBeTruthy();
+    for (const name of ['coordinator-1', 'coordinator-2', 'worker', 'console', 'generator']) {
       expect(services[name]!['depends_on']['migrate']['condition'], name).toBe('service_completed_successfully');
     }
   });
@@ -223,6 +225,7 @@ describe('Kubernetes manifests (deploy/k8s, kustomize)', () => {
     const worker = deployments.get('timeout-center-worker');
     expect(coordinator?.['spec']['replicas']).toBe(2);
     expect(worker).toBeDefined();
+    expect(deployments.get('timeout-center-console')?.['spec']['template']['spec']['containers'][0]['args'][0]).toBe('console');
     expect(byKind('Job').map((j) => j['spec']['template']['spec']['containers'][0]['args'][0])).toEqual(['migrate']);
     expect(byKind('PodDisruptionBudget').length).toBe(2);
     expect(byKind('ServiceMonitor').length).toBe(1);
@@ -256,10 +259,19 @@ describe('Kubernetes manifests (deploy/k8s, kustomize)', () => {
         if (rendered) expect(configMaps, where).toContain(cmName);
         else expect(cmName, where).toBe('timeout-center-config');
         if (owner['kind'] === 'Deployment') {
-          const port = (c['ports'] as Doc[]).find((p) => p['name'] === 'metrics');
-          expect(String(port?.['containerPort']), where).toBe(METRICS_PORT);
-          expect(c['livenessProbe']['httpGet'], where).toEqual({ path: '/healthz', port: 'metrics' });
-          expect(c['readinessProbe']['httpGet'], where).toEqual({ path: '/readyz', port: 'metrics' });
+          // The console serves people on its http port (8080, auth from its Secret); the fleet
+          // processes serve metrics and probes on 9464.
+          const console = c['name'] === 'console';
+          const portName = console ? 'http' : 'metrics';
+          const port = (c['ports'] as Doc[]).find((p) => p['name'] === portName);
+          expect(String(port?.['containerPort']), where).toBe(console ? '8080' : METRICS_PORT);
+          expect(c['livenessProbe']['httpGet'], where).toEqual({ path: '/healthz', port: portName });
+          expect(c['readinessProbe']['httpGet'], where).toEqual({ path: '/readyz', port: portName });
+          if (console) {
+            for (const key of ['TC_CONSOLE_USER', 'TC_CONSOLE_PASSWORD']) {
+              expect(env.get(key)?.['valueFrom']?.['secretKeyRef'], `${where}: ${key} from the Secret`).toEqual({ name: 'timeout-center-console', key });
+            }
+          }
         }
       }
     }
