@@ -15,7 +15,7 @@ import { createKysely } from '../db/kysely.js';
 import type { Database } from '../db/schema.js';
 import { ControlInputError, listKindControls, pauseKind, resumeKind, setKindLimits } from '../flow/kind-controls.js';
 import { listAudit } from '../operations/audit.js';
-import { kindBacklog, lastHour, leader, liveWorkers, openBreakers } from '../operations/overview.js';
+import { kindBacklog, lastHour, leader, liveWorkers, openBreakers, type MinutePoint } from '../operations/overview.js';
 import { getScan, listScans, RerunRefused, rerunShard } from '../operations/scans.js';
 import { cancelAudited, listFailed, OperationInputError, rescheduleAudited, retryAudited, timeoutHistory, type FailedFilter } from '../operations/timeouts.js';
 import { collectWarnings } from '../operations/warnings.js';
@@ -178,12 +178,24 @@ export async function startConsole(options: ConsoleOptions): Promise<ConsoleServ
     return controls.map((c) => ({ ...c, ...byKind.get(c.kind)! }));
   };
 
+  // The chart reads an hour of finished timeouts (millions under a flood): computed at most once
+  // per 10 s whatever the number of open overview pages.
+  let hourCache: { at: number; points: Promise<MinutePoint[]> } | undefined;
+  const lastHourCached = () => {
+    if (!hourCache || Date.now() - hourCache.at > 10_000) {
+      const points = lastHour(pool);
+      hourCache = { at: Date.now(), points };
+      points.catch(() => (hourCache = undefined));
+    }
+    return hourCache.points;
+  };
+
   const overviewData = async () => {
     const [backlog, lead, workers, hour, breakers, warnings] = await Promise.all([
       kindBacklog(pool),
       leader(pool),
       liveWorkers(pool),
-      lastHour(pool),
+      lastHourCached(),
       openBreakers(pool),
       collectWarnings(pool, { lagSlaSeconds: options.lagSlaSeconds }),
     ]);

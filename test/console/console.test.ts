@@ -219,7 +219,7 @@ describe.skipIf(!existsSync(CHROMIUM))('console in a real browser', () => {
     await expect(page.locator('.flash.err').textContent()).resolves.toContain('rate limit must be');
   });
 
-  it('retries a failed timeout and sees it done; reruns a shard', async () => {
+  it('retries a failed timeout and sees it done; reruns a shard; retries all matching an error text, and a selection', async () => {
     await page.goto(`${url}/failed?kind=order.unpaid`);
     await expect(page.locator('#failed-total').textContent()).resolves.toContain('4 failed timeouts match');
     await shot('failed');
@@ -243,8 +243,32 @@ describe.skipIf(!existsSync(CHROMIUM))('console in a real browser', () => {
     await expect(page.locator('.flash.ok').textContent()).resolves.toContain(`shard ${shard.shard_id}: 1 failed timeout(s) back to pending`);
     await until('the rerun timeout to be done', async () =>
       (await count(`SELECT count(*)::int AS n FROM timeout_center.timeouts WHERE biz_id = '100' AND state = 'done'`)) === 1);
-    const actions = (await pool.query<{ action: string; actor: string }>(`SELECT action, actor FROM timeout_center.audit_log WHERE action IN ('retry', 'rerun_shard') ORDER BY id`)).rows;
-    expect(actions).toEqual([{ action: 'retry', actor: USER }, { action: 'rerun_shard', actor: USER }]);
+
+    // Orders 150 and 200 are left: retry "all matching" an error text, then a ticked selection.
+    await pool.query(`UPDATE orders SET poison = false WHERE id IN (150, 200)`);
+    await page.goto(`${url}/failed`);
+    await page.locator('#filter input[name="error"]').fill('ORDER 150 cannot');
+    await page.locator('#filter button').click();
+    await expect(page.locator('#failed-total').textContent()).resolves.toContain('1 failed timeout match');
+    await page.locator('button', { hasText: 'Retry all 1 matching' }).click();
+    await expect(page.locator('.flash.ok').textContent()).resolves.toContain('retried 1 failed timeout');
+    await page.goto(`${url}/failed`);
+    const last = (await pool.query<{ id: number }>(`SELECT id::int AS id FROM timeout_center.timeouts WHERE biz_id = '200' AND state = 'failed'`)).rows[0]!.id;
+    await page.locator(`tr[data-timeout="${last}"] input[type="checkbox"]`).check();
+    await page.locator('button', { hasText: 'Retry selected' }).click();
+    await expect(page.locator('.flash.ok').textContent()).resolves.toContain('retried 1 failed timeout');
+    await until('every order.unpaid timeout to be done', async () =>
+      (await count(`SELECT count(*)::int AS n FROM timeout_center.timeouts WHERE kind = 'order.unpaid' AND state <> 'done'`)) === 0);
+
+    const actions = (await pool.query<{ action: string; actor: string; target: string }>(
+      `SELECT action, actor, target FROM timeout_center.audit_log WHERE action IN ('retry', 'rerun_shard') ORDER BY id`,
+    )).rows;
+    expect(actions).toEqual([
+      { action: 'retry', actor: USER, target: `ids ${id}` },
+      { action: 'rerun_shard', actor: USER, target: `shard ${shard.shard_id}` },
+      { action: 'retry', actor: USER, target: 'error ~ "ORDER 150 cannot"' },
+      { action: 'retry', actor: USER, target: `ids ${last}` },
+    ]);
   });
 
   it('finds an order by id, reschedules and cancels its pending timeout', async () => {
