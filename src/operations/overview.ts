@@ -2,10 +2,11 @@
 // from kind_controls), leader and epoch (coordinator_lease), live workers, failed counts,
 // throughput and lateness per minute over the last hour, and open circuit breakers when the
 // circuit_breakers table exists (issue 9; absent on older schemas: none shown).
+import { LIVE_WINDOW_S } from '../cli/commands/status.js';
 import type { Queryable } from '../flow/kind-controls.js';
 
-/** Workers heartbeat every 5 s; one not seen for three beats is not live (as `status`). */
-export const LIVE_WINDOW_S = 15;
+// Live means what `status` means: seen within its window.
+export { LIVE_WINDOW_S } from '../cli/commands/status.js';
 
 export interface KindBacklog {
   kind: string;

@@ -6,9 +6,10 @@
 // - the xmin horizon: the oldest snapshot or transaction id that keeps VACUUM from removing dead
 //   rows (a long transaction, a replication slot, a forgotten prepared transaction);
 // - lag over the SLA per kind (paused kinds marked: their lag is expected);
-// - a kind no live worker serves (its shards would wait in the stream).
+// - a kind no live worker serves (its shards would wait in the stream);
+// - an open circuit breaker (issue 9's table, when it exists).
 import type { Queryable } from '../flow/kind-controls.js';
-import { LIVE_WINDOW_S } from './overview.js';
+import { LIVE_WINDOW_S, openBreakers } from './overview.js';
 
 export type Severity = 'warning' | 'critical';
 
@@ -134,7 +135,7 @@ async function xminHolders(db: Queryable): Promise<XminHolder[]> {
 }
 
 export async function collectWarnings(db: Queryable, opts: { lagSlaSeconds: number }): Promise<WarningsReport> {
-  const [rels, vac, xmin, lagging, unserved] = await Promise.all([
+  const [rels, vac, xmin, lagging, unserved, breakers] = await Promise.all([
     relations(db),
     vacuum(db),
     xminHolders(db),
@@ -151,6 +152,7 @@ export async function collectWarnings(db: Queryable, opts: { lagSlaSeconds: numb
         ORDER BY k.kind`,
       [LIVE_WINDOW_S],
     ),
+    openBreakers(db),
   ]);
   const warnings: Warning[] = [];
   for (const r of rels) {
@@ -196,6 +198,13 @@ export async function collectWarnings(db: Queryable, opts: { lagSlaSeconds: numb
       severity: u.paused ? 'warning' : 'critical',
       topic: 'workers',
       message: `${u.kind}: no live worker serves this kind (none seen in the last ${LIVE_WINDOW_S} s with it in its kinds); its shards wait in the stream`,
+    });
+  }
+  for (const b of breakers) {
+    warnings.push({
+      severity: 'critical',
+      topic: 'breaker',
+      message: `${b.kind}: circuit breaker ${b.state}${b.target ? ` for ${b.target}` : ''}${b.worker ? ` on ${b.worker}` : ''} since ${b.changedAt ? b.changedAt.toISOString() : '?'}: its handler's target is failing`,
     });
   }
   return { warnings, relations: rels, vacuum: vac, xmin };

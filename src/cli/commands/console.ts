@@ -75,7 +75,7 @@ export function addConsoleOptions(cmd: Command): Command {
   return cmd
     .addOption(new Option('--console <port>', 'also serve the web console on this port (auth from TC_CONSOLE_TOKEN or TC_CONSOLE_USER/TC_CONSOLE_PASSWORD)').argParser((v) => parsePort(v, '--console')))
     .addOption(new Option('--console-host <host>', 'address the console listens on (non-loopback needs auth)').default('127.0.0.1'))
-    .addOption(new Option('--console-base-path <path>', 'serve the console under this sub-path (behind a proxy), e.g. /tc').argParser(basePath).default(''))
+    .addOption(new Option('--console-base-path <path>', 'serve the console under this sub-path (behind a proxy), e.g. /tc').argParser(basePath))
     .addOption(new Option('--console-read-only', 'the console refuses every action'))
     .addOption(new Option('--console-allow-unauthenticated', 'allow a console without auth on a non-loopback address (a proxy in front authenticates)'));
 }
@@ -83,7 +83,7 @@ export function addConsoleOptions(cmd: Command): Command {
 export interface ServeConsoleOpts {
   console?: number;
   consoleHost: string;
-  consoleBasePath: string;
+  consoleBasePath?: string;
   consoleReadOnly?: boolean;
   consoleAllowUnauthenticated?: boolean;
 }
@@ -95,7 +95,7 @@ export function consoleFromServeOptions(opts: ServeConsoleOpts, databaseUrl: str
     databaseUrl,
     port: opts.console,
     host: opts.consoleHost,
-    basePath: opts.consoleBasePath,
+    basePath: opts.consoleBasePath ?? '',
     readOnly: Boolean(opts.consoleReadOnly),
     allowUnauthenticated: Boolean(opts.consoleAllowUnauthenticated),
     lagSlaSeconds: lagSlaMs / 1000,
@@ -108,7 +108,7 @@ interface ConsoleCommandOpts {
   config?: string;
   port: number;
   host: string;
-  basePath: string;
+  basePath?: string;
   readOnly?: boolean;
   allowUnauthenticated?: boolean;
   lagSla?: number;
@@ -122,7 +122,7 @@ export function registerConsole(program: Command): void {
     .addOption(new Option('-c, --config <file>', 'config file: the lag SLA (alerts.lagSlaMs) for the warnings').env('TIMEOUT_CENTER_CONFIG'))
     .addOption(new Option('-p, --port <port>', 'port to serve on (0 = any free port)').argParser((v) => parsePort(v, '--port')).default(DEFAULT_CONSOLE_PORT))
     .addOption(new Option('--host <host>', 'address to listen on; a non-loopback one needs auth (TC_CONSOLE_TOKEN or TC_CONSOLE_USER + TC_CONSOLE_PASSWORD)').default('127.0.0.1'))
-    .addOption(new Option('--base-path <path>', 'serve under this sub-path (behind a proxy), e.g. /tc').argParser(basePath).default(''))
+    .addOption(new Option('--base-path <path>', 'serve under this sub-path (behind a proxy), e.g. /tc').argParser(basePath))
     .addOption(new Option('--read-only', 'refuse every action (403): a console to look, not to touch'))
     .addOption(new Option('--allow-unauthenticated', 'allow serving without auth on a non-loopback address (only when a proxy in front authenticates)'))
     .addOption(new Option('--lag-sla <duration>', 'lag SLA for the warnings, e.g. 60s (default: alerts.lagSlaMs of --config, else 60s)').argParser((v) => parseDuration(v, '--lag-sla')))
@@ -134,7 +134,7 @@ export function registerConsole(program: Command): void {
         databaseUrl: opts.databaseUrl,
         port: opts.port,
         host: opts.host,
-        basePath: opts.basePath,
+        basePath: opts.basePath ?? '',
         readOnly: Boolean(opts.readOnly),
         allowUnauthenticated: Boolean(opts.allowUnauthenticated),
         lagSlaSeconds: lagSlaMs / 1000,
