@@ -1,10 +1,12 @@
 // The console in a real browser (Debian's chromium driven by playwright-core) against real
 // processes: a `run --console` process (coordinator + worker + console, basic auth) and a
 // separate `console --read-only --base-path /tc` (token auth), on a real database and Redis. It
-// opens every page (screenshots go to docs/console/*.png), pauses and resumes a kind, retries a
+// opens every page (screenshots, see SHOTS), pauses and resumes a kind, retries a
 // failed timeout and sees it done, reruns a shard, finds an order by id and moves and cancels its
 // timeout, and checks auth, CSRF, read-only and the refusal to serve open on a public address.
-import { existsSync, mkdirSync } from 'node:fs';
+import { existsSync, mkdirSync, mkdtempSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import net from 'node:net';
 import { fileURLToPath } from 'node:url';
 import pg from 'pg';
@@ -21,7 +23,11 @@ import { tearDown } from '../helpers/teardown.js';
 const FLOW_CONTROL_ENFORCED = false;
 
 const CHROMIUM = process.env['CHROMIUM_PATH'] ?? '/usr/bin/chromium';
-const SHOTS = fileURLToPath(new URL('../../docs/console/', import.meta.url));
+// Screenshots of every page: into docs/console/ (embedded in docs/console.md) when
+// UPDATE_CONSOLE_SCREENSHOTS=1, else into a temporary directory so a test run leaves the tree clean.
+const SHOTS = process.env['UPDATE_CONSOLE_SCREENSHOTS'] === '1'
+  ? fileURLToPath(new URL('../../docs/console/', import.meta.url))
+  : `${mkdtempSync(join(tmpdir(), 'tc-console-shots-'))}/`;
 const USER = 'alice';
 const PASSWORD = 'console-test-password';
 const TOKEN = 'readonly-token-0123456789abcdef';
