@@ -18,8 +18,10 @@ import { createTestDatabase, testKeyPrefix, TEST_REDIS_URL, type TestDatabase } 
 import { tearDown } from '../helpers/teardown.js';
 
 /** The flow-control enforcement (coordinator and workers honour kinds.paused) is built on another
- *  branch of issue 12; set this to true once it is merged, to assert that a paused kind's shards
- *  stop. Until then the test checks what the console owns: the paused state shows and is audited. */
+ *  branch of issue 12 (i12f); set this to true once it is merged, to assert that a paused kind's
+ *  shards stop. Until then the test checks what the console owns: the paused state shows and is
+ *  audited. Checked both ways before handing over: with i12f merged (a1f3416) it passes; without,
+ *  it fails (the map planned 2 shards of the paused kind). */
 const FLOW_CONTROL_ENFORCED = false;
 
 const CHROMIUM = process.env['CHROMIUM_PATH'] ?? '/usr/bin/chromium';
