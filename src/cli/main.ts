@@ -12,6 +12,7 @@ import { registerDemo } from './commands/demo.js';
 import { registerGenerate } from './commands/generate.js';
 import { registerCancel } from './commands/cancel.js';
 import { registerFailed } from './commands/failed.js';
+import { registerFlow } from './commands/flow.js';
 import { registerPurge } from './commands/purge.js';
 import { registerRetry } from './commands/retry.js';
 import { registerScans } from './commands/scans.js';
@@ -106,6 +107,8 @@ registerGenerate(program);
 for (const register of [registerStatus, registerScans, registerShards, registerFailed, registerRetry, registerCancel, registerPurge]) {
   register(program);
 }
+// Flow control: pause, resume, limit (audited; fleet-wide within a tick).
+registerFlow(program);
 
 /** First SIGTERM/SIGINT drains and exits 0; a second one forces exit 1. */
 function untilSignalled(runtime: Runtime, logger: Logger): Promise<never> {

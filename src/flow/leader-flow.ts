@@ -45,9 +45,10 @@ export class LeaderFlow {
     return { rateBudget: this.budget.refill(rates, nowMs), limited };
   }
 
-  /** What a plan gave each kind (its shards' claim limits). */
-  planned(byKind: ReadonlyMap<string, { planned: number }>): void {
-    this.budget.spend(new Map([...byKind].map(([kind, k]) => [kind, k.planned])));
+  /** After every tick: what its plan gave each kind (its shards' claim limits; undefined when
+   *  nothing was planned). */
+  settle(byKind: ReadonlyMap<string, { planned: number }> | undefined): void {
+    this.budget.settle(new Map([...(byKind ?? [])].map(([kind, k]) => [kind, k.planned])));
   }
 
   /** Leadership gained or lost: buckets start empty, gauges are the leader's only. */

@@ -4,13 +4,22 @@
 // number of workers. Time is the database clock (next_due's now()), never this node's.
 //
 // A bucket refills at the kind's rate and holds at most BURST_SECONDS worth (at least one
-// timeout), so a pause in ticking does not turn into a burst later. A new bucket (new leader, a
-// limit just set) starts empty: a failover never adds a burst to what the old leader planned.
+// timeout), so a late tick loses nothing but a long pause in ticking does not turn into a burst.
+// A kind that got nothing although its budget allowed a shard has nothing due: its bucket keeps
+// at most one shard's worth, so work arriving after a quiet spell starts at the rate, not with a
+// saved-up burst. A new bucket (new leader, a limit just set) starts empty: a failover never adds
+// a burst to what the old leader planned.
 // plan_shards.sql spends whole shards of a tenth of a second's worth and keeps at most one
 // second's worth in flight, so the commits follow the plans closely.
 
 /** Largest budget a bucket holds, in seconds of its rate. */
 export const BURST_SECONDS = 0.5;
+
+/** A rate-limited kind's shard: a tenth of a second's worth (plan_shards.sql computes the same,
+ *  also capped by the kind's shard size). */
+export function rateShardSize(rate: number): number {
+  return Math.max(1, Math.ceil(rate * 0.1));
+}
 
 interface Bucket {
   rate: number;
@@ -49,11 +58,12 @@ export class RateBudget {
     return budget;
   }
 
-  /** Takes from each kind's bucket what the plan gave it. */
-  spend(planned: ReadonlyMap<string, number>): void {
-    for (const [kind, n] of planned) {
-      const b = this.buckets.get(kind);
-      if (b) b.tokens = Math.max(0, b.tokens - n);
+  /** After each tick: takes from each kind's bucket what the plan gave it (nothing when there
+   *  was no plan); a kind given nothing keeps at most one shard's worth (see above). */
+  settle(planned: ReadonlyMap<string, number>): void {
+    for (const [kind, b] of this.buckets) {
+      const n = planned.get(kind) ?? 0;
+      b.tokens = n > 0 ? Math.max(0, b.tokens - n) : Math.min(b.tokens, rateShardSize(b.rate));
     }
   }
 
