@@ -5,9 +5,10 @@
 //
 // A bucket refills at the kind's rate and holds at most BURST_SECONDS worth (at least one
 // timeout), so a late tick loses nothing but a long pause in ticking does not turn into a burst.
-// A kind that got nothing although its budget allowed a shard has nothing due: its bucket keeps
-// at most one shard's worth, so work arriving after a quiet spell starts at the rate, not with a
-// saved-up burst. A new bucket (new leader, a limit just set) starts empty: a failover never adds
+// A kind that got nothing although its budget allowed a shard has nothing due (or one second's
+// worth in flight already): its bucket fills to one shard's worth only until a plan gives it
+// something again, so work arriving after a quiet spell starts at the rate, not with a saved-up
+// burst. A new bucket (new leader, a limit just set) starts empty: a failover never adds
 // a burst to what the old leader planned.
 // plan_shards.sql spends whole shards of a tenth of a second's worth and keeps at most one
 // second's worth in flight, so the commits follow the plans closely.
@@ -24,6 +25,10 @@ export function rateShardSize(rate: number): number {
 interface Bucket {
   rate: number;
   tokens: number;
+  /** The last plan gave nothing although a shard's worth was offered. */
+  idle: boolean;
+  /** Whole tokens offered to the last plan. */
+  offered: number;
   /** Database clock (ms) of the last refill. */
   at: number;
 }
@@ -44,16 +49,17 @@ export class RateBudget {
       const burst = Math.max(rate * BURST_SECONDS, 1);
       const b = this.buckets.get(kind);
       if (!b) {
-        this.buckets.set(kind, { rate, tokens: 0, at: nowMs });
+        this.buckets.set(kind, { rate, tokens: 0, at: nowMs, idle: false, offered: 0 });
         budget[kind] = 0;
         continue;
       }
       const elapsed = Math.max(0, nowMs - b.at) / 1000;
       // Refill at the rate in force until now (the change was read this tick).
-      b.tokens = Math.min(burst, b.tokens + b.rate * elapsed);
+      b.tokens = Math.min(b.idle ? rateShardSize(rate) : burst, b.tokens + b.rate * elapsed);
       b.rate = rate;
       b.at = Math.max(b.at, nowMs);
-      budget[kind] = Math.floor(b.tokens);
+      b.offered = Math.floor(b.tokens);
+      budget[kind] = b.offered;
     }
     return budget;
   }
@@ -63,7 +69,13 @@ export class RateBudget {
   settle(planned: ReadonlyMap<string, number>): void {
     for (const [kind, b] of this.buckets) {
       const n = planned.get(kind) ?? 0;
-      b.tokens = n > 0 ? Math.max(0, b.tokens - n) : Math.min(b.tokens, rateShardSize(b.rate));
+      if (n > 0) {
+        b.tokens = Math.max(0, b.tokens - n);
+        b.idle = false;
+      } else if (b.offered >= rateShardSize(b.rate)) {
+        b.tokens = Math.min(b.tokens, rateShardSize(b.rate));
+        b.idle = true;
+      }
     }
   }
 

@@ -228,9 +228,10 @@ describe.concurrent('flow control per kind, fleet-wide (real processes)', () => 
 
   it('a change of rate limit mid-drain takes effect within a second (1,000/s -> 250/s -> none)', async () => {
     const kind = 'rate.change';
-    const N = 14_000;
+    // Enough that the drain outlasts the CLI's own start-up on a loaded machine (seconds).
+    const N = 20_000;
     await rated.seed(kind, 1_000_001, N);
-    await rated.waitFor('2,500 applied at 1,000/s', async () => (await rated.count(kind, 'done')) >= 2500, 30_000);
+    await rated.waitFor('2,000 applied at 1,000/s', async () => (await rated.count(kind, 'done')) >= 2000, 30_000);
     const lowered = await rated.cliJson<{ rateLimit: number; changedAt: string; source: string }>(['limit', kind, '--rate', '250', '--actor', 'test']);
     expect(lowered).toMatchObject({ rateLimit: 250, source: 'operator' });
     const t1 = epochOf(lowered.changedAt);
@@ -269,7 +270,7 @@ describe.concurrent('flow control per kind, fleet-wide (real processes)', () => 
 
   it('a kind capped at 2 running shards never shows more than 2 running in shard_report while 4 workers idle; a lowered cap holds within a second', async () => {
     const kind = 'cap.two';
-    const N = 2_000; // 40 shards of 50, 200 ms each
+    const N = 6_000; // 120 shards of 50, 200 ms each: 12 s at 2 running
     const running: { at: number; n: number }[] = [];
     let polling = true;
     const poller = (async () => {
@@ -282,13 +283,13 @@ describe.concurrent('flow control per kind, fleet-wide (real processes)', () => 
     let beforeLower: number, loweredAt: number, liftedAt: number;
     try {
       await capped.seed(kind, 2_000_001, N);
-      await sleep(3000);
+      await capped.waitFor('1,000 applied at 2 shards at once', async () => (await capped.count(kind, 'done')) >= 1000, 30_000);
       beforeLower = running.length;
       await capped.cliJson(['limit', kind, '--max-running-shards', '1', '--actor', 'test']);
-      loweredAt = Date.now();
+      loweredAt = Date.now(); // the change committed before this
       await sleep(3000);
+      liftedAt = Date.now(); // the change commits after this
       await capped.cliJson(['limit', kind, '--max-running-shards', 'none']);
-      liftedAt = Date.now();
       await capped.waitFor('the capped kind to drain', async () => (await capped.count(kind, 'done')) === N, 60_000);
     } finally {
       polling = false;
@@ -306,7 +307,7 @@ describe.concurrent('flow control per kind, fleet-wide (real processes)', () => 
     expect(workers[0]!.n).toBe(4);
     expect(max(atCap2)).toBe(2); // the cap is reached (8 slots could run more), never passed
     expect(atCap1.length).toBeGreaterThan(20);
-    expect(max(atCap1)).toBeLessThanOrEqual(1);
+    expect(max(atCap1)).toBe(1); // still draining, one shard at a time
     expect(held[0]!.n).toBe(0);
   });
 
