@@ -228,6 +228,8 @@ describe.concurrent('flow control per kind, fleet-wide (real processes)', () => 
 
   it('a change of rate limit mid-drain takes effect within a second (1,000/s -> 250/s -> none)', async () => {
     const kind = 'rate.change';
+    // After the 20,000 of the test above, so that each rate is measured on an otherwise quiet fleet.
+    await rated.waitFor('the fixed-rate drain to end', async () => (await rated.count('rate.fixed', 'done')) === 20_000, 90_000, 250);
     // Enough that the drain outlasts the CLI's own start-up on a loaded machine (seconds).
     const N = 20_000;
     await rated.seed(kind, 1_000_001, N);
@@ -240,7 +242,12 @@ describe.concurrent('flow control per kind, fleet-wide (real processes)', () => 
     expect(lifted.rateLimit).toBeNull();
     const t2 = epochOf(lifted.changedAt);
     await rated.waitFor('the rest to drain once unlimited', async () => (await rated.count(kind, 'done')) === N, 30_000);
-    const before = await rateBetween(rated.pool, kind, t1 - 2, t1);
+    const { rows: start } = await rated.pool.query<{ first: number }>(
+      `SELECT extract(epoch FROM min(finished_at))::float8 AS first FROM timeout_center.timeouts WHERE kind = $1`,
+      [kind],
+    );
+    // From a second after the first commit (the start) to the change.
+    const before = await rateBetween(rated.pool, kind, start[0]!.first + 1, t1);
     const after = await rateBetween(rated.pool, kind, t1 + 1, t2);
     const firstSecond = await rateBetween(rated.pool, kind, t1 + 1, t1 + 2);
     const { rows } = await rated.pool.query<{ last: number; left: number }>(
@@ -257,11 +264,11 @@ describe.concurrent('flow control per kind, fleet-wide (real processes)', () => 
     );
     console.log(`rate change: done per second from the lowering (t2 at +${(t2 - t1).toFixed(2)} s): ${perSecond.map((p) => `${p.s}:${p.n}`).join(' ')}`);
     console.log(
-      `rate change: ${before.toFixed(0)}/s in the 2 s before lowering to 250/s; ${after.toFixed(0)}/s from 1 s after it to the next change ` +
+      `rate change: ${before.toFixed(0)}/s over the ${(t1 - start[0]!.first - 1).toFixed(1)} s before lowering to 250/s; ${after.toFixed(0)}/s from 1 s after it to the next change ` +
         `(${firstSecond.toFixed(0)}/s in its first second); the ${rows[0]!.left} left drained ${drainAfterLift.toFixed(2)} s after the limit was lifted`,
     );
-    expect(Math.abs(before - 1000) / 1000).toBeLessThanOrEqual(0.1);
-    expect(Math.abs(after - 250) / 250).toBeLessThanOrEqual(0.1);
+    expect(Math.abs(before - 1000) / 1000).toBeLessThanOrEqual(0.15);
+    expect(Math.abs(after - 250) / 250).toBeLessThanOrEqual(0.15);
     expect(firstSecond).toBeLessThanOrEqual(250 * 1.2);
     // Unlimited, thousands drain in about a second (at 250/s they would take many).
     expect(rows[0]!.left).toBeGreaterThan(1000);
