@@ -49,6 +49,15 @@ const kindSchema = z.strictObject({
   /** Time limit of one handler call (statement_timeout for SQL handlers). */
   timeLimitMs: z.number().int().min(10).max(600_000).default(10_000),
   handler: z.discriminatedUnion('type', [sqlHandler, httpHandler, codeHandler]),
+  // Flow control (docs/operations.md "Flow control"): defaults, enforced fleet-wide. A run-time
+  // change (SQL, `timeout-center pause|resume|limit`, the console) wins over these until the kind
+  // is reset to its config (`timeout-center limit <kind> --reset`).
+  /** true: nothing of this kind starts; its due timeouts wait in the table. */
+  paused: z.boolean().default(false),
+  /** At most this many shards of the kind queued or running at once, fleet-wide. Default: no cap. */
+  maxRunningShards: z.number().int().min(1).max(100_000).optional(),
+  /** At most this many timeouts per second, fleet-wide (measured at commit). Default: no limit. */
+  rateLimit: z.number().positive().max(10_000_000).optional(),
 });
 
 const coordinatorSchema = z.strictObject({

@@ -13,6 +13,7 @@ import { registerGenerate } from './commands/generate.js';
 import { registerCancel } from './commands/cancel.js';
 import { addConsoleOptions, consoleFromServeOptions, registerConsole, type ServeConsoleOpts } from './commands/console.js';
 import { registerFailed } from './commands/failed.js';
+import { registerFlow } from './commands/flow.js';
 import { registerPurge } from './commands/purge.js';
 import { registerRetry } from './commands/retry.js';
 import { registerScans } from './commands/scans.js';
@@ -114,6 +115,8 @@ registerConsole(program);
 for (const register of [registerStatus, registerScans, registerShards, registerFailed, registerRetry, registerCancel, registerPurge]) {
   register(program);
 }
+// Flow control: pause, resume, limit (audited; fleet-wide within a tick).
+registerFlow(program);
 
 /** First SIGTERM/SIGINT drains and exits 0; a second one forces exit 1. */
 function untilSignalled(runtime: Runtime, logger: Logger): Promise<never> {

@@ -9,6 +9,7 @@ import { Alerter } from '../alerts/alerter.js';
 import type { LoadedConfig } from '../config.js';
 import { query } from '../db/queries.js';
 import { failpoint } from '../failpoints.js';
+import { LeaderFlow, type ControlsColumn } from '../flow/leader-flow.js';
 import type { Metrics } from '../observability/metrics.js';
 import type { ShardChannel, ShardMessage } from '../transport/channel.js';
 import { FencedError } from './fence.js';
@@ -53,18 +54,22 @@ export class Coordinator {
   private coveredAt: { cutoff: Date; at: number } | undefined;
   private lastLagCheckAt = 0;
   private lastLagAlertAt = 0;
+  /** Flow control: the kinds' controls as gauges, and the rate limits' token buckets. */
+  private readonly flow: LeaderFlow;
 
   constructor(private readonly deps: CoordinatorDeps) {
     this.config = deps.config;
     this.kinds = Object.keys(deps.config.kinds);
     this.maxShardSize = Math.max(...Object.values(deps.config.kinds).map((k) => k.shardSize));
     this.alerter = new Alerter(deps.config.alerts, deps.logger, deps.metrics, deps.coordinatorId);
+    this.flow = new LeaderFlow(deps.metrics);
     deps.leadership.on('elected', (epoch) => {
       deps.metrics.leader.set(1);
       deps.metrics.epoch.set(epoch);
       this.lastReapAt = 0; // a new leader recovers at once
       this.credit.clear();
       this.coveredAt = undefined;
+      this.flow.reset();
       this.requestTick();
     });
     deps.leadership.on('deposed', () => {
@@ -73,6 +78,7 @@ export class Coordinator {
       deps.metrics.leader.set(0);
       deps.metrics.epoch.set(0);
       this.clearLeaderGauges();
+      this.flow.reset();
     });
   }
 
@@ -187,8 +193,12 @@ export class Coordinator {
 
     // Map: one statement writes a scan with shards for what is due beyond the shards in flight,
     // while they stay under the bound.
-    const { rows } = await pool.query<{ now: Date; next_due: Date | null; latest_due: Date | null; in_flight: number }>(query(new URL('.', import.meta.url), 'next_due'), [this.kinds]);
+    const { rows } = await pool.query<{ now: Date; next_due: Date | null; latest_due: Date | null; in_flight: number; controls: ControlsColumn | null }>(
+      query(new URL('.', import.meta.url), 'next_due'),
+      [this.kinds],
+    );
     const clock = rows[0]!;
+    const flow = this.flow.tick(clock.controls, clock.now.getTime());
     let inFlight = clock.in_flight;
     const nextDue = clock.next_due;
     const room = cfg.maxInFlightShards - inFlight;
@@ -202,7 +212,9 @@ export class Coordinator {
     // time already past waits at most CREDIT_TTL_MS. With nothing in flight, whatever is due is
     // uncovered.
     if (inFlight === 0) this.coveredAt = undefined;
-    const covered = this.coveredAt !== undefined && Date.now() - this.coveredAt.at < CREDIT_TTL_MS && (clock.latest_due === null || clock.latest_due <= this.coveredAt.cutoff);
+    // (Never while a kind is capped or rate-limited: a plan that gave nothing may have held back
+    // rows that are due, not found them covered.)
+    const covered = !flow.limited && this.coveredAt !== undefined && Date.now() - this.coveredAt.at < CREDIT_TTL_MS && (clock.latest_due === null || clock.latest_due <= this.coveredAt.cutoff);
     let planned: PlannedScan | undefined;
     if (due && room >= minRoom && !covered) {
       await failpoint('coordinator.before-claim');
@@ -214,6 +226,7 @@ export class Coordinator {
         maxShards: room,
         maxRows: Math.max(cfg.claimChunk, room * this.maxShardSize),
         credit: this.usableCredit(),
+        rateBudget: flow.rateBudget,
       });
       this.updateCredit(planned);
       this.coveredAt = planned ? undefined : { cutoff: clock.now, at: Date.now() };
@@ -228,6 +241,7 @@ export class Coordinator {
         logger.debug({ room, inFlight, planMs: Math.round(performance.now() - planStarted) }, 'nothing new to map');
       }
     }
+    this.flow.settle(planned?.byKind);
     metrics.shardsInFlight.set(inFlight);
     await this.checkLag();
 
@@ -308,8 +322,8 @@ export class Coordinator {
     const now = Date.now();
     if (now - this.lastLagCheckAt < this.config.coordinator.lagCheckIntervalMs) return;
     this.lastLagCheckAt = now;
-    const { rows } = await this.deps.pool.query<{ kind: string; pending_due: number; in_flight: number; lag_s: number }>(
-      `SELECT kind, pending_due, in_flight, extract(epoch FROM oldest_lag)::float8 AS lag_s FROM timeout_center.backlog`,
+    const { rows } = await this.deps.pool.query<{ kind: string; pending_due: number; in_flight: number; lag_s: number; paused: boolean }>(
+      `SELECT kind, pending_due, in_flight, extract(epoch FROM oldest_lag)::float8 AS lag_s, paused FROM timeout_center.backlog`,
     );
     this.deps.metrics.backlog.reset();
     this.deps.metrics.oldestLag.reset();
@@ -325,8 +339,10 @@ export class Coordinator {
       this.lastLagAlertAt = now;
       void this.alerter.raise({
         type: 'lag_sla',
-        message: `oldest due ${worst.kind} timeout is ${worst.lag_s.toFixed(1)} s late (SLA ${sla} s); backlog ${worst.pending_due} waiting, ${worst.in_flight} in flight: add workers or look for a slow handler`,
-        details: { kind: worst.kind, lagSeconds: worst.lag_s, slaSeconds: sla, pending: worst.pending_due, inFlight: worst.in_flight },
+        message: worst.paused
+          ? `oldest due ${worst.kind} timeout is ${worst.lag_s.toFixed(1)} s late (SLA ${sla} s); backlog ${worst.pending_due} waiting: the kind is PAUSED (timeout-center resume ${worst.kind})`
+          : `oldest due ${worst.kind} timeout is ${worst.lag_s.toFixed(1)} s late (SLA ${sla} s); backlog ${worst.pending_due} waiting, ${worst.in_flight} in flight: add workers or look for a slow handler`,
+        details: { kind: worst.kind, lagSeconds: worst.lag_s, slaSeconds: sla, pending: worst.pending_due, inFlight: worst.in_flight, paused: worst.paused },
       });
     }
   }
@@ -349,5 +365,6 @@ export class Coordinator {
     await this.deps.leadership.stop();
     this.deps.metrics.leader.set(0);
     this.clearLeaderGauges();
+    this.flow.reset();
   }
 }

@@ -22,7 +22,16 @@ export interface PlannedScan {
 export async function planScan(
   pool: pg.Pool,
   epoch: number,
-  args: { coordinatorId: string; cutoff: Date; kinds: string[]; maxShards: number; maxRows: number; credit: Record<string, number> },
+  args: {
+    coordinatorId: string;
+    cutoff: Date;
+    kinds: string[];
+    maxShards: number;
+    maxRows: number;
+    credit: Record<string, number>;
+    /** Per rate-limited kind: timeouts its token bucket allows now (src/flow/rate-budget.ts). */
+    rateBudget: Record<string, number>;
+  },
 ): Promise<PlannedScan | undefined> {
   type Row = { id: number; scan_id: number; kind: string; claim_limit: number; uncovered: string; counted: boolean };
   const { rows } = await fencedTransaction(pool, epoch, (client) =>
@@ -34,6 +43,7 @@ export async function planScan(
       epoch,
       args.coordinatorId,
       JSON.stringify(args.credit),
+      JSON.stringify(args.rateBudget),
     ]),
   );
   if (rows.length === 0) return undefined;

@@ -16,6 +16,16 @@ export interface KindsTable {
   handler_type: string;
   description: string | null;
   updated_at: Generated<Timestamp>;
+  // Flow control (sql/0006, sql/0008).
+  paused: Generated<boolean>;
+  max_running_shards: number | null;
+  rate_limit: string | null;
+  controls_source: Generated<'config' | 'operator'>;
+  controls_changed_by: string | null;
+  controls_changed_at: Timestamp | null;
+  config_paused: Generated<boolean>;
+  config_max_running_shards: number | null;
+  config_rate_limit: string | null;
 }
 
 export interface TimeoutsTable {
@@ -156,6 +166,8 @@ export interface BacklogView {
   in_flight: number;
   oldest_due_at: Date | null;
   oldest_lag: unknown | null;
+  /** The kind is paused (sql/0008): its due timeouts wait on purpose. */
+  paused: boolean;
 }
 
 export interface Database {

@@ -23,6 +23,8 @@ export interface KindControls {
   changedAt: Date | null;
   runningShards: number;
   queuedShards: number;
+  /** The config file's values (sql/0008): what `limit <kind> --reset` restores. */
+  config: { paused: boolean; maxRunningShards: number | null; rateLimit: number | null };
 }
 
 /** A change that names an unknown kind or an invalid limit: nothing was changed. */
@@ -47,6 +49,9 @@ interface ControlRow {
   controls_changed_at: Date | null;
   running_shards: number;
   queued_shards: number;
+  config_paused: boolean;
+  config_max_running_shards: number | null;
+  config_rate_limit: string | null;
 }
 
 function toControls(r: ControlRow): KindControls {
@@ -60,6 +65,11 @@ function toControls(r: ControlRow): KindControls {
     changedAt: r.controls_changed_at,
     runningShards: r.running_shards,
     queuedShards: r.queued_shards,
+    config: {
+      paused: r.config_paused,
+      maxRunningShards: r.config_max_running_shards,
+      rateLimit: r.config_rate_limit === null ? null : Number(r.config_rate_limit),
+    },
   };
 }
 
@@ -89,14 +99,21 @@ function checkLimits(change: LimitChange): void {
  * set_config(..., true), local to it). `sets` are column = $n fragments built here from fixed
  * column names only. Throws ControlInputError for an unknown kind.
  */
-async function updateControls(pool: pg.Pool, kind: string, actor: string, sets: string[], values: unknown[]): Promise<KindControls> {
+async function updateControls(
+  pool: pg.Pool,
+  kind: string,
+  actor: string,
+  sets: string[],
+  values: unknown[],
+  source: 'config' | 'operator' = 'operator',
+): Promise<KindControls> {
   checkActor(actor);
   const client = await pool.connect();
   try {
     await client.query('BEGIN');
     await client.query(`SELECT set_config('timeout_center.actor', $1, true)`, [actor]);
     const { rowCount } = await client.query(
-      `UPDATE timeout_center.kinds SET ${[...sets, `controls_source = 'operator'`].join(', ')} WHERE kind = $1`,
+      `UPDATE timeout_center.kinds SET ${[...sets, `controls_source = '${source}'`].join(', ')} WHERE kind = $1`,
       [kind, ...values],
     );
     if (rowCount === 0) {
@@ -137,6 +154,22 @@ export function setKindLimits(pool: pg.Pool, kind: string, change: LimitChange, 
     sets.push(`rate_limit = $${values.length + 1}`);
   }
   return updateControls(pool, kind, actor, sets, values);
+}
+
+/**
+ * Puts a kind back on its config file's values (paused, limits: the config_* columns every process
+ * start writes) and lets later config changes apply again at the next start (controls_source
+ * 'config'). Audited like any change of controls.
+ */
+export function resetKindControls(pool: pg.Pool, kind: string, actor: string): Promise<KindControls> {
+  return updateControls(
+    pool,
+    kind,
+    actor,
+    ['paused = config_paused', 'max_running_shards = config_max_running_shards', 'rate_limit = config_rate_limit'],
+    [],
+    'config',
+  );
 }
 
 /** Records an operator action other than a change of controls (retry, cancel, rerun_shard, ...). */

@@ -12,7 +12,7 @@ export class Metrics {
   });
   readonly shards = new Counter({
     name: 'tc_shards_total',
-    help: 'Shards finished by workers, by kind and outcome (done, failed, released)',
+    help: 'Shards finished by workers, by kind and outcome (done, failed, released; held: handed back by flow control)',
     labelNames: ['kind', 'outcome'] as const,
     registers: [this.registry],
   });
@@ -100,6 +100,27 @@ export class Metrics {
     name: 'tc_purged_total',
     help: 'Rows deleted by retention, by table (timeouts, scans, workers)',
     labelNames: ['table'] as const,
+    registers: [this.registry],
+  });
+
+  // Flow control per kind, exported by the leading coordinator (read every tick). Max running
+  // shards and rate limit have no series while the kind is unlimited.
+  readonly kindPaused = new Gauge({
+    name: 'tc_kind_paused',
+    help: '1 while the kind is paused (nothing of it starts), by kind; leader only',
+    labelNames: ['kind'] as const,
+    registers: [this.registry],
+  });
+  readonly kindMaxRunningShards = new Gauge({
+    name: 'tc_kind_max_running_shards',
+    help: 'Cap on the shards of the kind queued or running at once, fleet-wide; leader only, absent when uncapped',
+    labelNames: ['kind'] as const,
+    registers: [this.registry],
+  });
+  readonly kindRateLimit = new Gauge({
+    name: 'tc_kind_rate_limit',
+    help: 'Rate limit of the kind in timeouts per second, fleet-wide; leader only, absent when unlimited',
+    labelNames: ['kind'] as const,
     registers: [this.registry],
   });
 

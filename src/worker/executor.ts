@@ -24,7 +24,10 @@ const here = new URL('.', import.meta.url);
 export type ShardOutcome =
   | { status: 'done'; done: number; skipped: number; failed: number; retried: number }
   /** Not ours to run: already final, held by another worker, or the lease was lost. */
-  | { status: 'not-ours'; reason: string };
+  | { status: 'not-ours'; reason: string }
+  /** Flow control holds it back (kind paused or at its cap): it stays queued, unpublished, and
+   *  the coordinator publishes it again when the kind may run it (hold_shard.sql). */
+  | { status: 'held'; reason: string };
 
 class LeaseLostError extends Error {
   override name = 'LeaseLostError';
@@ -92,7 +95,15 @@ export class ShardExecutor {
     const leaseStarted = performance.now();
     const lease = await this.takeLease(shardId);
     const leaseMs = performance.now() - leaseStarted;
-    if (!lease) return { status: 'not-ours', reason: 'shard is final or leased by another worker' };
+    if (!lease) {
+      // Rare path (one more round trip): tell flow control's hold from a duplicate delivery.
+      const { rows: held } = await this.pool.query<{ kind: string }>(query(here, 'hold_shard'), [shardId]);
+      if (held[0]) {
+        this.metrics.shards.inc({ kind: held[0].kind, outcome: 'held' });
+        return { status: 'held', reason: `kind ${held[0].kind} is paused or at its max running shards` };
+      }
+      return { status: 'not-ours', reason: 'shard is final or leased by another worker' };
+    }
     const handler = this.handlers.get(lease.kind);
     if (!handler) {
       // This worker does not serve the kind (kinds filter): leave it for one that does.
@@ -132,14 +143,17 @@ export class ShardExecutor {
    * (synchronous_commit off): one round trip, no fsync per shard. A lease lost in a PostgreSQL crash
    * only means the shard is taken again; the shard's own transaction, which applies the timeouts,
    * commits durably. The parameters are numbers and one escaped literal (a multi-statement string
-   * cannot carry bind parameters).
+   * cannot carry bind parameters). lock_kind.sql goes first in the same transaction: it locks
+   * only for a kind with a cap on running shards (flow control), so the cap check is atomic.
    */
   private async takeLease(shardId: number): Promise<Lease | undefined> {
     if (!Number.isSafeInteger(shardId) || shardId <= 0) throw new Error(`invalid shard id in a delivery: ${String(shardId)}`);
     const values = [String(shardId), pg.escapeLiteral(this.workerId), String(Math.floor(this.leaseMs))];
-    const update = values.reduce((sql, value, i) => replaceParameter(sql, i + 1, value) ?? sql, query(here, 'take_lease'));
-    const results = (await this.pool.query(`BEGIN; SET LOCAL synchronous_commit = off; ${update}; COMMIT`)) as unknown as pg.QueryResult<Lease>[];
-    const row = results[2]?.rows[0];
+    const bind = (name: string) => values.reduce((sql, value, i) => replaceParameter(sql, i + 1, value) ?? sql, query(here, name));
+    const results = (await this.pool.query(
+      `BEGIN; SET LOCAL synchronous_commit = off; ${bind('lock_kind')}; ${bind('take_lease')}; COMMIT`,
+    )) as unknown as pg.QueryResult<Lease>[];
+    const row = results[3]?.rows[0];
     return row ? { ...row, id: Number(row.id), scan_id: Number(row.scan_id), attempts: Number(row.attempts), claim_limit: Number(row.claim_limit) } : undefined;
   }
 

@@ -117,6 +117,7 @@ export class Worker {
       try {
         const outcome = await this.executor!.run(shardId);
         if (outcome.status === 'not-ours') logger.debug({ shardId, reason: outcome.reason }, 'dropped duplicate shard delivery');
+        if (outcome.status === 'held') logger.debug({ shardId, reason: outcome.reason }, 'shard held back by flow control; it stays queued');
       } catch (err) {
         // Not acknowledged: the lease runs out and the reaper (or XAUTOCLAIM) hands it on.
         logger.error({ err, shardId }, 'shard failed; it will be retried after its lease expires');

@@ -26,6 +26,27 @@ describe('config', () => {
     }
   });
 
+  it('flow control per kind: not paused and unlimited by default; limits validated with their path', () => {
+    const c = parseConfig({ kinds });
+    expect(c.kinds['order.unpaid']).toMatchObject({ paused: false });
+    expect(c.kinds['order.unpaid']!.maxRunningShards).toBeUndefined();
+    expect(c.kinds['order.unpaid']!.rateLimit).toBeUndefined();
+    const set = parseConfig({ kinds: { 'order.unpaid': { ...kinds['order.unpaid'], paused: true, maxRunningShards: 2, rateLimit: 0.5 } } });
+    expect(set.kinds['order.unpaid']).toMatchObject({ paused: true, maxRunningShards: 2, rateLimit: 0.5 });
+    const bad: [Record<string, unknown>, RegExp][] = [
+      [{ paused: 'yes' }, /kinds\."order\.unpaid"\.paused: .*boolean/],
+      [{ maxRunningShards: 0 }, /kinds\."order\.unpaid"\.maxRunningShards: .*>=1/],
+      [{ maxRunningShards: 1.5 }, /kinds\."order\.unpaid"\.maxRunningShards: .*expected int/],
+      [{ rateLimit: 0 }, /kinds\."order\.unpaid"\.rateLimit: .*>0/],
+      [{ rateLimit: -5 }, /kinds\."order\.unpaid"\.rateLimit/],
+      [{ rateLimit: 'fast' }, /kinds\."order\.unpaid"\.rateLimit: .*number/],
+      [{ rateLimit: 1e9 }, /kinds\."order\.unpaid"\.rateLimit: .*<=10000000/],
+    ];
+    for (const [fields, message] of bad) {
+      expect(() => parseConfig({ kinds: { 'order.unpaid': { ...kinds['order.unpaid'], ...fields } } }, 'x.yaml')).toThrow(message);
+    }
+  });
+
   it('takes URLs from the environment over the file, and requires both', () => {
     const c = loadConfig({ object: { kinds, databaseUrl: 'postgres://file' }, env: { DATABASE_URL: 'postgres://env', REDIS_URL: 'redis://env' } });
     expect(c.databaseUrl).toBe('postgres://env');

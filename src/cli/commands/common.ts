@@ -43,7 +43,8 @@ export async function withDatabase<T>(opts: DbOptions, fn: (db: Kysely<Database>
     }
     return await fn(db, pool);
   } finally {
-    await db.destroy(); // ends the pool
+    await db.destroy(); // ends the pool, but only once kysely itself has run a query on it
+    if (!pool.ended && !pool.ending) await pool.end(); // a verb that used the pool alone (flow.ts)
   }
 }
 

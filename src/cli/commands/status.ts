@@ -1,11 +1,14 @@
 // `timeout-center status`: one screen on the health of the center. Backlog and oldest lag per kind
 // (view backlog), who leads and with which epoch (coordinator_lease), live workers (workers table:
 // seen in the last LIVE_WINDOW_S seconds and not stopped), failed timeouts waiting for an operator,
-// and the last scans (view scan_report).
+// the last scans (view scan_report), and flow control per kind (view kind_controls: paused, caps,
+// rate, who changed them and when).
 import { sql } from 'kysely';
 import type { Command } from 'commander';
 import { databaseOption, formatSeconds, formatTime, jsonOption, parseLimit, print, printJson, table, withDatabase, type DbOptions, type DbTimestamp } from './common.js';
 import type { ScanReportView } from '../../db/schema.js';
+import { listKindControls } from '../../flow/kind-controls.js';
+import { controlsJson, describeControls } from './flow.js';
 
 /** Workers heartbeat every 5 s; one not seen for three beats is not counted as live. */
 export const LIVE_WINDOW_S = 15;
@@ -18,12 +21,12 @@ export function registerStatus(program: Command): void {
     .addOption(jsonOption())
     .option('--scans <n>', 'how many recent scans to show', (v) => parseLimit(v, '--scans'), 5)
     .action(async (opts: DbOptions & { json?: boolean; scans: number }) => {
-      await withDatabase(opts, async (db) => {
-        const [now, backlog, lease, workers, failed, scans] = await Promise.all([
+      await withDatabase(opts, async (db, pool) => {
+        const [now, backlog, lease, workers, failed, scans, controls] = await Promise.all([
           sql<{ now: Date }>`SELECT now() AS now`.execute(db),
           db
             .selectFrom('timeout_center.backlog')
-            .select(['kind', 'pending_due', 'in_flight', 'oldest_due_at'])
+            .select(['kind', 'pending_due', 'in_flight', 'oldest_due_at', 'paused'])
             .select(sql<number | null>`extract(epoch FROM oldest_lag)::float8`.as('oldest_lag_s'))
             .orderBy('kind')
             .execute(),
@@ -50,7 +53,10 @@ export function registerStatus(program: Command): void {
             .orderBy('scan_id', 'desc')
             .limit(opts.scans)
             .execute(),
+          listKindControls(pool),
         ]);
+        // Flow control worth a line: paused, limited, or changed at run time.
+        const controlled = controls.filter((c) => c.paused || c.maxRunningShards !== null || c.rateLimit !== null || c.source === 'operator');
         const totals = {
           pendingDue: backlog.reduce((a, b) => a + Number(b.pending_due), 0),
           inFlight: backlog.reduce((a, b) => a + Number(b.in_flight), 0),
@@ -67,7 +73,9 @@ export function registerStatus(program: Command): void {
               inFlight: Number(b.in_flight),
               oldestDueAt: b.oldest_due_at,
               oldestLagSeconds: b.oldest_lag_s,
+              paused: b.paused,
             })),
+            kinds: controls.map(controlsJson),
             totals,
             leader,
             liveWorkers: workers.map((w) => ({ workerId: w.worker_id, host: w.host, pid: w.pid, kinds: w.kinds, startedAt: w.started_at, lastSeenAt: w.last_seen_at })),
@@ -88,10 +96,14 @@ export function registerStatus(program: Command): void {
                 { header: 'due waiting', value: (b) => Number(b.pending_due) },
                 { header: 'in flight', value: (b) => Number(b.in_flight) },
                 { header: 'oldest lag', value: (b) => formatSeconds(b.oldest_lag_s), align: 'right' },
+                { header: 'flow', value: (b) => (b.paused ? 'PAUSED' : null) },
               ]),
             ),
           );
         }
+        out.push('');
+        if (controlled.length === 0) out.push('Flow control: no kind paused or limited');
+        else out.push(`Flow control:\n${indent(controlled.map(describeControls).join('\n'))}`);
         out.push('');
         out.push(
           leader

@@ -1,16 +1,27 @@
 -- next_due: the database clock, the earliest time a pending timeout becomes claimable, the latest
 -- claimable time among those already due (one index probe each way per kind on
--- timeouts_due_by_kind), and the shards in flight.
+-- timeouts_due_by_kind), the shards in flight, and the kinds' flow controls.
 --   $1 kinds this coordinator serves (text[])
+-- Flow control (sql/0006): a paused kind is left out of next_due / latest_due (nothing of it is
+-- due for the map), and its queued shards are left out of in_flight (they wait for the resume
+-- and must not take the room of other kinds). controls: {"kind": [paused, max_running_shards,
+-- rate_limit]} for every served kind (the rate budget and the gauges; a handful of rows).
 SELECT now() AS now,
        (SELECT min(d.available_at)
           FROM unnest($1::text[]) AS k (kind)
+          JOIN timeout_center.kinds kc ON kc.kind = k.kind AND NOT kc.paused
          CROSS JOIN LATERAL (SELECT t.available_at FROM timeout_center.timeouts t
                               WHERE t.kind = k.kind AND t.state = 'pending'
                               ORDER BY t.available_at LIMIT 1) d) AS next_due,
        (SELECT max(d.available_at)
           FROM unnest($1::text[]) AS k (kind)
+          JOIN timeout_center.kinds kc ON kc.kind = k.kind AND NOT kc.paused
          CROSS JOIN LATERAL (SELECT t.available_at FROM timeout_center.timeouts t
                               WHERE t.kind = k.kind AND t.state = 'pending' AND t.available_at <= now()
                               ORDER BY t.available_at DESC LIMIT 1) d) AS latest_due,
-       (SELECT count(*) FROM timeout_center.shards WHERE state IN ('queued', 'running'))::int AS in_flight
+       (SELECT count(*) FROM timeout_center.shards sh
+         WHERE sh.state IN ('queued', 'running')
+           AND NOT (sh.state = 'queued' AND EXISTS (SELECT 1 FROM timeout_center.kinds kc WHERE kc.kind = sh.kind AND kc.paused)))::int AS in_flight,
+       (SELECT coalesce(jsonb_object_agg(kc.kind, jsonb_build_array(kc.paused, kc.max_running_shards, kc.rate_limit)), '{}')
+          FROM timeout_center.kinds kc
+         WHERE kc.kind = ANY ($1::text[])) AS controls

@@ -10,35 +10,65 @@
 --   $1 cutoff (timestamptz)   $2 kinds served (text[])   $3 max new shards
 --   $4 max rows counted per kind beyond the live capacity   $5 epoch   $6 coordinator id
 --   $7 credit: {"kind": uncovered rows counted earlier} (jsonb; a kind in it is not counted)
+--   $8 rate budget: {"kind": timeouts the coordinator's token bucket allows now} (jsonb; a
+--      rate-limited kind missing from it gets nothing this time: see the flow CTE)
 -- Returns the new shards (id, scan_id, kind, claim_limit) with their kind's uncovered rows and
 -- whether they were counted now; none when nothing new was due.
 WITH live AS (
-  SELECT sh.kind, sum(sh.claim_limit)::bigint AS capacity
+  SELECT sh.kind, sum(sh.claim_limit)::bigint AS capacity, count(*)::int AS shards
     FROM timeout_center.shards sh
    WHERE sh.state IN ('queued', 'running')
    GROUP BY sh.kind
+), flow AS (
+  -- Flow control per kind (sql/0006; docs/operations.md "Flow control"), read here so that a
+  -- change applies at the next plan. shard_room: new shards the kind may get (none while paused;
+  -- under a cap, the cap minus its shards queued or running; NULL: unbounded). row_room: rows it
+  -- may get under a rate limit: the token bucket's budget ($8), and never more than one second's
+  -- worth in flight, so a lowered limit applies within a second (NULL: unbounded). A
+  -- rate-limited kind's shards hold a tenth of a second's worth, so its commits come smoothly.
+  SELECT k.kind,
+         CASE WHEN k.paused THEN 0
+              WHEN k.max_running_shards IS NOT NULL THEN greatest(k.max_running_shards - coalesce(l.shards, 0), 0)
+         END AS shard_room,
+         CASE WHEN k.rate_limit IS NOT NULL
+              THEN greatest(least(coalesce(($8::jsonb ->> k.kind)::bigint, 0), ceil(k.rate_limit)::bigint - coalesce(l.capacity, 0)), 0)
+         END AS row_room,
+         CASE WHEN k.rate_limit IS NOT NULL THEN least(k.shard_size, greatest(ceil(k.rate_limit * 0.1), 1)::int)
+              ELSE k.shard_size END AS shard_size
+    FROM timeout_center.kinds k
+    LEFT JOIN live l ON l.kind = k.kind
+   WHERE k.kind = ANY ($2::text[])
 ), need AS MATERIALIZED (
   -- Counted once per kind (unless the credit says), on timeouts_due_by_kind in due order (the
-  -- order workers claim in), stopping at what is already covered plus $4.
-  SELECT k.kind, k.shard_size, cr.credit IS NULL AS counted,
+  -- order workers claim in), stopping at what is already covered plus $4. A kind flow control
+  -- holds back now is not counted.
+  SELECT f.kind, f.shard_size, f.shard_room, f.row_room, cr.credit IS NULL AS counted,
          coalesce(cr.credit,
                   greatest((SELECT count(*)
                               FROM (SELECT 1 FROM timeout_center.timeouts t
-                                     WHERE t.kind = k.kind AND t.state = 'pending' AND t.available_at <= $1
+                                     WHERE t.kind = f.kind AND t.state = 'pending' AND t.available_at <= $1
                                      ORDER BY t.available_at
                                      LIMIT coalesce(l.capacity, 0) + $4) d)
                            - coalesce(l.capacity, 0), 0)) AS uncovered
-    FROM timeout_center.kinds k
-    LEFT JOIN live l ON l.kind = k.kind
-   CROSS JOIN LATERAL (SELECT ($7::jsonb ->> k.kind)::bigint AS credit) cr
-   WHERE k.kind = ANY ($2::text[])
+    FROM flow f
+    LEFT JOIN live l ON l.kind = f.kind
+   CROSS JOIN LATERAL (SELECT ($7::jsonb ->> f.kind)::bigint AS credit) cr
+   WHERE coalesce(f.shard_room, 1) > 0 AND coalesce(f.row_room, 1) > 0
+), allowed AS (
+  -- What flow control lets each kind have now: under a rate limit, whole shards within the
+  -- budget (or all that is due when that is less).
+  SELECT n.kind, n.shard_size, n.shard_room,
+         CASE WHEN n.row_room IS NULL OR n.uncovered <= n.row_room THEN n.uncovered
+              ELSE n.row_room / n.shard_size * n.shard_size END AS rows
+    FROM need n
 ), planned AS (
   -- Kinds take turns (every kind's first shard, then every kind's second, ...) so that one
   -- kind's flood does not take all the room.
-  SELECT n.kind, g.i AS turn, least(n.shard_size::bigint, n.uncovered - (g.i - 1) * n.shard_size)::int AS claim_limit
-    FROM need n, generate_series(1, ceil(n.uncovered::numeric / n.shard_size)::int) AS g (i)
-   WHERE n.uncovered > 0
-   ORDER BY g.i, n.kind
+  SELECT a.kind, g.i AS turn, least(a.shard_size::bigint, a.rows - (g.i - 1) * a.shard_size)::int AS claim_limit
+    FROM allowed a,
+         generate_series(1, least(ceil(a.rows::numeric / a.shard_size), coalesce(a.shard_room, 2147483647))::int) AS g (i)
+   WHERE a.rows > 0
+   ORDER BY g.i, a.kind
    LIMIT $3
 ), new_scan AS (
   INSERT INTO timeout_center.scans (epoch, coordinator, cutoff, state, shard_count, mapped_at)

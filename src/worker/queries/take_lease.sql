@@ -1,9 +1,17 @@
 -- take_lease: a worker takes a shard: queued, or running under a lease that ran out. Committed on
 -- its own so the shard shows as running (owner, lease, attempts) while the worker works on it.
 --   $1 shard id   $2 worker id   $3 lease (ms)
--- No row: the shard is final or another worker holds it (a duplicate delivery: acknowledge it).
-UPDATE timeout_center.shards
-   SET state = 'running', owner = $2, lease_token = gen_random_uuid(), attempts = attempts + 1,
+-- Flow control (sql/0006): nothing of a paused kind starts, and a capped kind never has more
+-- than max_running_shards running (a cap lowered while shards are queued); the check runs after
+-- lock_kind.sql, in the same transaction, so two workers cannot both take the last place.
+-- No row: the shard is final, another worker holds it (a duplicate delivery: acknowledge it), or
+-- flow control holds it back (hold_shard.sql then leaves it queued, unpublished).
+UPDATE timeout_center.shards sh
+   SET state = 'running', owner = $2, lease_token = gen_random_uuid(), attempts = sh.attempts + 1,
        lease_expires_at = now() + $3 * interval '1 millisecond', started_at = now()
- WHERE id = $1 AND (state = 'queued' OR (state = 'running' AND lease_expires_at < now()))
-RETURNING id, scan_id, kind, lease_token, attempts, claim_limit
+  FROM timeout_center.kinds k
+ WHERE sh.id = $1 AND (sh.state = 'queued' OR (sh.state = 'running' AND sh.lease_expires_at < now()))
+   AND k.kind = sh.kind AND NOT k.paused
+   AND (k.max_running_shards IS NULL OR sh.state = 'running'
+        OR (SELECT count(*) FROM timeout_center.shards r WHERE r.kind = sh.kind AND r.state = 'running') < k.max_running_shards)
+RETURNING sh.id, sh.scan_id, sh.kind, sh.lease_token, sh.attempts, sh.claim_limit

@@ -1,0 +1,139 @@
+// Flow control verbs: `pause <kind>`, `resume <kind>`, `limit <kind> [--max-running-shards N|none]
+// [--rate N|none] [--reset]`. Each is one audited UPDATE of timeout_center.kinds
+// (src/flow/kind-controls.ts, shared with the console); the leader and the workers read the
+// controls at every plan and every shard, so the change applies fleet-wide within a tick, and it
+// survives restarts until `limit <kind> --reset` puts the kind back on its config file's values.
+import { hostname, userInfo } from 'node:os';
+import { Option, type Command } from 'commander';
+import {
+  ControlInputError,
+  pauseKind,
+  resetKindControls,
+  resumeKind,
+  setKindLimits,
+  type KindControls,
+  type LimitChange,
+} from '../../flow/kind-controls.js';
+import { databaseOption, formatTime, inputError, jsonOption, print, printJson, withDatabase, type DbOptions } from './common.js';
+
+/** Who made the change, for the audit log: --actor, else $USER@host. */
+function defaultActor(): string {
+  let user = process.env['USER'] || process.env['LOGNAME'];
+  if (!user) {
+    try {
+      user = userInfo().username;
+    } catch {
+      user = 'unknown';
+    }
+  }
+  return `${user}@${hostname()}`;
+}
+
+const actorOption = () => new Option('--actor <who>', 'who makes the change, recorded in timeout_center.audit_log (default: $USER@host)');
+
+type FlowOptions = DbOptions & { json?: boolean; actor?: string };
+
+/** "none" removes a limit; anything else must be a number (range checked by kind-controls).
+ *  "none" stays a string here: commander turns a parser's null into ''. */
+function limitValue(flag: string, integer: boolean) {
+  return (value: string): number | 'none' => {
+    const v = value.trim().toLowerCase();
+    if (v === 'none') return 'none';
+    const n = Number(v);
+    if (v === '' || !Number.isFinite(n) || (integer && !Number.isInteger(n))) {
+      throw inputError(`${flag} must be ${integer ? 'a whole number' : 'a number'} above 0, or none to remove the limit; got "${value}"`);
+    }
+    return n;
+  };
+}
+
+/** One line per kind: what runs, what holds it, who changed it last. */
+export function describeControls(c: KindControls): string {
+  const limits = [
+    c.paused ? 'PAUSED' : 'running',
+    `max running shards ${c.maxRunningShards ?? 'none'}`,
+    `rate ${c.rateLimit === null ? 'none' : `${c.rateLimit}/s`}`,
+  ].join(', ');
+  const now = `${c.runningShards} shard${c.runningShards === 1 ? '' : 's'} running, ${c.queuedShards} queued`;
+  const who = c.changedBy ? `; changed by ${c.changedBy} at ${formatTime(c.changedAt)}` : '';
+  return `${c.kind}: ${limits} (${now}; from ${c.source === 'config' ? 'the config file' : 'an operator'}${who})`;
+}
+
+export function controlsJson(c: KindControls) {
+  return {
+    kind: c.kind,
+    paused: c.paused,
+    maxRunningShards: c.maxRunningShards,
+    rateLimit: c.rateLimit,
+    source: c.source,
+    changedBy: c.changedBy,
+    changedAt: c.changedAt,
+    runningShards: c.runningShards,
+    queuedShards: c.queuedShards,
+    config: c.config,
+  };
+}
+
+async function apply(opts: FlowOptions, change: (pool: Parameters<typeof pauseKind>[0], actor: string) => Promise<KindControls>): Promise<void> {
+  const actor = opts.actor ?? defaultActor();
+  await withDatabase(opts, async (_db, pool) => {
+    let controls: KindControls;
+    try {
+      controls = await change(pool, actor);
+    } catch (err) {
+      if (err instanceof ControlInputError) throw inputError(err.message);
+      throw err;
+    }
+    if (opts.json) printJson(controlsJson(controls));
+    else print(describeControls(controls));
+  });
+}
+
+export function registerFlow(program: Command): void {
+  program
+    .command('pause')
+    .description('pause a kind fleet-wide: within a tick nothing of it starts (its due timeouts wait in the table); running shards finish')
+    .argument('<kind>', 'timeout kind, e.g. order.unpaid')
+    .addOption(databaseOption())
+    .addOption(actorOption())
+    .addOption(jsonOption())
+    .action(async (kind: string, opts: FlowOptions) => {
+      await apply(opts, (pool, actor) => pauseKind(pool, kind, actor));
+    });
+
+  program
+    .command('resume')
+    .description('resume a paused kind: its due timeouts are planned again at the next tick')
+    .argument('<kind>', 'timeout kind, e.g. order.unpaid')
+    .addOption(databaseOption())
+    .addOption(actorOption())
+    .addOption(jsonOption())
+    .action(async (kind: string, opts: FlowOptions) => {
+      await apply(opts, (pool, actor) => resumeKind(pool, kind, actor));
+    });
+
+  program
+    .command('limit')
+    .description(
+      "set a kind's fleet-wide limits (running shards at once, timeouts per second; none removes one), or --reset it to the config file's values",
+    )
+    .argument('<kind>', 'timeout kind, e.g. order.unpaid')
+    .addOption(new Option('--max-running-shards <n>', 'shards of the kind queued or running at once, fleet-wide (none: no cap)').argParser(limitValue('--max-running-shards', true)))
+    .addOption(new Option('--rate <n>', 'timeouts per second, fleet-wide (none: no limit)').argParser(limitValue('--rate', false)))
+    .option('--reset', "put the kind back on its config file's paused, maxRunningShards and rateLimit (later config changes apply again)")
+    .addOption(databaseOption())
+    .addOption(actorOption())
+    .addOption(jsonOption())
+    .action(async (kind: string, opts: FlowOptions & { maxRunningShards?: number | 'none'; rate?: number | 'none'; reset?: boolean }) => {
+      const change: LimitChange = {};
+      if (opts.maxRunningShards !== undefined) change.maxRunningShards = opts.maxRunningShards === 'none' ? null : opts.maxRunningShards;
+      if (opts.rate !== undefined) change.rateLimit = opts.rate === 'none' ? null : opts.rate;
+      if (opts.reset) {
+        if (Object.keys(change).length > 0) throw inputError('--reset restores the config file\'s values: give it alone, without --max-running-shards or --rate');
+        await apply(opts, (pool, actor) => resetKindControls(pool, kind, actor));
+        return;
+      }
+      if (Object.keys(change).length === 0) throw inputError('nothing to change: give --max-running-shards <n|none>, --rate <n|none>, or --reset');
+      await apply(opts, (pool, actor) => setKindLimits(pool, kind, change, actor));
+    });
+}

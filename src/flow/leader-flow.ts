@@ -1,0 +1,66 @@
+// The leading coordinator's side of flow control: each tick reads the kinds' controls (one column
+// of next_due.sql, no extra round trip), exports them as gauges, and turns the rate limits into
+// the budget the map may plan (RateBudget). Pause and the cap on shards are applied by
+// plan_shards.sql itself and, for workers, by take_lease.sql.
+import type { Metrics } from '../observability/metrics.js';
+import { RateBudget } from './rate-budget.js';
+
+/** One kind's controls as next_due.sql returns them: [paused, max_running_shards, rate_limit]. */
+export type ControlsColumn = Record<string, [boolean, number | null, number | string | null]>;
+
+export interface TickFlow {
+  /** Per rate-limited kind: timeouts the map may plan now. */
+  rateBudget: Record<string, number>;
+  /** Some kind is capped or rate-limited: a plan that gave nothing may have held work back, so
+   *  the coordinator must not take "nothing planned" to mean "everything due is covered". */
+  limited: boolean;
+}
+
+export class LeaderFlow {
+  private readonly budget = new RateBudget();
+  private exported = new Set<string>();
+
+  constructor(private readonly metrics: Metrics) {}
+
+  /** Called once per tick with next_due's controls column and its now(). */
+  tick(controls: ControlsColumn | null, nowMs: number): TickFlow {
+    const rates = new Map<string, number>();
+    let limited = false;
+    const seen = new Set<string>();
+    for (const [kind, [paused, cap, rate]] of Object.entries(controls ?? {})) {
+      seen.add(kind);
+      this.metrics.kindPaused.set({ kind }, paused ? 1 : 0);
+      if (cap === null) this.metrics.kindMaxRunningShards.remove({ kind });
+      else this.metrics.kindMaxRunningShards.set({ kind }, Number(cap));
+      if (rate === null) this.metrics.kindRateLimit.remove({ kind });
+      else {
+        rates.set(kind, Number(rate));
+        this.metrics.kindRateLimit.set({ kind }, Number(rate));
+      }
+      if (cap !== null || rate !== null) limited = true;
+    }
+    // A kind no longer served: no series left behind.
+    for (const kind of this.exported) if (!seen.has(kind)) this.removeGauges(kind);
+    this.exported = seen;
+    return { rateBudget: this.budget.refill(rates, nowMs), limited };
+  }
+
+  /** After every tick: what its plan gave each kind (its shards' claim limits; undefined when
+   *  nothing was planned). */
+  settle(byKind: ReadonlyMap<string, { planned: number }> | undefined): void {
+    this.budget.settle(new Map([...(byKind ?? [])].map(([kind, k]) => [kind, k.planned])));
+  }
+
+  /** Leadership gained or lost: buckets start empty, gauges are the leader's only. */
+  reset(): void {
+    this.budget.clear();
+    for (const kind of this.exported) this.removeGauges(kind);
+    this.exported = new Set();
+  }
+
+  private removeGauges(kind: string): void {
+    this.metrics.kindPaused.remove({ kind });
+    this.metrics.kindMaxRunningShards.remove({ kind });
+    this.metrics.kindRateLimit.remove({ kind });
+  }
+}
