@@ -17,12 +17,6 @@ import { runCli, spawnCli, type CliProcess } from '../helpers/processes.js';
 import { createTestDatabase, testKeyPrefix, TEST_REDIS_URL, type TestDatabase } from '../helpers/services.js';
 import { tearDown } from '../helpers/teardown.js';
 
-/** The flow-control enforcement (coordinator and workers honour kinds.paused) is built on another
- *  branch of issue 12 (i12f); set this to true once it is merged, to assert that a paused kind's
- *  shards stop. Until then the test checks what the console owns: the paused state shows and is
- *  audited. Checked both ways before handing over: with i12f merged (a1f3416) it passes; without,
- *  it fails (the map planned 2 shards of the paused kind). */
-const FLOW_CONTROL_ENFORCED = false;
 
 const CHROMIUM = process.env['CHROMIUM_PATH'] ?? '/usr/bin/chromium';
 // Screenshots of every page: into docs/console/ (embedded in docs/console.md) when
@@ -200,12 +194,10 @@ describe.skipIf(!existsSync(CHROMIUM))('console in a real browser', () => {
     await pool.query(`INSERT INTO timeout_center.timeouts (kind, biz_id, due_at) SELECT 'order.unpaid', g::text, now() FROM generate_series(1001, 1100) g`);
     await page.goto(`${url}/`);
     expect(await page.locator('#backlog tr[data-kind="order.unpaid"] .paused').count()).toBe(1);
-    if (FLOW_CONTROL_ENFORCED) {
-      // Shards stop: for three seconds (several ticks) no new shard of the kind, the rows wait.
-      await new Promise((r) => setTimeout(r, 3000));
-      expect(await count(`SELECT count(*)::int AS n FROM timeout_center.shards WHERE kind = 'order.unpaid' AND id > $1`, [shardsBefore])).toBe(0);
-      expect(await count(`SELECT count(*)::int AS n FROM timeout_center.timeouts WHERE biz_id::int BETWEEN 1001 AND 1100 AND state = 'pending'`)).toBe(100);
-    }
+    // Shards stop: for three seconds (several ticks) no new shard of the kind, the rows wait.
+    await new Promise((r) => setTimeout(r, 3000));
+    expect(await count(`SELECT count(*)::int AS n FROM timeout_center.shards WHERE kind = 'order.unpaid' AND id > $1`, [shardsBefore])).toBe(0);
+    expect(await count(`SELECT count(*)::int AS n FROM timeout_center.timeouts WHERE biz_id::int BETWEEN 1001 AND 1100 AND state = 'pending'`)).toBe(100);
 
     await page.goto(`${url}/kinds`);
     await page.locator('tr[data-kind="order.unpaid"] button', { hasText: 'Resume' }).click();
