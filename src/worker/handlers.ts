@@ -5,7 +5,7 @@ import { pathToFileURL } from 'node:url';
 import { resolve } from 'node:path';
 import type pg from 'pg';
 import type { HandlerConfig, KindConfig, LoadedConfig } from '../config.js';
-import { batchSqlHandler, sqlParameterTypes, type BatchSqlHandler } from './sql-handler.js';
+import { sqlHandlerForm, sqlParameterTypes, type BatchSqlHandler } from './sql-handler.js';
 
 export interface ShardItem {
   bizId: string;
@@ -107,6 +107,9 @@ export interface ResolvedHandler {
   run: ShardHandler;
   /** SQL handlers that take only $1: claim and handler as one statement (sql-handler.ts). */
   batch?: BatchSqlHandler;
+  /** Which form the handler runs in and why (logged at start): batch (inside the claim
+   *  statement), plain (a statement of its own after the claim), code or http. */
+  form: { form: 'batch' | 'plain' | 'code' | 'http'; reason: string };
 }
 
 /** Builds every kind's handler; SQL statements are checked by PostgreSQL (PREPARE) so a typo
@@ -122,16 +125,21 @@ export async function resolveHandlers(
     const kc = config.kinds[kind]!;
     let run: ShardHandler;
     let batch: BatchSqlHandler | undefined;
+    let form: ResolvedHandler['form'];
     if (kc.handler.type === 'sql') {
       const parameterTypes = await checkSql(pool, kind, kc.handler.sql);
       run = sqlHandler(kc.handler.sql, kc.timeLimitMs);
-      batch = await batchSqlHandler(pool, kc.handler.sql, kc.timeLimitMs, parameterTypes);
+      const sqlForm = await sqlHandlerForm(pool, kc.handler.sql, kc.timeLimitMs, parameterTypes);
+      if (sqlForm.form === 'batch') batch = sqlForm.batch;
+      form = { form: sqlForm.form, reason: sqlForm.reason };
     } else if (kc.handler.type === 'http') {
       run = httpHandler(kc.handler);
+      form = { form: 'http', reason: 'one POST per shard after the claim' };
     } else {
       run = await codeHandler(kind, kc.handler, config.baseDir, registered);
+      form = { form: 'code', reason: 'a function called with the claimed rows' };
     }
-    out.set(kind, { kind, config: kc, run, ...(batch ? { batch } : {}) });
+    out.set(kind, { kind, config: kc, run, form, ...(batch ? { batch } : {}) });
   }
   return out;
 }

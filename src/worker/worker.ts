@@ -60,6 +60,7 @@ export class Worker {
   async start(): Promise<void> {
     const { config, pool, channel, metrics, logger } = this.deps;
     const handlers = await resolveHandlers(config, this.kinds, this.registered, pool);
+    for (const h of handlers.values()) logger.info({ kind: h.kind, form: h.form.form, reason: h.form.reason }, `kind ${h.kind}: handler runs in the ${h.form.form} form`);
     this.executor = new ShardExecutor(pool, handlers, this.id, config.worker.leaseMs, metrics, logger.child({ workerId: this.id }));
     await channel.init();
     pool.on('acquire', this.onAcquire);
