@@ -11,6 +11,7 @@ import { query } from '../db/queries.js';
 import { failpoint } from '../failpoints.js';
 import type { Metrics } from '../observability/metrics.js';
 import {
+  HANDLER_LOCK_TIMEOUT_MS,
   HandlerTimeoutError,
   normalizeResult,
   PermanentError,
@@ -194,10 +195,10 @@ export class ShardExecutor {
    * alike, and the shard falls back to claimThenApply, which isolates the failing ids.
    */
   private async claimAndApply(client: pg.PoolClient, batch: BatchSqlHandler, lease: Lease, log: Logger): Promise<Outcome | undefined> {
-    await client.query(`SAVEPOINT tc_batch; SET LOCAL statement_timeout = ${Math.floor(batch.timeLimitMs)}`);
+    await client.query(`SAVEPOINT tc_batch; SET LOCAL statement_timeout = ${Math.floor(batch.timeLimitMs)}; SET LOCAL lock_timeout = ${HANDLER_LOCK_TIMEOUT_MS}`);
     try {
       const { rows } = await client.query<Taken>({ text: batch.sql, values: [lease.id, lease.kind, lease.claim_limit, true], types: AS_TEXT });
-      await client.query('SET LOCAL statement_timeout = 0; RELEASE SAVEPOINT tc_batch');
+      await client.query('SET LOCAL statement_timeout = 0; SET LOCAL lock_timeout = 0; RELEASE SAVEPOINT tc_batch');
       const taken = rows[0]!;
       return { n: Number(taken.n), skippedMarked: Number(taken.skipped), skipped: [], failed: [], failures: [], lateness: parseFloat8Array(taken.lateness) };
     } catch (err) {

@@ -49,6 +49,15 @@ export function normalizeResult(result: HandlerResult | string[] | undefined | n
   return { applied: result.applied.map(String), failed: result.failed ?? [] };
 }
 
+/**
+ * lock_timeout of a SQL handler's statement, well below PostgreSQL's deadlock_timeout (1 s by
+ * default). A handler that waits on a row a payer holds gives up after this long (55P03) and the
+ * whole shard transaction is retried (executor), releasing the shard's timeout rows: a payer that
+ * cancels after touching the order (the unsafe order) then proceeds instead of deadlocking, and a
+ * shard never waits a full deadlock_timeout on a payer. Payments hold rows for milliseconds.
+ */
+export const HANDLER_LOCK_TIMEOUT_MS = 100;
+
 function sqlHandler(sql: string, timeLimitMs: number): ShardHandler {
   const wantsPayloads = /\$2\b/.test(sql);
   return async (items, ctx) => {
@@ -56,9 +65,9 @@ function sqlHandler(sql: string, timeLimitMs: number): ShardHandler {
     const params: unknown[] = wantsPayloads ? [ids, items.map((i) => (i.payload === undefined ? null : JSON.stringify(i.payload)))] : [ids];
     // The executor calls handlers inside a savepoint: on error, ROLLBACK TO SAVEPOINT also undoes
     // this SET LOCAL, so it is reset here only on success.
-    await ctx.client.query(`SET LOCAL statement_timeout = ${Math.floor(timeLimitMs)}`);
+    await ctx.client.query(`SET LOCAL statement_timeout = ${Math.floor(timeLimitMs)}; SET LOCAL lock_timeout = ${HANDLER_LOCK_TIMEOUT_MS}`);
     const { rows } = await ctx.client.query<Record<string, unknown>>({ text: sql, values: params, rowMode: 'array' } as pg.QueryConfig);
-    await ctx.client.query('SET LOCAL statement_timeout = 0');
+    await ctx.client.query('SET LOCAL statement_timeout = 0; SET LOCAL lock_timeout = 0');
     return (rows as unknown as unknown[][]).map((r) => String(r[0]));
   };
 }
