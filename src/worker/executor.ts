@@ -18,6 +18,7 @@ import {
   type ResolvedHandler,
   type ShardItem,
 } from './handlers.js';
+import type { KeptLease, LeaseKeeper } from './lease-keeper.js';
 import { replaceParameter, type BatchSqlHandler } from './sql-handler.js';
 
 const here = new URL('.', import.meta.url);
@@ -87,6 +88,8 @@ export class ShardExecutor {
     private readonly leaseMs: number,
     private readonly metrics: Metrics,
     private readonly logger: Logger,
+    /** Renews the lease of each running shard (lease-keeper.ts); none: the lease is never extended. */
+    private readonly leaseKeeper?: LeaseKeeper,
   ) {}
 
   async run(shardId: number): Promise<ShardOutcome> {
@@ -108,13 +111,22 @@ export class ShardExecutor {
       const { rows: pinned } = await this.pool.query<{ pinned: number }>(query(here, 'pin'), [lease.id, lease.kind, lease.claim_limit, lease.lease_token]);
       log.warn({ attempt: lease.attempts, pinned: pinned[0]?.pinned ?? 0 }, 'shard runs again after its worker died; its rows are pinned to it');
     }
+    const kept = this.leaseKeeper?.keep(lease.id, lease.lease_token);
+    try {
+      return await this.runLeased(lease, handler, log, leaseMs, kept);
+    } finally {
+      kept?.stop();
+    }
+  }
+
+  private async runLeased(lease: Lease, handler: ResolvedHandler, log: Logger, leaseMs: number, kept: KeptLease | undefined): Promise<ShardOutcome> {
     const started = performance.now();
     // Transient errors (deadlock, connection lost, PostgreSQL restarting) retry the whole
     // transaction while the lease lasts; the lease token stays valid unless the reaper took it.
     const deadline = Date.now() + this.leaseMs * 0.8;
     for (let attempt = 1; ; attempt += 1) {
       try {
-        const outcome = await this.runTransaction(lease, handler, log, leaseMs);
+        const outcome = await this.runTransaction(lease, handler, log, leaseMs, kept);
         this.metrics.shardDuration.observe({ kind: lease.kind }, (performance.now() - started) / 1000);
         return outcome;
       } catch (err) {
@@ -144,7 +156,7 @@ export class ShardExecutor {
     return row ? { ...row, id: Number(row.id), scan_id: Number(row.scan_id), attempts: Number(row.attempts), claim_limit: Number(row.claim_limit) } : undefined;
   }
 
-  private async runTransaction(lease: Lease, handler: ResolvedHandler, log: Logger, leaseMs: number): Promise<ShardOutcome> {
+  private async runTransaction(lease: Lease, handler: ResolvedHandler, log: Logger, leaseMs: number, kept?: KeptLease): Promise<ShardOutcome> {
     // Where a shard's time goes (debug log): lease, claim + handler, finish, commit.
     const t = { begin: performance.now(), applied: 0, finished: 0 };
     const result = await withTransaction(this.pool, async (client) => {
@@ -170,6 +182,7 @@ export class ShardExecutor {
         outcome.skippedMarked,
       ]);
       t.finished = performance.now();
+      if (kept?.lost) throw new LeaseLostError(`lease on shard ${lease.id} was lost while it ran (found by its renewal)`);
       return { ...done.rows[0]!, lateness: outcome.lateness };
     });
     const ms = (x: number) => Math.round(x * 10) / 10;

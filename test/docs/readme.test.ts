@@ -84,7 +84,7 @@ describe('README section 3 (plain SQL from a service)', () => {
     const coordinator = s.coordinator();
     await coordinator.waitForMsg('became leader', 15_000);
     const figures = await paymentRace(s, workers, namedBlock('pay').text, { n: 1000, spreadMs: 2000 });
-    report('README payment protocol at the due instant', figures);
+    report('README payment protocol at the due instant', { ...figures });
     expect(figures.payerErrors).toEqual({});
     expect(figures.workerDeadlocks).toBe(0);
     expect(figures.closedThenPaid).toBe(0);

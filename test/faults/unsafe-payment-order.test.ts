@@ -32,7 +32,7 @@ describe('the unsafe payment order (pay, then cancel)', () => {
     await Promise.all(workers.map((w) => w.waitForMsg('worker started')));
     await s.coordinator().waitForMsg('became leader', 15_000);
     const figures = await paymentRace(s, workers, UNSAFE_PAYMENT, { n: 2000, spreadMs: 2000 });
-    report('unsafe payment order (pay, then cancel) at the due instant', figures);
+    report('unsafe payment order (pay, then cancel) at the due instant', { ...figures });
     expect(figures.workerDeadlocks).toBe(0);
     expect(figures.payerErrors['40P01'] ?? 0).toBe(0);
     await s.stopAll();
