@@ -79,7 +79,7 @@ export class Worker {
     });
     this.leaseKeeper = new LeaseKeeper(this.housekeepingPool, config.worker.leaseMs, logger.child({ workerId: this.id }));
     this.executor = new ShardExecutor(pool, handlers, this.id, config.worker.leaseMs, metrics, logger.child({ workerId: this.id }), this.leaseKeeper);
-    await channel.init();
+    await channel.init(this.kinds);
     pool.on('acquire', this.onAcquire);
     pool.on('release', this.onRelease);
     await this.heartbeat();
@@ -106,7 +106,7 @@ export class Worker {
         }
         if (Date.now() - this.lastReclaimAt > leaseMs / 2) {
           this.lastReclaimAt = Date.now();
-          const reclaimed = await channel.reclaim(this.id, leaseMs, concurrency);
+          const reclaimed = await channel.reclaim(this.id, this.kinds, leaseMs, concurrency);
           if (reclaimed.length > 0) {
             this.deps.metrics.reclaims.inc({ source: 'xautoclaim' }, reclaimed.length);
             logger.warn({ count: reclaimed.length }, 'took over shard deliveries left by a stopped worker');
@@ -115,7 +115,7 @@ export class Worker {
           }
         }
         const room = concurrency + prefetch - this.active.size - this.backlog.length;
-        this.backlog.push(...(await channel.receive(this.id, room, blockMs)));
+        this.backlog.push(...(await channel.receive(this.id, this.kinds, room, blockMs)));
       } catch (err) {
         if (this.stopping) break;
         logger.warn({ err }, 'Redis: reading shards failed; retrying in 1 s');
@@ -273,7 +273,7 @@ export class Worker {
     await pool
       .query('UPDATE timeout_center.workers SET stopped_at = now(), last_seen_at = now() WHERE worker_id = $1', [this.id])
       .catch(() => {});
-    if (clean && this.backlog.length === 0) await channel.removeConsumer(this.id).catch(() => {});
+    if (clean && this.backlog.length === 0) await channel.removeConsumer(this.id, this.kinds).catch(() => {});
     await this.housekeepingPool?.end().catch(() => {});
   }
 }
