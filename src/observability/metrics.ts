@@ -12,7 +12,7 @@ export class Metrics {
   });
   readonly shards = new Counter({
     name: 'tc_shards_total',
-    help: 'Shards finished by workers, by kind and outcome (done, failed, released)',
+    help: 'Shards finished by workers, by kind and outcome (done, failed, released, split: a re-run after a worker death handed its rows to two new shards)',
     labelNames: ['kind', 'outcome'] as const,
     registers: [this.registry],
   });

@@ -18,6 +18,7 @@ import {
   type ResolvedHandler,
   type ShardItem,
 } from './handlers.js';
+import { splitPinned } from './isolate.js';
 import type { KeptLease, LeaseKeeper } from './lease-keeper.js';
 import { replaceParameter, type BatchSqlHandler } from './sql-handler.js';
 
@@ -110,6 +111,14 @@ export class ShardExecutor {
       // killing workers stay with this shard and fail with it after maxAttempts.
       const { rows: pinned } = await this.pool.query<{ pinned: number }>(query(here, 'pin'), [lease.id, lease.kind, lease.claim_limit, lease.lease_token]);
       log.warn({ attempt: lease.attempts, pinned: pinned[0]?.pinned ?? 0 }, 'shard runs again after its worker died; its rows are pinned to it');
+      // Rather than apply them all again (and die again, if one of them kills workers), hand them
+      // to two new shards, half each (isolate.ts).
+      const split = await splitPinned(this.pool, lease.id, lease.scan_id, lease.lease_token);
+      if (split.length > 0) {
+        log.warn({ attempt: lease.attempts, into: split }, 'shard split in two to isolate a row that may kill workers');
+        this.metrics.shards.inc({ kind: lease.kind, outcome: 'split' });
+        return { status: 'done', done: 0, skipped: 0, failed: 0, retried: 0 };
+      }
     }
     const kept = this.leaseKeeper?.keep(lease.id, lease.lease_token);
     try {

@@ -71,9 +71,10 @@ describe('a shard longer than its lease', () => {
 describe('a duplicate delivery of a running shard', () => {
   it('take_lease returns at once (SKIP LOCKED) while the shard transaction holds the row', async () => {
     const { rows: scan } = await s.pool.query(`INSERT INTO timeout_center.scans (epoch, coordinator, cutoff) VALUES (1, 'test', now()) RETURNING id`);
+    // attempts 0: the kind's max attempts (1 here) is not used up, so an expired lease may be taken.
     const { rows: shard } = await s.pool.query<{ id: number; lease_token: string }>(
       `INSERT INTO timeout_center.shards (scan_id, kind, seq, size, claim_limit, state, owner, lease_token, lease_expires_at, attempts, started_at)
-       VALUES ($1, $2, 0, 0, 10, 'running', 'w1', gen_random_uuid(), now() - interval '1 s', 1, now()) RETURNING id, lease_token::text`,
+       VALUES ($1, $2, 0, 0, 10, 'running', 'w1', gen_random_uuid(), now() - interval '1 s', 0, now()) RETURNING id, lease_token::text`,
       [scan[0].id, KIND],
     );
     const lockShard = readFileSync(new URL('../../src/worker/queries/lock_shard.sql', import.meta.url), 'utf8');
