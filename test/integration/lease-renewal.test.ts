@@ -100,3 +100,20 @@ describe('a duplicate delivery of a running shard', () => {
     }
   });
 });
+
+describe('a heartbeat that fails', () => {
+  it('is logged as a PostgreSQL failure, not a Redis one', async () => {
+    const worker = s.worker('worker-hb');
+    await worker.waitForMsg('worker started');
+    // The heartbeat's table is missing for a while: PostgreSQL refuses the heartbeat, Redis is fine.
+    await s.pool.query('ALTER TABLE timeout_center.workers RENAME TO workers_away');
+    try {
+      const line = await worker.waitForMsg(/heartbeat failed/, 15_000);
+      expect(String(line.msg)).toMatch(/^PostgreSQL: /);
+    } finally {
+      await s.pool.query('ALTER TABLE timeout_center.workers_away RENAME TO workers');
+    }
+    expect(worker.lines.filter((l) => /^Redis|Redis unreachable/.test(String(l.msg)))).toEqual([]);
+    await s.stopAll();
+  }, 60_000);
+});
