@@ -3,6 +3,7 @@
 // default is written beside its field.
 import { readFileSync } from 'node:fs';
 import { extname, resolve } from 'node:path';
+import cron from 'node-cron';
 import { parse as parseYaml } from 'yaml';
 import { z } from 'zod';
 
@@ -159,7 +160,40 @@ export const configSchema = z.strictObject({
   /** Port of /metrics, /healthz, /readyz; 0 picks a free one, omit to serve nothing. */
   httpPort: z.number().int().min(0).max(65535).optional(),
   logLevel: z.enum(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent']).default('info'),
-});
+}).superRefine(crossFieldChecks);
+
+/** Checks that span fields, in the schema itself so that every entry point (parseConfig,
+ *  loadConfig, command-line flags merged in before parsing) refuses the same configs. */
+function crossFieldChecks(
+  config: {
+    kinds: Record<string, { timeLimitMs: number }>;
+    coordinator: { schedule: string };
+    worker: { kinds?: string[] | undefined; leaseMs: number };
+  },
+  ctx: z.RefinementCtx,
+): void {
+  const declared = Object.keys(config.kinds);
+  const unknown = (config.worker.kinds ?? []).filter((k) => !declared.includes(k));
+  if (unknown.length > 0) {
+    ctx.addIssue({ code: 'custom', path: ['worker', 'kinds'], message: `unknown kind(s) ${unknown.join(', ')}; declared kinds: ${declared.join(', ')}` });
+  }
+  for (const [name, kind] of Object.entries(config.kinds)) {
+    if (kind.timeLimitMs >= config.worker.leaseMs) {
+      ctx.addIssue({
+        code: 'custom',
+        path: ['kinds', name, 'timeLimitMs'],
+        message: `${kind.timeLimitMs} ms must be below worker.leaseMs (${config.worker.leaseMs} ms), or a slow shard would be reclaimed while it runs`,
+      });
+    }
+  }
+  if (!cron.validate(config.coordinator.schedule)) {
+    ctx.addIssue({
+      code: 'custom',
+      path: ['coordinator', 'schedule'],
+      message: `"${config.coordinator.schedule}" is not a valid node-cron expression (six fields, seconds first, e.g. "* * * * * *")`,
+    });
+  }
+}
 
 export type ConfigInput = z.input<typeof configSchema>;
 export type Config = z.output<typeof configSchema>;
@@ -225,6 +259,27 @@ export interface LoadOptions {
   /** Config object instead of a file (embedding, tests). */
   object?: ConfigInput;
   env?: NodeJS.ProcessEnv;
+  /** Command-line flags (e.g. --concurrency): merged into the file's object before it is
+   *  validated, so they meet the same bounds and cross-field checks as the file. */
+  overrides?: ConfigOverrides;
+}
+
+export interface ConfigOverrides {
+  worker?: { concurrency?: number };
+  httpPort?: number;
+}
+
+/** The file's object with the overrides laid over it (one level deep per section). */
+function withOverrides(raw: unknown, overrides: ConfigOverrides | undefined): unknown {
+  if (!overrides || typeof raw !== 'object' || raw === null || Array.isArray(raw)) return raw;
+  const out: Record<string, unknown> = { ...(raw as Record<string, unknown>) };
+  if (overrides.httpPort !== undefined) out['httpPort'] = overrides.httpPort;
+  if (overrides.worker) {
+    const section = out['worker'];
+    const base = typeof section === 'object' && section !== null && !Array.isArray(section) ? (section as Record<string, unknown>) : {};
+    out['worker'] = { ...base, ...overrides.worker };
+  }
+  return out;
 }
 
 /** Loads config from a file or object, then applies DATABASE_URL / REDIS_URL from the environment. */
@@ -244,25 +299,12 @@ export function loadConfig(options: LoadOptions): LoadedConfig {
   } else {
     throw new ConfigError('(none)', ['no config file given: pass --config <file> or set TIMEOUT_CENTER_CONFIG (see config.example.yaml)']);
   }
-  const config = parseConfig(raw, source);
+  const config = parseConfig(withOverrides(raw, options.overrides), source);
   const databaseUrl = env['DATABASE_URL'] || config.databaseUrl;
   const redisUrl = env['REDIS_URL'] || config.redisUrl;
   const missing: string[] = [];
   if (!databaseUrl) missing.push('databaseUrl: not set: set DATABASE_URL (e.g. postgres://user@127.0.0.1:5432/db) or databaseUrl in the file');
   if (!redisUrl) missing.push('redisUrl: not set: set REDIS_URL (e.g. redis://127.0.0.1:6379) or redisUrl in the file');
   if (missing.length > 0) throw new ConfigError(source, missing);
-  if (config.worker.kinds) {
-    const unknown = config.worker.kinds.filter((k) => !(k in config.kinds));
-    if (unknown.length > 0) {
-      throw new ConfigError(source, [`worker.kinds: unknown kind(s) ${unknown.join(', ')}; declared kinds: ${Object.keys(config.kinds).join(', ')}`]);
-    }
-  }
-  for (const [name, kind] of Object.entries(config.kinds)) {
-    if (kind.timeLimitMs >= config.worker.leaseMs) {
-      throw new ConfigError(source, [
-        `kinds.${JSON.stringify(name)}.timeLimitMs: ${kind.timeLimitMs} ms must be below worker.leaseMs (${config.worker.leaseMs} ms), or a slow shard would be reclaimed while it runs`,
-      ]);
-    }
-  }
   return { ...config, databaseUrl: databaseUrl!, redisUrl: redisUrl!, baseDir, source };
 }

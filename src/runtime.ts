@@ -130,7 +130,7 @@ export async function startRuntime(options: RuntimeOptions): Promise<Runtime> {
     if (redisChannel) await checkRedis(redisChannel, config.redisUrl);
     await assertMigrated(pool);
     await syncKinds(pool, config.kinds);
-    await channel.init();
+    await channel.init(Object.keys(config.kinds));
 
     if (options.worker) {
       worker = new Worker({ config, pool, channel, metrics, logger });

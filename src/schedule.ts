@@ -83,8 +83,10 @@ function translate(err: unknown, kind: string): never {
 
 /**
  * Registers a timeout. Idempotent per live (kind, bizId): scheduling again while the timeout is
- * still pending moves it to the new due time and payload. While it is already being applied
- * (dispatched), the existing row is left alone and returned.
+ * still pending moves it to the new due time and payload. A pending row a shard is applying right
+ * now is row-locked by that shard's transaction: this waits for its commit (then the timeout is
+ * done and a new one is written). A row pinned to a shard's re-run (dispatched, after a worker
+ * died) is left alone and returned.
  */
 export async function schedule(db: Executor, input: ScheduleInput): Promise<ScheduledTimeout> {
   const kind = checkKind(input.kind);
@@ -127,8 +129,9 @@ export async function cancel(db: Executor, kind: string, bizId: ScheduleInput['b
   return rows.length > 0;
 }
 
-/** Moves a pending timeout to a new due time. Returns false when no pending timeout exists
- *  (an in-flight one cannot move: it is being applied now). */
+/** Moves a pending timeout to a new due time. Returns false when no pending timeout exists (one
+ *  pinned to a shard's re-run cannot move; one a shard is applying now is locked, and this
+ *  waits for that commit, then finds it done). */
 export async function reschedule(
   db: Executor,
   kind: string,

@@ -318,7 +318,7 @@ async function measureTicks(url: string, configPath: string, ticks: number, spac
   const config = loadConfig({ path: configPath, env: { DATABASE_URL: url, REDIS_URL } });
   const logger = createLogger('warn');
   const channel = new RedisStreamsChannel({ url: REDIS_URL, keyPrefix: config.redisKeyPrefix, logger });
-  await channel.init();
+  await channel.init(Object.keys(config.kinds));
   const leaderPool = new pg.Pool({ connectionString: url, max: 1 });
   const pool = new pg.Pool({ connectionString: url, max: 4 });
   let statements = 0;

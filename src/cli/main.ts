@@ -42,9 +42,12 @@ function parsePort(value: string): number {
   return n;
 }
 
-function load(opts: { config?: string; port?: number }): { config: LoadedConfig; logger: Logger } {
-  const config = loadConfig({ path: opts.config });
-  if (opts.port !== undefined) config.httpPort = opts.port;
+function load(opts: { config?: string; port?: number; concurrency?: number }): { config: LoadedConfig; logger: Logger } {
+  // Flags go through the config schema with the file (bounds, cross-field checks).
+  const config = loadConfig({
+    path: opts.config,
+    overrides: { ...(opts.port !== undefined ? { httpPort: opts.port } : {}), ...(opts.concurrency !== undefined ? { worker: { concurrency: opts.concurrency } } : {}) },
+  });
   return { config, logger: createLogger(config.logLevel) };
 }
 
@@ -84,7 +87,6 @@ function serve(role: 'coordinator' | 'worker' | 'run', description: string) {
   addConsoleOptions(cmd);
   cmd.action(async (opts: { config?: string; port?: number; concurrency?: number } & ServeConsoleOpts) => {
     const { config, logger } = load(opts);
-    if (opts.concurrency) config.worker.concurrency = opts.concurrency;
     const runtime = await startRuntime({ config, logger, coordinator: role !== 'worker', worker: role !== 'coordinator' });
     // The console (--console) has its own pool; it ends with the process.
     await consoleFromServeOptions(opts, config.databaseUrl, config.alerts.lagSlaMs, logger)?.catch(async (err: unknown) => {

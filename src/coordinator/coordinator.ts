@@ -217,7 +217,7 @@ export class Coordinator {
     const covered = !flow.limited && this.coveredAt !== undefined && Date.now() - this.coveredAt.at < CREDIT_TTL_MS && (clock.latest_due === null || clock.latest_due <= this.coveredAt.cutoff);
     let planned: PlannedScan | undefined;
     if (due && room >= minRoom && !covered) {
-      await failpoint('coordinator.before-claim');
+      await failpoint('coordinator.before-plan');
       const planStarted = performance.now();
       planned = await planScan(pool, epoch, {
         coordinatorId: this.deps.coordinatorId,
@@ -232,7 +232,8 @@ export class Coordinator {
       this.coveredAt = planned ? undefined : { cutoff: clock.now, at: Date.now() };
       if (planned) {
         inFlight += planned.shards.length;
-        metrics.claimed.inc(planned.capacity);
+        metrics.planned.inc(planned.capacity);
+        metrics.plannedDeprecated.inc(planned.capacity);
         await failpoint('coordinator.before-publish');
         this.unpublished.push(...planned.shards);
         await this.flushUnpublished();

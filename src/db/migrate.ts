@@ -9,7 +9,7 @@ import type { Logger } from 'pino';
 export const MIGRATIONS_DIR = fileURLToPath(new URL('../../sql/', import.meta.url));
 
 // Any constant works; this one spells "tmoutctr" in ASCII.
-const MIGRATION_LOCK_KEY = 8390046510045816946n;
+export const MIGRATION_LOCK_KEY = 8390046510045816946n;
 
 export interface Migration {
   version: number;

@@ -72,10 +72,11 @@ export function isConnectionError(err: unknown): boolean {
   return /Connection terminated|ECONNREFUSED|ECONNRESET|EPIPE|timeout exceeded when trying to connect|Client has encountered a connection error|not queryable/i.test(msg);
 }
 
-/** Deadlock or serialization failure: retry the whole transaction. */
+/** Deadlock, serialization failure or a lock wait that ran out (lock_timeout, 55P03: a handler
+ *  waiting on a row a payer holds): retry the whole transaction; no row is to blame. */
 export function isRetryableConflict(err: unknown): boolean {
   const code = pgErrorCode(err);
-  return code === '40P01' || code === '40001';
+  return code === '40P01' || code === '40001' || code === '55P03';
 }
 
 /** Runs fn in a transaction on a pooled client; rolls back on error and releases the client

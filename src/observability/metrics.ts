@@ -12,7 +12,7 @@ export class Metrics {
   });
   readonly shards = new Counter({
     name: 'tc_shards_total',
-    help: 'Shards finished by workers, by kind and outcome (done, failed, released; held: handed back by flow control)',
+    help: 'Shards finished by workers, by kind and outcome (done, failed, released; held: handed back by flow control; split: a re-run after a worker death handed its rows to two new shards)',
     labelNames: ['kind', 'outcome'] as const,
     registers: [this.registry],
   });
@@ -42,9 +42,17 @@ export class Metrics {
     labelNames: ['result'] as const,
     registers: [this.registry],
   });
-  readonly claimed = new Counter({
+  /** Due timeouts the map planned into new shards (workers then claim the rows). */
+  readonly planned = new Counter({
+    name: 'tc_planned_total',
+    help: 'Due timeouts the coordinator planned into new shards (the sum of their claim limits; workers claim the rows)',
+    registers: [this.registry],
+  });
+  /** Deprecated name of tc_planned_total (same value), kept for one release: "claimed" is what
+   *  workers do, not the map. Remove in the next release. */
+  readonly plannedDeprecated = new Counter({
     name: 'tc_claimed_total',
-    help: 'Due timeouts the coordinator mapped into new shards (the sum of their claim limits)',
+    help: 'DEPRECATED, use tc_planned_total (same value); removed in the next release',
     registers: [this.registry],
   });
   readonly backlog = new Gauge({

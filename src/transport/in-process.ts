@@ -2,7 +2,8 @@
 // at-least-once contract as the Redis Streams channel (deliveries stay pending until acked, a
 // consumer's unacked deliveries can be reclaimed by another), held in memory. Losing it is fine:
 // like a Redis restart, the first checkLostAndMark() answers true and the coordinator republishes
-// what PostgreSQL says is queued.
+// what PostgreSQL says is queued. Like the Redis channel, messages wait per kind and a consumer
+// receives (and reclaims) only the kinds it asks for.
 import type { ShardChannel, ShardDelivery, ShardMessage } from './channel.js';
 
 interface Pending {
@@ -20,7 +21,7 @@ export class InProcessChannel implements ShardChannel {
   private marked = false;
   private closed = false;
 
-  async init(): Promise<void> {}
+  async init(_kinds: readonly string[]): Promise<void> {}
 
   async publish(messages: readonly ShardMessage[]): Promise<void> {
     if (this.closed) throw new Error('in-process channel is closed');
@@ -28,14 +29,16 @@ export class InProcessChannel implements ShardChannel {
     if (messages.length > 0) for (const wake of [...this.receivers]) wake();
   }
 
-  async receive(consumer: string, count: number, blockMs: number): Promise<ShardDelivery[]> {
+  async receive(consumer: string, kinds: readonly string[], count: number, blockMs: number): Promise<ShardDelivery[]> {
+    const served = new Set(kinds);
+    const ready = () => this.waiting.some((w) => served.has(w.message.kind));
     if (!this.drainedOwnPending.has(consumer)) {
       // Same contract as XREADGROUP ... 0: a consumer first gets back what it left unacked.
       this.drainedOwnPending.add(consumer);
-      const own = [...this.pending].filter(([, p]) => p.consumer === consumer);
+      const own = [...this.pending].filter(([, p]) => p.consumer === consumer && served.has(p.message.kind));
       if (own.length > 0) return own.map(([id, p]) => ({ deliveryId: id, message: p.message, reclaimed: true }));
     }
-    if (this.waiting.length === 0 && !this.closed && blockMs > 0) {
+    if (!ready() && !this.closed && blockMs > 0) {
       await new Promise<void>((resolve) => {
         const wake = () => {
           clearTimeout(timer);
@@ -46,7 +49,11 @@ export class InProcessChannel implements ShardChannel {
         this.receivers.add(wake);
       });
     }
-    const taken = this.waiting.splice(0, Math.max(0, count));
+    const taken: { id: string; message: ShardMessage }[] = [];
+    for (let i = 0; i < this.waiting.length && taken.length < count; ) {
+      if (served.has(this.waiting[i]!.message.kind)) taken.push(...this.waiting.splice(i, 1));
+      else i += 1;
+    }
     const now = Date.now();
     return taken.map(({ id, message }) => {
       this.pending.set(id, { message, consumer, deliveredAt: now });
@@ -54,12 +61,12 @@ export class InProcessChannel implements ShardChannel {
     });
   }
 
-  async reclaim(consumer: string, minIdleMs: number, count: number): Promise<ShardDelivery[]> {
+  async reclaim(consumer: string, kinds: readonly string[], minIdleMs: number, count: number): Promise<ShardDelivery[]> {
     const now = Date.now();
     const out: ShardDelivery[] = [];
     for (const [id, p] of this.pending) {
       if (out.length >= count) break;
-      if (p.consumer === consumer || now - p.deliveredAt < minIdleMs) continue;
+      if (p.consumer === consumer || now - p.deliveredAt < minIdleMs || !kinds.includes(p.message.kind)) continue;
       p.consumer = consumer;
       p.deliveredAt = now;
       out.push({ deliveryId: id, message: p.message, reclaimed: true });
@@ -77,7 +84,7 @@ export class InProcessChannel implements ShardChannel {
     return true;
   }
 
-  async removeConsumer(consumer: string): Promise<void> {
+  async removeConsumer(consumer: string, _kinds: readonly string[]): Promise<void> {
     this.drainedOwnPending.delete(consumer);
   }
 

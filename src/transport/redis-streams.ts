@@ -1,5 +1,6 @@
-// Shard channel on a Redis Stream with one consumer group. Entries are deleted once acknowledged,
-// so the stream holds only what is in flight. Redis may lose everything: the coordinator notices
+// Shard channel on Redis Streams: one stream per kind (`<prefix>:shards:<kind>`), each with the
+// consumer group `workers`, so a worker reads (and reclaims) only the kinds it serves. Entries are
+// deleted once acknowledged, so a stream holds only what is in flight. Redis may lose everything: the coordinator notices
 // the missing marker key and republishes from PostgreSQL.
 import { Redis, type RedisOptions } from 'ioredis';
 import type { Logger } from 'pino';
@@ -44,15 +45,16 @@ export function redactUrl(url: string): string {
 }
 
 export class RedisStreamsChannel implements ShardChannel {
-  readonly streamKey: string;
   readonly markerKey: string;
+  /** Kinds this process has initialised or published: what depth() sums and a lost Redis
+   *  re-creates. */
+  private readonly known = new Set<string>();
   private readonly commands: Redis;
   private blocking: Redis | undefined;
   /** Consumers that already read back their own unacknowledged entries since start. */
   private readonly drainedOwnPending = new Set<string>();
 
   constructor(private readonly options: RedisStreamsOptions) {
-    this.streamKey = `${options.keyPrefix}:shards`;
     this.markerKey = `${options.keyPrefix}:channel-marker`;
     this.commands = redisConnection(options.url, options.logger);
   }
@@ -62,19 +64,29 @@ export class RedisStreamsChannel implements ShardChannel {
     return this.commands;
   }
 
-  async init(): Promise<void> {
-    try {
-      await this.commands.call('XGROUP', 'CREATE', this.streamKey, GROUP, '0', 'MKSTREAM');
-    } catch (err) {
-      if (!String((err as Error).message).includes('BUSYGROUP')) throw err;
+  /** The stream of a kind. */
+  streamKey(kind: string): string {
+    return `${this.options.keyPrefix}:shards:${kind}`;
+  }
+
+  async init(kinds: readonly string[]): Promise<void> {
+    for (const kind of kinds) {
+      this.known.add(kind);
+      try {
+        await this.commands.call('XGROUP', 'CREATE', this.streamKey(kind), GROUP, '0', 'MKSTREAM');
+      } catch (err) {
+        if (!String((err as Error).message).includes('BUSYGROUP')) throw err;
+      }
     }
   }
 
   async publish(messages: readonly ShardMessage[]): Promise<void> {
     if (messages.length === 0) return;
+    const fresh = [...new Set(messages.map((m) => m.kind))].filter((k) => !this.known.has(k));
+    if (fresh.length > 0) await this.init(fresh);
     const pipeline = this.commands.pipeline();
     for (const m of messages) {
-      pipeline.call('XADD', this.streamKey, '*', 'shard', String(m.shardId), 'scan', String(m.scanId), 'kind', m.kind);
+      pipeline.call('XADD', this.streamKey(m.kind), '*', 'shard', String(m.shardId), 'scan', String(m.scanId), 'kind', m.kind);
     }
     const results = (await pipeline.exec()) ?? [];
     const failed = results.find(([err]) => err);
@@ -90,23 +102,25 @@ export class RedisStreamsChannel implements ShardChannel {
     return this.blocking;
   }
 
-  async receive(consumer: string, count: number, blockMs: number): Promise<ShardDelivery[]> {
+  async receive(consumer: string, kinds: readonly string[], count: number, blockMs: number): Promise<ShardDelivery[]> {
+    if (kinds.length === 0) return [];
     const own = !this.drainedOwnPending.has(consumer);
+    const keys = kinds.map((k) => this.streamKey(k));
     const args = own
-      ? ['GROUP', GROUP, consumer, 'COUNT', '1000', 'STREAMS', this.streamKey, '0']
-      : ['GROUP', GROUP, consumer, 'COUNT', String(count), 'BLOCK', String(blockMs), 'STREAMS', this.streamKey, '>'];
+      ? ['GROUP', GROUP, consumer, 'COUNT', '1000', 'STREAMS', ...keys, ...keys.map(() => '0')]
+      : ['GROUP', GROUP, consumer, 'COUNT', String(count), 'BLOCK', String(blockMs), 'STREAMS', ...keys, ...keys.map(() => '>')];
     let reply: unknown;
     try {
       reply = await this.callBlocking(args, own ? BLOCKING_MARGIN_MS : blockMs + BLOCKING_MARGIN_MS);
     } catch (err) {
       if (String((err as Error).message).includes('NOGROUP')) {
         // Redis lost the stream (restart without persistence): recreate and read again.
-        await this.init();
+        await this.init(kinds);
         return [];
       }
       throw err;
     }
-    const entries = parseReadReply(reply);
+    const entries = parseReadReply(reply, (key) => kinds[keys.indexOf(key)]);
     // Own pending entries are read once, at start; later reads of '0' would repeat them.
     if (own) this.drainedOwnPending.add(consumer);
     return this.toDeliveries(entries, own);
@@ -138,26 +152,32 @@ export class RedisStreamsChannel implements ShardChannel {
     }
   }
 
-  async reclaim(consumer: string, minIdleMs: number, count: number): Promise<ShardDelivery[]> {
-    let reply: unknown;
-    try {
-      reply = await this.commands.call('XAUTOCLAIM', this.streamKey, GROUP, consumer, String(minIdleMs), '0-0', 'COUNT', String(count));
-    } catch (err) {
-      if (String((err as Error).message).includes('NOGROUP')) return [];
-      throw err;
+  async reclaim(consumer: string, kinds: readonly string[], minIdleMs: number, count: number): Promise<ShardDelivery[]> {
+    const out: ShardDelivery[] = [];
+    for (const kind of kinds) {
+      if (out.length >= count) break;
+      let reply: unknown;
+      try {
+        reply = await this.commands.call('XAUTOCLAIM', this.streamKey(kind), GROUP, consumer, String(minIdleMs), '0-0', 'COUNT', String(count - out.length));
+      } catch (err) {
+        if (String((err as Error).message).includes('NOGROUP')) continue;
+        throw err;
+      }
+      const entries = Array.isArray(reply) && Array.isArray(reply[1]) ? (reply[1] as RawEntry[]) : [];
+      out.push(...(await this.toDeliveries(entries.map((e) => [kind, e] as const), true)));
     }
-    const entries = Array.isArray(reply) && Array.isArray(reply[1]) ? (reply[1] as RawEntry[]) : [];
-    return this.toDeliveries(entries, true);
+    return out;
   }
 
-  private async toDeliveries(entries: RawEntry[], reclaimed: boolean): Promise<ShardDelivery[]> {
+  /** Entries with the kind of the stream they came from. */
+  private async toDeliveries(entries: (readonly [kind: string, entry: RawEntry])[], reclaimed: boolean): Promise<ShardDelivery[]> {
     const deliveries: ShardDelivery[] = [];
     const junk: ShardDelivery[] = [];
-    for (const [id, fields] of entries) {
+    for (const [kind, [id, fields]] of entries) {
       const message = fields ? parseFields(fields) : undefined;
-      if (message) deliveries.push({ deliveryId: id, message, reclaimed });
+      if (message && message.kind === kind) deliveries.push({ deliveryId: id, message, reclaimed });
       // A deleted or malformed entry: acknowledge it so it leaves the pending list.
-      else junk.push({ deliveryId: id, message: { shardId: 0, scanId: 0, kind: '' }, reclaimed });
+      else junk.push({ deliveryId: id, message: { shardId: 0, scanId: 0, kind }, reclaimed });
     }
     if (junk.length > 0) await this.ack(junk);
     return deliveries;
@@ -165,34 +185,47 @@ export class RedisStreamsChannel implements ShardChannel {
 
   async ack(deliveries: readonly ShardDelivery[]): Promise<void> {
     if (deliveries.length === 0) return;
-    const ids = deliveries.map((d) => d.deliveryId);
-    await this.commands.multi().call('XACK', this.streamKey, GROUP, ...ids).call('XDEL', this.streamKey, ...ids).exec();
+    const byKind = new Map<string, string[]>();
+    for (const d of deliveries) byKind.set(d.message.kind, [...(byKind.get(d.message.kind) ?? []), d.deliveryId]);
+    const tx = this.commands.multi();
+    for (const [kind, ids] of byKind) tx.call('XACK', this.streamKey(kind), GROUP, ...ids).call('XDEL', this.streamKey(kind), ...ids);
+    await tx.exec();
   }
 
   async checkLostAndMark(): Promise<boolean> {
     // SET NX answers OK only when the marker was missing: first start, or Redis lost its data.
     const created = await this.commands.set(this.markerKey, String(Date.now()), 'NX');
     if (created === 'OK') {
-      await this.init();
+      await this.init([...this.known]);
       return true;
     }
     return false;
   }
 
-  async removeConsumer(consumer: string): Promise<void> {
+  async removeConsumer(consumer: string, kinds: readonly string[]): Promise<void> {
     // Only when it holds nothing: a consumer's unacknowledged entries would otherwise vanish
     // from the pending list (the reaper would still recover them from PostgreSQL, later).
-    const pending = (await this.commands.call('XPENDING', this.streamKey, GROUP, '-', '+', '1', consumer).catch(() => [])) as unknown[];
-    if (pending.length === 0) await this.commands.call('XGROUP', 'DELCONSUMER', this.streamKey, GROUP, consumer).catch(() => {});
+    for (const kind of kinds) {
+      const key = this.streamKey(kind);
+      const pending = (await this.commands.call('XPENDING', key, GROUP, '-', '+', '1', consumer).catch(() => [])) as unknown[];
+      if (pending.length === 0) await this.commands.call('XGROUP', 'DELCONSUMER', key, GROUP, consumer).catch(() => {});
+    }
   }
 
   async depth(): Promise<{ waiting: number; pending: number }> {
-    const [len, summary] = await Promise.all([
-      this.commands.call('XLEN', this.streamKey) as Promise<number>,
-      this.commands.call('XPENDING', this.streamKey, GROUP).catch(() => [0]) as Promise<unknown[]>,
-    ]);
-    const pending = Number(summary?.[0] ?? 0);
-    return { waiting: Math.max(0, Number(len) - pending), pending };
+    let waiting = 0;
+    let pending = 0;
+    for (const kind of this.known) {
+      const key = this.streamKey(kind);
+      const [len, summary] = await Promise.all([
+        this.commands.call('XLEN', key) as Promise<number>,
+        this.commands.call('XPENDING', key, GROUP).catch(() => [0]) as Promise<unknown[]>,
+      ]);
+      const p = Number(summary?.[0] ?? 0);
+      pending += p;
+      waiting += Math.max(0, Number(len) - p);
+    }
+    return { waiting, pending };
   }
 
   async close(): Promise<void> {
@@ -202,17 +235,19 @@ export class RedisStreamsChannel implements ShardChannel {
 }
 
 /** XREADGROUP's reply is [[key, entries], ...] over RESP2, and a flat [key, entries, ...] when
- *  ioredis 6 hands back RESP3's map; accept both. */
-function parseReadReply(reply: unknown): RawEntry[] {
+ *  ioredis 6 hands back RESP3's map; accept both. Each entry comes with its stream's kind. */
+function parseReadReply(reply: unknown, kindOf: (key: string) => string | undefined): (readonly [string, RawEntry])[] {
   if (!Array.isArray(reply)) return [];
-  const out: RawEntry[] = [];
+  const out: (readonly [string, RawEntry])[] = [];
+  const add = (key: unknown, entries: unknown) => {
+    const kind = kindOf(String(key));
+    if (kind !== undefined && Array.isArray(entries)) for (const e of entries as RawEntry[]) out.push([kind, e]);
+  };
   if (typeof reply[0] === 'string' || Buffer.isBuffer(reply[0])) {
-    for (let i = 1; i < reply.length; i += 2) if (Array.isArray(reply[i])) out.push(...(reply[i] as RawEntry[]));
+    for (let i = 0; i + 1 < reply.length; i += 2) add(reply[i], reply[i + 1]);
     return out;
   }
-  for (const stream of reply as [string, RawEntry[]][]) {
-    if (Array.isArray(stream?.[1])) out.push(...stream[1]);
-  }
+  for (const stream of reply as [string, RawEntry[]][]) add(stream?.[0], stream?.[1]);
   return out;
 }
 

@@ -11,12 +11,15 @@ import { query } from '../db/queries.js';
 import { failpoint } from '../failpoints.js';
 import type { Metrics } from '../observability/metrics.js';
 import {
+  HANDLER_LOCK_TIMEOUT_MS,
   HandlerTimeoutError,
   normalizeResult,
   PermanentError,
   type ResolvedHandler,
   type ShardItem,
 } from './handlers.js';
+import { splitPinned } from './isolate.js';
+import type { KeptLease, LeaseKeeper } from './lease-keeper.js';
 import { replaceParameter, type BatchSqlHandler } from './sql-handler.js';
 
 const here = new URL('.', import.meta.url);
@@ -89,6 +92,8 @@ export class ShardExecutor {
     private readonly leaseMs: number,
     private readonly metrics: Metrics,
     private readonly logger: Logger,
+    /** Renews the lease of each running shard (lease-keeper.ts); none: the lease is never extended. */
+    private readonly leaseKeeper?: LeaseKeeper,
   ) {}
 
   async run(shardId: number): Promise<ShardOutcome> {
@@ -117,14 +122,31 @@ export class ShardExecutor {
       // killing workers stay with this shard and fail with it after maxAttempts.
       const { rows: pinned } = await this.pool.query<{ pinned: number }>(query(here, 'pin'), [lease.id, lease.kind, lease.claim_limit, lease.lease_token]);
       log.warn({ attempt: lease.attempts, pinned: pinned[0]?.pinned ?? 0 }, 'shard runs again after its worker died; its rows are pinned to it');
+      // Rather than apply them all again (and die again, if one of them kills workers), hand them
+      // to two new shards, half each (isolate.ts).
+      const split = await splitPinned(this.pool, lease.id, lease.scan_id, lease.lease_token);
+      if (split.length > 0) {
+        log.warn({ attempt: lease.attempts, into: split }, 'shard split in two to isolate a row that may kill workers');
+        this.metrics.shards.inc({ kind: lease.kind, outcome: 'split' });
+        return { status: 'done', done: 0, skipped: 0, failed: 0, retried: 0 };
+      }
     }
+    const kept = this.leaseKeeper?.keep(lease.id, lease.lease_token);
+    try {
+      return await this.runLeased(lease, handler, log, leaseMs, kept);
+    } finally {
+      kept?.stop();
+    }
+  }
+
+  private async runLeased(lease: Lease, handler: ResolvedHandler, log: Logger, leaseMs: number, kept: KeptLease | undefined): Promise<ShardOutcome> {
     const started = performance.now();
     // Transient errors (deadlock, connection lost, PostgreSQL restarting) retry the whole
     // transaction while the lease lasts; the lease token stays valid unless the reaper took it.
     const deadline = Date.now() + this.leaseMs * 0.8;
     for (let attempt = 1; ; attempt += 1) {
       try {
-        const outcome = await this.runTransaction(lease, handler, log, leaseMs);
+        const outcome = await this.runTransaction(lease, handler, log, leaseMs, kept);
         this.metrics.shardDuration.observe({ kind: lease.kind }, (performance.now() - started) / 1000);
         return outcome;
       } catch (err) {
@@ -157,7 +179,7 @@ export class ShardExecutor {
     return row ? { ...row, id: Number(row.id), scan_id: Number(row.scan_id), attempts: Number(row.attempts), claim_limit: Number(row.claim_limit) } : undefined;
   }
 
-  private async runTransaction(lease: Lease, handler: ResolvedHandler, log: Logger, leaseMs: number): Promise<ShardOutcome> {
+  private async runTransaction(lease: Lease, handler: ResolvedHandler, log: Logger, leaseMs: number, kept?: KeptLease): Promise<ShardOutcome> {
     // Where a shard's time goes (debug log): lease, claim + handler, finish, commit.
     const t = { begin: performance.now(), applied: 0, finished: 0 };
     const result = await withTransaction(this.pool, async (client) => {
@@ -183,6 +205,7 @@ export class ShardExecutor {
         outcome.skippedMarked,
       ]);
       t.finished = performance.now();
+      if (kept?.lost) throw new LeaseLostError(`lease on shard ${lease.id} was lost while it ran (found by its renewal)`);
       return { ...done.rows[0]!, lateness: outcome.lateness };
     });
     const ms = (x: number) => Math.round(x * 10) / 10;
@@ -208,10 +231,10 @@ export class ShardExecutor {
    * alike, and the shard falls back to claimThenApply, which isolates the failing ids.
    */
   private async claimAndApply(client: pg.PoolClient, batch: BatchSqlHandler, lease: Lease, log: Logger): Promise<Outcome | undefined> {
-    await client.query(`SAVEPOINT tc_batch; SET LOCAL statement_timeout = ${Math.floor(batch.timeLimitMs)}`);
+    await client.query(`SAVEPOINT tc_batch; SET LOCAL statement_timeout = ${Math.floor(batch.timeLimitMs)}; SET LOCAL lock_timeout = ${HANDLER_LOCK_TIMEOUT_MS}`);
     try {
       const { rows } = await client.query<Taken>({ text: batch.sql, values: [lease.id, lease.kind, lease.claim_limit, true], types: AS_TEXT });
-      await client.query('SET LOCAL statement_timeout = 0; RELEASE SAVEPOINT tc_batch');
+      await client.query('SET LOCAL statement_timeout = 0; SET LOCAL lock_timeout = 0; RELEASE SAVEPOINT tc_batch');
       const taken = rows[0]!;
       return { n: Number(taken.n), skippedMarked: Number(taken.skipped), skipped: [], failed: [], failures: [], lateness: parseFloat8Array(taken.lateness) };
     } catch (err) {

@@ -5,7 +5,7 @@ import { pathToFileURL } from 'node:url';
 import { resolve } from 'node:path';
 import type pg from 'pg';
 import type { HandlerConfig, KindConfig, LoadedConfig } from '../config.js';
-import { batchSqlHandler, sqlParameterTypes, type BatchSqlHandler } from './sql-handler.js';
+import { sqlHandlerForm, sqlParameterTypes, type BatchSqlHandler } from './sql-handler.js';
 
 export interface ShardItem {
   bizId: string;
@@ -49,6 +49,15 @@ export function normalizeResult(result: HandlerResult | string[] | undefined | n
   return { applied: result.applied.map(String), failed: result.failed ?? [] };
 }
 
+/**
+ * lock_timeout of a SQL handler's statement, well below PostgreSQL's deadlock_timeout (1 s by
+ * default). A handler that waits on a row a payer holds gives up after this long (55P03) and the
+ * whole shard transaction is retried (executor), releasing the shard's timeout rows: a payer that
+ * cancels after touching the order (the unsafe order) then proceeds instead of deadlocking, and a
+ * shard never waits a full deadlock_timeout on a payer. Payments hold rows for milliseconds.
+ */
+export const HANDLER_LOCK_TIMEOUT_MS = 100;
+
 function sqlHandler(sql: string, timeLimitMs: number): ShardHandler {
   const wantsPayloads = /\$2\b/.test(sql);
   return async (items, ctx) => {
@@ -56,9 +65,9 @@ function sqlHandler(sql: string, timeLimitMs: number): ShardHandler {
     const params: unknown[] = wantsPayloads ? [ids, items.map((i) => (i.payload === undefined ? null : JSON.stringify(i.payload)))] : [ids];
     // The executor calls handlers inside a savepoint: on error, ROLLBACK TO SAVEPOINT also undoes
     // this SET LOCAL, so it is reset here only on success.
-    await ctx.client.query(`SET LOCAL statement_timeout = ${Math.floor(timeLimitMs)}`);
+    await ctx.client.query(`SET LOCAL statement_timeout = ${Math.floor(timeLimitMs)}; SET LOCAL lock_timeout = ${HANDLER_LOCK_TIMEOUT_MS}`);
     const { rows } = await ctx.client.query<Record<string, unknown>>({ text: sql, values: params, rowMode: 'array' } as pg.QueryConfig);
-    await ctx.client.query('SET LOCAL statement_timeout = 0');
+    await ctx.client.query('SET LOCAL statement_timeout = 0; SET LOCAL lock_timeout = 0');
     return (rows as unknown as unknown[][]).map((r) => String(r[0]));
   };
 }
@@ -107,6 +116,9 @@ export interface ResolvedHandler {
   run: ShardHandler;
   /** SQL handlers that take only $1: claim and handler as one statement (sql-handler.ts). */
   batch?: BatchSqlHandler;
+  /** Which form the handler runs in and why (logged at start): batch (inside the claim
+   *  statement), plain (a statement of its own after the claim), code or http. */
+  form: { form: 'batch' | 'plain' | 'code' | 'http'; reason: string };
 }
 
 /** Builds every kind's handler; SQL statements are checked by PostgreSQL (PREPARE) so a typo
@@ -122,16 +134,21 @@ export async function resolveHandlers(
     const kc = config.kinds[kind]!;
     let run: ShardHandler;
     let batch: BatchSqlHandler | undefined;
+    let form: ResolvedHandler['form'];
     if (kc.handler.type === 'sql') {
       const parameterTypes = await checkSql(pool, kind, kc.handler.sql);
       run = sqlHandler(kc.handler.sql, kc.timeLimitMs);
-      batch = await batchSqlHandler(pool, kc.handler.sql, kc.timeLimitMs, parameterTypes);
+      const sqlForm = await sqlHandlerForm(pool, kc.handler.sql, kc.timeLimitMs, parameterTypes);
+      if (sqlForm.form === 'batch') batch = sqlForm.batch;
+      form = { form: sqlForm.form, reason: sqlForm.reason };
     } else if (kc.handler.type === 'http') {
       run = httpHandler(kc.handler);
+      form = { form: 'http', reason: 'one POST per shard after the claim' };
     } else {
       run = await codeHandler(kind, kc.handler, config.baseDir, registered);
+      form = { form: 'code', reason: 'a function called with the claimed rows' };
     }
-    out.set(kind, { kind, config: kc, run, ...(batch ? { batch } : {}) });
+    out.set(kind, { kind, config: kc, run, form, ...(batch ? { batch } : {}) });
   }
   return out;
 }

@@ -4,6 +4,7 @@
 // once per kind at start and checked by PostgreSQL; a handler it cannot take (payloads in $2, a
 // statement that cannot stand in a WITH clause, a $1 that is not an array) runs as written.
 import type pg from 'pg';
+import { isConnectionError } from '../db/pool.js';
 import { query } from '../db/queries.js';
 
 const here = new URL('.', import.meta.url);
@@ -82,26 +83,48 @@ export async function sqlParameterTypes(pool: pg.Pool, sql: string): Promise<str
   }
 }
 
-/** The batch form of the handler, or undefined when it must run as written. parameterTypes: what
- *  sqlParameterTypes returned for the handler, when the caller already asked. */
+/** Which form a SQL handler runs in, and why: logged per kind at start. */
+export type SqlHandlerForm =
+  | { form: 'batch'; batch: BatchSqlHandler; reason: string }
+  | { form: 'plain'; reason: string };
+
+/** The batch form of the handler, or the plain form with the reason it cannot be batched.
+ *  parameterTypes: what sqlParameterTypes returned for the handler, when the caller already asked.
+ *  Connection errors are thrown (the worker cannot start), not taken for a reason to run plain. */
+export async function sqlHandlerForm(
+  pool: pg.Pool,
+  handlerSql: string,
+  timeLimitMs: number,
+  parameterTypes?: string[],
+): Promise<SqlHandlerForm> {
+  if (/\$(?:[2-9]|\d{2,})/.test(handlerSql)) return { form: 'plain', reason: 'it takes payloads ($2) or more parameters' };
+  const body = handlerSql.trim().replace(/;\s*$/, '');
+  const types = parameterTypes ?? (await sqlParameterTypes(pool, body));
+  const type = types.length === 1 ? types[0] : undefined;
+  if (!type || !/^[a-z0-9_ ]+\[\]$/.test(type)) {
+    return { form: 'plain', reason: `its $1 is not an array (PostgreSQL infers ${type ?? 'no single parameter'})` };
+  }
+  const inner = replaceParameter(body, 1, `(ARRAY(SELECT due.biz_id FROM due)::${type})`);
+  if (!inner) return { form: 'plain', reason: '$1 occurs only inside quotes or comments' };
+  // A replacer function, not a replacement string: `$$`, `$&` and `$1` in the handler (a
+  // dollar-quoted literal, say) must reach PostgreSQL as written.
+  const sql = query(here, 'claim').replace(HANDLER_SLOT, () => `  ${inner}`);
+  try {
+    await sqlParameterTypes(pool, sql); // PostgreSQL accepts the combined statement
+  } catch (err) {
+    if (isConnectionError(err)) throw err;
+    return { form: 'plain', reason: `it cannot stand inside the claim statement: ${(err as Error).message}` };
+  }
+  return { form: 'batch', batch: { sql, timeLimitMs }, reason: 'it takes only an array $1 and returns the ids it changed' };
+}
+
+/** The batch form of the handler, or undefined when it must run as written (see sqlHandlerForm). */
 export async function batchSqlHandler(
   pool: pg.Pool,
   handlerSql: string,
   timeLimitMs: number,
   parameterTypes?: string[],
 ): Promise<BatchSqlHandler | undefined> {
-  if (/\$(?:[2-9]|\d{2,})/.test(handlerSql)) return undefined; // it takes payloads ($2) or more
-  const body = handlerSql.trim().replace(/;\s*$/, '');
-  try {
-    const types = parameterTypes ?? (await sqlParameterTypes(pool, body));
-    const type = types.length === 1 ? types[0] : undefined;
-    if (!type || !/^[a-z0-9_ ]+\[\]$/.test(type)) return undefined;
-    const inner = replaceParameter(body, 1, `(ARRAY(SELECT due.biz_id FROM due)::${type})`);
-    if (!inner) return undefined;
-    const sql = query(here, 'claim').replace(HANDLER_SLOT, `  ${inner}`);
-    await sqlParameterTypes(pool, sql); // PostgreSQL accepts the combined statement
-    return { sql, timeLimitMs };
-  } catch {
-    return undefined; // the handler runs as written
-  }
+  const form = await sqlHandlerForm(pool, handlerSql, timeLimitMs, parameterTypes);
+  return form.form === 'batch' ? form.batch : undefined;
 }

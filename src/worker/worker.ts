@@ -8,8 +8,14 @@ import type { Logger } from 'pino';
 import type { LoadedConfig } from '../config.js';
 import type { Metrics } from '../observability/metrics.js';
 import type { ShardChannel, ShardDelivery } from '../transport/channel.js';
+import { createPool } from '../db/pool.js';
 import { ShardExecutor } from './executor.js';
+import { LeaseKeeper } from './lease-keeper.js';
 import { resolveHandlers, type ShardHandler } from './handlers.js';
+
+/** How often a worker says it is alive (timeout_center.workers.last_seen_at); `status` counts a
+ *  worker gone after 15 s without one. */
+const HEARTBEAT_EVERY_MS = 5000;
 
 export interface WorkerDeps {
   config: LoadedConfig;
@@ -30,7 +36,11 @@ export class Worker {
   private stopping = false;
   private stopped: Promise<void> | undefined;
   private lastReclaimAt = 0;
-  private lastHeartbeatAt = 0;
+  /** Heartbeats and lease renewals: a pool of their own, on timers, so that they go on while
+   *  every slot (and every connection of the main pool) is busy with a shard. */
+  private housekeepingPool: pg.Pool | undefined;
+  private leaseKeeper: LeaseKeeper | undefined;
+  private heartbeatTimer: NodeJS.Timeout | undefined;
   private wakeSlot: (() => void) | undefined;
   /** Shard id of each running task, and the backend pid of each pool connection checked out
    *  now: what a drain that runs out of time rolls back and releases. */
@@ -60,11 +70,24 @@ export class Worker {
   async start(): Promise<void> {
     const { config, pool, channel, metrics, logger } = this.deps;
     const handlers = await resolveHandlers(config, this.kinds, this.registered, pool);
-    this.executor = new ShardExecutor(pool, handlers, this.id, config.worker.leaseMs, metrics, logger.child({ workerId: this.id }));
-    await channel.init();
+    for (const h of handlers.values()) logger.info({ kind: h.kind, form: h.form.form, reason: h.form.reason }, `kind ${h.kind}: handler runs in the ${h.form.form} form`);
+    this.housekeepingPool = createPool({
+      connectionString: config.databaseUrl,
+      max: 1,
+      applicationName: 'timeout-center worker heartbeat',
+      logger,
+    });
+    this.leaseKeeper = new LeaseKeeper(this.housekeepingPool, config.worker.leaseMs, logger.child({ workerId: this.id }));
+    this.executor = new ShardExecutor(pool, handlers, this.id, config.worker.leaseMs, metrics, logger.child({ workerId: this.id }), this.leaseKeeper);
+    await channel.init(this.kinds);
     pool.on('acquire', this.onAcquire);
     pool.on('release', this.onRelease);
     await this.heartbeat();
+    this.heartbeatTimer = setInterval(() => {
+      this.heartbeat().catch((err: unknown) => {
+        logger.warn({ err, workerId: this.id }, 'PostgreSQL: worker heartbeat failed (timeout_center.workers not updated); retrying in 5 s');
+      });
+    }, HEARTBEAT_EVERY_MS);
     logger.info({ workerId: this.id, kinds: this.kinds, concurrency: config.worker.concurrency }, 'worker started');
     this.loop = this.run();
   }
@@ -81,10 +104,9 @@ export class Worker {
           await new Promise<void>((resolve) => (this.wakeSlot = resolve));
           continue;
         }
-        if (Date.now() - this.lastHeartbeatAt > 5000) await this.heartbeat();
         if (Date.now() - this.lastReclaimAt > leaseMs / 2) {
           this.lastReclaimAt = Date.now();
-          const reclaimed = await channel.reclaim(this.id, leaseMs, concurrency);
+          const reclaimed = await channel.reclaim(this.id, this.kinds, leaseMs, concurrency);
           if (reclaimed.length > 0) {
             this.deps.metrics.reclaims.inc({ source: 'xautoclaim' }, reclaimed.length);
             logger.warn({ count: reclaimed.length }, 'took over shard deliveries left by a stopped worker');
@@ -93,10 +115,10 @@ export class Worker {
           }
         }
         const room = concurrency + prefetch - this.active.size - this.backlog.length;
-        this.backlog.push(...(await channel.receive(this.id, room, blockMs)));
+        this.backlog.push(...(await channel.receive(this.id, this.kinds, room, blockMs)));
       } catch (err) {
         if (this.stopping) break;
-        logger.warn({ err }, 'reading shards failed (Redis unreachable?); retrying in 1 s');
+        logger.warn({ err }, 'Redis: reading shards failed; retrying in 1 s');
         await new Promise((r) => setTimeout(r, 1000));
       }
     }
@@ -145,8 +167,7 @@ export class Worker {
   }
 
   private async heartbeat(): Promise<void> {
-    this.lastHeartbeatAt = Date.now();
-    await this.deps.pool.query(
+    await (this.housekeepingPool ?? this.deps.pool).query(
       `INSERT INTO timeout_center.workers (worker_id, host, pid, kinds) VALUES ($1, $2, $3, $4)
        ON CONFLICT (worker_id) DO UPDATE SET last_seen_at = now(), stopped_at = NULL, kinds = EXCLUDED.kinds`,
       [this.id, hostname(), process.pid, this.kinds],
@@ -246,11 +267,14 @@ export class Worker {
     }
     pool.off('acquire', this.onAcquire);
     pool.off('release', this.onRelease);
+    if (this.heartbeatTimer) clearInterval(this.heartbeatTimer);
+    this.leaseKeeper?.stopAll();
     await this.loop?.catch(() => {});
     await this.handBack();
     await pool
       .query('UPDATE timeout_center.workers SET stopped_at = now(), last_seen_at = now() WHERE worker_id = $1', [this.id])
       .catch(() => {});
-    if (clean && this.backlog.length === 0) await channel.removeConsumer(this.id).catch(() => {});
+    if (clean && this.backlog.length === 0) await channel.removeConsumer(this.id, this.kinds).catch(() => {});
+    await this.housekeepingPool?.end().catch(() => {});
   }
 }

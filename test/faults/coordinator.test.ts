@@ -72,7 +72,7 @@ describe('coordinator faults', () => {
   it('SIGSTOP past the lock lifetime, standby takes over, SIGCONT: the stale write is fenced off and the old leader steps down', async () => {
     s = await Scenario.create('fault-coordinator-paused');
     // A freezes itself right before its first map, after it read the clock and its epoch.
-    const a = s.coordinator('coordinator-a', { failpoints: 'coordinator.before-claim=1*pause' });
+    const a = s.coordinator('coordinator-a', { failpoints: 'coordinator.before-plan=1*pause' });
     const first = await a.waitForMsg('became leader', 15_000);
     const b = s.coordinator('coordinator-b');
     s.worker('worker-1');

@@ -7,7 +7,7 @@ import { writeFileSync } from 'node:fs';
 import { Redis } from 'ioredis';
 import { afterEach, describe, expect, it } from 'vitest';
 import { killAll } from '../helpers/processes.js';
-import { report, rssMb, Scenario, sleep } from './harness.js';
+import { KIND, report, rssMb, Scenario, sleep } from './harness.js';
 
 const N = 200_000;
 const MAX_IN_FLIGHT = 16;
@@ -67,7 +67,7 @@ describe('flood', () => {
         samples.push({
           at: Date.now() - started,
           inFlight: r.in_flight,
-          stream: Number(await redis.xlen(`${s.prefix}:shards`)),
+          stream: Number(await redis.xlen(`${s.prefix}:shards:${KIND}`)),
           done: r.done,
           rss: Object.fromEntries(procs.map((p) => [p.name, rssMb(p.pid)])),
         });

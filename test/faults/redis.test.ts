@@ -5,7 +5,7 @@
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { killAll } from '../helpers/processes.js';
 import { startRedis, stopAllServers, type RedisServer } from '../helpers/servers.js';
-import { linesMatching, report, Scenario, sleep, waitUntil } from './harness.js';
+import { KIND, linesMatching, report, Scenario, sleep, waitUntil } from './harness.js';
 
 const N = 3000;
 // Workers take 300 ms per shard, so shards wait in the stream and run when Redis goes away.
@@ -39,7 +39,7 @@ describe('Redis faults', () => {
 
     await waitUntil('a few shards done', async () => (await s!.count(`SELECT count(*) AS n FROM timeout_center.shards WHERE state = 'done'`)) >= 4, 20_000);
     const inFlight = await s.count(`SELECT count(*) AS n FROM timeout_center.shards WHERE state IN ('queued', 'running')`);
-    const streamBefore = Number(await redis.cli('XLEN', `${s.prefix}:shards`));
+    const streamBefore = Number(await redis.cli('XLEN', `${s.prefix}:shards:${KIND}`));
     const runId = async () => /run_id:(\w+)/.exec(await redis.cli('INFO', 'server'))?.[1];
     const before = await runId();
     await redis.kill();

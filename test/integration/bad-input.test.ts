@@ -145,6 +145,10 @@ describe('the CLI', () => {
       expect(r.stderr, name).toMatch(expected);
       expect(r.stderr, name).toMatch(/^timeout-center: invalid configuration in /);
     }
+    // A command-line flag meets the same schema as the file.
+    const flag = await runCli(['worker', '--concurrency', '1000', '--config', configFile('ok.yaml', `kinds:\n  order.unpaid:\n    handler: { type: sql, sql: "${CLOSE_SQL}" }\n`)], env);
+    expect(flag.code, flag.stderr).toBe(2);
+    expect(flag.stderr).toMatch(/worker\.concurrency: /);
     const missing = await runCli(['worker', '--config', '/nonexistent/tc.yaml'], env);
     expect(missing.code).toBe(2);
     expect(missing.stderr).toMatch(/file not found/);

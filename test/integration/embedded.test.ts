@@ -25,28 +25,40 @@ describe('in-process shard channel', () => {
     expect(await ch.checkLostAndMark()).toBe(true); // first start: the coordinator republishes from PostgreSQL
     expect(await ch.checkLostAndMark()).toBe(false);
     await ch.publish([msg(1), msg(2), msg(3)]);
-    const a = await ch.receive('a', 2, 10);
-    const b = await ch.receive('b', 5, 10);
+    const a = await ch.receive('a', ['k'], 2, 10);
+    const b = await ch.receive('b', ['k'], 5, 10);
     expect(a.map((d) => d.message.shardId)).toEqual([1, 2]);
     expect(b.map((d) => d.message.shardId)).toEqual([3]);
     expect(await ch.depth()).toEqual({ waiting: 0, pending: 3 });
     await ch.ack([a[0]!]);
-    expect(await ch.reclaim('b', 60_000, 10)).toEqual([]); // not idle long enough
+    expect(await ch.reclaim('b', ['k'], 60_000, 10)).toEqual([]); // not idle long enough
     await new Promise((r) => setTimeout(r, 30));
-    const taken = await ch.reclaim('b', 20, 10);
+    const taken = await ch.reclaim('b', ['k'], 20, 10);
     expect(taken.map((d) => [d.message.shardId, d.reclaimed])).toEqual([[2, true]]);
     await ch.ack([...taken, ...b]);
     expect(await ch.depth()).toEqual({ waiting: 0, pending: 0 });
     await ch.close();
   });
 
+  it('routes by kind: a consumer receives and reclaims only the kinds it asks for', async () => {
+    const ch = new InProcessChannel();
+    await ch.publish([{ shardId: 1, scanId: 1, kind: 'a' }, { shardId: 2, scanId: 1, kind: 'b' }, { shardId: 3, scanId: 1, kind: 'a' }]);
+    expect((await ch.receive('wb', ['b'], 10, 10)).map((d) => d.message.shardId)).toEqual([2]);
+    expect(await ch.receive('wb', ['b'], 10, 10)).toEqual([]);
+    expect((await ch.receive('wa', ['a'], 10, 10)).map((d) => d.message.shardId)).toEqual([1, 3]);
+    await new Promise((r) => setTimeout(r, 30));
+    expect((await ch.reclaim('wb', ['b'], 20, 10)).map((d) => d.message.shardId)).toEqual([]); // a's are not b's to take
+    expect((await ch.reclaim('wa2', ['a'], 20, 10)).map((d) => d.message.shardId)).toEqual([1, 3]);
+    await ch.close();
+  });
+
   it('a blocked receive wakes up on publish, and returns empty after blockMs otherwise', async () => {
     const ch = new InProcessChannel();
-    await ch.receive('w', 1, 1); // first read: own pending (none)
+    await ch.receive('w', ['k'], 1, 1); // first read: own pending (none)
     const t0 = Date.now();
-    expect(await ch.receive('w', 1, 50)).toEqual([]);
+    expect(await ch.receive('w', ['k'], 1, 50)).toEqual([]);
     expect(Date.now() - t0).toBeGreaterThanOrEqual(40);
-    const pending = ch.receive('w', 1, 5000);
+    const pending = ch.receive('w', ['k'], 1, 5000);
     setTimeout(() => void ch.publish([msg(7)]), 20);
     const t1 = Date.now();
     expect((await pending).map((d) => d.message.shardId)).toEqual([7]);

@@ -176,7 +176,8 @@ describe('metrics and health endpoints (real processes)', () => {
     }
     expect(metric(l, 'tc_leader', { role: 'coordinator' })).toBe(1);
     expect(metric(l, 'tc_leader_epoch')).toBeGreaterThanOrEqual(1);
-    expect(metric(l, 'tc_claimed_total')).toBe(N);
+    expect(metric(l, 'tc_planned_total')).toBe(N);
+    expect(metric(l, 'tc_claimed_total'), 'the deprecated name still works this release').toBe(N);
     expect(metric(l, 'tc_scans_total', { result: 'ok' })).toBeGreaterThanOrEqual(1);
     expect(metric(l, 'tc_scan_duration_seconds_count')).toBeGreaterThanOrEqual(1);
     expect(metric(l, 'tc_shards_in_flight')).toBeDefined();

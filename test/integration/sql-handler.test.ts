@@ -2,7 +2,7 @@
 // one statement claims, applies and reports the skipped ids exactly as the plain form would.
 import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { batchSqlHandler } from '../../src/worker/sql-handler.js';
+import { batchSqlHandler, sqlHandlerForm } from '../../src/worker/sql-handler.js';
 import { CLOSE_SQL, createOrdersSchema, writeConfig } from '../helpers/orders.js';
 import { runCli } from '../helpers/processes.js';
 import { tearDown } from '../helpers/teardown.js';
@@ -66,5 +66,33 @@ describe('batch form of a SQL handler', () => {
       { state: 'done', n: 15 },
       { state: 'pending', n: 5 },
     ]);
+  });
+
+  it('keeps $$, $& and $1-like text of the handler as written (a replacer, not a replacement string)', async () => {
+    // Literals that String.replace's replacement patterns would rewrite: $$ -> $, $& -> the matched line.
+    const sql = "UPDATE orders SET status = $t$cl$$o$&sed$t$ || '$$' WHERE id = ANY($1) AND status = 'unpaid' RETURNING id";
+    const form = await sqlHandlerForm(pool, sql, 1000);
+    expect(form.form, form.reason).toBe('batch');
+    await pool.query(`INSERT INTO orders (id, status) VALUES (1001, 'unpaid')`);
+    await pool.query(`INSERT INTO timeout_center.timeouts (kind, biz_id, due_at) VALUES ('order.unpaid', '1001', now() - interval '1 s')`);
+    const { rows: scan } = await pool.query(`INSERT INTO timeout_center.scans (epoch, coordinator, cutoff) VALUES (1, 'test', now()) RETURNING id`);
+    const { rows: shard } = await pool.query(
+      `INSERT INTO timeout_center.shards (scan_id, kind, seq, size, claim_limit) VALUES ($1, 'order.unpaid', 0, 0, 100) RETURNING id`,
+      [scan[0].id],
+    );
+    if (form.form !== 'batch') return;
+    const { rows } = await pool.query(form.batch.sql, [shard[0].id, 'order.unpaid', 100, true]);
+    expect(rows[0].n).toBeGreaterThanOrEqual(1); // with the rows the test above left pending
+    const { rows: order } = await pool.query(`SELECT status FROM orders WHERE id = 1001`);
+    expect(order[0].status).toBe('cl$$o$&sed$$');
+  });
+
+  it('says why a handler runs in the plain form', async () => {
+    const payloads = await sqlHandlerForm(pool, "UPDATE orders SET status = 'closed' WHERE id = ANY($1) AND $2::jsonb[] IS NOT NULL RETURNING id", 1000);
+    expect(payloads).toMatchObject({ form: 'plain', reason: expect.stringContaining('$2') });
+    const scalar = await sqlHandlerForm(pool, "UPDATE orders SET status = 'closed' WHERE id = $1 RETURNING id", 1000);
+    expect(scalar).toMatchObject({ form: 'plain', reason: expect.stringContaining('not an array') });
+    const noReturning = await sqlHandlerForm(pool, "UPDATE orders SET status = 'closed' WHERE id = ANY($1)", 1000);
+    expect(noReturning).toMatchObject({ form: 'plain', reason: expect.stringContaining('cannot stand inside the claim statement') });
   });
 });

@@ -56,13 +56,28 @@ describe('config', () => {
   it('refuses a handler time limit that outlasts the lease', () => {
     expect(() =>
       loadConfig({ object: { kinds: { a: { ...kinds['order.unpaid'], timeLimitMs: 40_000 } } }, env: { DATABASE_URL: 'x', REDIS_URL: 'y' } }),
-    ).toThrow(/kinds\."a"\.timeLimitMs: 40000 ms must be below worker\.leaseMs/);
+    ).toThrow(/kinds\.a\.timeLimitMs: 40000 ms must be below worker\.leaseMs/);
   });
 
   it('refuses a worker kinds filter naming an undeclared kind', () => {
     expect(() => loadConfig({ object: { kinds, worker: { kinds: ['order.x'] } }, env: { DATABASE_URL: 'x', REDIS_URL: 'y' } })).toThrow(
       /worker\.kinds: unknown kind\(s\) order\.x/,
     );
+  });
+
+  it('parseConfig makes the same cross-field checks as loadConfig (one schema)', () => {
+    expect(() => parseConfig({ kinds, worker: { kinds: ['order.x'] } })).toThrow(/worker\.kinds: unknown kind\(s\) order\.x; declared kinds: order\.unpaid/);
+    expect(() => parseConfig({ kinds: { 'order.unpaid': { ...kinds['order.unpaid'], timeLimitMs: 5000 } }, worker: { leaseMs: 5000 } })).toThrow(
+      /kinds\."order\.unpaid"\.timeLimitMs: 5000 ms must be below worker\.leaseMs \(5000 ms\)/,
+    );
+    expect(() => parseConfig({ kinds, coordinator: { schedule: 'every second' } })).toThrow(/coordinator\.schedule: "every second" is not a valid node-cron expression/);
+    expect(parseConfig({ kinds, coordinator: { schedule: '*/5 * * * * *' }, worker: { kinds: ['order.unpaid'] } }).worker.kinds).toEqual(['order.unpaid']);
+  });
+
+  it('puts command-line overrides through the schema with the file', () => {
+    const env = { DATABASE_URL: 'x', REDIS_URL: 'y' };
+    expect(loadConfig({ object: { kinds }, env, overrides: { worker: { concurrency: 8 }, httpPort: 0 } })).toMatchObject({ worker: { concurrency: 8, leaseMs: 30_000 }, httpPort: 0 });
+    expect(() => loadConfig({ object: { kinds }, env, overrides: { worker: { concurrency: 1000 } } })).toThrow(/worker\.concurrency/);
   });
 });
 

@@ -1,7 +1,7 @@
 -- pin: only when a shard runs again after its worker died or overran the lease (attempts > 1).
 -- Before applying anything, the re-run fixes which due timeouts it holds (pending -> dispatched,
 -- with this shard) and commits that on its own. If this worker dies too, the next run applies the
--- same rows (mark_done.sql), and after the kind's max attempts the reaper fails the shard with
+-- same rows (claim.sql's `pinned` part), and after the kind's max attempts the reaper fails the shard with
 -- exactly these rows (abandon_shards.sql): a row that kills workers cannot pass from shard to
 -- shard forever. The first run of a shard never pins (one write per timeout). No-op when the
 -- shard already holds pinned rows or the lease is no longer ours.

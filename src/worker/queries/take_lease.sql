@@ -1,5 +1,10 @@
 -- take_lease: a worker takes a shard: queued, or running under a lease that ran out. Committed on
 -- its own so the shard shows as running (owner, lease, attempts) while the worker works on it.
+-- A running shard whose lease ran out after its kind's max attempts is not taken again.
+-- SKIP LOCKED: a shard whose row is locked is being run (its transaction holds lock_shard) or
+-- requeued right now; a duplicate delivery must not wait for that transaction with a worker slot
+-- and a pool connection. It returns at once with no row, and the delivery is acknowledged; if
+-- that run then fails, the reaper requeues and republishes the shard.
 --   $1 shard id   $2 worker id   $3 lease (ms)
 -- Flow control (sql/0006): nothing of a paused kind starts, and a capped kind never has more
 -- than max_running_shards running (a cap lowered while shards are queued); the check runs after
@@ -10,7 +15,13 @@ UPDATE timeout_center.shards sh
    SET state = 'running', owner = $2, lease_token = gen_random_uuid(), attempts = sh.attempts + 1,
        lease_expires_at = now() + $3 * interval '1 millisecond', started_at = now()
   FROM timeout_center.kinds k
- WHERE sh.id = $1 AND (sh.state = 'queued' OR (sh.state = 'running' AND sh.lease_expires_at < now()))
+ WHERE sh.id = (SELECT s.id FROM timeout_center.shards s
+                 WHERE s.id = $1
+                   AND (s.state = 'queued'
+                        OR (s.state = 'running' AND s.lease_expires_at < now()
+                            -- out of attempts: the reaper abandons it (abandon_shards.sql), no new run
+                            AND s.attempts < (SELECT k2.max_attempts FROM timeout_center.kinds k2 WHERE k2.kind = s.kind)))
+                   FOR UPDATE SKIP LOCKED)
    AND k.kind = sh.kind AND NOT k.paused
    AND (k.max_running_shards IS NULL OR sh.state = 'running'
         OR (SELECT count(*) FROM timeout_center.shards r WHERE r.kind = sh.kind AND r.state = 'running') < k.max_running_shards)

@@ -1,0 +1,28 @@
+// Isolating a row that kills workers (a code handler that crashes the process, a native crash):
+// a shard re-run after its worker died splits its pinned rows into two new shards instead of
+// applying them all again (split_pinned.sql). The half without the killer commits; the other
+// half dies, is re-run, and splits again, until the killer is alone in a one-row shard that the
+// reaper abandons after the kind's max attempts. Its shard mates are never failed with it.
+// The new shards are left queued and unpublished: the coordinator publishes them within a tick
+// (republish_queued.sql takes queued shards with no published_at).
+import type pg from 'pg';
+import { withTransaction } from '../db/pool.js';
+import { query } from '../db/queries.js';
+
+const here = new URL('.', import.meta.url);
+
+export interface SplitShard {
+  id: number;
+  claimLimit: number;
+}
+
+/** Splits the shard's pinned rows into two new shards; returns them, or [] when the shard holds
+ *  fewer than two pinned rows (apply it as is) or the lease is no longer ours. */
+export async function splitPinned(pool: pg.Pool, shardId: number, scanId: number, leaseToken: string): Promise<SplitShard[]> {
+  return withTransaction(pool, async (client) => {
+    // The scan row lock serialises splits of one scan, so each sees the others' seq numbers.
+    await client.query('SELECT 1 FROM timeout_center.scans WHERE id = $1 FOR UPDATE', [scanId]);
+    const { rows } = await client.query<{ id: string; claim_limit: number }>(query(here, 'split_pinned'), [shardId, leaseToken]);
+    return rows.map((r) => ({ id: Number(r.id), claimLimit: Number(r.claim_limit) }));
+  });
+}
