@@ -166,6 +166,7 @@ describe.concurrent('flow control per kind, fleet-wide (real processes)', () => 
           'cap.two': { shardSize: 50, maxRunningShards: 2, handler: { type: 'sql', sql: SLOW_CLOSE_SQL } },
           'order.unpaid': { handler: { type: 'sql', sql: CLOSE_SQL } },
           'order.unshipped': { handler: { type: 'sql', sql: CLOSE_SQL } },
+          'pause.mid': { shardSize: 20, handler: { type: 'sql', sql: SLOW_CLOSE_SQL } },
         },
         4,
         { alerts: { lagSlaMs: 2000, lagAlertEveryMs: 1000 } },
@@ -381,6 +382,38 @@ describe.concurrent('flow control per kind, fleet-wide (real processes)', () => 
     );
     expect(audit.rows.map((a) => a.action)).toEqual(['pause', 'resume', 'limit', 'limit', 'limit']);
     expect(audit.rows.slice(0, 2).map((a) => a.actor)).toEqual(['alice', 'alice']);
+  });
+
+  it('paused mid-drain: running shards finish, nothing starts, queued shards wait without bouncing; resume drains the rest', async () => {
+    const kind = 'pause.mid';
+    const N = 8_000; // 400 shards of 20, 200 ms each, 8 slots: about 10 s unpaused
+    await capped.seed(kind, 5_000_001, N);
+    await capped.waitFor('some applied', async () => (await capped.count(kind, 'done')) >= 200, 30_000, 50);
+    await capped.cliJson(['pause', kind, '--actor', 'test']);
+    // The shards running at the pause finish (200 ms each); then nothing moves.
+    await sleep(1000);
+    const frozen = async () =>
+      (
+        await capped.pool.query<{ done: number; running: number; queued: number; publishes: number }>(
+          `SELECT (SELECT count(*) FROM timeout_center.timeouts WHERE kind = $1 AND state = 'done')::int AS done,
+                  count(*) FILTER (WHERE state = 'running')::int AS running,
+                  count(*) FILTER (WHERE state = 'queued')::int AS queued,
+                  coalesce(sum(publish_count), 0)::int AS publishes
+             FROM timeout_center.shards WHERE kind = $1`,
+          [kind],
+        )
+      ).rows[0]!;
+    const at = await frozen();
+    await sleep(3000);
+    const later = await frozen();
+    console.log(`pause mid-drain: ${at.done} done at the pause + 1 s, ${at.queued} shards queued; 3 s later ${later.done} done, publishes ${at.publishes} -> ${later.publishes}`);
+    expect(at.running).toBe(0);
+    expect(at.done).toBeLessThan(N);
+    expect(later).toEqual(at); // nothing started, nothing republished
+    await capped.cliJson(['resume', kind, '--actor', 'test']);
+    await capped.waitFor('the resumed kind to drain', async () => (await capped.count(kind, 'done')) === N, 30_000);
+    const { rows } = await capped.pool.query<{ n: number }>(`SELECT count(*)::int AS n FROM timeout_center.shards WHERE kind = $1 AND state <> 'done'`, [kind]);
+    expect(rows[0]!.n).toBe(0);
   });
 
   it('bad input changes nothing and says what is wrong', async () => {
