@@ -228,6 +228,7 @@ export class Coordinator {
         credit: this.usableCredit(),
         rateBudget: flow.rateBudget,
       });
+      if (planned) this.flow.planned(planned.byKind);
       this.updateCredit(planned);
       this.coveredAt = planned ? undefined : { cutoff: clock.now, at: Date.now() };
       if (planned) {
@@ -242,7 +243,6 @@ export class Coordinator {
         logger.debug({ room, inFlight, planMs: Math.round(performance.now() - planStarted) }, 'nothing new to map');
       }
     }
-    this.flow.settle(planned?.byKind);
     metrics.shardsInFlight.set(inFlight);
     await this.checkLag();
 

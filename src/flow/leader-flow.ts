@@ -5,8 +5,9 @@
 import type { Metrics } from '../observability/metrics.js';
 import { RateBudget } from './rate-budget.js';
 
-/** One kind's controls as next_due.sql returns them: [paused, max_running_shards, rate_limit]. */
-export type ControlsColumn = Record<string, [boolean, number | null, number | string | null]>;
+/** One kind's controls as next_due.sql returns them: [paused, max_running_shards, rate_limit,
+ *  has_due (rate-limited kinds only)]. */
+export type ControlsColumn = Record<string, [boolean, number | null, number | string | null, boolean | null]>;
 
 export interface TickFlow {
   /** Per rate-limited kind: timeouts the map may plan now. */
@@ -25,9 +26,10 @@ export class LeaderFlow {
   /** Called once per tick with next_due's controls column and its now(). */
   tick(controls: ControlsColumn | null, nowMs: number): TickFlow {
     const rates = new Map<string, number>();
+    const idle = new Set<string>();
     let limited = false;
     const seen = new Set<string>();
-    for (const [kind, [paused, cap, rate]] of Object.entries(controls ?? {})) {
+    for (const [kind, [paused, cap, rate, hasDue]] of Object.entries(controls ?? {})) {
       seen.add(kind);
       this.metrics.kindPaused.set({ kind }, paused ? 1 : 0);
       if (cap === null) this.metrics.kindMaxRunningShards.remove({ kind });
@@ -35,6 +37,7 @@ export class LeaderFlow {
       if (rate === null) this.metrics.kindRateLimit.remove({ kind });
       else {
         rates.set(kind, Number(rate));
+        if (hasDue === false) idle.add(kind);
         this.metrics.kindRateLimit.set({ kind }, Number(rate));
       }
       if (cap !== null || rate !== null) limited = true;
@@ -42,13 +45,12 @@ export class LeaderFlow {
     // A kind no longer served: no series left behind.
     for (const kind of this.exported) if (!seen.has(kind)) this.removeGauges(kind);
     this.exported = seen;
-    return { rateBudget: this.budget.refill(rates, nowMs), limited };
+    return { rateBudget: this.budget.refill(rates, nowMs, idle), limited };
   }
 
-  /** After every tick: what its plan gave each kind (its shards' claim limits; undefined when
-   *  nothing was planned). */
-  settle(byKind: ReadonlyMap<string, { planned: number }> | undefined): void {
-    this.budget.settle(new Map([...(byKind ?? [])].map(([kind, k]) => [kind, k.planned])));
+  /** What a plan gave each kind (its shards' claim limits). */
+  planned(byKind: ReadonlyMap<string, { planned: number }>): void {
+    this.budget.spend(new Map([...byKind].map(([kind, k]) => [kind, k.planned])));
   }
 
   /** Leadership gained or lost: buckets start empty, gauges are the leader's only. */

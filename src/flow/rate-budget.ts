@@ -5,10 +5,9 @@
 //
 // A bucket refills at the kind's rate and holds at most BURST_SECONDS worth (at least one
 // timeout), so a late tick loses nothing but a long pause in ticking does not turn into a burst.
-// A kind that got nothing although its budget allowed a shard has nothing due (or one second's
-// worth in flight already): its bucket fills to one shard's worth only until a plan gives it
-// something again, so work arriving after a quiet spell starts at the rate, not with a saved-up
-// burst. A new bucket (new leader, a limit just set) starts empty: a failover never adds
+// While a kind has nothing due (next_due.sql says so each tick), and at the first tick it has
+// again, its bucket holds one shard's worth at most, so work arriving after a quiet spell starts
+// at the rate, not with a burst saved up meanwhile. A new bucket (new leader, a limit just set) starts empty: a failover never adds
 // a burst to what the old leader planned.
 // plan_shards.sql spends whole shards of a tenth of a second's worth and keeps at most one
 // second's worth in flight, so the commits follow the plans closely.
@@ -25,10 +24,8 @@ export function rateShardSize(rate: number): number {
 interface Bucket {
   rate: number;
   tokens: number;
-  /** The last plan gave nothing although a shard's worth was offered. */
+  /** Nothing was due at the last refill. */
   idle: boolean;
-  /** Whole tokens offered to the last plan. */
-  offered: number;
   /** Database clock (ms) of the last refill. */
   at: number;
 }
@@ -39,9 +36,10 @@ export class RateBudget {
   /**
    * Refills the bucket of every rate-limited kind up to nowMs at its current rate (a changed rate
    * applies from now on; a lowered one also clips what the bucket holds) and forgets kinds no
-   * longer limited. Returns the whole timeouts each kind may be given now.
+   * longer limited. A kind in `idle` (nothing due) keeps at most one shard's worth. Returns the
+   * whole timeouts each kind may be given now.
    */
-  refill(rates: ReadonlyMap<string, number>, nowMs: number): Record<string, number> {
+  refill(rates: ReadonlyMap<string, number>, nowMs: number, idle: ReadonlySet<string> = new Set()): Record<string, number> {
     for (const kind of this.buckets.keys()) if (!rates.has(kind)) this.buckets.delete(kind);
     const budget: Record<string, number> = {};
     for (const [kind, rate] of rates) {
@@ -49,33 +47,27 @@ export class RateBudget {
       const burst = Math.max(rate * BURST_SECONDS, 1);
       const b = this.buckets.get(kind);
       if (!b) {
-        this.buckets.set(kind, { rate, tokens: 0, at: nowMs, idle: false, offered: 0 });
+        this.buckets.set(kind, { rate, tokens: 0, at: nowMs, idle: idle.has(kind) });
         budget[kind] = 0;
         continue;
       }
       const elapsed = Math.max(0, nowMs - b.at) / 1000;
       // Refill at the rate in force until now (the change was read this tick).
-      b.tokens = Math.min(b.idle ? rateShardSize(rate) : burst, b.tokens + b.rate * elapsed);
+      const quiet = b.idle || idle.has(kind);
+      b.tokens = Math.min(quiet ? Math.min(burst, rateShardSize(rate)) : burst, b.tokens + b.rate * elapsed);
+      b.idle = idle.has(kind);
       b.rate = rate;
       b.at = Math.max(b.at, nowMs);
-      b.offered = Math.floor(b.tokens);
-      budget[kind] = b.offered;
+      budget[kind] = Math.floor(b.tokens);
     }
     return budget;
   }
 
-  /** After each tick: takes from each kind's bucket what the plan gave it (nothing when there
-   *  was no plan); a kind given nothing keeps at most one shard's worth (see above). */
-  settle(planned: ReadonlyMap<string, number>): void {
-    for (const [kind, b] of this.buckets) {
-      const n = planned.get(kind) ?? 0;
-      if (n > 0) {
-        b.tokens = Math.max(0, b.tokens - n);
-        b.idle = false;
-      } else if (b.offered >= rateShardSize(b.rate)) {
-        b.tokens = Math.min(b.tokens, rateShardSize(b.rate));
-        b.idle = true;
-      }
+  /** Takes from each kind's bucket what the plan gave it. */
+  spend(planned: ReadonlyMap<string, number>): void {
+    for (const [kind, n] of planned) {
+      const b = this.buckets.get(kind);
+      if (b) b.tokens = Math.max(0, b.tokens - n);
     }
   }
 

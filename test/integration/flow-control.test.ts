@@ -146,6 +146,87 @@ function readmeBlocks(): { sql: string; sh: string[] } {
   return { sql, sh };
 }
 
+/** One statement file of src/<dir>/queries, as the processes run it. */
+const statement = (dir: string, name: string) => readFileSync(fileURLToPath(new URL(`../../src/${dir}/queries/${name}.sql`, import.meta.url)), 'utf8');
+
+describe('flow control statements, session by session', () => {
+  let db: TestDatabase;
+  let pool: pg.Pool;
+
+  beforeAll(async () => {
+    db = await createTestDatabase('flow_sql');
+    pool = new pg.Pool({ connectionString: db.url, max: 4 });
+    const config = writeConfig({ kinds: { 'lock.test': { handler: { type: 'sql', sql: CLOSE_SQL } } } });
+    const migrated = await runCli(['migrate', '--config', config], { DATABASE_URL: db.url, REDIS_URL: TEST_REDIS_URL });
+    expect(migrated.code, migrated.stderr).toBe(0);
+  });
+
+  afterAll(async () => {
+    await pool?.end();
+    await db?.drop();
+  });
+
+  /** Queued shards of lock.test in a fresh scan, unpublished. */
+  const queuedShards = async (n: number): Promise<number[]> => {
+    const { rows } = await pool.query<{ id: string }>(
+      `WITH s AS (INSERT INTO timeout_center.scans (epoch, coordinator, cutoff, state) VALUES (0, 'test', now(), 'mapped') RETURNING id)
+       INSERT INTO timeout_center.shards (scan_id, kind, seq, size, claim_limit) SELECT s.id, 'lock.test', g, 0, 10 FROM s, generate_series(1, $1::int) g
+       RETURNING id`,
+      [n],
+    );
+    return rows.map((r) => Number(r.id));
+  };
+
+  it('take_lease holds a cap under a race: the second taker waits on lock_kind and then sees the first one running', async () => {
+    await pool.query(`UPDATE timeout_center.kinds SET max_running_shards = 1 WHERE kind = 'lock.test'`);
+    const [s1, s2] = await queuedShards(2);
+    const a = await pool.connect();
+    const b = await pool.connect();
+    try {
+      await a.query('BEGIN');
+      await a.query(statement('worker', 'lock_kind'), [s1]);
+      expect((await a.query(statement('worker', 'take_lease'), [s1, 'worker-a', 30_000])).rowCount).toBe(1);
+      // B, on another shard of the kind, before A commits.
+      await b.query('BEGIN');
+      let bLocked = false;
+      const bLock = b.query(statement('worker', 'lock_kind'), [s2]).then(() => (bLocked = true));
+      await sleep(300);
+      expect(bLocked, 'the second taker waits for the first one to commit').toBe(false);
+      await a.query('COMMIT');
+      await bLock;
+      expect((await b.query(statement('worker', 'take_lease'), [s2, 'worker-b', 30_000])).rowCount, 'refused: 1 running, cap 1').toBe(0);
+      await b.query('COMMIT');
+      // The refused shard is held: queued, unpublished, and left alone by the reaper while the cap is full.
+      expect((await pool.query(statement('worker', 'hold_shard'), [s2])).rows).toEqual([{ id: String(s2), kind: 'lock.test' }]);
+      expect((await pool.query(statement('coordinator', 'republish_queued'), [30_000, false, 100])).rows).toEqual([]);
+      // The running one finishes: the held one is published at the next reap.
+      await pool.query(`UPDATE timeout_center.shards SET state = 'done', finished_at = now() WHERE id = $1`, [s1]);
+      expect((await pool.query(statement('coordinator', 'republish_queued'), [30_000, false, 100])).rows.map((r) => Number(r.id))).toEqual([s2]);
+    } finally {
+      a.release();
+      b.release();
+    }
+  });
+
+  it('a paused kind: take_lease refuses, the shard is held without a write per reap, and published again after resume', async () => {
+    await pool.query(`UPDATE timeout_center.kinds SET max_running_shards = NULL, paused = true WHERE kind = 'lock.test'`);
+    const [s] = await queuedShards(1);
+    // Published once (by the map), then delivered to a worker while paused.
+    await pool.query(`UPDATE timeout_center.shards SET published_at = now(), publish_count = 1 WHERE id = $1`, [s]);
+    expect((await pool.query(statement('worker', 'take_lease'), [s, 'worker-a', 30_000])).rowCount).toBe(0);
+    expect((await pool.query(statement('worker', 'hold_shard'), [s])).rowCount).toBe(1);
+    // Even "the channel lost everything" does not publish a held shard, nor write it again.
+    const xmin = async () => (await pool.query(`SELECT xmin::text AS x, published_at, publish_count FROM timeout_center.shards WHERE id = $1`, [s])).rows[0];
+    const before = await xmin();
+    expect((await pool.query(statement('coordinator', 'republish_queued'), [0, true, 100])).rows).toEqual([]);
+    expect(await xmin()).toEqual(before);
+    expect(before).toMatchObject({ published_at: null, publish_count: 1 });
+    await pool.query(`UPDATE timeout_center.kinds SET paused = false WHERE kind = 'lock.test'`);
+    expect((await pool.query(statement('coordinator', 'republish_queued'), [30_000, false, 100])).rows.map((r) => Number(r.id))).toContain(s);
+    expect((await pool.query(statement('worker', 'take_lease'), [s, 'worker-a', 30_000])).rowCount).toBe(1);
+  });
+});
+
 describe.concurrent('flow control per kind, fleet-wide (real processes)', () => {
   let rated: Fleet;
   let capped: Fleet;
@@ -166,6 +247,7 @@ describe.concurrent('flow control per kind, fleet-wide (real processes)', () => 
           'cap.two': { shardSize: 50, maxRunningShards: 2, handler: { type: 'sql', sql: SLOW_CLOSE_SQL } },
           'order.unpaid': { handler: { type: 'sql', sql: CLOSE_SQL } },
           'order.unshipped': { handler: { type: 'sql', sql: CLOSE_SQL } },
+          'pause.mid': { shardSize: 20, handler: { type: 'sql', sql: SLOW_CLOSE_SQL } },
         },
         4,
         { alerts: { lagSlaMs: 2000, lagAlertEveryMs: 1000 } },
@@ -381,6 +463,38 @@ describe.concurrent('flow control per kind, fleet-wide (real processes)', () => 
     );
     expect(audit.rows.map((a) => a.action)).toEqual(['pause', 'resume', 'limit', 'limit', 'limit']);
     expect(audit.rows.slice(0, 2).map((a) => a.actor)).toEqual(['alice', 'alice']);
+  });
+
+  it('paused mid-drain: running shards finish, nothing starts, queued shards wait without bouncing; resume drains the rest', async () => {
+    const kind = 'pause.mid';
+    const N = 8_000; // 400 shards of 20, 200 ms each, 8 slots: about 10 s unpaused
+    await capped.seed(kind, 5_000_001, N);
+    await capped.waitFor('some applied', async () => (await capped.count(kind, 'done')) >= 200, 30_000, 50);
+    await capped.cliJson(['pause', kind, '--actor', 'test']);
+    // The shards running at the pause finish (200 ms each); then nothing moves.
+    await sleep(1000);
+    const frozen = async () =>
+      (
+        await capped.pool.query<{ done: number; running: number; queued: number; publishes: number }>(
+          `SELECT (SELECT count(*) FROM timeout_center.timeouts WHERE kind = $1 AND state = 'done')::int AS done,
+                  count(*) FILTER (WHERE state = 'running')::int AS running,
+                  count(*) FILTER (WHERE state = 'queued')::int AS queued,
+                  coalesce(sum(publish_count), 0)::int AS publishes
+             FROM timeout_center.shards WHERE kind = $1`,
+          [kind],
+        )
+      ).rows[0]!;
+    const at = await frozen();
+    await sleep(3000);
+    const later = await frozen();
+    console.log(`pause mid-drain: ${at.done} done at the pause + 1 s, ${at.queued} shards queued; 3 s later ${later.done} done, publishes ${at.publishes} -> ${later.publishes}`);
+    expect(at.running).toBe(0);
+    expect(at.done).toBeLessThan(N);
+    expect(later).toEqual(at); // nothing started, nothing republished
+    await capped.cliJson(['resume', kind, '--actor', 'test']);
+    await capped.waitFor('the resumed kind to drain', async () => (await capped.count(kind, 'done')) === N, 30_000);
+    const { rows } = await capped.pool.query<{ n: number }>(`SELECT count(*)::int AS n FROM timeout_center.shards WHERE kind = $1 AND state <> 'done'`, [kind]);
+    expect(rows[0]!.n).toBe(0);
   });
 
   it('bad input changes nothing and says what is wrong', async () => {

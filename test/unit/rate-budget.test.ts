@@ -11,9 +11,8 @@ describe('RateBudget', () => {
     const b = new RateBudget();
     expect(b.refill(rates({ k: 1000 }), 0)).toEqual({ k: 0 });
     expect(b.refill(rates({ k: 1000 }), 100)).toEqual({ k: 100 });
-    b.settle(new Map([['k', 100]]));
+    b.spend(new Map([['k', 100]]));
     expect(b.refill(rates({ k: 1000 }), 150)).toEqual({ k: 50 });
-    b.settle(new Map()); // 50 < one shard: waiting for tokens, not idle
     expect(b.refill(rates({ k: 1000 }), 5000)).toEqual({ k: 1000 * BURST_SECONDS });
   });
 
@@ -27,7 +26,7 @@ describe('RateBudget', () => {
       const shard = rateShardSize(500);
       const n = Math.floor(budget / shard) * shard;
       planned += n;
-      b.settle(new Map([['k', n]]));
+      b.spend(new Map([['k', n]]));
     }
     expect(planned).toBeLessThanOrEqual((500 * t) / 1000);
     expect(planned).toBeGreaterThan((500 * t) / 1000 - 2 * rateShardSize(500));
@@ -36,11 +35,11 @@ describe('RateBudget', () => {
   it('keeps no burst for a kind that had nothing due', () => {
     const b = new RateBudget();
     b.refill(rates({ k: 1000 }), 0);
-    for (let t = 1000; t <= 10_000; t += 1000) {
-      b.refill(rates({ k: 1000 }), t);
-      b.settle(new Map()); // offered a shard's worth, took nothing
-    }
+    for (let t = 1000; t <= 10_000; t += 1000) b.refill(rates({ k: 1000 }), t, new Set(['k']));
+    // Work arrives: the first tick that sees it offers one shard, then the bucket refills as usual.
     expect(b.refill(rates({ k: 1000 }), 11_000)).toEqual({ k: rateShardSize(1000) });
+    b.spend(new Map([['k', rateShardSize(1000)]]));
+    expect(b.refill(rates({ k: 1000 }), 11_050)).toEqual({ k: 50 });
   });
 
   it('applies a lowered rate at once, clipping what the bucket holds; forgets kinds no longer limited', () => {

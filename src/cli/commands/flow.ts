@@ -5,6 +5,7 @@
 // survives restarts until `limit <kind> --reset` puts the kind back on its config file's values.
 import { hostname, userInfo } from 'node:os';
 import { Option, type Command } from 'commander';
+import type pg from 'pg';
 import {
   ControlInputError,
   pauseKind,
@@ -74,7 +75,8 @@ export function controlsJson(c: KindControls) {
   };
 }
 
-async function apply(opts: FlowOptions, change: (pool: Parameters<typeof pauseKind>[0], actor: string) => Promise<KindControls>): Promise<void> {
+/** Runs one change with its actor and prints the kind's controls after it. */
+async function apply(opts: FlowOptions, change: (pool: pg.Pool, actor: string) => Promise<KindControls>): Promise<void> {
   const actor = opts.actor ?? defaultActor();
   await withDatabase(opts, async (_db, pool) => {
     let controls: KindControls;

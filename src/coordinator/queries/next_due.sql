@@ -5,7 +5,9 @@
 -- Flow control (sql/0006): a paused kind is left out of next_due / latest_due (nothing of it is
 -- due for the map), and its queued shards are left out of in_flight (they wait for the resume
 -- and must not take the room of other kinds). controls: {"kind": [paused, max_running_shards,
--- rate_limit]} for every served kind (the rate budget and the gauges; a handful of rows).
+-- rate_limit, has_due]} for every served kind (the rate budget and the gauges; a handful of
+-- rows); has_due (one index probe, rate-limited kinds only, else null) tells the rate budget
+-- whether the kind has anything due, so an idle kind saves up no burst.
 SELECT now() AS now,
        (SELECT min(d.available_at)
           FROM unnest($1::text[]) AS k (kind)
@@ -22,6 +24,9 @@ SELECT now() AS now,
        (SELECT count(*) FROM timeout_center.shards sh
          WHERE sh.state IN ('queued', 'running')
            AND NOT (sh.state = 'queued' AND EXISTS (SELECT 1 FROM timeout_center.kinds kc WHERE kc.kind = sh.kind AND kc.paused)))::int AS in_flight,
-       (SELECT coalesce(jsonb_object_agg(kc.kind, jsonb_build_array(kc.paused, kc.max_running_shards, kc.rate_limit)), '{}')
+       (SELECT coalesce(jsonb_object_agg(kc.kind, jsonb_build_array(kc.paused, kc.max_running_shards, kc.rate_limit,
+                 CASE WHEN kc.rate_limit IS NOT NULL
+                      THEN EXISTS (SELECT 1 FROM timeout_center.timeouts t
+                                    WHERE t.kind = kc.kind AND t.state = 'pending' AND t.available_at <= now()) END)), '{}')
           FROM timeout_center.kinds kc
          WHERE kc.kind = ANY ($1::text[])) AS controls
