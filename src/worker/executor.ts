@@ -18,6 +18,7 @@ import {
   type ShardItem,
 } from './handlers.js';
 import { replaceParameter, type BatchSqlHandler } from './sql-handler.js';
+import type { ExternalExecutor } from './external-executor.js';
 
 const here = new URL('.', import.meta.url);
 
@@ -86,6 +87,8 @@ export class ShardExecutor {
     private readonly leaseMs: number,
     private readonly metrics: Metrics,
     private readonly logger: Logger,
+    /** Runs the kinds whose handler lives outside this database (business databases, HTTP, code). */
+    private readonly external?: ExternalExecutor,
   ) {}
 
   async run(shardId: number): Promise<ShardOutcome> {
@@ -101,6 +104,7 @@ export class ShardExecutor {
     }
     const log = this.logger.child({ shardId, scanId: lease.scan_id, kind: lease.kind });
     await failpoint('worker.after-lease');
+    if (handler.external && this.external) return this.external.run(lease, { ...handler, external: handler.external }, log);
     if (lease.attempts > 1) {
       // An earlier run of this shard died: fix its rows first, so that the rows that may be
       // killing workers stay with this shard and fail with it after maxAttempts.

@@ -19,7 +19,7 @@ export function registerStatus(program: Command): void {
     .option('--scans <n>', 'how many recent scans to show', (v) => parseLimit(v, '--scans'), 5)
     .action(async (opts: DbOptions & { json?: boolean; scans: number }) => {
       await withDatabase(opts, async (db) => {
-        const [now, backlog, lease, workers, failed, scans] = await Promise.all([
+        const [now, backlog, lease, workers, failed, scans, breakers] = await Promise.all([
           sql<{ now: Date }>`SELECT now() AS now`.execute(db),
           db
             .selectFrom('timeout_center.backlog')
@@ -50,6 +50,16 @@ export function registerStatus(program: Command): void {
             .orderBy('scan_id', 'desc')
             .limit(opts.scans)
             .execute(),
+          // Circuit breakers of the external path that are not closed, in live workers.
+          sql<{ kind: string; target: string; worker: string; state: string; last_error: string | null; changed_at: Date; for_s: number }>`
+            SELECT b.kind, b.target, b.worker, b.state, b.last_error, b.changed_at, extract(epoch FROM now() - b.changed_at)::float8 AS for_s
+              FROM timeout_center.circuit_breakers b
+              JOIN timeout_center.workers w ON w.worker_id = b.worker AND w.stopped_at IS NULL
+               AND w.last_seen_at > now() - make_interval(secs => ${LIVE_WINDOW_S})
+             WHERE b.state <> 'closed'
+             ORDER BY b.kind, b.target, b.worker`
+            .execute(db)
+            .then((r) => r.rows),
         ]);
         const totals = {
           pendingDue: backlog.reduce((a, b) => a + Number(b.pending_due), 0),
@@ -73,6 +83,7 @@ export function registerStatus(program: Command): void {
             liveWorkers: workers.map((w) => ({ workerId: w.worker_id, host: w.host, pid: w.pid, kinds: w.kinds, startedAt: w.started_at, lastSeenAt: w.last_seen_at })),
             failed: Object.fromEntries(failed.map((f) => [f.kind, f.count])),
             scans: scans.map(scanJson),
+            openBreakers: breakers.map((b) => ({ kind: b.kind, target: b.target, worker: b.worker, state: b.state, since: b.changed_at, lastError: b.last_error })),
           });
           return;
         }
@@ -119,6 +130,22 @@ export function registerStatus(program: Command): void {
             ? `Failed timeouts: ${totals.failed} (${failed.map((f) => `${f.kind} ${f.count}`).join(', ')}): see \`timeout-center failed\`, then \`timeout-center retry\``
             : 'Failed timeouts: 0',
         );
+        out.push('');
+        out.push(`Circuit breakers not closed: ${breakers.length}`);
+        if (breakers.length > 0) {
+          out.push(
+            indent(
+              table(breakers, [
+                { header: 'kind', value: (b) => b.kind },
+                { header: 'target', value: (b) => b.target },
+                { header: 'worker', value: (b) => b.worker },
+                { header: 'state', value: (b) => b.state },
+                { header: 'for', value: (b) => formatSeconds(b.for_s), align: 'right' },
+                { header: 'last error', value: (b) => b.last_error ?? '', max: 60 },
+              ]),
+            ),
+          );
+        }
         out.push('');
         out.push(`Last scans: ${scans.length === 0 ? 'none yet' : ''}`.trimEnd());
         if (scans.length > 0) out.push(indent(scanTable(scans)));
