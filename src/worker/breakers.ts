@@ -24,6 +24,8 @@ interface Entry {
   /** Batch-level failures in a row, for the retry backoff. */
   failures: number;
   lastError: string | undefined;
+  /** The state before the current one: an open after a failed trial (half-open) is no news. */
+  state: CircuitState;
 }
 
 export class CircuitBreakers {
@@ -46,7 +48,7 @@ export class CircuitBreakers {
       halfOpenAfter: this.config.halfOpenAfterMs,
       breaker: new ConsecutiveBreaker(this.config.consecutiveFailures),
     });
-    const created: Entry = { policy, failures: 0, lastError: undefined };
+    const created: Entry = { policy, failures: 0, lastError: undefined, state: CircuitState.Closed };
     policy.onStateChange((state) => void this.changed(kind, target, state, created));
     policy.onSuccess(() => (created.failures = 0));
     policy.onFailure(({ reason }) => {
@@ -65,10 +67,6 @@ export class CircuitBreakers {
     return this.entry(kind, target).policy.execute(fn);
   }
 
-  isOpen(kind: string, target: string): boolean {
-    return this.entry(kind, target).policy.state === CircuitState.Open;
-  }
-
   /** How long a batch that failed as a whole waits before its next try: the breaker's pause while
    *  it is open, else backoffMs doubled per failure in a row (capped), with jitter. */
   retryDelayMs(kind: string, target: string, backoffMs: number, retryAfterMs?: number): number {
@@ -81,9 +79,13 @@ export class CircuitBreakers {
 
   private async changed(kind: string, target: string, state: CircuitState, entry: Entry): Promise<void> {
     const name = STATE_NAME[state];
+    const previous = entry.state;
+    entry.state = state;
     this.metrics.circuitBreaker.set({ kind, target }, state === CircuitState.Closed ? 0 : state === CircuitState.HalfOpen ? 2 : 1);
     const log = this.logger.child({ kind, target, breaker: name });
-    if (state === CircuitState.Open) {
+    if (state === CircuitState.Open && previous === CircuitState.HalfOpen) {
+      log.info({ lastError: entry.lastError }, 'circuit breaker trial call failed: open again');
+    } else if (state === CircuitState.Open) {
       log.warn({ lastError: entry.lastError }, 'circuit breaker opened: calls to this target pause');
       void this.alerter.raise({
         type: 'circuit_open',

@@ -52,6 +52,10 @@ const parseFloat8Array = arrayParser<number>(1022);
 
 interface Claimed {
   target: string | null;
+  /** False when the rows were held by an earlier run of the shard: a marker may exist. */
+  fresh: boolean;
+  /** Set once the target said there is no marker (or the run wrote its own). */
+  markerKnown: boolean;
   items: ShardItem[];
   lateness: number[];
 }
@@ -81,19 +85,30 @@ export class ExternalExecutor {
     } else if (claimed.target === UNROUTABLE) {
       const error = `biz_id cannot be placed by the routing rule of ${lease.kind} (not an integer under modulo/range, or outside every range): fix the rule or the id`;
       decision = { applied: [], failed: items.map((i) => ({ bizId: i.bizId, error, permanent: true })), fromMarker: false, where: undefined };
-    } else if (this.breakers.isOpen(lease.kind, target)) {
-      decision = { retryInMs: this.breakers.retryDelayMs(lease.kind, target, kc.backoffMs), error: `circuit breaker for ${lease.kind} -> ${target} is open` };
     } else {
+      // While the breaker is open cockatiel refuses the call (BrokenCircuitError) without running
+      // it; after halfOpenAfterMs it lets one trial call through.
       try {
         decision = await this.breakers.execute(lease.kind, target, () => this.apply(lease, handler, claimed, shardLog));
       } catch (err) {
-        // Only the marker can tell whether the business side committed: leave the shard to its
-        // lease; the re-run reads the marker first.
-        if (err instanceof UnknownOutcomeError) throw err;
-        if (!(err instanceof BrokenCircuitError) && !isBatchLevel(err)) throw err;
+        if (!(err instanceof BrokenCircuitError) && !(err instanceof UnknownOutcomeError) && !isBatchLevel(err)) throw err;
         const retryAfter = err instanceof BatchFailure ? err.retryAfterMs : undefined;
         decision = { retryInMs: this.breakers.retryDelayMs(lease.kind, target, kc.backoffMs, retryAfter), error: describeError(err) };
       }
+    }
+    if ('retryInMs' in decision && handler.external.via !== 'http' && !claimed.markerKnown) {
+      // An earlier run of these rows may have committed in the target (or our COMMIT's fate is
+      // unknown): only its marker can tell, and the target cannot be read now. Recording a retry
+      // could report applied rows as skipped later; instead the shard keeps its rows and waits
+      // (its lease set to end after the delay, the attempt not counted), then runs again.
+      const deferred = await this.pool.query(
+        `UPDATE timeout_center.shards SET attempts = greatest(attempts - 1, 0), lease_expires_at = now() + $3 * interval '1 millisecond'
+          WHERE id = $1 AND lease_token = $2 AND state = 'running'`,
+        [lease.id, lease.lease_token, Math.round(decision.retryInMs)],
+      );
+      this.metrics.batchFailures.inc({ kind: lease.kind, target });
+      shardLog.warn({ retryInMs: decision.retryInMs, error: decision.error }, 'external shard waits: the target cannot say yet whether an earlier run committed');
+      return { status: 'not-ours', reason: deferred.rowCount ? 'deferred until the target answers' : 'lease lost' };
     }
     await failpoint('external.before-record');
     const recorded = await this.record(lease, handler, decision);
@@ -125,7 +140,7 @@ export class ExternalExecutor {
   /** Step 1: claim and commit (or take back the rows a previous run of the shard holds). */
   private async claim(lease: ExternalLease, external: ExternalTarget): Promise<Claimed | undefined> {
     const routed = external.via === 'sql' && external.routed;
-    const { rows } = await this.pool.query<{ target: string | null; biz_ids: string; payloads: string; lateness: string }>({
+    const { rows } = await this.pool.query<{ target: string | null; biz_ids: string; payloads: string; lateness: string; fresh: string }>({
       text: query(here, 'external_claim'),
       values: [lease.id, lease.kind, lease.claim_limit, lease.lease_token, routed],
       types: AS_TEXT,
@@ -134,7 +149,7 @@ export class ExternalExecutor {
     if (!row) return undefined;
     const bizIds = parseTextArray(row.biz_ids);
     const payloads = parseJsonbArray(row.payloads);
-    return { target: row.target, items: bizIds.map((bizId, i) => ({ bizId, payload: payloads[i] })), lateness: parseFloat8Array(row.lateness) };
+    return { target: row.target, fresh: row.fresh === 't', markerKnown: row.fresh === 't', items: bizIds.map((bizId, i) => ({ bizId, payload: payloads[i] })), lateness: parseFloat8Array(row.lateness) };
   }
 
   /** Step 2: the handler where it runs. Throws only batch-level failures. */
@@ -148,7 +163,7 @@ export class ExternalExecutor {
     const database = ext.database ?? (ext.via === 'sql' ? (claimed.target ?? undefined) : undefined);
     if (ext.via === 'sql' && !database) throw new BatchFailure(`shard ${lease.id} of ${lease.kind} has no target database`);
     const where = database ? this.databases.pool(database) : this.pool;
-    return this.applyInTransaction(where, lease, handler, claimed.items, log);
+    return this.applyInTransaction(where, lease, handler, claimed, log);
   }
 
   /**
@@ -156,7 +171,8 @@ export class ExternalExecutor {
    * kind's time limit: past it the handler's signal aborts and its connection is destroyed (the
    * transaction rolls back; the handler is not called again on it), a batch-level failure.
    */
-  private async applyInTransaction(where: pg.Pool, lease: ExternalLease, handler: ResolvedHandler, items: ShardItem[], log: Logger): Promise<Decision> {
+  private async applyInTransaction(where: pg.Pool, lease: ExternalLease, handler: ResolvedHandler, claimed: Claimed, log: Logger): Promise<Decision> {
+    const { items } = claimed;
     let client: pg.PoolClient;
     try {
       client = await where.connect();
@@ -183,9 +199,10 @@ export class ExternalExecutor {
     });
     timedOut.catch(() => {});
     const work = (async (): Promise<Decision> => {
-      if (lease.attempts > 1) {
+      if (!claimed.fresh) {
         const marker = await readMarker(client, lease.id);
         if (marker) return { ...marker, fromMarker: true, where };
+        claimed.markerKnown = true;
       }
       await client.query(`BEGIN; SET LOCAL statement_timeout = ${Math.floor(limit)}`);
       const applied = new Set<string>();
@@ -204,6 +221,7 @@ export class ExternalExecutor {
       work.catch(() => {}); // the timed-out handler may still fail later
       if (err instanceof HandlerTimeoutError) throw err;
       if (commitSent && isConnectionError(err)) {
+        claimed.markerKnown = false;
         release(true);
         throw new UnknownOutcomeError(`the connection broke while committing shard ${lease.id} in the target: the shard's next run reads its marker`, { cause: err });
       }
