@@ -219,6 +219,11 @@ export class ExternalExecutor {
       return await Promise.race([work, timedOut]);
     } catch (err) {
       work.catch(() => {}); // the timed-out handler may still fail later
+      if (err instanceof HandlerTimeoutError && commitSent) {
+        // The limit fell while COMMIT was on its way: the commit may have happened.
+        claimed.markerKnown = false;
+        throw new UnknownOutcomeError(`shard ${lease.id} reached its time limit while committing in the target: the shard's next run reads its marker`, { cause: err });
+      }
       if (err instanceof HandlerTimeoutError) throw err;
       if (commitSent && isConnectionError(err)) {
         claimed.markerKnown = false;
