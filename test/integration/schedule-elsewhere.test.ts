@@ -32,7 +32,10 @@ beforeAll(async () => {
     object: {
       redisKeyPrefix: testKeyPrefix('elsewhere'),
       businessDatabases: { orders: { url: orders.url } },
-      kinds: { 'order.unpaid': { shardSize: 100, handler: { type: 'sql', sql: CLOSE_SQL, database: 'orders' } } },
+      kinds: {
+        'order.unpaid': { shardSize: 100, handler: { type: 'sql', sql: CLOSE_SQL, database: 'orders' } },
+        'order.ranged': { shardSize: 100, handler: { type: 'sql', sql: CLOSE_SQL, route: { by: 'range', ranges: [{ from: 0, to: 100, database: 'orders' }] } } },
+      },
       coordinator: { minTickIntervalMs: 50 },
       worker: { blockMs: 100, concurrency: 2 },
       logLevel: 'silent',
@@ -71,7 +74,9 @@ describe('scheduling from a service whose orders live elsewhere', () => {
     const deadline = Date.now() + 30_000;
     let states: Record<string, number> = {};
     while (Date.now() < deadline) {
-      const { rows } = await centerPool.query<{ s: string; n: number }>(`SELECT state || '/' || coalesce(result, '-') AS s, count(*)::int AS n FROM timeout_center.timeouts GROUP BY 1`);
+      const { rows } = await centerPool.query<{ s: string; n: number }>(
+        `SELECT state || '/' || coalesce(result, '-') AS s, count(*)::int AS n FROM timeout_center.timeouts WHERE kind = 'order.unpaid' GROUP BY 1`,
+      );
       states = Object.fromEntries(rows.map((r) => [r.s, r.n]));
       if ((states['done/applied'] ?? 0) + (states['done/skipped'] ?? 0) === 20) break;
       await new Promise((r) => setTimeout(r, 100));
@@ -83,5 +88,23 @@ describe('scheduling from a service whose orders live elsewhere', () => {
     expect(closed.rows[0]!.n).toBe(19);
     const markers = await ordersDb.query<{ n: number }>(`SELECT count(*)::int AS n FROM timeout_center.markers`);
     expect(markers.rows[0]!.n).toBe(0);
+  });
+
+  it('fails at once, saying why, a timeout whose biz_id the routing rule cannot place', async () => {
+    await ordersDb.query(`INSERT INTO orders (id, status) VALUES (50, 'unpaid')`);
+    for (const bizId of ['50', '500', 'abc']) await schedule(centerPool, { kind: 'order.ranged', bizId, delayMs: 0 });
+    const deadline = Date.now() + 30_000;
+    let rows: { biz_id: string; state: string; result: string | null; last_error: string | null }[] = [];
+    while (Date.now() < deadline) {
+      ({ rows } = await centerPool.query(`SELECT biz_id, state, result, last_error FROM timeout_center.timeouts WHERE kind = 'order.ranged' ORDER BY biz_id`));
+      if (rows.every((r) => r.state === 'done' || r.state === 'failed')) break;
+      await new Promise((r) => setTimeout(r, 100));
+    }
+    expect(rows.map((r) => [r.biz_id, r.state, r.result])).toEqual([
+      ['50', 'done', 'applied'],
+      ['500', 'failed', null],
+      ['abc', 'failed', null],
+    ]);
+    expect(rows[1]!.last_error).toMatch(/cannot be placed by the routing rule of order\.ranged/);
   });
 });
