@@ -10,15 +10,15 @@ ALTER TABLE timeout_center.shards ADD COLUMN target text;
 
 -- The routing rule of each kind whose SQL handler runs in business databases, written from the
 -- config like timeout_center.kinds. route_by 'database': all of the kind's timeouts go to
--- databases[1]; 'modulo': numeric biz_id, databases[1 + biz_id mod n]; 'hash': any biz_id,
--- databases[1 + hashtextextended(biz_id, 0) mod n]; 'range': numeric biz_id, the i-th database
+-- databases[1]; 'modulo': integer biz_id, databases[1 + biz_id mod n]; 'hash': any biz_id,
+-- databases[1 + hashtextextended(biz_id, 0) mod n]; 'range': integer biz_id, the i-th database
 -- when range_from[i] <= biz_id < range_to[i]. A kind without a row here has no target.
 CREATE TABLE timeout_center.kind_routes (
   kind        text PRIMARY KEY REFERENCES timeout_center.kinds (kind) ON UPDATE CASCADE ON DELETE CASCADE,
   route_by    text NOT NULL CHECK (route_by IN ('database', 'modulo', 'hash', 'range')),
   databases   text[] NOT NULL CHECK (cardinality(databases) >= 1),
-  range_from  numeric[],
-  range_to    numeric[],
+  range_from  bigint[],
+  range_to    bigint[],
   updated_at  timestamptz NOT NULL DEFAULT now(),
   CHECK (route_by <> 'range' OR (cardinality(range_from) = cardinality(databases) AND cardinality(range_to) = cardinality(databases)))
 );
@@ -26,22 +26,33 @@ CREATE TABLE timeout_center.kind_routes (
 -- The target of one timeout: the routing rule in SQL, so that the map (plan_shards.sql) and the
 -- external claim (external_claim.sql) agree on it row by row. A biz_id the rule cannot place (not
 -- an integer under modulo or range, or outside every range) gets '-unroutable' (no database
--- name starts with '-'): its shard fails those timeouts with an error that says why. The
+-- name starts with '-'; modulo and range take integer ids of up to 18 digits, the bigint range):
+-- its shard fails those timeouts with an error that says why. The
 -- modulo and hash remainders are made non-negative. hashtextextended(text, 0) is the hash
--- PostgreSQL's hash partitioning stores partitions by, so it is stable across versions; a service
--- that wants to know where an id goes runs SELECT timeout_center.target_of(kind, biz_id).
+-- PostgreSQL's hash partitioning stores partitions by, so it is stable across versions. Ranges
+-- are stored sorted by range_from (src/db/routes.ts) for width_bucket.
+-- route_target takes the rule's columns, so that it is one expression PostgreSQL inlines into the
+-- statements that scan timeouts (no function call per row); target_of looks the rule up by kind,
+-- for services and operators: SELECT timeout_center.target_of('order.unpaid', '12345').
+CREATE FUNCTION timeout_center.route_target(p_by text, p_databases text[], p_from bigint[], p_to bigint[], p_biz_id text) RETURNS text
+LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
+  SELECT CASE
+           WHEN p_by IS NULL THEN NULL
+           WHEN p_by = 'database' THEN p_databases[1]
+           WHEN p_by = 'hash'
+             THEN p_databases[1 + ((hashtextextended(p_biz_id, 0) % cardinality(p_databases)) + cardinality(p_databases)) % cardinality(p_databases)]
+           -- (an unbounded pattern and a length test: a bounded {1,18} costs several times more per row)
+           WHEN p_biz_id !~ '^-?[0-9]+$' OR length(p_biz_id) > 18 + (left(p_biz_id, 1) = '-')::int THEN '-unroutable'
+           WHEN p_by = 'modulo'
+             THEN p_databases[1 + (((p_biz_id::bigint % cardinality(p_databases)) + cardinality(p_databases)) % cardinality(p_databases))::int]
+           ELSE coalesce(CASE WHEN p_biz_id::bigint < p_to[width_bucket(p_biz_id::bigint, p_from)]
+                              THEN p_databases[width_bucket(p_biz_id::bigint, p_from)] END, '-unroutable')
+         END
+$$;
+
 CREATE FUNCTION timeout_center.target_of(p_kind text, p_biz_id text) RETURNS text
 LANGUAGE sql STABLE PARALLEL SAFE AS $$
-  SELECT CASE
-           WHEN r.route_by = 'database' THEN r.databases[1]
-           WHEN r.route_by = 'hash'
-             THEN r.databases[1 + ((hashtextextended(p_biz_id, 0) % cardinality(r.databases)) + cardinality(r.databases)) % cardinality(r.databases)]
-           WHEN p_biz_id !~ '^-?[0-9]{1,38}$' THEN '-unroutable'
-           WHEN r.route_by = 'modulo'
-             THEN r.databases[1 + (((p_biz_id::numeric % cardinality(r.databases)) + cardinality(r.databases)) % cardinality(r.databases))::int]
-           ELSE coalesce((SELECT x.db FROM unnest(r.range_from, r.range_to, r.databases) AS x (f, t, db)
-                           WHERE p_biz_id::numeric >= x.f AND p_biz_id::numeric < x.t LIMIT 1), '-unroutable')
-         END
+  SELECT timeout_center.route_target(r.route_by, r.databases, r.range_from, r.range_to, p_biz_id)
     FROM timeout_center.kind_routes r
    WHERE r.kind = p_kind
 $$;

@@ -12,10 +12,11 @@ export const BUSINESS_DATABASE_NAME = /^[a-z][a-z0-9_]{0,62}$/;
 
 const databaseList = z.array(z.string().min(1)).min(1).max(1024);
 
-/** How a kind's biz_ids map to business databases. modulo: numeric biz_id, database number
- *  biz_id mod n (0-based, non-negative). hash: any text biz_id, database number
+/** How a kind's biz_ids map to business databases. modulo: integer biz_id (up to 18 digits),
+ *  database number biz_id mod n (0-based, non-negative). hash: any text biz_id, database number
  *  hashtextextended(biz_id, 0) mod n (non-negative; the hash PostgreSQL's hash partitioning uses,
- *  so stable across versions). range: numeric biz_id, from <= id < to. */
+ *  so stable across versions). range: integer biz_id, from <= id < to. An id the rule cannot
+ *  place fails at once with an error naming the rule (timeout_center.route_target, sql/0005). */
 const routeSchema = z.discriminatedUnion('by', [
   z.strictObject({ by: z.literal('modulo'), databases: databaseList }),
   z.strictObject({ by: z.literal('hash'), databases: databaseList }),

@@ -19,7 +19,9 @@ export function routeRows(kinds: Config['kinds']): RouteRow[] {
     if (h.type !== 'sql') continue;
     if (h.database) out.push({ kind, by: 'database', databases: [h.database], from: null, to: null });
     else if (h.route?.by === 'range') {
-      out.push({ kind, by: 'range', databases: h.route.ranges.map((r) => r.database), from: h.route.ranges.map((r) => String(r.from)), to: h.route.ranges.map((r) => String(r.to)) });
+      // Sorted by from: the SQL rule finds the range with width_bucket.
+      const ranges = [...h.route.ranges].sort((a, b) => a.from - b.from);
+      out.push({ kind, by: 'range', databases: ranges.map((r) => r.database), from: ranges.map((r) => String(r.from)), to: ranges.map((r) => String(r.to)) });
     } else if (h.route) out.push({ kind, by: h.route.by, databases: h.route.databases, from: null, to: null });
   }
   return out;
@@ -29,9 +31,9 @@ export async function syncRoutes(pool: pg.Pool, kinds: Config['kinds']): Promise
   const rows = routeRows(kinds);
   await pool.query(
     `WITH wanted AS (
-       SELECT r.kind, r.route_by, (SELECT array_agg(x) FROM jsonb_array_elements_text(r.databases) x) AS databases,
-              (SELECT array_agg(x::numeric) FROM jsonb_array_elements_text(r.range_from) x) AS range_from,
-              (SELECT array_agg(x::numeric) FROM jsonb_array_elements_text(r.range_to) x) AS range_to
+       SELECT r.kind, r.route_by, (SELECT array_agg(x ORDER BY o) FROM jsonb_array_elements_text(r.databases) WITH ORDINALITY e (x, o)) AS databases,
+              (SELECT array_agg(x::bigint ORDER BY o) FROM jsonb_array_elements_text(r.range_from) WITH ORDINALITY e (x, o)) AS range_from,
+              (SELECT array_agg(x::bigint ORDER BY o) FROM jsonb_array_elements_text(r.range_to) WITH ORDINALITY e (x, o)) AS range_to
          FROM jsonb_to_recordset($1::jsonb) AS r (kind text, route_by text, databases jsonb, range_from jsonb, range_to jsonb)
      ), dropped AS (
        DELETE FROM timeout_center.kind_routes k WHERE k.kind = ANY ($2::text[]) AND NOT EXISTS (SELECT 1 FROM wanted w WHERE w.kind = k.kind)

@@ -41,8 +41,10 @@ async function targets(kind: string, ids: string[]): Promise<(string | null)[]> 
 }
 
 describe('timeout_center.target_of', () => {
-  it('modulo: numeric biz_id mod n (non-negative); a non-integer id is unroutable', async () => {
-    expect(await targets('k.mod', ['0', '1', '2', '3', '-1', '30000000000000000001', 'abc', '1.5'])).toEqual(['a', 'b', 'c', 'a', 'c', 'b', '-unroutable', '-unroutable']);
+  it('modulo: integer biz_id (up to 18 digits) mod n, non-negative; any other id is unroutable', async () => {
+    expect(await targets('k.mod', ['0', '1', '2', '3', '-1', '300000000000000001', '-300000000000000001', '30000000000000000001', 'abc', '1.5', '-', ''])).toEqual([
+      'a', 'b', 'c', 'a', 'c', 'b', 'c', '-unroutable', '-unroutable', '-unroutable', '-unroutable', '-unroutable',
+    ]);
   });
 
   it('hash: hashtextextended(biz_id, 0) mod n, the same value a service computes in SQL', async () => {

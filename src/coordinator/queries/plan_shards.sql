@@ -40,15 +40,15 @@ WITH live_target AS (
    WHERE k.kind = ANY ($2::text[]) AND (r.kind IS NULL OR r.route_by = 'database')
   UNION ALL
   -- A kind routed over several business databases: its due rows (the same window in due order)
-  -- counted per target with the routing rule in SQL (timeout_center.target_of, the predicate the
-  -- external claim filters by), less what that target's shards in flight cover. Always counted
-  -- (the credit is per kind).
+  -- counted per target with the routing rule in SQL (timeout_center.route_target, the predicate
+  -- the external claim filters by), less what that target's shards in flight cover. Always
+  -- counted (the credit is per kind).
   SELECT k.kind, c.target, k.shard_size, true, greatest(c.n - coalesce(lt.capacity, 0), 0)
     FROM timeout_center.kinds k
     JOIN timeout_center.kind_routes r ON r.kind = k.kind AND r.route_by <> 'database'
     LEFT JOIN live l ON l.kind = k.kind
    CROSS JOIN LATERAL (SELECT d.target, count(*) AS n
-                         FROM (SELECT timeout_center.target_of(t.kind, t.biz_id) AS target
+                         FROM (SELECT timeout_center.route_target(r.route_by, r.databases, r.range_from, r.range_to, t.biz_id) AS target
                                  FROM timeout_center.timeouts t
                                 WHERE t.kind = k.kind AND t.state = 'pending' AND t.available_at <= $1
                                 ORDER BY t.available_at

@@ -7,11 +7,14 @@
 -- (its worker died, or the lease ran out) takes back exactly the rows it holds already and
 -- claims nothing new: the marker in the target database says what the first run did with them.
 --   $1 shard id   $2 kind   $3 claim limit   $4 lease token
---   $5 routed: filter by timeout_center.target_of(kind, biz_id) = the shard's target (boolean)
+--   $5 routed: filter by the kind's routing rule (timeout_center.route_target) = the shard's
+--      target (boolean)
 -- Returns one row: target (the shard's), ids (bigint[]), biz_ids (text[]), payloads (jsonb[]),
 -- lateness in s (float8[]), fresh (whether the rows were claimed now); no row when the lease is
 -- no longer ours.
-WITH ours AS MATERIALIZED (
+WITH route AS MATERIALIZED (
+  SELECT r.route_by, r.databases, r.range_from, r.range_to FROM timeout_center.kind_routes r WHERE r.kind = $2
+), ours AS MATERIALIZED (
   SELECT sh.target FROM timeout_center.shards sh
    WHERE sh.id = $1 AND sh.lease_token = $4 AND sh.state = 'running'
 ), held AS MATERIALIZED (
@@ -20,7 +23,9 @@ WITH ours AS MATERIALIZED (
 ), fresh AS MATERIALIZED (
   SELECT d.id FROM timeout_center.timeouts d
    WHERE d.kind = $2 AND d.state = 'pending' AND d.available_at <= statement_timestamp()
-     AND (NOT $5::boolean OR timeout_center.target_of(d.kind, d.biz_id) IS NOT DISTINCT FROM (SELECT target FROM ours))
+     AND (NOT $5::boolean
+          OR timeout_center.route_target((SELECT route_by FROM route), (SELECT databases FROM route), (SELECT range_from FROM route),
+                                         (SELECT range_to FROM route), d.biz_id) IS NOT DISTINCT FROM (SELECT target FROM ours))
      AND EXISTS (SELECT 1 FROM ours) AND NOT EXISTS (SELECT 1 FROM held)
    ORDER BY d.available_at
    LIMIT $3
