@@ -46,9 +46,13 @@ export class BusinessDatabases {
     return pool;
   }
 
-  async close(): Promise<void> {
-    await Promise.all([...this.pools.values()].map((p) => p.end().catch(() => {})));
+  /** Closes every pool; bounded, since pool.end() waits for connections a handler still holds. */
+  async close(boundMs = 2000): Promise<void> {
+    const ends = Promise.all([...this.pools.values()].map((p) => p.end().catch(() => {})));
     this.pools.clear();
+    let timer: NodeJS.Timeout | undefined;
+    await Promise.race([ends, new Promise<void>((r) => (timer = setTimeout(r, boundMs)))]);
+    clearTimeout(timer);
   }
 }
 
