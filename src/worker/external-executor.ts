@@ -14,7 +14,7 @@
 import { BrokenCircuitError } from 'cockatiel';
 import pg from 'pg';
 import type { Logger } from 'pino';
-import { isConnectionError, pgErrorCode } from '../db/pool.js';
+import { isConnectionError, isRetryableConflict, pgErrorCode } from '../db/pool.js';
 import { query } from '../db/queries.js';
 import { failpoint } from '../failpoints.js';
 import type { Metrics } from '../observability/metrics.js';
@@ -111,7 +111,7 @@ export class ExternalExecutor {
       return { status: 'not-ours', reason: deferred.rowCount ? 'deferred until the target answers' : 'lease lost' };
     }
     await failpoint('external.before-record');
-    const recorded = await this.record(lease, handler, decision);
+    const recorded = await this.recordWithRetry(lease, handler, decision, shardLog);
     if (!recorded) return { status: 'not-ours', reason: `lease on shard ${lease.id} was lost before its record; the shard's next run reads the marker` };
     if ('where' in decision && decision.where) {
       const where = decision.where;
@@ -283,6 +283,25 @@ export class ExternalExecutor {
       const mid = Math.ceil(items.length / 2);
       await this.applySplitting(client, handler, lease, items.slice(0, mid), applied, failed, signal, depth + 1);
       await this.applySplitting(client, handler, lease, items.slice(mid), applied, failed, signal, depth + 1);
+    }
+  }
+
+  /** The record survives a short loss of the center's connection (deadlock, restart): the marker
+   *  would make a re-run safe anyway, but it would wait for the lease to run out. */
+  private async recordWithRetry(
+    lease: ExternalLease,
+    handler: ResolvedHandler,
+    decision: Decision | { retryInMs: number; error: string },
+    log: Logger,
+  ): ReturnType<ExternalExecutor['record']> {
+    for (let attempt = 1; ; attempt += 1) {
+      try {
+        return await this.record(lease, handler, decision);
+      } catch (err) {
+        if (attempt >= 4 || !(isConnectionError(err) || isRetryableConflict(err))) throw err;
+        log.warn({ err, attempt }, 'recording the external shard failed on a transient error; retrying');
+        await new Promise((r) => setTimeout(r, 200 * 2 ** attempt));
+      }
     }
   }
 
