@@ -8,9 +8,36 @@ import { parse as parseYaml } from 'yaml';
 import { z } from 'zod';
 
 const KIND_NAME = /^[a-z0-9][a-z0-9_.:-]{0,99}$/;
+/** Business database names: they appear in shards.target, metrics labels and SQL. */
+export const BUSINESS_DATABASE_NAME = /^[a-z][a-z0-9_]{0,62}$/;
+
+const databaseList = z.array(z.string().min(1)).min(1).max(1024);
+
+/** How a kind's biz_ids map to business databases. modulo: integer biz_id (up to 18 digits),
+ *  database number biz_id mod n (0-based, non-negative). hash: any text biz_id, database number
+ *  hashtextextended(biz_id, 0) mod n (non-negative; the hash PostgreSQL's hash partitioning uses,
+ *  so stable across versions). range: integer biz_id, from <= id < to. An id the rule cannot
+ *  place fails at once with an error naming the rule (timeout_center.route_target, sql/0005). */
+const routeSchema = z.discriminatedUnion('by', [
+  z.strictObject({ by: z.literal('modulo'), databases: databaseList }),
+  z.strictObject({ by: z.literal('hash'), databases: databaseList }),
+  z.strictObject({
+    by: z.literal('range'),
+    ranges: z
+      .array(z.strictObject({ from: z.number().int(), to: z.number().int(), database: z.string().min(1) }))
+      .min(1)
+      .max(1024),
+  }),
+]);
 
 const sqlHandler = z.strictObject({
   type: z.literal('sql'),
+  /** Run in this business database (a name under businessDatabases) instead of the center's own:
+   *  the external path (claim, apply there with a marker, record). Leave out both database and
+   *  route for the same-database path. */
+  database: z.string().min(1).optional(),
+  /** Run in one of several business databases, chosen per biz_id (see routeSchema). */
+  route: routeSchema.optional(),
   /** One statement. $1 is the array of biz_ids (text[]), $2 the payloads (jsonb[]). Its first
    *  result column is the ids it changed (an UPDATE needs RETURNING): ids not returned count as
    *  skipped. A SELECT of your own function works too. */
@@ -36,6 +63,29 @@ const codeHandler = z.strictObject({
    *  whose handler is registered programmatically (Worker.registerHandler) may leave this out. */
   module: z.string().min(1).optional(),
   export: z.string().min(1).default('default'),
+  /** ctx.client is a connection to this business database, in a transaction of its own that
+   *  also writes the marker; default: the center's database. */
+  database: z.string().min(1).optional(),
+});
+
+const businessDatabaseSchema = z
+  .strictObject({
+    /** PostgreSQL URL of the business database. */
+    url: z.string().min(1).optional(),
+    /** Name of an environment variable holding the URL (keeps passwords out of the file). */
+    urlEnv: z.string().regex(/^[A-Za-z_][A-Za-z0-9_]*$/, 'an environment variable name, e.g. ORDERS_0_URL').optional(),
+    /** Connections per worker process to this database. */
+    poolSize: z.number().int().min(1).max(200).default(4),
+  })
+  .refine((d) => (d.url === undefined) !== (d.urlEnv === undefined), { message: 'give exactly one of url or urlEnv' });
+
+const breakerSchema = z.strictObject({
+  /** Batch-level failures in a row (per kind and target, per worker) that open the breaker. */
+  consecutiveFailures: z.number().int().min(1).max(1000).default(3),
+  /** How long an open breaker refuses calls before one trial call (half-open). */
+  halfOpenAfterMs: z.number().int().min(100).max(3_600_000).default(5000),
+  /** Longest wait before a batch that failed as a whole is tried again. */
+  maxRetryDelayMs: z.number().int().min(100).max(3_600_000).default(30_000),
 });
 
 const kindSchema = z.strictObject({
@@ -153,6 +203,10 @@ export const configSchema = z.strictObject({
     }
     if (Object.keys(kinds).length === 0) ctx.addIssue({ code: 'custom', message: 'declare at least one kind' });
   }),
+  /** Databases the center does not own where SQL (and code) handlers run, by name. */
+  businessDatabases: z.record(z.string(), businessDatabaseSchema).default({}),
+  /** Circuit breaker and retry of the external path (business databases, HTTP, code handlers). */
+  breaker: breakerSchema.default(breakerSchema.parse({})),
   coordinator: coordinatorSchema.default(coordinatorSchema.parse({})),
   worker: workerSchema.default(workerSchema.parse({})),
   alerts: alertsSchema.default(alertsSchema.parse({})),
@@ -160,7 +214,10 @@ export const configSchema = z.strictObject({
   /** Port of /metrics, /healthz, /readyz; 0 picks a free one, omit to serve nothing. */
   httpPort: z.number().int().min(0).max(65535).optional(),
   logLevel: z.enum(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent']).default('info'),
-}).superRefine(crossFieldChecks);
+}).superRefine((config, ctx) => {
+  crossFieldChecks(config, ctx);
+  checkBusinessDatabases(config, ctx);
+});
 
 /** Checks that span fields, in the schema itself so that every entry point (parseConfig,
  *  loadConfig, command-line flags merged in before parsing) refuses the same configs. */
@@ -195,6 +252,57 @@ function crossFieldChecks(
   }
 }
 
+/** Cross-field checks of business databases and routes: names exist, ranges are sound. */
+function checkBusinessDatabases(
+  config: { businessDatabases: Record<string, unknown>; kinds: Record<string, { handler: z.output<typeof sqlHandler> | z.output<typeof httpHandler> | z.output<typeof codeHandler> }> },
+  ctx: z.RefinementCtx,
+): void {
+  const declared = Object.keys(config.businessDatabases);
+  for (const name of declared) {
+    if (!BUSINESS_DATABASE_NAME.test(name)) {
+      ctx.addIssue({ code: 'custom', path: ['businessDatabases', name], message: 'database names are lower-case letters, digits and _, starting with a letter (e.g. orders_0)' });
+    }
+  }
+  const known = (path: (string | number)[], name: string) => {
+    if (!(name in config.businessDatabases)) {
+      ctx.addIssue({
+        code: 'custom',
+        path,
+        message: `unknown business database "${name}"; declared: ${declared.length ? declared.join(', ') : 'none (add it under businessDatabases)'}`,
+      });
+    }
+  };
+  for (const [kind, { handler }] of Object.entries(config.kinds ?? {})) {
+    const base = ['kinds', kind, 'handler'];
+    if (handler.type === 'code' && handler.database) known([...base, 'database'], handler.database);
+    if (handler.type !== 'sql') continue;
+    if (handler.database && handler.route) ctx.addIssue({ code: 'custom', path: base, message: 'give database or route, not both' });
+    if (handler.database) known([...base, 'database'], handler.database);
+    const route = handler.route;
+    if (!route) continue;
+    if (route.by === 'range') {
+      route.ranges.forEach((r, i) => {
+        known([...base, 'route', 'ranges', i, 'database'], r.database);
+        if (r.from >= r.to) ctx.addIssue({ code: 'custom', path: [...base, 'route', 'ranges', i], message: `from (${r.from}) must be below to (${r.to}): a range is from <= biz_id < to` });
+      });
+      const sorted = route.ranges.map((r, i) => ({ ...r, i })).sort((a, b) => a.from - b.from);
+      for (let j = 1; j < sorted.length; j += 1) {
+        const prev = sorted[j - 1]!;
+        const cur = sorted[j]!;
+        if (cur.from < prev.to) {
+          ctx.addIssue({
+            code: 'custom',
+            path: [...base, 'route', 'ranges', cur.i],
+            message: `overlaps range ${prev.i} ([${prev.from}, ${prev.to}) -> ${prev.database}): every biz_id must map to one database`,
+          });
+        }
+      }
+    } else {
+      route.databases.forEach((d, i) => known([...base, 'route', 'databases', i], d));
+    }
+  }
+}
+
 export type ConfigInput = z.input<typeof configSchema>;
 export type Config = z.output<typeof configSchema>;
 export type KindConfig = Config['kinds'][string];
@@ -203,10 +311,14 @@ export type CoordinatorConfig = Config['coordinator'];
 export type WorkerConfig = Config['worker'];
 export type AlertsConfig = Config['alerts'];
 export type RetentionConfig = Config['retention'];
+export type BreakerConfig = Config['breaker'];
+export type RouteConfig = z.output<typeof routeSchema>;
 
 /** Resolved config plus where it came from, so relative paths (code handlers) resolve. */
 export interface LoadedConfig extends Config {
   databaseUrl: string;
+  /** businessDatabases with each URL resolved (urlEnv read from the environment). */
+  businessDatabaseUrls: Record<string, string>;
   redisUrl: string;
   /** Directory of the config file (or cwd), for code handler modules. */
   baseDir: string;
@@ -306,5 +418,13 @@ export function loadConfig(options: LoadOptions): LoadedConfig {
   if (!databaseUrl) missing.push('databaseUrl: not set: set DATABASE_URL (e.g. postgres://user@127.0.0.1:5432/db) or databaseUrl in the file');
   if (!redisUrl) missing.push('redisUrl: not set: set REDIS_URL (e.g. redis://127.0.0.1:6379) or redisUrl in the file');
   if (missing.length > 0) throw new ConfigError(source, missing);
-  return { ...config, databaseUrl: databaseUrl!, redisUrl: redisUrl!, baseDir, source };
+  const businessDatabaseUrls: Record<string, string> = {};
+  for (const [name, db] of Object.entries(config.businessDatabases)) {
+    const url = db.url ?? env[db.urlEnv!];
+    if (!url) {
+      throw new ConfigError(source, [`businessDatabases.${name}.urlEnv: the environment variable ${db.urlEnv} is not set (it should hold the URL of business database ${name})`]);
+    }
+    businessDatabaseUrls[name] = url;
+  }
+  return { ...config, databaseUrl: databaseUrl!, redisUrl: redisUrl!, baseDir, source, businessDatabaseUrls };
 }

@@ -9,6 +9,7 @@ import { Coordinator } from './coordinator/coordinator.js';
 import type { LeaderLock } from './coordinator/leader-lock.js';
 import { Leadership } from './coordinator/leadership.js';
 import { syncKinds } from './db/kinds.js';
+import { syncRoutes } from './db/routes.js';
 import { assertMigrated } from './db/migrate.js';
 import { createPool } from './db/pool.js';
 import { startHealthServer, type HealthServer } from './observability/http.js';
@@ -130,6 +131,7 @@ export async function startRuntime(options: RuntimeOptions): Promise<Runtime> {
     if (redisChannel) await checkRedis(redisChannel, config.redisUrl);
     await assertMigrated(pool);
     await syncKinds(pool, config.kinds);
+    await syncRoutes(pool, config.kinds);
     await channel.init(Object.keys(config.kinds));
 
     if (options.worker) {

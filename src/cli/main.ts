@@ -5,6 +5,8 @@ import { Command, CommanderError, Option } from 'commander';
 import { ConfigError, loadConfig, type LoadedConfig } from '../config.js';
 import { migrate } from '../db/migrate.js';
 import { syncKinds } from '../db/kinds.js';
+import { syncRoutes } from '../db/routes.js';
+import { prepareBusinessDatabases } from '../worker/business-db.js';
 import { createPool } from '../db/pool.js';
 import { createLogger, type Logger } from '../observability/logger.js';
 import { checkPostgres, startRuntime, UnreachableError, type Runtime } from '../runtime.js';
@@ -69,7 +71,20 @@ program
     try {
       await checkPostgres(pool, url);
       const result = await migrate(pool, logger);
-      if (config) await syncKinds(pool, config.kinds);
+      if (config) {
+        await syncKinds(pool, config.kinds);
+        await syncRoutes(pool, config.kinds);
+      }
+      // The marker table in each business database; one that cannot be reached is named, and the
+      // command fails after preparing the others (run it again once that database is up).
+      const business = config ? await prepareBusinessDatabases(config.businessDatabaseUrls, logger) : { prepared: [], unreachable: [] };
+      if (business.unreachable.length > 0) {
+        throw new UnreachableError(
+          `the center's database is migrated, but these business databases could not be reached to prepare timeout_center.markers: ${business.unreachable
+            .map((u) => `${u.name} (${u.url}: ${u.error})`)
+            .join('; ')}. Start them or fix businessDatabases, then run migrate again`,
+        );
+      }
       logger.info(
         { applied: result.applied, version: result.current, kinds: config ? Object.keys(config.kinds) : undefined },
         result.applied.length ? 'database migrated' : 'database already up to date',

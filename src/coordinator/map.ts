@@ -33,7 +33,7 @@ export async function planScan(
     rateBudget: Record<string, number>;
   },
 ): Promise<PlannedScan | undefined> {
-  type Row = { id: number; scan_id: number; kind: string; claim_limit: number; uncovered: string; counted: boolean };
+  type Row = { id: number; scan_id: number; kind: string; target: string | null; claim_limit: number; uncovered: string; counted: boolean };
   const { rows } = await fencedTransaction(pool, epoch, (client) =>
     client.query<Row>(query(new URL('.', import.meta.url), 'plan_shards'), [
       args.cutoff,
@@ -49,8 +49,15 @@ export async function planScan(
   if (rows.length === 0) return undefined;
   const scanId = Number(rows[0]!.scan_id);
   const byKind = new Map<string, { uncovered: number; planned: number; counted: boolean }>();
+  // A kind routed over several business databases has one uncovered count per target.
+  const targetsSeen = new Set<string>();
   for (const r of rows) {
-    const k = byKind.get(r.kind) ?? { uncovered: Number(r.uncovered), planned: 0, counted: r.counted };
+    const k = byKind.get(r.kind) ?? { uncovered: 0, planned: 0, counted: r.counted };
+    const key = `${r.kind}\u0000${r.target ?? ''}`;
+    if (!targetsSeen.has(key)) {
+      targetsSeen.add(key);
+      k.uncovered += Number(r.uncovered);
+    }
     k.planned += r.claim_limit;
     byKind.set(r.kind, k);
   }

@@ -19,6 +19,8 @@ export interface PoolOptions {
   logger: Logger;
   /** Abort a transaction left idle this long (a paused or hung worker releases its locks). */
   idleInTransactionTimeoutMs?: number;
+  /** How long to wait for a new connection (default 10 s). */
+  connectionTimeoutMs?: number;
 }
 
 export function createPool(options: PoolOptions): pg.Pool {
@@ -26,7 +28,7 @@ export function createPool(options: PoolOptions): pg.Pool {
     connectionString: options.connectionString,
     max: options.max,
     application_name: options.applicationName,
-    connectionTimeoutMillis: 10_000,
+    connectionTimeoutMillis: options.connectionTimeoutMs ?? 10_000,
     idleTimeoutMillis: 30_000,
     keepAlive: true,
     types: typeParsers,

@@ -71,6 +71,8 @@ export interface ShardsTable {
   size: number;
   /** Most due timeouts the shard may claim (set by the map). */
   claim_limit: number;
+  /** Business database the shard runs against (sql/0005); null for the same-database path. */
+  target: string | null;
   state: Generated<ShardState>;
   attempts: Generated<number>;
   owner: string | null;
@@ -145,6 +147,8 @@ export interface ShardReportView {
   duration: unknown | null;
   publish_count: number;
   claim_limit: number;
+  /** Business database the shard runs against (sql/0005); null for the same-database path. */
+  target: string | null;
 }
 
 export interface FailedTimeoutsView {

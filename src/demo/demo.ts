@@ -93,7 +93,7 @@ function demoConfig(databaseUrl: string, redisUrl: string | undefined, opts: Dem
     },
     'demo',
   );
-  return { ...config, databaseUrl, redisUrl: redisUrl ?? '', baseDir: process.cwd(), source: 'demo' };
+  return { ...config, databaseUrl, redisUrl: redisUrl ?? '', baseDir: process.cwd(), source: 'demo', businessDatabaseUrls: {} };
 }
 
 /** The demo shop's table; it must exist before the worker starts (it checks its handler's SQL). */

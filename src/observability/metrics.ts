@@ -131,6 +131,18 @@ export class Metrics {
     labelNames: ['kind'] as const,
     registers: [this.registry],
   });
+  readonly circuitBreaker = new Gauge({
+    name: 'tc_circuit_breaker_state',
+    help: 'Circuit breaker of the external path per kind and target, in this worker: 0 closed, 1 open, 2 half-open',
+    labelNames: ['kind', 'target'] as const,
+    registers: [this.registry],
+  });
+  readonly batchFailures = new Counter({
+    name: 'tc_external_batch_failures_total',
+    help: 'External shards whose whole batch failed (target down, time limit, 5xx, 401/403/404, 429, malformed reply, breaker open) and went back with backoff, by kind and target',
+    labelNames: ['kind', 'target'] as const,
+    registers: [this.registry],
+  });
 
   constructor(processRole: string) {
     this.registry.setDefaultLabels({ role: processRole });

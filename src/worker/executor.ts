@@ -21,6 +21,7 @@ import {
 import { splitPinned } from './isolate.js';
 import type { KeptLease, LeaseKeeper } from './lease-keeper.js';
 import { replaceParameter, type BatchSqlHandler } from './sql-handler.js';
+import type { ExternalExecutor } from './external-executor.js';
 
 const here = new URL('.', import.meta.url);
 
@@ -94,6 +95,8 @@ export class ShardExecutor {
     private readonly logger: Logger,
     /** Renews the lease of each running shard (lease-keeper.ts); none: the lease is never extended. */
     private readonly leaseKeeper?: LeaseKeeper,
+    /** Runs the kinds whose handler lives outside this database (business databases, HTTP, code). */
+    private readonly external?: ExternalExecutor,
   ) {}
 
   async run(shardId: number): Promise<ShardOutcome> {
@@ -117,6 +120,15 @@ export class ShardExecutor {
     }
     const log = this.logger.child({ shardId, scanId: lease.scan_id, kind: lease.kind });
     await failpoint('worker.after-lease');
+    if (handler.external && this.external) {
+      // The external path renews its lease too: a slow target must not lose a running shard.
+      const keptExternal = this.leaseKeeper?.keep(lease.id, lease.lease_token);
+      try {
+        return await this.external.run(lease, { ...handler, external: handler.external }, log);
+      } finally {
+        keptExternal?.stop();
+      }
+    }
     if (lease.attempts > 1) {
       // An earlier run of this shard died: fix its rows first, so that the rows that may be
       // killing workers stay with this shard and fail with it after maxAttempts.

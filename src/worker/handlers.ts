@@ -1,11 +1,17 @@
-// Handlers: what a kind does with one shard's batch of business ids. SQL handlers run inside the
-// shard's transaction (same database: the order change and the bookkeeping commit together);
-// code handlers get that transaction's client too; HTTP handlers make one batched POST per shard.
+// Handlers: what a kind does with one shard's batch of business ids. A SQL handler without a
+// database runs inside the shard's transaction (same database: the order change and the
+// bookkeeping commit together). SQL handlers on business databases, code handlers and HTTP
+// handlers run on the external path (external-executor.ts): claim committed first, then the
+// handler, then the record.
 import { pathToFileURL } from 'node:url';
 import { resolve } from 'node:path';
 import type pg from 'pg';
 import type { HandlerConfig, KindConfig, LoadedConfig } from '../config.js';
 import { sqlHandlerForm, sqlParameterTypes, type BatchSqlHandler } from './sql-handler.js';
+import { postShard } from './http-handler.js';
+import { BatchFailure, HandlerTimeoutError } from './failures.js';
+
+export { BatchFailure, HandlerTimeoutError };
 
 export interface ShardItem {
   bizId: string;
@@ -15,10 +21,15 @@ export interface ShardItem {
 export interface HandlerContext {
   kind: string;
   shardId: number;
-  /** The shard's transaction. A handler that writes to this database should use it. */
+  /** A connection inside a transaction that commits with the handler's result: the shard's own
+   *  transaction on the same-database path; on the external path (code handlers), a transaction
+   *  of its own on the kind's business database (or the center's), which also writes the marker.
+   *  After the time limit it is destroyed: a handler must not keep using it. */
   client: pg.PoolClient;
   /** Aborted when the kind's time limit passes. */
   signal: AbortSignal;
+  /** The shard's attempt (its lease), from 1. */
+  attempt?: number;
 }
 
 /** What a handler reports: ids it changed; ids that failed (with why); every other id is skipped. */
@@ -35,10 +46,6 @@ export type ShardHandler = (items: ShardItem[], ctx: HandlerContext) => Promise<
 /** A failure that retrying cannot fix (bullmq's UnrecoverableError): the ids fail at once. */
 export class PermanentError extends Error {
   override name = 'PermanentError';
-}
-
-export class HandlerTimeoutError extends Error {
-  override name = 'HandlerTimeoutError';
 }
 
 export function normalizeResult(result: HandlerResult | string[] | undefined | null): HandlerResult {
@@ -72,22 +79,8 @@ function sqlHandler(sql: string, timeLimitMs: number): ShardHandler {
   };
 }
 
-function httpHandler(config: Extract<HandlerConfig, { type: 'http' }>): ShardHandler {
-  return async (items, ctx) => {
-    const res = await fetch(config.url, {
-      method: 'POST',
-      headers: { 'content-type': 'application/json', ...config.headers },
-      body: JSON.stringify({ kind: ctx.kind, shardId: ctx.shardId, items }),
-      signal: ctx.signal,
-    });
-    if (!res.ok) {
-      const text = await res.text().catch(() => '');
-      const err = new Error(`HTTP handler ${config.url} answered ${res.status}: ${text.slice(0, 300)}`);
-      // 4xx other than 408/429 will not get better by retrying the same batch.
-      throw res.status >= 400 && res.status < 500 && res.status !== 408 && res.status !== 429 ? new PermanentError(err.message) : err;
-    }
-    return normalizeResult((await res.json()) as HandlerResult);
-  };
+function httpHandler(config: Extract<HandlerConfig, { type: 'http' }>, timeLimitMs: number): ShardHandler {
+  return (items, ctx) => postShard(config, items, { kind: ctx.kind, shardId: ctx.shardId, attempt: ctx.attempt ?? 1, signal: ctx.signal, timeLimitMs });
 }
 
 async function codeHandler(kind: string, config: Extract<HandlerConfig, { type: 'code' }>, baseDir: string, registered: Map<string, ShardHandler>): Promise<ShardHandler> {
@@ -117,8 +110,28 @@ export interface ResolvedHandler {
   /** SQL handlers that take only $1: claim and handler as one statement (sql-handler.ts). */
   batch?: BatchSqlHandler;
   /** Which form the handler runs in and why (logged at start): batch (inside the claim
-   *  statement), plain (a statement of its own after the claim), code or http. */
-  form: { form: 'batch' | 'plain' | 'code' | 'http'; reason: string };
+   *  statement), plain (a statement of its own after the claim), or external (claim committed
+   *  first, then the handler in a business database, over HTTP or in code; external-executor.ts). */
+  form: { form: 'batch' | 'plain' | 'external'; reason: string };
+  /** Set when the kind runs on the external path (worker/external-executor.ts). */
+  external?: ExternalTarget;
+}
+
+/** Where an external kind's handler runs. */
+export type ExternalTarget =
+  /** A SQL handler in business databases: `database` fixed, or chosen per shard (its target). */
+  | { via: 'sql'; database: string | undefined; routed: boolean }
+  /** A code handler, in a transaction on a business database or the center's own. */
+  | { via: 'code'; database: string | undefined }
+  | { via: 'http' };
+
+/** The external target of a kind's handler, or undefined for the same-database path. */
+export function externalTarget(handler: HandlerConfig): ExternalTarget | undefined {
+  if (handler.type === 'http') return { via: 'http' };
+  if (handler.type === 'code') return { via: 'code', database: handler.database };
+  if (handler.database) return { via: 'sql', database: handler.database, routed: false };
+  if (handler.route) return { via: 'sql', database: undefined, routed: true };
+  return undefined;
 }
 
 /** Builds every kind's handler; SQL statements are checked by PostgreSQL (PREPARE) so a typo
@@ -135,20 +148,26 @@ export async function resolveHandlers(
     let run: ShardHandler;
     let batch: BatchSqlHandler | undefined;
     let form: ResolvedHandler['form'];
-    if (kc.handler.type === 'sql') {
+    const external = externalTarget(kc.handler);
+    if (kc.handler.type === 'sql' && external) {
+      // Its tables live in the business databases, which may be down right now: PostgreSQL
+      // checks the statement there at its first shard.
+      run = sqlHandler(kc.handler.sql, kc.timeLimitMs);
+      form = { form: 'external', reason: kc.handler.database ? `in business database ${kc.handler.database}` : `in the business database its route picks per shard (${kc.handler.route?.by})` };
+    } else if (kc.handler.type === 'sql') {
       const parameterTypes = await checkSql(pool, kind, kc.handler.sql);
       run = sqlHandler(kc.handler.sql, kc.timeLimitMs);
       const sqlForm = await sqlHandlerForm(pool, kc.handler.sql, kc.timeLimitMs, parameterTypes);
       if (sqlForm.form === 'batch') batch = sqlForm.batch;
       form = { form: sqlForm.form, reason: sqlForm.reason };
     } else if (kc.handler.type === 'http') {
-      run = httpHandler(kc.handler);
-      form = { form: 'http', reason: 'one POST per shard after the claim' };
+      run = httpHandler(kc.handler, kc.timeLimitMs);
+      form = { form: 'external', reason: 'one POST per shard, after a claim that commits first' };
     } else {
       run = await codeHandler(kind, kc.handler, config.baseDir, registered);
-      form = { form: 'code', reason: 'a function called with the claimed rows' };
+      form = { form: 'external', reason: `a code function${kc.handler.type === 'code' && kc.handler.database ? ` in business database ${kc.handler.database}` : ''}, after a claim that commits first` };
     }
-    out.set(kind, { kind, config: kc, run, form, ...(batch ? { batch } : {}) });
+    out.set(kind, { kind, config: kc, run, form, ...(batch ? { batch } : {}), ...(external ? { external } : {}) });
   }
   return out;
 }

@@ -8,8 +8,12 @@ import type { Logger } from 'pino';
 import type { LoadedConfig } from '../config.js';
 import type { Metrics } from '../observability/metrics.js';
 import type { ShardChannel, ShardDelivery } from '../transport/channel.js';
+import { Alerter } from '../alerts/alerter.js';
 import { createPool } from '../db/pool.js';
+import { CircuitBreakers } from './breakers.js';
+import { BusinessDatabases } from './business-db.js';
 import { ShardExecutor } from './executor.js';
+import { ExternalExecutor } from './external-executor.js';
 import { LeaseKeeper } from './lease-keeper.js';
 import { resolveHandlers, type ShardHandler } from './handlers.js';
 
@@ -30,6 +34,8 @@ export class Worker {
   private readonly kinds: string[];
   private readonly registered = new Map<string, ShardHandler>();
   private executor: ShardExecutor | undefined;
+  private businessDatabases: BusinessDatabases | undefined;
+  private breakers: CircuitBreakers | undefined;
   private readonly active = new Set<Promise<void>>();
   private readonly backlog: ShardDelivery[] = [];
   private loop: Promise<void> | undefined;
@@ -71,14 +77,23 @@ export class Worker {
     const { config, pool, channel, metrics, logger } = this.deps;
     const handlers = await resolveHandlers(config, this.kinds, this.registered, pool);
     for (const h of handlers.values()) logger.info({ kind: h.kind, form: h.form.form, reason: h.form.reason }, `kind ${h.kind}: handler runs in the ${h.form.form} form`);
+    const log = logger.child({ workerId: this.id });
     this.housekeepingPool = createPool({
       connectionString: config.databaseUrl,
       max: 1,
       applicationName: 'timeout-center worker heartbeat',
       logger,
     });
-    this.leaseKeeper = new LeaseKeeper(this.housekeepingPool, config.worker.leaseMs, logger.child({ workerId: this.id }));
-    this.executor = new ShardExecutor(pool, handlers, this.id, config.worker.leaseMs, metrics, logger.child({ workerId: this.id }), this.leaseKeeper);
+    this.leaseKeeper = new LeaseKeeper(this.housekeepingPool, config.worker.leaseMs, log);
+    let external: ExternalExecutor | undefined;
+    if ([...handlers.values()].some((h) => h.external)) {
+      const sizes = Object.fromEntries(Object.entries(config.businessDatabases).map(([name, db]) => [name, db.poolSize]));
+      this.businessDatabases = new BusinessDatabases(config.businessDatabaseUrls, sizes, log, Math.max(config.worker.leaseMs, 10_000));
+      const alerter = new Alerter(config.alerts, log, metrics, this.id);
+      this.breakers = new CircuitBreakers(config.breaker, pool, this.id, metrics, alerter, log);
+      external = new ExternalExecutor(pool, this.businessDatabases, this.breakers, metrics);
+    }
+    this.executor = new ShardExecutor(pool, handlers, this.id, config.worker.leaseMs, metrics, log, this.leaseKeeper, external);
     await channel.init(this.kinds);
     pool.on('acquire', this.onAcquire);
     pool.on('release', this.onRelease);
@@ -275,6 +290,8 @@ export class Worker {
       .query('UPDATE timeout_center.workers SET stopped_at = now(), last_seen_at = now() WHERE worker_id = $1', [this.id])
       .catch(() => {});
     if (clean && this.backlog.length === 0) await channel.removeConsumer(this.id, this.kinds).catch(() => {});
+    await this.breakers?.forget();
+    await this.businessDatabases?.close();
     await this.housekeepingPool?.end().catch(() => {});
   }
 }

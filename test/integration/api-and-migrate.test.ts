@@ -88,11 +88,13 @@ describe('handler time limit', () => {
       let rows: { kind: string; state: string; last_error: string | null }[] = [];
       while (Date.now() < deadline) {
         ({ rows } = await pool.query("SELECT kind, state, last_error FROM timeout_center.timeouts WHERE kind LIKE 'slow.%' ORDER BY kind"));
-        if (rows.length === 2 && rows.every((r) => r.state === 'failed')) break;
+        if (rows.length === 2 && rows[1]!.state === 'failed' && rows[0]!.last_error) break;
         await new Promise((r) => setTimeout(r, 100));
       }
+      // A code handler runs on the external path, where a time limit is a batch-level failure:
+      // the shard is retried later (the attempt not counted) and never fails the timeout for good.
       expect(rows).toEqual([
-        { kind: 'slow.code', state: 'failed', last_error: 'handler of slow.code ran past its 300 ms time limit' },
+        { kind: 'slow.code', state: 'pending', last_error: 'handler of slow.code ran past its 300 ms time limit; its connection was destroyed' },
         { kind: 'slow.kind', state: 'failed', last_error: expect.stringMatching(/57014: canceling statement due to statement timeout/) },
       ]);
     } finally {

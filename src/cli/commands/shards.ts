@@ -37,6 +37,7 @@ export function registerShards(program: Command): void {
               shardId: s.shard_id,
               scanId: s.scan_id,
               kind: s.kind,
+              target: s.target,
               size: s.size,
               state: s.state,
               attempts: s.attempts,
@@ -64,6 +65,7 @@ export function registerShards(program: Command): void {
           table(rows, [
             { header: 'shard', value: (s) => s.shard_id },
             { header: 'kind', value: (s) => s.kind },
+            ...(rows.some((s) => s.target !== null) ? [{ header: 'target', value: (s: (typeof rows)[number]) => s.target }] : []),
             { header: 'size', value: (s) => s.size },
             { header: 'state', value: (s) => s.state },
             { header: 'attempts', value: (s) => s.attempts },

@@ -22,7 +22,7 @@ export function registerStatus(program: Command): void {
     .option('--scans <n>', 'how many recent scans to show', (v) => parseLimit(v, '--scans'), 5)
     .action(async (opts: DbOptions & { json?: boolean; scans: number }) => {
       await withDatabase(opts, async (db, pool) => {
-        const [now, backlog, lease, workers, failed, scans, controls] = await Promise.all([
+        const [now, backlog, lease, workers, failed, scans, controls, breakers] = await Promise.all([
           sql<{ now: Date }>`SELECT now() AS now`.execute(db),
           db
             .selectFrom('timeout_center.backlog')
@@ -54,6 +54,16 @@ export function registerStatus(program: Command): void {
             .limit(opts.scans)
             .execute(),
           listKindControls(pool),
+          // Circuit breakers of the external path that are not closed, in live workers.
+          sql<{ kind: string; target: string; worker: string; state: string; last_error: string | null; changed_at: Date; for_s: number }>`
+            SELECT b.kind, b.target, b.worker, b.state, b.last_error, b.changed_at, extract(epoch FROM now() - b.changed_at)::float8 AS for_s
+              FROM timeout_center.circuit_breakers b
+              JOIN timeout_center.workers w ON w.worker_id = b.worker AND w.stopped_at IS NULL
+               AND w.last_seen_at > now() - make_interval(secs => ${LIVE_WINDOW_S})
+             WHERE b.state <> 'closed'
+             ORDER BY b.kind, b.target, b.worker`
+            .execute(db)
+            .then((r) => r.rows),
         ]);
         // Flow control worth a line: paused, limited, or changed at run time.
         const controlled = controls.filter((c) => c.paused || c.maxRunningShards !== null || c.rateLimit !== null || c.source === 'operator');
@@ -81,6 +91,7 @@ export function registerStatus(program: Command): void {
             liveWorkers: workers.map((w) => ({ workerId: w.worker_id, host: w.host, pid: w.pid, kinds: w.kinds, startedAt: w.started_at, lastSeenAt: w.last_seen_at })),
             failed: Object.fromEntries(failed.map((f) => [f.kind, f.count])),
             scans: scans.map(scanJson),
+            openBreakers: breakers.map((b) => ({ kind: b.kind, target: b.target, worker: b.worker, state: b.state, since: b.changed_at, lastError: b.last_error })),
           });
           return;
         }
@@ -131,6 +142,22 @@ export function registerStatus(program: Command): void {
             ? `Failed timeouts: ${totals.failed} (${failed.map((f) => `${f.kind} ${f.count}`).join(', ')}): see \`timeout-center failed\`, then \`timeout-center retry\``
             : 'Failed timeouts: 0',
         );
+        out.push('');
+        out.push(`Circuit breakers not closed: ${breakers.length}`);
+        if (breakers.length > 0) {
+          out.push(
+            indent(
+              table(breakers, [
+                { header: 'kind', value: (b) => b.kind },
+                { header: 'target', value: (b) => b.target },
+                { header: 'worker', value: (b) => b.worker },
+                { header: 'state', value: (b) => b.state },
+                { header: 'for', value: (b) => formatSeconds(b.for_s), align: 'right' },
+                { header: 'last error', value: (b) => b.last_error ?? '', max: 60 },
+              ]),
+            ),
+          );
+        }
         out.push('');
         out.push(`Last scans: ${scans.length === 0 ? 'none yet' : ''}`.trimEnd());
         if (scans.length > 0) out.push(indent(scanTable(scans)));

@@ -12,13 +12,18 @@
 --   $7 credit: {"kind": uncovered rows counted earlier} (jsonb; a kind in it is not counted)
 --   $8 rate budget: {"kind": timeouts the coordinator's token bucket allows now} (jsonb; a
 --      rate-limited kind missing from it gets nothing this time: see the flow CTE)
--- Returns the new shards (id, scan_id, kind, claim_limit) with their kind's uncovered rows and
--- whether they were counted now; none when nothing new was due.
-WITH live AS (
-  SELECT sh.kind, sum(sh.claim_limit)::bigint AS capacity, count(*)::int AS shards
+-- Shards carry a target (a business database name, or NULL): the map counts per (kind, target),
+-- so one shard's handler runs against exactly one database (sql/0005_business_databases.sql).
+-- Flow control (pause, cap, rate) is per kind, over all of its targets.
+-- Returns the new shards (id, scan_id, kind, target, claim_limit) with their (kind, target)'s
+-- uncovered rows and whether they were counted now; none when nothing new was due.
+WITH live_target AS (
+  SELECT sh.kind, sh.target, sum(sh.claim_limit)::bigint AS capacity, count(*)::int AS shards
     FROM timeout_center.shards sh
    WHERE sh.state IN ('queued', 'running')
-   GROUP BY sh.kind
+   GROUP BY sh.kind, sh.target
+), live AS (
+  SELECT lt.kind, sum(lt.capacity)::bigint AS capacity, sum(lt.shards)::int AS shards FROM live_target lt GROUP BY lt.kind
 ), flow AS (
   -- Flow control per kind (sql/0006; docs/operations.md "Flow control"), read here so that a
   -- change applies at the next plan. shard_room: new shards the kind may get (none while paused;
@@ -41,8 +46,9 @@ WITH live AS (
 ), need AS MATERIALIZED (
   -- Counted once per kind (unless the credit says), on timeouts_due_by_kind in due order (the
   -- order workers claim in), stopping at what is already covered plus $4. A kind flow control
-  -- holds back now is not counted.
-  SELECT f.kind, f.shard_size, f.shard_room, f.row_room, cr.credit IS NULL AS counted,
+  -- holds back now is not counted. A kind whose handler runs in one business database gets that
+  -- database as its shards' target.
+  SELECT f.kind, r.databases[1] AS target, f.shard_size, f.shard_room, f.row_room, cr.credit IS NULL AS counted,
          coalesce(cr.credit,
                   greatest((SELECT count(*)
                               FROM (SELECT 1 FROM timeout_center.timeouts t
@@ -52,23 +58,48 @@ WITH live AS (
                            - coalesce(l.capacity, 0), 0)) AS uncovered
     FROM flow f
     LEFT JOIN live l ON l.kind = f.kind
+    LEFT JOIN timeout_center.kind_routes r ON r.kind = f.kind
    CROSS JOIN LATERAL (SELECT ($7::jsonb ->> f.kind)::bigint AS credit) cr
    WHERE coalesce(f.shard_room, 1) > 0 AND coalesce(f.row_room, 1) > 0
-), allowed AS (
-  -- What flow control lets each kind have now: under a rate limit, whole shards within the
-  -- budget (or all that is due when that is less).
-  SELECT n.kind, n.shard_size, n.shard_room,
-         CASE WHEN n.row_room IS NULL OR n.uncovered <= n.row_room THEN n.uncovered
-              ELSE n.row_room / n.shard_size * n.shard_size END AS rows
-    FROM need n
+     AND (r.kind IS NULL OR r.route_by = 'database')
+  UNION ALL
+  -- A kind routed over several business databases: its due rows (the same window in due order)
+  -- counted per target with the routing rule in SQL (timeout_center.route_target, the predicate
+  -- the external claim filters by), less what that target's shards in flight cover. Always
+  -- counted (the credit is per kind).
+  SELECT f.kind, c.target, f.shard_size, f.shard_room, f.row_room, true, greatest(c.n - coalesce(lt.capacity, 0), 0)
+    FROM flow f
+    JOIN timeout_center.kind_routes r ON r.kind = f.kind AND r.route_by <> 'database'
+    LEFT JOIN live l ON l.kind = f.kind
+   CROSS JOIN LATERAL (SELECT d.target, count(*) AS n
+                         FROM (SELECT timeout_center.route_target(r.route_by, r.databases, r.range_from, r.range_to, t.biz_id) AS target
+                                 FROM timeout_center.timeouts t
+                                WHERE t.kind = f.kind AND t.state = 'pending' AND t.available_at <= $1
+                                ORDER BY t.available_at
+                                LIMIT coalesce(l.capacity, 0) + $4) d
+                        GROUP BY d.target) c
+    LEFT JOIN live_target lt ON lt.kind = f.kind AND lt.target = c.target
+   WHERE coalesce(f.shard_room, 1) > 0 AND coalesce(f.row_room, 1) > 0
+), candidates AS (
+  SELECT n.kind, n.target, g.i AS turn, n.shard_room, n.row_room,
+         least(n.shard_size::bigint, n.uncovered - (g.i - 1) * n.shard_size)::int AS claim_limit
+    FROM need n, generate_series(1, ceil(n.uncovered::numeric / n.shard_size)::int) AS g (i)
+   WHERE n.uncovered > 0
+), ranked AS (
+  -- Per kind over all its targets: the nth new shard and the rows up to it, in turn order.
+  SELECT c.*, row_number() OVER w AS nth, sum(c.claim_limit) OVER w AS rows_so_far
+    FROM candidates c
+  WINDOW w AS (PARTITION BY c.kind ORDER BY c.turn, c.target ROWS UNBOUNDED PRECEDING)
 ), planned AS (
-  -- Kinds take turns (every kind's first shard, then every kind's second, ...) so that one
-  -- kind's flood does not take all the room.
-  SELECT a.kind, g.i AS turn, least(a.shard_size::bigint, a.rows - (g.i - 1) * a.shard_size)::int AS claim_limit
-    FROM allowed a,
-         generate_series(1, least(ceil(a.rows::numeric / a.shard_size), coalesce(a.shard_room, 2147483647))::int) AS g (i)
-   WHERE a.rows > 0
-   ORDER BY g.i, a.kind
+  -- What flow control lets each kind have now (under a cap, shard_room shards; under a rate
+  -- limit, whole shards within the budget, or all that is due when that is less). Kinds take
+  -- turns (every kind's first shard, then every kind's second, ...) so that one kind's flood
+  -- does not take all the room.
+  SELECT r.kind, r.target, r.turn, r.claim_limit
+    FROM ranked r
+   WHERE r.nth <= coalesce(r.shard_room, 2147483647)
+     AND (r.row_room IS NULL OR r.rows_so_far <= r.row_room)
+   ORDER BY r.turn, r.kind, r.target
    LIMIT $3
 ), new_scan AS (
   INSERT INTO timeout_center.scans (epoch, coordinator, cutoff, state, shard_count, mapped_at)
@@ -76,11 +107,11 @@ WITH live AS (
    WHERE EXISTS (SELECT 1 FROM planned)
   RETURNING id
 ), new_shards AS (
-  INSERT INTO timeout_center.shards (scan_id, kind, seq, size, claim_limit, published_at, publish_count)
-  SELECT (SELECT id FROM new_scan), p.kind, row_number() OVER (ORDER BY p.turn, p.kind) - 1, 0, p.claim_limit, now(), 1
+  INSERT INTO timeout_center.shards (scan_id, kind, target, seq, size, claim_limit, published_at, publish_count)
+  SELECT (SELECT id FROM new_scan), p.kind, p.target, row_number() OVER (ORDER BY p.turn, p.kind, p.target) - 1, 0, p.claim_limit, now(), 1
     FROM planned p
-  RETURNING id, scan_id, kind, claim_limit
+  RETURNING id, scan_id, kind, target, claim_limit
 )
-SELECT s.id, s.scan_id, s.kind, s.claim_limit, n.uncovered, n.counted
-  FROM new_shards s JOIN need n ON n.kind = s.kind
+SELECT s.id, s.scan_id, s.kind, s.target, s.claim_limit, n.uncovered, n.counted
+  FROM new_shards s JOIN need n ON n.kind = s.kind AND n.target IS NOT DISTINCT FROM s.target
  ORDER BY s.id

@@ -1,0 +1,186 @@
+// npm run bench:external [-- options]: the same burst twice, with the orders in the center's own
+// database (the one-write path) and with the orders in a separate database on a second PostgreSQL
+// instance on the same box (the external path: claim committed, handler + marker in the orders'
+// database, record). Each round starts fresh private PostgreSQL instances (fsync off, as the test
+// servers) and one `timeout-center run` process (coordinator + worker), puts N timeouts due at
+// once (90 % unpaid orders) and times until every timeout is final. Prints both rates, and the
+// cost per timeout of the external path's extra work: wall time and the center's WAL bytes per
+// timeout (the second write shows there).
+//
+//   --n <count>          timeouts per burst (default 50,000)
+//   --rounds <r>         interleaved rounds of both bursts (default 2)
+//   --concurrency <c>    worker concurrency (default 4)
+//   --shard-size <k>     shard size (default 1000)
+//   --out <file>         also write the figures as JSON here
+//   --help               this text
+import { spawn } from 'node:child_process';
+import { writeFileSync, mkdtempSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { parseArgs } from 'node:util';
+import pg from 'pg';
+import { migrate } from '../dist/db/migrate.js';
+import { syncKinds } from '../dist/db/kinds.js';
+import { syncRoutes } from '../dist/db/routes.js';
+import { parseConfig } from '../dist/config.js';
+import { createLogger } from '../dist/observability/logger.js';
+import { prepareBusinessDatabases } from '../dist/worker/business-db.js';
+import { startPostgres, stopAllServers, type PostgresServer } from '../test/helpers/servers.ts';
+import { TEST_REDIS_URL, testKeyPrefix } from '../test/helpers/services.ts';
+import { CLOSE_MANY_SQL, KIND, ORDERS_DDL, correctness, insertOrders, sleep } from './lib/orders.ts';
+import { printUsage } from './lib/usage.ts';
+
+const { values: args } = parseArgs({
+  options: {
+    n: { type: 'string' },
+    rounds: { type: 'string' },
+    concurrency: { type: 'string' },
+    'shard-size': { type: 'string' },
+    out: { type: 'string' },
+    help: { type: 'boolean', short: 'h', default: false },
+  },
+  strict: true,
+});
+if (args.help) {
+  printUsage(import.meta.url);
+  process.exit(0);
+}
+function positive(name: string, value: string | undefined, dflt: number): number {
+  if (value === undefined) return dflt;
+  const n = Number(value.replace(/[_,]/g, ''));
+  if (!Number.isInteger(n) || n < 1) {
+    process.stderr.write(`bench:external: --${name} must be a positive integer, got "${value}"\n`);
+    process.exit(2);
+  }
+  return n;
+}
+const N = positive('n', args.n, 50_000);
+const ROUNDS = positive('rounds', args.rounds, 2);
+const CONCURRENCY = positive('concurrency', args.concurrency, 4);
+const SHARD = positive('shard-size', args['shard-size'], 1000);
+const CLI = new URL('../dist/cli/main.js', import.meta.url).pathname;
+
+interface Burst {
+  path: 'same-database' | 'external';
+  seconds: number;
+  perSecond: number;
+  centerWalBytesPerTimeout: number;
+  ok: boolean;
+  problems: string[];
+}
+
+async function walLsn(pool: pg.Pool): Promise<bigint> {
+  const { rows } = await pool.query<{ b: string }>(`SELECT (pg_current_wal_lsn() - '0/0'::pg_lsn)::text AS b`);
+  return BigInt(rows[0]!.b.split('.')[0]!);
+}
+
+async function burst(path: Burst['path'], center: PostgresServer, business: PostgresServer, round: number): Promise<Burst> {
+  const dbName = `bench_${path.replace('-', '_')}_${round}`;
+  const admin = new pg.Pool({ connectionString: center.url(), max: 1 });
+  await admin.query(`CREATE DATABASE ${dbName}`);
+  await admin.end();
+  const centerUrl = center.url(dbName);
+  const centerPool = new pg.Pool({ connectionString: centerUrl, max: 2 });
+  let ordersPool = centerPool;
+  let businessUrl: string | undefined;
+  if (path === 'external') {
+    const badmin = new pg.Pool({ connectionString: business.url(), max: 1 });
+    await badmin.query(`CREATE DATABASE ${dbName}`);
+    await badmin.end();
+    businessUrl = business.url(dbName);
+    ordersPool = new pg.Pool({ connectionString: businessUrl, max: 2 });
+  }
+  const logger = createLogger('silent');
+  await migrate(centerPool, logger);
+  await ordersPool.query(ORDERS_DDL);
+  const configInput = {
+    redisKeyPrefix: testKeyPrefix(`bench-ext-${path}`),
+    ...(businessUrl ? { businessDatabases: { orders: { url: businessUrl, poolSize: CONCURRENCY } } } : {}),
+    kinds: { [KIND]: { shardSize: SHARD, handler: { type: 'sql' as const, sql: CLOSE_MANY_SQL, ...(businessUrl ? { database: 'orders' } : {}) } } },
+    coordinator: { minTickIntervalMs: 20 },
+    worker: { concurrency: CONCURRENCY, blockMs: 100 },
+    logLevel: 'warn' as const,
+  };
+  const config = parseConfig(configInput);
+  await syncKinds(centerPool, config.kinds);
+  await syncRoutes(centerPool, config.kinds);
+  if (businessUrl) await prepareBusinessDatabases({ orders: businessUrl }, logger);
+  const dir = mkdtempSync(join(tmpdir(), 'tc-bench-ext-'));
+  const configPath = join(dir, 'config.json');
+  writeFileSync(configPath, JSON.stringify(configInput));
+
+  // Orders and timeouts all due now; the process starts after, so the burst is the whole backlog.
+  const due = new Date(Date.now() - 1000);
+  await insertOrders(ordersPool, 1, N, due);
+  await centerPool.query(
+    `INSERT INTO timeout_center.timeouts (kind, biz_id, due_at) SELECT $1, g::text, $3 FROM generate_series(1, $2::int) g`,
+    [KIND, N, due],
+  );
+  await centerPool.query('CHECKPOINT').catch(() => {});
+  const walBefore = await walLsn(centerPool);
+  const started = performance.now();
+  const child = spawn(process.execPath, [CLI, 'run', '--config', configPath], {
+    env: { ...process.env, DATABASE_URL: centerUrl, REDIS_URL: TEST_REDIS_URL },
+    stdio: ['ignore', 'ignore', 'inherit'],
+  });
+  for (;;) {
+    const { rows } = await centerPool.query<{ n: number }>(`SELECT count(*)::int AS n FROM timeout_center.timeouts WHERE state NOT IN ('done', 'cancelled', 'failed')`);
+    if (rows[0]!.n === 0) break;
+    if (performance.now() - started > 600_000) throw new Error(`${path}: not drained after 10 min`);
+    await sleep(25);
+  }
+  const seconds = (performance.now() - started) / 1000;
+  const walAfter = await walLsn(centerPool);
+  child.kill('SIGTERM');
+  await new Promise((r) => child.once('exit', r));
+  const c = await correctness(ordersPool, false);
+  if (ordersPool !== centerPool) await ordersPool.end();
+  await centerPool.end();
+  return {
+    path,
+    seconds,
+    perSecond: N / seconds,
+    centerWalBytesPerTimeout: Number(walAfter - walBefore) / N,
+    ok: c.ok,
+    problems: c.problems,
+  };
+}
+
+const center = await startPostgres();
+const business = await startPostgres();
+const results: Burst[] = [];
+try {
+  for (let round = 1; round <= ROUNDS; round += 1) {
+    for (const path of round % 2 ? (['same-database', 'external'] as const) : (['external', 'same-database'] as const)) {
+      const r = await burst(path, center, business, round);
+      results.push(r);
+      console.log(`round ${round} ${path.padEnd(13)} ${N} timeouts in ${r.seconds.toFixed(2)} s = ${Math.round(r.perSecond)}/s, center WAL ${Math.round(r.centerWalBytesPerTimeout)} B/timeout${r.ok ? '' : ` PROBLEMS: ${r.problems.join('; ')}`}`);
+    }
+  }
+} finally {
+  await stopAllServers();
+}
+const best = (path: Burst['path']) => results.filter((r) => r.path === path).sort((a, b) => b.perSecond - a.perSecond)[0]!;
+const same = best('same-database');
+const ext = best('external');
+const summary = {
+  n: N,
+  rounds: ROUNDS,
+  concurrency: CONCURRENCY,
+  shardSize: SHARD,
+  sameDatabasePerSecond: Math.round(same.perSecond),
+  externalPerSecond: Math.round(ext.perSecond),
+  ratio: Number((ext.perSecond / same.perSecond).toFixed(2)),
+  extraMicrosecondsPerTimeout: Math.round((1e6 / ext.perSecond - 1e6 / same.perSecond) * 10) / 10,
+  sameDatabaseCenterWalBytesPerTimeout: Math.round(same.centerWalBytesPerTimeout),
+  externalCenterWalBytesPerTimeout: Math.round(ext.centerWalBytesPerTimeout),
+  allCorrect: results.every((r) => r.ok),
+  runs: results,
+};
+console.log(
+  `best: same database ${summary.sameDatabasePerSecond}/s, external ${summary.externalPerSecond}/s (${summary.ratio}x); ` +
+    `the external path costs ${summary.extraMicrosecondsPerTimeout} µs more per timeout of wall time on this box, and the center writes ` +
+    `${summary.externalCenterWalBytesPerTimeout} B of WAL per timeout instead of ${summary.sameDatabaseCenterWalBytesPerTimeout} B (the second write)`,
+);
+if (args.out) writeFileSync(args.out, JSON.stringify(summary, null, 2));
+if (!summary.allCorrect) process.exit(1);

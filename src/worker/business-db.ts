@@ -1,0 +1,108 @@
+// Business databases the center does not own: one pool per database (opened on first use), the
+// marker table the external path writes there, and the `migrate` step that prepares it.
+import pg from 'pg';
+import type { Logger } from 'pino';
+import { createPool } from '../db/pool.js';
+import { query } from '../db/queries.js';
+
+const here = new URL('.', import.meta.url);
+
+/** A URL for logs and errors: the password hidden. */
+export function redactDbUrl(url: string): string {
+  return url.replace(/\/\/([^:@/]*):([^@/]*)@/, '//$1:***@');
+}
+
+export interface Marker {
+  applied: string[];
+  failed: { bizId: string; error: string; permanent: boolean }[];
+}
+
+export class BusinessDatabases {
+  private readonly pools = new Map<string, pg.Pool>();
+
+  constructor(
+    private readonly urls: Record<string, string>,
+    private readonly poolSizes: Record<string, number>,
+    private readonly logger: Logger,
+    /** A hung worker's business transaction must not hold the orders' row locks forever. */
+    private readonly idleInTransactionTimeoutMs: number,
+  ) {}
+
+  pool(name: string): pg.Pool {
+    let pool = this.pools.get(name);
+    if (!pool) {
+      const url = this.urls[name];
+      if (!url) throw new Error(`business database "${name}" is not declared under businessDatabases`);
+      pool = createPool({
+        connectionString: url,
+        max: this.poolSizes[name] ?? 4,
+        applicationName: `timeout-center worker (${name})`,
+        logger: this.logger.child({ database: name }),
+        idleInTransactionTimeoutMs: this.idleInTransactionTimeoutMs,
+        connectionTimeoutMs: 3000,
+      });
+      this.pools.set(name, pool);
+    }
+    return pool;
+  }
+
+  /** Closes every pool; bounded, since pool.end() waits for connections a handler still holds. */
+  async close(boundMs = 2000): Promise<void> {
+    const ends = Promise.all([...this.pools.values()].map((p) => p.end().catch(() => {})));
+    this.pools.clear();
+    let timer: NodeJS.Timeout | undefined;
+    await Promise.race([ends, new Promise<void>((r) => (timer = setTimeout(r, boundMs)))]);
+    clearTimeout(timer);
+  }
+}
+
+/** The marker a run of this shard left, if any. */
+export async function readMarker(client: pg.ClientBase, shardId: number): Promise<Marker | undefined> {
+  const { rows } = await client.query<{ applied: string[]; failed_ids: string[]; failed_errors: string[]; failed_permanent: boolean[] }>(
+    'SELECT applied, failed_ids, failed_errors, failed_permanent FROM timeout_center.markers WHERE shard_id = $1',
+    [shardId],
+  );
+  const r = rows[0];
+  if (!r) return undefined;
+  return { applied: r.applied, failed: r.failed_ids.map((bizId, i) => ({ bizId, error: r.failed_errors[i] ?? '', permanent: r.failed_permanent[i] ?? false })) };
+}
+
+/** Written in the handler's transaction: commits with its effect or not at all. */
+export async function writeMarker(client: pg.ClientBase, shardId: number, leaseToken: string, marker: Marker): Promise<void> {
+  await client.query(
+    `INSERT INTO timeout_center.markers (shard_id, lease_token, applied, failed_ids, failed_errors, failed_permanent)
+     VALUES ($1, $2, $3::text[], $4::text[], $5::text[], $6::boolean[])`,
+    [shardId, leaseToken, marker.applied, marker.failed.map((f) => f.bizId), marker.failed.map((f) => f.error), marker.failed.map((f) => f.permanent)],
+  );
+}
+
+/** After the center recorded the outcome the marker has done its job. */
+export async function deleteMarker(pool: pg.Pool, shardId: number): Promise<void> {
+  await pool.query('DELETE FROM timeout_center.markers WHERE shard_id = $1', [shardId]);
+}
+
+export interface PrepareResult {
+  prepared: string[];
+  unreachable: { name: string; url: string; error: string }[];
+}
+
+/** `migrate`: creates the marker table in every business database it can reach, and names the
+ *  ones it could not. */
+export async function prepareBusinessDatabases(urls: Record<string, string>, logger: Logger): Promise<PrepareResult> {
+  const out: PrepareResult = { prepared: [], unreachable: [] };
+  for (const [name, url] of Object.entries(urls)) {
+    const client = new pg.Client({ connectionString: url, connectionTimeoutMillis: 5000, application_name: 'timeout-center migrate' });
+    client.on('error', () => {});
+    try {
+      await client.connect();
+      await client.query(query(here, 'business_markers'));
+      out.prepared.push(name);
+      logger.info({ database: name }, 'business database prepared (timeout_center.markers)');
+    } catch (err) {
+      out.unreachable.push({ name, url: redactDbUrl(url), error: (err as Error).message });
+    } finally {
+      await client.end().catch(() => {});
+    }
+  }
+  return out;
+}

@@ -1,0 +1,330 @@
+// The external path: a shard whose handler runs outside the center's database (a business
+// database, an HTTP service, a code handler). The center never holds its timeout rows locked
+// across that call:
+//   1. claim (external_claim.sql): due rows of the shard's kind and target -> dispatched, committed;
+//   2. apply: the handler in the target's own transaction, which also writes a marker row
+//      (timeout_center.markers there, keyed by shard id) with the applied and failed ids; commit;
+//      an HTTP handler posts once, with an idempotency key, instead;
+//   3. record (external_record.sql): the outcome in the center (done / skipped / failed, shard
+//      counts), then delete the marker.
+// A re-run after a crash between the commits of 2 and 3 finds the marker and records what the
+// first run did, without applying again. Batch-level failures (failures.ts) retry the whole shard
+// later behind a circuit breaker per kind and target (breakers.ts); row-level failures are split
+// and isolated inside the business transaction, in savepoints.
+import { BrokenCircuitError } from 'cockatiel';
+import pg from 'pg';
+import type { Logger } from 'pino';
+import { isConnectionError, isRetryableConflict, pgErrorCode } from '../db/pool.js';
+import { query } from '../db/queries.js';
+import { failpoint } from '../failpoints.js';
+import type { Metrics } from '../observability/metrics.js';
+import type { CircuitBreakers } from './breakers.js';
+import { deleteMarker, readMarker, writeMarker, type BusinessDatabases, type Marker } from './business-db.js';
+import { BatchFailure, describeError, HandlerTimeoutError, isBatchLevel, UnknownOutcomeError } from './failures.js';
+import { normalizeResult, PermanentError, type ExternalTarget, type ResolvedHandler, type ShardItem } from './handlers.js';
+
+const here = new URL('.', import.meta.url);
+
+/** The lease the shard executor took (take_lease.sql). */
+export interface ExternalLease {
+  id: number;
+  scan_id: number;
+  kind: string;
+  lease_token: string;
+  attempts: number;
+  claim_limit: number;
+}
+
+export type ExternalOutcome =
+  | { status: 'done'; done: number; skipped: number; failed: number; retried: number }
+  | { status: 'not-ours'; reason: string };
+
+/** A target that no business database name can be: biz_ids the routing rule cannot place. */
+const UNROUTABLE = '-unroutable';
+
+const AS_TEXT = { getTypeParser: () => (value: string) => value };
+function arrayParser<T>(oid: number): (text: string) => T[] {
+  return pg.types.getTypeParser(oid as Parameters<typeof pg.types.getTypeParser>[0]) as (text: string) => T[];
+}
+const parseTextArray = arrayParser<string>(1009);
+const parseJsonbArray = arrayParser<unknown>(3807);
+const parseFloat8Array = arrayParser<number>(1022);
+
+interface Claimed {
+  target: string | null;
+  /** False when the rows were held by an earlier run of the shard: a marker may exist. */
+  fresh: boolean;
+  /** Set once the target said there is no marker (or the run wrote its own). */
+  markerKnown: boolean;
+  items: ShardItem[];
+  lateness: number[];
+}
+
+/** What a run decided, in biz_ids: the record writes it. */
+type Decision = Marker & { fromMarker: boolean; where: pg.Pool | undefined };
+
+export class ExternalExecutor {
+  constructor(
+    private readonly pool: pg.Pool,
+    private readonly databases: BusinessDatabases,
+    private readonly breakers: CircuitBreakers,
+    private readonly metrics: Metrics,
+  ) {}
+
+  async run(lease: ExternalLease, handler: ResolvedHandler & { external: ExternalTarget }, log: Logger): Promise<ExternalOutcome> {
+    const started = performance.now();
+    const claimed = await this.claim(lease, handler.external);
+    if (!claimed) return { status: 'not-ours', reason: `lease on shard ${lease.id} was lost before its claim` };
+    const { items } = claimed;
+    const kc = handler.config;
+    const target = claimed.target ?? handler.external.via;
+    const shardLog = log.child({ target });
+    let decision: Decision | { retryInMs: number; error: string };
+    if (items.length === 0) {
+      decision = { applied: [], failed: [], fromMarker: false, where: undefined };
+    } else if (claimed.target === UNROUTABLE) {
+      const error = `biz_id cannot be placed by the routing rule of ${lease.kind} (not an integer under modulo/range, or outside every range): fix the rule or the id`;
+      decision = { applied: [], failed: items.map((i) => ({ bizId: i.bizId, error, permanent: true })), fromMarker: false, where: undefined };
+    } else {
+      // While the breaker is open cockatiel refuses the call (BrokenCircuitError) without running
+      // it; after halfOpenAfterMs it lets one trial call through.
+      try {
+        decision = await this.breakers.execute(lease.kind, target, () => this.apply(lease, handler, claimed, shardLog));
+      } catch (err) {
+        if (!(err instanceof BrokenCircuitError) && !(err instanceof UnknownOutcomeError) && !isBatchLevel(err)) throw err;
+        const retryAfter = err instanceof BatchFailure ? err.retryAfterMs : undefined;
+        decision = { retryInMs: this.breakers.retryDelayMs(lease.kind, target, kc.backoffMs, retryAfter), error: describeError(err) };
+      }
+    }
+    if ('retryInMs' in decision && handler.external.via !== 'http' && !claimed.markerKnown) {
+      // An earlier run of these rows may have committed in the target (or our COMMIT's fate is
+      // unknown): only its marker can tell, and the target cannot be read now. Recording a retry
+      // could report applied rows as skipped later; instead the shard keeps its rows and waits
+      // (its lease set to end after the delay, the attempt not counted), then runs again.
+      const deferred = await this.pool.query(
+        `UPDATE timeout_center.shards SET attempts = greatest(attempts - 1, 0), lease_expires_at = now() + $3 * interval '1 millisecond'
+          WHERE id = $1 AND lease_token = $2 AND state = 'running'`,
+        [lease.id, lease.lease_token, Math.round(decision.retryInMs)],
+      );
+      this.metrics.batchFailures.inc({ kind: lease.kind, target });
+      shardLog.warn({ retryInMs: decision.retryInMs, error: decision.error }, 'external shard waits: the target cannot say yet whether an earlier run committed');
+      return { status: 'not-ours', reason: deferred.rowCount ? 'deferred until the target answers' : 'lease lost' };
+    }
+    await failpoint('external.before-record');
+    const recorded = await this.recordWithRetry(lease, handler, decision, shardLog);
+    if (!recorded) return { status: 'not-ours', reason: `lease on shard ${lease.id} was lost before its record; the shard's next run reads the marker` };
+    if ('where' in decision && decision.where) {
+      const where = decision.where;
+      await deleteMarker(where, lease.id).catch((err: unknown) => shardLog.warn({ err }, 'could not delete the marker of a recorded shard (harmless: it is never read again)'));
+    }
+    const kind = lease.kind;
+    if ('retryInMs' in decision) {
+      this.metrics.batchFailures.inc({ kind, target });
+      shardLog.warn({ retryInMs: decision.retryInMs, error: decision.error, timeouts: items.length }, 'external batch failed as a whole; its timeouts are retried later (none failed for good)');
+    } else if (decision.fromMarker) {
+      shardLog.warn({ applied: recorded.done, skipped: recorded.skipped }, 'a run of this shard had committed in the target before its worker stopped: recorded what it did from its marker');
+    }
+    this.metrics.timeouts.inc({ kind, outcome: 'applied' }, recorded.done);
+    this.metrics.timeouts.inc({ kind, outcome: 'skipped' }, recorded.skipped);
+    this.metrics.timeouts.inc({ kind, outcome: 'failed' }, recorded.failed);
+    this.metrics.timeouts.inc({ kind, outcome: 'retried' }, recorded.retried);
+    this.metrics.shards.inc({ kind, outcome: 'done' });
+    this.metrics.shardDuration.observe({ kind }, (performance.now() - started) / 1000);
+    if (!('retryInMs' in decision)) {
+      const lateness = this.metrics.lateness.labels({ kind });
+      for (const l of claimed.lateness) lateness.observe(Math.max(0, l));
+    }
+    return { status: 'done', ...recorded };
+  }
+
+  /** Step 1: claim and commit (or take back the rows a previous run of the shard holds). */
+  private async claim(lease: ExternalLease, external: ExternalTarget): Promise<Claimed | undefined> {
+    const routed = external.via === 'sql' && external.routed;
+    const { rows } = await this.pool.query<{ target: string | null; biz_ids: string; payloads: string; lateness: string; fresh: string }>({
+      text: query(here, 'external_claim'),
+      values: [lease.id, lease.kind, lease.claim_limit, lease.lease_token, routed],
+      types: AS_TEXT,
+    });
+    const row = rows[0];
+    if (!row) return undefined;
+    const bizIds = parseTextArray(row.biz_ids);
+    const payloads = parseJsonbArray(row.payloads);
+    return { target: row.target, fresh: row.fresh === 't', markerKnown: row.fresh === 't', items: bizIds.map((bizId, i) => ({ bizId, payload: payloads[i] })), lateness: parseFloat8Array(row.lateness) };
+  }
+
+  /** Step 2: the handler where it runs. Throws only batch-level failures. */
+  private async apply(lease: ExternalLease, handler: ResolvedHandler & { external: ExternalTarget }, claimed: Claimed, log: Logger): Promise<Decision> {
+    const ext = handler.external;
+    if (ext.via === 'http') {
+      const controller = new AbortController();
+      const result = normalizeResult(await handler.run(claimed.items, { kind: lease.kind, shardId: lease.id, attempt: lease.attempts, signal: controller.signal, client: undefined as unknown as pg.PoolClient }));
+      return { applied: result.applied, failed: (result.failed ?? []).map((f) => ({ bizId: String(f.bizId), error: f.error, permanent: false })), fromMarker: false, where: undefined };
+    }
+    const database = ext.database ?? (ext.via === 'sql' ? (claimed.target ?? undefined) : undefined);
+    if (ext.via === 'sql' && !database) throw new BatchFailure(`shard ${lease.id} of ${lease.kind} has no target database`);
+    const where = database ? this.databases.pool(database) : this.pool;
+    return this.applyInTransaction(where, lease, handler, claimed, log);
+  }
+
+  /**
+   * The handler and the marker in one transaction on the target database. The whole run has the
+   * kind's time limit: past it the handler's signal aborts and its connection is destroyed (the
+   * transaction rolls back; the handler is not called again on it), a batch-level failure.
+   */
+  private async applyInTransaction(where: pg.Pool, lease: ExternalLease, handler: ResolvedHandler, claimed: Claimed, log: Logger): Promise<Decision> {
+    const { items } = claimed;
+    let client: pg.PoolClient;
+    try {
+      client = await where.connect();
+    } catch (err) {
+      throw new BatchFailure(`cannot connect to the target database: ${describeError(err)}`, undefined, { cause: err });
+    }
+    let released = false;
+    const release = (destroy: Error | boolean) => {
+      if (released) return;
+      released = true;
+      client.release(destroy);
+    };
+    const limit = handler.config.timeLimitMs;
+    const controller = new AbortController();
+    let timer: NodeJS.Timeout | undefined;
+    let commitSent = false;
+    const timedOut = new Promise<never>((_, reject) => {
+      timer = setTimeout(() => {
+        controller.abort(new HandlerTimeoutError(`handler of ${handler.kind} ran past its ${limit} ms time limit`));
+        // The handler may still hold the connection: destroy it rather than reuse it.
+        release(new Error('handler time limit: connection destroyed'));
+        reject(new HandlerTimeoutError(`handler of ${handler.kind} ran past its ${limit} ms time limit; its connection was destroyed`));
+      }, limit + 250);
+    });
+    timedOut.catch(() => {});
+    const work = (async (): Promise<Decision> => {
+      if (!claimed.fresh) {
+        const marker = await readMarker(client, lease.id);
+        if (marker) return { ...marker, fromMarker: true, where };
+        claimed.markerKnown = true;
+      }
+      await client.query(`BEGIN; SET LOCAL statement_timeout = ${Math.floor(limit)}`);
+      const applied = new Set<string>();
+      const failed = new Map<string, { error: string; permanent: boolean }>();
+      await this.applySplitting(client, handler, lease, items, applied, failed, controller.signal, 0);
+      const marker: Marker = { applied: [...applied], failed: [...failed].map(([bizId, f]) => ({ bizId, ...f })) };
+      await writeMarker(client, lease.id, lease.lease_token, marker);
+      commitSent = true;
+      await client.query('COMMIT');
+      await failpoint('external.after-apply-commit');
+      return { ...marker, fromMarker: false, where };
+    })();
+    try {
+      return await Promise.race([work, timedOut]);
+    } catch (err) {
+      work.catch(() => {}); // the timed-out handler may still fail later
+      if (err instanceof HandlerTimeoutError && commitSent) {
+        // The limit fell while COMMIT was on its way: the commit may have happened.
+        claimed.markerKnown = false;
+        throw new UnknownOutcomeError(`shard ${lease.id} reached its time limit while committing in the target: the shard's next run reads its marker`, { cause: err });
+      }
+      if (err instanceof HandlerTimeoutError) throw err;
+      if (commitSent && isConnectionError(err)) {
+        claimed.markerKnown = false;
+        release(true);
+        throw new UnknownOutcomeError(`the connection broke while committing shard ${lease.id} in the target: the shard's next run reads its marker`, { cause: err });
+      }
+      if (pgErrorCode(err) === '23505' && /markers_pkey/.test((err as Error).message)) {
+        // Another run of this shard committed first (its lease ran out while it worked): ours
+        // rolls back; record what that run did.
+        await client.query('ROLLBACK').catch(() => {});
+        const marker = await readMarker(client, lease.id);
+        release(false);
+        if (marker) {
+          log.warn('another run of this shard committed first; recording its outcome');
+          return { ...marker, fromMarker: true, where };
+        }
+      }
+      const broken = isConnectionError(err);
+      if (!broken && !released) await client.query('ROLLBACK').catch(() => release(true));
+      release(broken);
+      if (isBatchLevel(err)) throw err;
+      // Not batch-level yet not isolated by splitting (e.g. the marker insert failed): the batch.
+      throw new BatchFailure(`shard ${lease.id} failed in the target: ${describeError(err)}`, undefined, { cause: err });
+    } finally {
+      clearTimeout(timer);
+      release(false);
+    }
+  }
+
+  /** Calls the handler on items in a savepoint; a row-level failure splits them in halves until
+   *  the failing ids are isolated; a batch-level one ends the run. */
+  private async applySplitting(
+    client: pg.PoolClient,
+    handler: ResolvedHandler,
+    lease: ExternalLease,
+    items: ShardItem[],
+    applied: Set<string>,
+    failed: Map<string, { error: string; permanent: boolean }>,
+    signal: AbortSignal,
+    depth: number,
+  ): Promise<void> {
+    if (signal.aborted) throw signal.reason;
+    const savepoint = `tc_split_${depth}`;
+    await client.query(`SAVEPOINT ${savepoint}`);
+    try {
+      const result = normalizeResult(await handler.run(items, { kind: handler.kind, shardId: lease.id, attempt: lease.attempts, client, signal }));
+      await client.query(`RELEASE SAVEPOINT ${savepoint}`);
+      for (const id of result.applied) applied.add(id);
+      for (const f of result.failed ?? []) failed.set(String(f.bizId), { error: f.error, permanent: false });
+    } catch (err) {
+      if (isBatchLevel(err) || signal.aborted) throw err;
+      await client.query(`ROLLBACK TO SAVEPOINT ${savepoint}; RELEASE SAVEPOINT ${savepoint}`);
+      if (items.length === 1) {
+        failed.set(items[0]!.bizId, { error: describeError(err), permanent: err instanceof PermanentError });
+        return;
+      }
+      const mid = Math.ceil(items.length / 2);
+      await this.applySplitting(client, handler, lease, items.slice(0, mid), applied, failed, signal, depth + 1);
+      await this.applySplitting(client, handler, lease, items.slice(mid), applied, failed, signal, depth + 1);
+    }
+  }
+
+  /** The record survives a short loss of the center's connection (deadlock, restart): the marker
+   *  would make a re-run safe anyway, but it would wait for the lease to run out. */
+  private async recordWithRetry(
+    lease: ExternalLease,
+    handler: ResolvedHandler,
+    decision: Decision | { retryInMs: number; error: string },
+    log: Logger,
+  ): ReturnType<ExternalExecutor['record']> {
+    for (let attempt = 1; ; attempt += 1) {
+      try {
+        return await this.record(lease, handler, decision);
+      } catch (err) {
+        if (attempt >= 4 || !(isConnectionError(err) || isRetryableConflict(err))) throw err;
+        log.warn({ err, attempt }, 'recording the external shard failed on a transient error; retrying');
+        await new Promise((r) => setTimeout(r, 200 * 2 ** attempt));
+      }
+    }
+  }
+
+  /** Step 3: the outcome in the center. Undefined when the lease is no longer ours. */
+  private async record(
+    lease: ExternalLease,
+    handler: ResolvedHandler,
+    decision: Decision | { retryInMs: number; error: string },
+  ): Promise<{ done: number; skipped: number; failed: number; retried: number } | undefined> {
+    const batch = 'retryInMs' in decision;
+    const failed = batch ? [] : decision.failed;
+    const { rows } = await this.pool.query<{ done: number; skipped: number; failed: number; retried: number }>(query(here, 'external_record'), [
+      lease.id,
+      lease.lease_token,
+      batch ? [] : decision.applied,
+      failed.map((f) => f.bizId),
+      failed.map((f) => f.error),
+      failed.map((f) => f.permanent),
+      handler.config.maxAttempts,
+      handler.config.backoffMs,
+      batch ? Math.round(decision.retryInMs) : null,
+      batch ? decision.error : null,
+    ]);
+    return rows[0];
+  }
+}

@@ -1,0 +1,59 @@
+-- external_record: the center's record of an external shard run, after the handler's own commit
+-- (or after the whole batch failed). Writes each dispatched timeout of the shard once more and
+-- closes the shard with its counts, only while the lease is ours.
+--   Applied biz_ids: done, result applied. Failed biz_ids (row-level: reported by the handler,
+--   or isolated by splitting): back to pending with a backoff, or failed once out of attempts
+--   (at once when permanent). The others: done, result skipped (nothing to change).
+--   A batch-level failure ($9 not NULL: the target was down, answered 5xx/401/429, timed out,
+--   replied nonsense, or its breaker is open): every row goes back to pending, due again in $9
+--   ms, and the attempt is not counted: such a failure never fails a timeout for good.
+--   $1 shard id   $2 lease token   $3 applied biz_ids (text[])   $4 failed biz_ids (text[])
+--   $5 their errors (text[])   $6 their permanence (boolean[])   $7 max attempts
+--   $8 backoff base (ms)   $9 batch retry delay (ms, NULL when the batch ran)   $10 batch error
+-- Returns the shard's counts; no row when the lease is no longer ours.
+WITH ours AS MATERIALIZED (
+  SELECT sh.id FROM timeout_center.shards sh
+   WHERE sh.id = $1 AND sh.lease_token = $2 AND sh.state = 'running'
+     FOR UPDATE
+), failure AS (
+  SELECT * FROM unnest($4::text[], $5::text[], $6::boolean[]) AS f (biz_id, error, permanent)
+), rows AS (
+  SELECT t.id, t.attempts, f.error, f.permanent, f.biz_id IS NOT NULL AS failed, t.biz_id = ANY ($3::text[]) AS applied
+    FROM timeout_center.timeouts t
+    LEFT JOIN failure f ON f.biz_id = t.biz_id
+   WHERE t.shard_id = $1 AND t.state = 'dispatched' AND EXISTS (SELECT 1 FROM ours)
+), written AS (
+  UPDATE timeout_center.timeouts t
+     SET state = CASE WHEN $9::int IS NOT NULL THEN 'pending'
+                      WHEN r.failed AND (r.permanent OR r.attempts >= $7) THEN 'failed'
+                      WHEN r.failed THEN 'pending'
+                      ELSE 'done' END,
+         result = CASE WHEN $9::int IS NOT NULL OR r.failed THEN NULL WHEN r.applied THEN 'applied' ELSE 'skipped' END,
+         attempts = CASE WHEN $9::int IS NOT NULL THEN greatest(t.attempts - 1, 0) ELSE t.attempts END,
+         last_error = CASE WHEN $9::int IS NOT NULL THEN $10 WHEN r.failed THEN r.error ELSE t.last_error END,
+         available_at = CASE WHEN $9::int IS NOT NULL THEN statement_timestamp() + $9::int * interval '1 millisecond'
+                             WHEN r.failed AND NOT (r.permanent OR r.attempts >= $7)
+                               THEN statement_timestamp() + least($8 * power(2, r.attempts - 1), 600000) * interval '1 millisecond'
+                             ELSE t.available_at END,
+         finished_at = CASE WHEN $9::int IS NOT NULL THEN NULL
+                            WHEN r.failed AND NOT (r.permanent OR r.attempts >= $7) THEN NULL
+                            ELSE statement_timestamp() END
+    FROM rows r
+   WHERE t.id = r.id
+  RETURNING t.state, t.result, t.last_error
+), counts AS (
+  SELECT count(*)::int AS n,
+         count(*) FILTER (WHERE result = 'applied')::int AS done,
+         count(*) FILTER (WHERE result = 'skipped')::int AS skipped,
+         count(*) FILTER (WHERE state = 'failed')::int AS failed,
+         count(*) FILTER (WHERE state = 'pending')::int AS retried,
+         min(last_error) FILTER (WHERE state IN ('failed', 'pending')) AS error_sample
+    FROM written
+)
+UPDATE timeout_center.shards sh
+   SET state = 'done', finished_at = statement_timestamp(), lease_expires_at = NULL, size = c.n,
+       done_count = c.done, skipped_count = c.skipped, failed_count = c.failed, retried_count = c.retried,
+       error_sample = c.error_sample
+  FROM counts c, ours o
+ WHERE sh.id = o.id
+RETURNING sh.done_count AS done, sh.skipped_count AS skipped, sh.failed_count AS failed, sh.retried_count AS retried

@@ -1,0 +1,17 @@
+// The README's business-databases config block is a valid config, as written.
+import { readFileSync } from 'node:fs';
+import { describe, expect, it } from 'vitest';
+import { parse } from 'yaml';
+import { parseConfig } from '../../src/config.js';
+
+describe('README: business databases example', () => {
+  it('parses and validates', () => {
+    const readme = readFileSync(new URL('../../README.md', import.meta.url), 'utf8');
+    const block = /```yaml\n(# business databases example[\s\S]*?)```/.exec(readme)?.[1];
+    expect(block, 'the README block marked "business databases example"').toBeDefined();
+    const config = parseConfig(parse(block!), 'README.md');
+    const handler = config.kinds['order.unpaid']!.handler;
+    expect(handler.type === 'sql' && handler.route).toEqual({ by: 'modulo', databases: ['orders_0', 'orders_1'] });
+    expect(config.businessDatabases['orders_0']).toEqual({ urlEnv: 'ORDERS_0_URL', poolSize: 4 });
+  });
+});
