@@ -59,8 +59,8 @@ export class BusinessDatabases {
 /** The marker a run of this shard left, if any. */
 export async function readMarker(client: pg.ClientBase, shardId: number): Promise<Marker | undefined> {
   const { rows } = await client.query<{ applied: string[]; failed_ids: string[]; failed_errors: string[]; failed_permanent: boolean[] }>(
-    'SELECT applied, failed_ids, failed_errors, failed_permanent FROM timeout_center.markers WHERE shard_id = $1',
-    [shardId],
+    'SELECT applied, failed_ids, failed_errors, failed_permanent FROM timeout_center.markers WHERE shard_id = $1 AND lease_token <> $2',
+    [shardId, SPLIT_TOMBSTONE],
   );
   const r = rows[0];
   if (!r) return undefined;
@@ -74,6 +74,43 @@ export async function writeMarker(client: pg.ClientBase, shardId: number, leaseT
      VALUES ($1, $2, $3::text[], $4::text[], $5::text[], $6::boolean[])`,
     [shardId, leaseToken, marker.applied, marker.failed.map((f) => f.bizId), marker.failed.map((f) => f.error), marker.failed.map((f) => f.permanent)],
   );
+}
+
+/** The lease token of a split's tombstone marker (external-executor.ts, isolate): no run of a
+ *  shard has this token, so it can never be taken for a run's own marker. */
+export const SPLIT_TOMBSTONE = '00000000-0000-0000-0000-000000000000';
+
+/**
+ * Before a shard's held rows are split into new shards (a re-run after its worker died), fences
+ * every other run of the shard out of the target: a tombstone marker (nothing applied) commits
+ * under the shard's id, so a run still alive somewhere (a frozen worker) can never commit its
+ * effects there afterwards: its own marker insert fails on the key. Returns 'fenced' (the
+ * tombstone is in, now or from an earlier try), or 'committed' when a run's marker is there (that
+ * run applied: record it, do not split). A run holding an uncommitted marker makes the insert wait;
+ * past lock_timeout it throws, and the caller does not split.
+ */
+export async function fenceForSplit(pool: pg.Pool, shardId: number): Promise<'fenced' | 'committed'> {
+  const client = await pool.connect();
+  try {
+    await client.query(`BEGIN; SET LOCAL lock_timeout = '2s'`);
+    const inserted = await client.query(
+      `INSERT INTO timeout_center.markers (shard_id, lease_token, applied) VALUES ($1, $2, '{}')
+       ON CONFLICT (shard_id) DO NOTHING RETURNING shard_id`,
+      [shardId, SPLIT_TOMBSTONE],
+    );
+    if (inserted.rowCount === 0) {
+      const { rows } = await client.query<{ lease_token: string }>('SELECT lease_token FROM timeout_center.markers WHERE shard_id = $1', [shardId]);
+      await client.query('ROLLBACK');
+      return rows[0]?.lease_token === SPLIT_TOMBSTONE ? 'fenced' : 'committed';
+    }
+    await client.query('COMMIT');
+    return 'fenced';
+  } catch (err) {
+    await client.query('ROLLBACK').catch(() => {});
+    throw err;
+  } finally {
+    client.release();
+  }
 }
 
 /** After the center recorded the outcome the marker has done its job. */

@@ -19,9 +19,10 @@ import { query } from '../db/queries.js';
 import { failpoint } from '../failpoints.js';
 import type { Metrics } from '../observability/metrics.js';
 import type { CircuitBreakers } from './breakers.js';
-import { deleteMarker, readMarker, writeMarker, type BusinessDatabases, type Marker } from './business-db.js';
+import { deleteMarker, fenceForSplit, readMarker, writeMarker, type BusinessDatabases, type Marker } from './business-db.js';
 import { BatchFailure, describeError, HandlerTimeoutError, isBatchLevel, UnknownOutcomeError } from './failures.js';
 import { normalizeResult, PermanentError, type ExternalTarget, type ResolvedHandler, type ShardItem } from './handlers.js';
+import { splitPinned } from './isolate.js';
 
 const here = new URL('.', import.meta.url);
 
@@ -79,6 +80,10 @@ export class ExternalExecutor {
     const kc = handler.config;
     const target = claimed.target ?? handler.external.via;
     const shardLog = log.child({ target });
+    if (!claimed.fresh && lease.attempts > 1 && items.length >= 2 && claimed.target !== UNROUTABLE) {
+      const split = await this.isolate(lease, handler.external, claimed, shardLog);
+      if (split) return split;
+    }
     let decision: Decision | { retryInMs: number; error: string };
     if (items.length === 0) {
       decision = { applied: [], failed: [], fromMarker: false, where: undefined };
@@ -135,6 +140,42 @@ export class ExternalExecutor {
       for (const l of claimed.lateness) lateness.observe(Math.max(0, l));
     }
     return { status: 'done', ...recorded };
+  }
+
+  /**
+   * A re-run after its worker died (attempt > 1, the rows held by an earlier run): one of them may
+   * be what kills workers (a code handler that crashes the process). Unless the earlier run
+   * committed in the target (its marker says so; the normal path then records it), the held rows
+   * go to two new shards, half each (split_pinned.sql, as on the same-database path), so a killer
+   * ends alone in a one-row shard that the reaper abandons, and its shard mates are applied. In a
+   * database the split is fenced first (fenceForSplit), so no earlier run can commit there while it
+   * happens; the tombstone is deleted once the split committed, as a marker is after its record.
+   * Returns undefined to run the shard as usual.
+   */
+  private async isolate(lease: ExternalLease, external: ExternalTarget, claimed: Claimed, log: Logger): Promise<ExternalOutcome | undefined> {
+    let fenced: pg.Pool | undefined;
+    if (external.via !== 'http') {
+      const database = external.database ?? (external.via === 'sql' ? (claimed.target ?? undefined) : undefined);
+      if (external.via === 'sql' && !database) return undefined;
+      const where = database ? this.databases.pool(database) : this.pool;
+      let fence: 'fenced' | 'committed';
+      try {
+        fence = await fenceForSplit(where, lease.id);
+      } catch (err) {
+        log.warn({ err: describeError(err) }, 'could not fence the target before isolating rows; running the shard as usual');
+        return undefined;
+      }
+      if (fence === 'committed') return undefined;
+      fenced = where;
+    }
+    const children = await splitPinned(this.pool, lease.id, lease.scan_id, lease.lease_token);
+    if (children.length === 0) return undefined;
+    // The split is committed: the tombstone has done its job (as a run's marker after its record;
+    // a crash right here leaves it behind, which is harmless: no run of this shard comes again).
+    if (fenced) await deleteMarker(fenced, lease.id).catch((err: unknown) => log.warn({ err: describeError(err) }, 'could not delete the split tombstone (harmless)'));
+    log.warn({ attempt: lease.attempts, into: children }, 'shard split in two to isolate a row that may kill workers');
+    this.metrics.shards.inc({ kind: lease.kind, outcome: 'split' });
+    return { status: 'done', done: 0, skipped: 0, failed: 0, retried: 0 };
   }
 
   /** Step 1: claim and commit (or take back the rows a previous run of the shard holds). */

@@ -2,7 +2,7 @@
 -- that runs again after its worker died (attempt > 1) has pinned its rows (pin.sql). Instead of
 -- applying them all again, it hands them to two new queued shards of the same scan, half each
 -- (still pinned: state dispatched), and closes itself with nothing applied. A half without the
--- killing row commits on its first run; the half with it dies, is re-run and splits again. So the
+-- killing row commits on its first run (the halves keep the shard's target: external path); the half with it dies, is re-run and splits again. So the
 -- killer ends alone in a one-row shard, which the reaper abandons after the kind's max attempts,
 -- failing that row only. Each level costs one worker death; a 500-row shard needs about 9.
 -- Runs in a transaction that first locks the scan row (so the new shards' seq are unique).
@@ -10,7 +10,7 @@
 -- Returns the new shards (id, scan_id, kind, claim_limit); none when the shard holds fewer than 2
 -- pinned rows (it is then applied as is) or the lease is no longer ours.
 WITH parent AS (
-  SELECT id, scan_id, kind FROM timeout_center.shards
+  SELECT id, scan_id, kind, target FROM timeout_center.shards
    WHERE id = $1 AND lease_token = $2 AND state = 'running'
      FOR UPDATE
 ), locked AS (
@@ -26,8 +26,8 @@ WITH parent AS (
     FROM (SELECT max(n) AS n FROM held) h, generate_series(1, 2) g
    WHERE h.n >= 2
 ), children AS (
-  INSERT INTO timeout_center.shards (scan_id, kind, seq, size, claim_limit, state)
-  SELECT p.scan_id, p.kind, b.seq + h.half, 0, h.size, 'queued'
+  INSERT INTO timeout_center.shards (scan_id, kind, target, seq, size, claim_limit, state)
+  SELECT p.scan_id, p.kind, p.target, b.seq + h.half, 0, h.size, 'queued'
     FROM parent p, base b, halves h
   RETURNING id, scan_id, kind, seq, claim_limit
 ), moved AS (
