@@ -105,11 +105,13 @@ WITH live_target AS (
    WHERE coalesce(f.shard_room, 1) > 0 AND coalesce(f.row_room, 1) > 0
 ), candidates AS (
   -- [per target] shards against a rate-limited database take its shard size when smaller, and
-  -- carry its row_room (NULL: no target limit).
+  -- carry its row_room (NULL: no target limit) and what the kind has in flight against it.
   SELECT n.kind, n.target, g.i AS turn, n.shard_room, n.row_room, tf.row_room AS target_row_room,
+         coalesce(lt.capacity, 0) AS target_in_flight,
          least(sz.size::bigint, n.uncovered - (g.i - 1) * sz.size)::int AS claim_limit
     FROM need n
     LEFT JOIN target_flow tf ON tf.target = n.target
+    LEFT JOIN live_target lt ON lt.kind = n.kind AND lt.target = n.target
    CROSS JOIN LATERAL (SELECT least(n.shard_size, coalesce(tf.shard_size, n.shard_size)) AS size) sz
    CROSS JOIN LATERAL generate_series(1, ceil(n.uncovered::numeric / sz.size)::int) AS g (i)
    WHERE n.uncovered > 0
@@ -121,14 +123,18 @@ WITH live_target AS (
 ), kind_allowed AS (
   -- What flow control lets each kind have now (under a cap, shard_room shards; under a rate
   -- limit, whole shards within the budget, or all that is due when that is less).
-  SELECT r.kind, r.target, r.turn, r.claim_limit, r.target_row_room
+  SELECT r.kind, r.target, r.turn, r.claim_limit, r.target_row_room, r.target_in_flight
     FROM ranked r
    WHERE r.nth <= coalesce(r.shard_room, 2147483647)
      AND (r.row_room IS NULL OR r.rows_so_far <= r.row_room)
 ), target_ranked AS (
   -- [per target] Per business database over all kinds, among the shards their kinds allow: the
-  -- rows up to each, in turn order (kinds take turns on a shared database too).
-  SELECT a.*, sum(a.claim_limit) OVER (PARTITION BY a.target ORDER BY a.turn, a.kind ROWS UNBOUNDED PRECEDING) AS target_rows_so_far
+  -- rows up to each, in turn order. Kinds take turns on a shared database too: a budget of a
+  -- shard or two per plan would otherwise always go to the same kind, so within a turn the kind
+  -- with less in flight against the database goes first, and ties go round by a hash of the
+  -- kind and the plan's cutoff (a different order each plan, fair over a few).
+  SELECT a.*, sum(a.claim_limit) OVER (PARTITION BY a.target ORDER BY a.turn, a.target_in_flight, md5(a.kind || $1::timestamptz::text), a.kind
+                                       ROWS UNBOUNDED PRECEDING) AS target_rows_so_far
     FROM kind_allowed a
 ), planned AS (
   -- [per target] whole shards within the database's room (none for an unlimited one). Kinds
