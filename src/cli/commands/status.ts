@@ -1,8 +1,9 @@
 // `timeout-center status`: one screen on the health of the center. Backlog and oldest lag per kind
 // (view backlog), who leads and with which epoch (coordinator_lease), live workers (workers table:
 // seen in the last LIVE_WINDOW_S seconds and not stopped), failed timeouts waiting for an operator,
-// the last scans (view scan_report), and flow control per kind (view kind_controls: paused, caps,
-// rate, who changed them and when).
+// the last scans (view scan_report), flow control per kind (view kind_controls: paused, caps,
+// rate, who changed them and when) and per business database (view target_controls: its rate
+// limit over all kinds).
 import { sql } from 'kysely';
 import type { Command } from 'commander';
 import { databaseOption, formatSeconds, formatTime, jsonOption, parseLimit, print, printJson, table, withDatabase, type DbOptions, type DbTimestamp } from './common.js';
