@@ -76,6 +76,15 @@ const businessDatabaseSchema = z
     urlEnv: z.string().regex(/^[A-Za-z_][A-Za-z0-9_]*$/, 'an environment variable name, e.g. ORDERS_0_URL').optional(),
     /** Connections per worker process to this database. */
     poolSize: z.number().int().min(1).max(200).default(4),
+    /** At most this many timeouts per second applied against this database, over all kinds whose
+     *  shards target it, fleet-wide (docs/operations.md "Flow control"). A default: a run-time
+     *  change (`timeout-center limit --database <name> --rate N|none`, SQL, the console) wins
+     *  until `limit --database <name> --reset`. Default: no limit. */
+    rateLimit: z
+      .number()
+      .positive('a rate limit is timeouts per second above 0; leave it out for no limit')
+      .max(10_000_000, 'at most 10000000 timeouts per second')
+      .optional(),
   })
   .refine((d) => (d.url === undefined) !== (d.urlEnv === undefined), { message: 'give exactly one of url or urlEnv' });
 

@@ -10,6 +10,7 @@ import type { LeaderLock } from './coordinator/leader-lock.js';
 import { Leadership } from './coordinator/leadership.js';
 import { syncKinds } from './db/kinds.js';
 import { syncRoutes } from './db/routes.js';
+import { syncTargets } from './db/targets.js';
 import { assertMigrated } from './db/migrate.js';
 import { createPool } from './db/pool.js';
 import { startHealthServer, type HealthServer } from './observability/http.js';
@@ -132,6 +133,7 @@ export async function startRuntime(options: RuntimeOptions): Promise<Runtime> {
     await assertMigrated(pool);
     await syncKinds(pool, config.kinds);
     await syncRoutes(pool, config.kinds);
+    await syncTargets(pool, config.businessDatabases);
     await channel.init(Object.keys(config.kinds));
 
     if (options.worker) {

@@ -6,6 +6,7 @@ import { ConfigError, loadConfig, type LoadedConfig } from '../config.js';
 import { migrate } from '../db/migrate.js';
 import { syncKinds } from '../db/kinds.js';
 import { syncRoutes } from '../db/routes.js';
+import { syncTargets } from '../db/targets.js';
 import { prepareBusinessDatabases } from '../worker/business-db.js';
 import { createPool } from '../db/pool.js';
 import { createLogger, type Logger } from '../observability/logger.js';
@@ -74,6 +75,7 @@ program
       if (config) {
         await syncKinds(pool, config.kinds);
         await syncRoutes(pool, config.kinds);
+        await syncTargets(pool, config.businessDatabases);
       }
       // The marker table in each business database; one that cannot be reached is named, and the
       // command fails after preparing the others (run it again once that database is up).

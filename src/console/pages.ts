@@ -2,6 +2,7 @@
 // Every link and form action is prefixed with the base path, so the console can be mounted under
 // a sub-path behind a proxy; every form post carries the CSRF token.
 import type { KindControls } from '../flow/kind-controls.js';
+import type { TargetControls } from '../flow/target-controls.js';
 import type { AuditEntry } from '../operations/audit.js';
 import type { KindBacklog, Leader, LiveWorker, MinutePoint, OpenBreaker } from '../operations/overview.js';
 import type { ScanSummary, ShardSummary } from '../operations/scans.js';
@@ -126,7 +127,7 @@ export interface KindRow extends KindControls {
   description: string | null;
 }
 
-export function kindsPage(ctx: PageContext, kinds: KindRow[]): string {
+export function kindsPage(ctx: PageContext, kinds: KindRow[], databases: TargetControls[] = []): string {
   const back = '/kinds';
   const body = html`
 <p class="muted">Settings come from the config file; paused and the limits from the config too until changed here, with the CLI
@@ -143,8 +144,25 @@ ${num(k.maxRunningShards)}${num(k.rateLimit)}<td>${k.source}${k.changedBy ? html
 <input name="rateLimit" size="6" placeholder="per s" value="${k.rateLimit ?? ''}" aria-label="rate limit">
 <button type="submit">Set limits</button></form></td></tr>`,
 )}</table>
-<p class="muted">Empty limit fields remove the limit.</p>`;
+<p class="muted">Empty limit fields remove the limit.</p>
+${databases.length === 0 ? '' : databasesTable(ctx, databases, back)}`;
   return layout(ctx, '/kinds', 'Kinds', body);
+}
+
+/** Business databases (sql/0009): the fleet-wide rate limit over all kinds that run there. */
+function databasesTable(ctx: PageContext, databases: TargetControls[], back: string): Html {
+  return html`<h2>Business databases</h2>
+<p class="muted">A database's rate limit holds over all kinds whose shards run against it, beside each kind's own limits
+(<code>timeout-center limit --database &lt;name&gt; --rate N|none|--reset</code>).</p>
+<table id="databases"><tr><th>database</th><th>kinds</th><th>running / queued shards</th><th>timeouts in flight</th><th>rate limit (/s)</th><th>config</th><th>set by</th><th>actions</th></tr>
+${databases.map(
+  (d) => html`<tr id="database-${d.target}" data-database="${d.target}"><td><strong>${d.target}</strong></td><td>${d.kinds.join(', ')}</td>
+<td class="n">${d.runningShards} / ${d.queuedShards}</td>${num(d.inFlightLimit)}${num(d.rateLimit)}${num(d.config.rateLimit)}
+<td>${d.source}${d.changedBy ? html`<br><span class="muted">${d.changedBy}, ${d.changedAt}</span>` : ''}</td>
+<td><form class="inline" method="post" action="${ctx.base}/actions/databases/${encodeURIComponent(d.target)}/limit">${csrfField(ctx)}<input type="hidden" name="back" value="${back}">
+<input name="rateLimit" size="6" placeholder="per s" value="${d.rateLimit ?? ''}" aria-label="rate limit of ${d.target}">
+<button type="submit">Set limit</button></form></td></tr>`,
+)}</table>`;
 }
 
 // Scans ---------------------------------------------------------------------------------------------

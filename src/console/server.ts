@@ -14,6 +14,7 @@ import type { Logger } from 'pino';
 import { createKysely } from '../db/kysely.js';
 import type { Database } from '../db/schema.js';
 import { ControlInputError, listKindControls, pauseKind, resumeKind, setKindLimits } from '../flow/kind-controls.js';
+import { listTargetControls, setTargetRateLimit } from '../flow/target-controls.js';
 import { listAudit } from '../operations/audit.js';
 import { kindBacklog, lastHour, leader, liveWorkers, openBreakers, type MinutePoint } from '../operations/overview.js';
 import { getScan, listScans, RerunRefused, rerunShard } from '../operations/scans.js';
@@ -210,8 +211,13 @@ export async function startConsole(options: ConsoleOptions): Promise<ConsoleServ
       return { json: d, page: () => overviewPage(ctx, d) };
     }
     if (r.path === '/kinds') {
-      const kinds = await kindRows();
-      return { json: kinds, page: () => kindsPage(ctx, kinds) };
+      const [kinds, databases] = await Promise.all([kindRows(), listTargetControls(pool)]);
+      return { json: kinds, page: () => kindsPage(ctx, kinds, databases) };
+    }
+    if (r.path === '/databases') {
+      // Business databases and their fleet-wide rate limits (shown on the kinds page).
+      const [kinds, databases] = await Promise.all([kindRows(), listTargetControls(pool)]);
+      return { json: databases, page: () => kindsPage(ctx, kinds, databases) };
     }
     if (r.path === '/scans') {
       const limitText = q.get('limit');
@@ -263,6 +269,14 @@ export async function startConsole(options: ConsoleOptions): Promise<ConsoleServ
         json: controls,
         text: `${kind}: at most ${controls.maxRunningShards ?? 'any number of'} running shards, ${controls.rateLimit === null ? 'no rate limit' : `${controls.rateLimit} timeouts/s`}`,
       };
+    }
+    const databaseLimit = /^\/databases\/([^/]+)\/limit$/.exec(r.path);
+    if (databaseLimit) {
+      const target = decodeURIComponent(databaseLimit[1]!);
+      const rate = limitValue(one(p, 'rateLimit'));
+      if (rate === undefined) throw new HttpError(400, 'give rateLimit: timeouts per second, or empty for no limit');
+      const controls = await setTargetRateLimit(pool, target, rate, r.actor);
+      return { json: controls, text: `database ${target}: ${controls.rateLimit === null ? 'no rate limit' : `at most ${controls.rateLimit} timeouts/s over all its kinds`}` };
     }
     const rerun = /^\/shards\/([^/]+)\/rerun$/.exec(r.path);
     if (rerun) {

@@ -9,7 +9,7 @@ import { Alerter } from '../alerts/alerter.js';
 import type { LoadedConfig } from '../config.js';
 import { query } from '../db/queries.js';
 import { failpoint } from '../failpoints.js';
-import { LeaderFlow, type ControlsColumn } from '../flow/leader-flow.js';
+import { LeaderFlow, type ControlsColumn, type TargetControlsColumn } from '../flow/leader-flow.js';
 import type { Metrics } from '../observability/metrics.js';
 import type { ShardChannel, ShardMessage } from '../transport/channel.js';
 import { FencedError } from './fence.js';
@@ -193,12 +193,12 @@ export class Coordinator {
 
     // Map: one statement writes a scan with shards for what is due beyond the shards in flight,
     // while they stay under the bound.
-    const { rows } = await pool.query<{ now: Date; next_due: Date | null; latest_due: Date | null; in_flight: number; controls: ControlsColumn | null }>(
+    const { rows } = await pool.query<{ now: Date; next_due: Date | null; latest_due: Date | null; in_flight: number; controls: ControlsColumn | null; target_controls: TargetControlsColumn | null }>(
       query(new URL('.', import.meta.url), 'next_due'),
       [this.kinds],
     );
     const clock = rows[0]!;
-    const flow = this.flow.tick(clock.controls, clock.now.getTime());
+    const flow = this.flow.tick(clock.controls, clock.now.getTime(), clock.target_controls);
     let inFlight = clock.in_flight;
     const nextDue = clock.next_due;
     const room = cfg.maxInFlightShards - inFlight;
@@ -227,8 +227,9 @@ export class Coordinator {
         maxRows: Math.max(cfg.claimChunk, room * this.maxShardSize),
         credit: this.usableCredit(),
         rateBudget: flow.rateBudget,
+        targetBudget: flow.targetBudget,
       });
-      if (planned) this.flow.planned(planned.byKind);
+      if (planned) this.flow.planned(planned.byKind, planned.byTarget);
       this.updateCredit(planned);
       this.coveredAt = planned ? undefined : { cutoff: clock.now, at: Date.now() };
       if (planned) {

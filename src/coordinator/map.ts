@@ -15,6 +15,8 @@ export interface PlannedScan {
   /** Per kind that got shards: its uncovered rows, what the new shards cover, and whether the
    *  rows were counted now (or taken from the credit). */
   byKind: Map<string, { uncovered: number; planned: number; counted: boolean }>;
+  /** Per business database that got shards: what the new shards cover (for its rate budget). */
+  byTarget: Map<string, number>;
 }
 
 /** Writes a scan with up to maxShards new shards for the due timeouts not yet covered by shards
@@ -31,6 +33,8 @@ export async function planScan(
     credit: Record<string, number>;
     /** Per rate-limited kind: timeouts its token bucket allows now (src/flow/rate-budget.ts). */
     rateBudget: Record<string, number>;
+    /** Per rate-limited business database (target): timeouts its token bucket allows now. */
+    targetBudget: Record<string, number>;
   },
 ): Promise<PlannedScan | undefined> {
   type Row = { id: number; scan_id: number; kind: string; target: string | null; claim_limit: number; uncovered: string; counted: boolean };
@@ -44,6 +48,7 @@ export async function planScan(
       args.coordinatorId,
       JSON.stringify(args.credit),
       JSON.stringify(args.rateBudget),
+      JSON.stringify(args.targetBudget),
     ]),
   );
   if (rows.length === 0) return undefined;
@@ -61,10 +66,13 @@ export async function planScan(
     k.planned += r.claim_limit;
     byKind.set(r.kind, k);
   }
+  const byTarget = new Map<string, number>();
+  for (const r of rows) if (r.target !== null) byTarget.set(r.target, (byTarget.get(r.target) ?? 0) + r.claim_limit);
   return {
     scanId,
     shards: rows.map((r) => ({ shardId: Number(r.id), scanId, kind: r.kind })),
     capacity: rows.reduce((n, r) => n + r.claim_limit, 0),
     byKind,
+    byTarget,
   };
 }

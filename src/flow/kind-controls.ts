@@ -79,7 +79,7 @@ export async function listKindControls(db: Queryable): Promise<KindControls[]> {
   return rows.map(toControls);
 }
 
-function checkActor(actor: string): void {
+export function checkActor(actor: string): void {
   if (actor.trim().length === 0 || actor.length > 200) throw new ControlInputError('actor must be 1 to 200 characters (who made the change, for the audit log)');
 }
 

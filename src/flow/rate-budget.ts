@@ -1,4 +1,5 @@
-// Token buckets, one per rate-limited kind, kept by the leading coordinator. Only the leader plans
+// Token buckets, one per rate-limited kind (or, in a second instance, per rate-limited business
+// database: the keys are then targets; src/flow/leader-flow.ts), kept by the leading coordinator. Only the leader plans
 // shards, and each shard's claim limit is taken from its kind's bucket when it is planned
 // (coordinator/queries/plan_shards.sql), so the limit holds across the whole fleet whatever the
 // number of workers. Time is the database clock (next_due's now()), never this node's.

@@ -131,6 +131,12 @@ export class Metrics {
     labelNames: ['kind'] as const,
     registers: [this.registry],
   });
+  readonly targetRateLimit = new Gauge({
+    name: 'tc_target_rate_limit',
+    help: 'Rate limit of a business database in timeouts per second, over all kinds whose shards target it, fleet-wide; leader only, absent when unlimited',
+    labelNames: ['target'] as const,
+    registers: [this.registry],
+  });
   readonly circuitBreaker = new Gauge({
     name: 'tc_circuit_breaker_state',
     help: 'Circuit breaker of the external path per kind and target, in this worker: 0 closed, 1 open, 2 half-open',

@@ -1,14 +1,16 @@
 // `timeout-center status`: one screen on the health of the center. Backlog and oldest lag per kind
 // (view backlog), who leads and with which epoch (coordinator_lease), live workers (workers table:
 // seen in the last LIVE_WINDOW_S seconds and not stopped), failed timeouts waiting for an operator,
-// the last scans (view scan_report), and flow control per kind (view kind_controls: paused, caps,
-// rate, who changed them and when).
+// the last scans (view scan_report), flow control per kind (view kind_controls: paused, caps,
+// rate, who changed them and when) and per business database (view target_controls: its rate
+// limit over all kinds).
 import { sql } from 'kysely';
 import type { Command } from 'commander';
 import { databaseOption, formatSeconds, formatTime, jsonOption, parseLimit, print, printJson, table, withDatabase, type DbOptions, type DbTimestamp } from './common.js';
 import type { ScanReportView } from '../../db/schema.js';
 import { listKindControls } from '../../flow/kind-controls.js';
-import { controlsJson, describeControls } from './flow.js';
+import { listTargetControls } from '../../flow/target-controls.js';
+import { controlsJson, describeControls, describeTargetControls, targetControlsJson } from './flow.js';
 
 /** Workers heartbeat every 5 s; one not seen for three beats is not counted as live. */
 export const LIVE_WINDOW_S = 15;
@@ -22,7 +24,7 @@ export function registerStatus(program: Command): void {
     .option('--scans <n>', 'how many recent scans to show', (v) => parseLimit(v, '--scans'), 5)
     .action(async (opts: DbOptions & { json?: boolean; scans: number }) => {
       await withDatabase(opts, async (db, pool) => {
-        const [now, backlog, lease, workers, failed, scans, controls, breakers] = await Promise.all([
+        const [now, backlog, lease, workers, failed, scans, controls, breakers, targets] = await Promise.all([
           sql<{ now: Date }>`SELECT now() AS now`.execute(db),
           db
             .selectFrom('timeout_center.backlog')
@@ -64,9 +66,11 @@ export function registerStatus(program: Command): void {
              ORDER BY b.kind, b.target, b.worker`
             .execute(db)
             .then((r) => r.rows),
+          listTargetControls(pool),
         ]);
         // Flow control worth a line: paused, limited, or changed at run time.
         const controlled = controls.filter((c) => c.paused || c.maxRunningShards !== null || c.rateLimit !== null || c.source === 'operator');
+        const limitedTargets = targets.filter((t) => t.rateLimit !== null || t.source === 'operator');
         const totals = {
           pendingDue: backlog.reduce((a, b) => a + Number(b.pending_due), 0),
           inFlight: backlog.reduce((a, b) => a + Number(b.in_flight), 0),
@@ -86,6 +90,7 @@ export function registerStatus(program: Command): void {
               paused: b.paused,
             })),
             kinds: controls.map(controlsJson),
+            databases: targets.map(targetControlsJson),
             totals,
             leader,
             liveWorkers: workers.map((w) => ({ workerId: w.worker_id, host: w.host, pid: w.pid, kinds: w.kinds, startedAt: w.started_at, lastSeenAt: w.last_seen_at })),
@@ -113,8 +118,8 @@ export function registerStatus(program: Command): void {
           );
         }
         out.push('');
-        if (controlled.length === 0) out.push('Flow control: no kind paused or limited');
-        else out.push(`Flow control:\n${indent(controlled.map(describeControls).join('\n'))}`);
+        if (controlled.length === 0 && limitedTargets.length === 0) out.push('Flow control: no kind paused or limited');
+        else out.push(`Flow control:\n${indent([...controlled.map(describeControls), ...limitedTargets.map(describeTargetControls)].join('\n'))}`);
         out.push('');
         out.push(
           leader

@@ -8,6 +8,9 @@
 -- rate_limit, has_due]} for every served kind (the rate budget and the gauges; a handful of
 -- rows); has_due (one index probe, rate-limited kinds only, else null) tells the rate budget
 -- whether the kind has anything due, so an idle kind saves up no burst.
+-- target_controls (sql/0009): {"target": [rate_limit, has_due]} for every rate-limited business
+-- database; has_due: some unpaused served kind routed to it has a timeout due (for a kind routed
+-- over several databases this cannot say which: the bucket may then save up its burst cap).
 SELECT now() AS now,
        (SELECT min(d.available_at)
           FROM unnest($1::text[]) AS k (kind)
@@ -29,4 +32,12 @@ SELECT now() AS now,
                       THEN EXISTS (SELECT 1 FROM timeout_center.timeouts t
                                     WHERE t.kind = kc.kind AND t.state = 'pending' AND t.available_at <= now()) END)), '{}')
           FROM timeout_center.kinds kc
-         WHERE kc.kind = ANY ($1::text[])) AS controls
+         WHERE kc.kind = ANY ($1::text[])) AS controls,
+       (SELECT coalesce(jsonb_object_agg(tg.target, jsonb_build_array(tg.rate_limit,
+                 EXISTS (SELECT 1 FROM timeout_center.kind_routes r
+                           JOIN timeout_center.kinds kc ON kc.kind = r.kind AND NOT kc.paused
+                          WHERE r.kind = ANY ($1::text[]) AND tg.target = ANY (r.databases)
+                            AND EXISTS (SELECT 1 FROM timeout_center.timeouts t
+                                         WHERE t.kind = r.kind AND t.state = 'pending' AND t.available_at <= now())))), '{}')
+          FROM timeout_center.targets tg
+         WHERE tg.rate_limit IS NOT NULL) AS target_controls

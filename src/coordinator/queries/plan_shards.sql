@@ -12,9 +12,14 @@
 --   $7 credit: {"kind": uncovered rows counted earlier} (jsonb; a kind in it is not counted)
 --   $8 rate budget: {"kind": timeouts the coordinator's token bucket allows now} (jsonb; a
 --      rate-limited kind missing from it gets nothing this time: see the flow CTE)
+--   $9 target rate budget: {"target": timeouts the token bucket of that business database allows
+--      now} (jsonb; a rate-limited target missing from it gets nothing: see target_flow)
 -- Shards carry a target (a business database name, or NULL): the map counts per (kind, target),
 -- so one shard's handler runs against exactly one database (sql/0005_business_databases.sql).
--- Flow control (pause, cap, rate) is per kind, over all of its targets.
+-- Flow control (pause, cap, rate) is per kind, over all of its targets; and a rate limit per
+-- business database (target, sql/0009), over all kinds whose shards target it: marked
+-- "[per target]" below (CTE target_flow, the need filter, the shard size in candidates, and the
+-- kind_allowed -> target_ranked -> planned steps). Same-database shards (target NULL) have none.
 -- Returns the new shards (id, scan_id, kind, target, claim_limit) with their (kind, target)'s
 -- uncovered rows and whether they were counted now; none when nothing new was due.
 WITH live_target AS (
@@ -43,6 +48,22 @@ WITH live_target AS (
     FROM timeout_center.kinds k
     LEFT JOIN live l ON l.kind = k.kind
    WHERE k.kind = ANY ($2::text[])
+), target_flow AS (
+  -- [per target] A rate-limited business database (sql/0009): row_room is what it may get now,
+  -- over all kinds: its token bucket's budget ($9), and never more than one second's worth in
+  -- flight against it (the claim limits of its shards queued or running, whatever their kind;
+  -- queued shards of a paused kind are left out: they wait for the resume, and must not take
+  -- the room of the kinds an operator paused that one for). Its shards hold a tenth of a second's
+  -- worth (and never more than their kind's shard size), so the commits come smoothly.
+  SELECT tg.target,
+         greatest(least(coalesce(($9::jsonb ->> tg.target)::bigint, 0), ceil(tg.rate_limit)::bigint - coalesce(tl.capacity, 0)), 0) AS row_room,
+         greatest(ceil(tg.rate_limit * 0.1), 1)::int AS shard_size
+    FROM timeout_center.targets tg
+    LEFT JOIN LATERAL (SELECT sum(sh.claim_limit)::bigint AS capacity
+                         FROM timeout_center.shards sh
+                        WHERE sh.target = tg.target AND sh.state IN ('queued', 'running')
+                          AND NOT (sh.state = 'queued' AND EXISTS (SELECT 1 FROM timeout_center.kinds kc WHERE kc.kind = sh.kind AND kc.paused))) tl ON true
+   WHERE tg.rate_limit IS NOT NULL
 ), need AS MATERIALIZED (
   -- Counted once per kind (unless the credit says), on timeouts_due_by_kind in due order (the
   -- order workers claim in), stopping at what is already covered plus $4. A kind flow control
@@ -62,6 +83,8 @@ WITH live_target AS (
    CROSS JOIN LATERAL (SELECT ($7::jsonb ->> f.kind)::bigint AS credit) cr
    WHERE coalesce(f.shard_room, 1) > 0 AND coalesce(f.row_room, 1) > 0
      AND (r.kind IS NULL OR r.route_by = 'database')
+     -- [per target] a kind whose one database has no room now is not counted either
+     AND NOT EXISTS (SELECT 1 FROM target_flow tf WHERE tf.target = r.databases[1] AND tf.row_room = 0)
   UNION ALL
   -- A kind routed over several business databases: its due rows (the same window in due order)
   -- counted per target with the routing rule in SQL (timeout_center.route_target, the predicate
@@ -81,25 +104,46 @@ WITH live_target AS (
     LEFT JOIN live_target lt ON lt.kind = f.kind AND lt.target = c.target
    WHERE coalesce(f.shard_room, 1) > 0 AND coalesce(f.row_room, 1) > 0
 ), candidates AS (
-  SELECT n.kind, n.target, g.i AS turn, n.shard_room, n.row_room,
-         least(n.shard_size::bigint, n.uncovered - (g.i - 1) * n.shard_size)::int AS claim_limit
-    FROM need n, generate_series(1, ceil(n.uncovered::numeric / n.shard_size)::int) AS g (i)
+  -- [per target] shards against a rate-limited database take its shard size when smaller, and
+  -- carry its row_room (NULL: no target limit) and what the kind has in flight against it.
+  SELECT n.kind, n.target, g.i AS turn, n.shard_room, n.row_room, tf.row_room AS target_row_room,
+         coalesce(lt.capacity, 0) AS target_in_flight,
+         least(sz.size::bigint, n.uncovered - (g.i - 1) * sz.size)::int AS claim_limit
+    FROM need n
+    LEFT JOIN target_flow tf ON tf.target = n.target
+    LEFT JOIN live_target lt ON lt.kind = n.kind AND lt.target = n.target
+   CROSS JOIN LATERAL (SELECT least(n.shard_size, coalesce(tf.shard_size, n.shard_size)) AS size) sz
+   CROSS JOIN LATERAL generate_series(1, ceil(n.uncovered::numeric / sz.size)::int) AS g (i)
    WHERE n.uncovered > 0
 ), ranked AS (
   -- Per kind over all its targets: the nth new shard and the rows up to it, in turn order.
   SELECT c.*, row_number() OVER w AS nth, sum(c.claim_limit) OVER w AS rows_so_far
     FROM candidates c
   WINDOW w AS (PARTITION BY c.kind ORDER BY c.turn, c.target ROWS UNBOUNDED PRECEDING)
-), planned AS (
+), kind_allowed AS (
   -- What flow control lets each kind have now (under a cap, shard_room shards; under a rate
-  -- limit, whole shards within the budget, or all that is due when that is less). Kinds take
-  -- turns (every kind's first shard, then every kind's second, ...) so that one kind's flood
-  -- does not take all the room.
-  SELECT r.kind, r.target, r.turn, r.claim_limit
+  -- limit, whole shards within the budget, or all that is due when that is less).
+  SELECT r.kind, r.target, r.turn, r.claim_limit, r.target_row_room, r.target_in_flight
     FROM ranked r
    WHERE r.nth <= coalesce(r.shard_room, 2147483647)
      AND (r.row_room IS NULL OR r.rows_so_far <= r.row_room)
-   ORDER BY r.turn, r.kind, r.target
+), target_ranked AS (
+  -- [per target] Per business database over all kinds, among the shards their kinds allow: the
+  -- rows up to each, in turn order. Kinds take turns on a shared database too: a budget of a
+  -- shard or two per plan would otherwise always go to the same kind, so within a turn the kind
+  -- with less in flight against the database goes first, and ties go round by a hash of the
+  -- kind and the plan's cutoff (a different order each plan, fair over a few).
+  SELECT a.*, sum(a.claim_limit) OVER (PARTITION BY a.target ORDER BY a.turn, a.target_in_flight, md5(a.kind || $1::timestamptz::text), a.kind
+                                       ROWS UNBOUNDED PRECEDING) AS target_rows_so_far
+    FROM kind_allowed a
+), planned AS (
+  -- [per target] whole shards within the database's room (none for an unlimited one). Kinds
+  -- take turns (every kind's first shard, then every kind's second, ...) so that one kind's
+  -- flood does not take all the room.
+  SELECT t.kind, t.target, t.turn, t.claim_limit
+    FROM target_ranked t
+   WHERE t.target_row_room IS NULL OR t.target_rows_so_far <= t.target_row_room
+   ORDER BY t.turn, t.kind, t.target
    LIMIT $3
 ), new_scan AS (
   INSERT INTO timeout_center.scans (epoch, coordinator, cutoff, state, shard_count, mapped_at)
