@@ -1,5 +1,7 @@
 // npm run bench [-- options]: drain throughput and lateness of timeout-center against the pure-SQL
-// limit, pg-boss, graphile-worker and BullMQ, on the local PostgreSQL and Redis.
+// limit (on the minimal schema and on ours), pg-boss, graphile-worker and BullMQ. The bench starts
+// and owns its PostgreSQL (bench/lib/server.ts: settings in the report, track_commit_timestamp on);
+// every system's end time and lateness are read at commit. Redis: the local one (BENCH_REDIS_URL).
 //
 //   --smoke              a few thousand timeouts, every system, a few seconds each (CI)
 //   --million            burst of 1,000,000 (default 200,000)
@@ -22,7 +24,7 @@ import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
 import pg from 'pg';
-import { ADMIN_DATABASE_URL } from '../test/helpers/services.ts';
+import { startBenchServer, type BenchServer } from './lib/server.ts';
 import { killAll } from '../test/helpers/processes.ts';
 import { bestBySystem, table, targets, writeReport, type Results } from './lib/report.ts';
 import { Status } from './lib/status.ts';
@@ -70,13 +72,14 @@ const pending = num(args.pending, smoke ? 20_000 : 10_000_000);
 const ticks = num(args.ticks, smoke ? 3 : 10);
 const maxSeconds = num(args['max-seconds'], smoke ? 60 : 180);
 const rounds = num(args.rounds, 1);
-const REPEATED = new Set(['timeout-center', 'pure-sql', 'pg-boss-batch']);
+const REPEATED = new Set(['timeout-center', 'pure-sql', 'minimal-sql', 'pg-boss-batch']);
 const memoryN = smoke ? burstN : 1_000_000;
 const leadMs = smoke ? 1500 : 2500;
 const tickSpacingMs = smoke ? 200 : 1000;
 const workloads = new Set((args.workloads ?? (args.tune ? '1' : '1,2,3,4')).split(',').map((s) => Number(s.trim())));
 const outDir = args.out ?? (smoke ? mkdtempSync(join(tmpdir(), 'tc-bench-smoke-')) : join(root, 'docs'));
 const status = new Status();
+let server: BenchServer | undefined;
 
 function pick(): Variant[] {
   if (args.tune && !args.only) return TC_TUNE;
@@ -88,8 +91,8 @@ function pick(): Variant[] {
   return list;
 }
 
-async function versions(): Promise<{ postgres: string; redis: string }> {
-  const c = new pg.Client({ connectionString: ADMIN_DATABASE_URL });
+async function versions(adminUrl: string): Promise<{ postgres: string; redis: string }> {
+  const c = new pg.Client({ connectionString: adminUrl });
   await c.connect();
   const { rows } = await c.query<{ v: string }>("SELECT current_setting('server_version') AS v");
   await c.end();
@@ -110,7 +113,10 @@ async function main(): Promise<number> {
     return 0;
   }
   const variants = pick();
-  const v = await versions();
+  status.set('starting the bench PostgreSQL');
+  const srv = await startBenchServer();
+  server = srv;
+  const v = await versions(srv.adminUrl);
   const results: Results = {
     meta: {
       date: new Date().toISOString(),
@@ -124,6 +130,7 @@ async function main(): Promise<number> {
       durationS,
       delayS,
       notes: [],
+      postgresSettings: { ...srv.settings, owned: srv.owned ? 'started by the bench (initdb, temp dir)' : 'BENCH_DATABASE_URL' },
     },
     variants: args.tune ? [] : variants,
     burst: [],
@@ -132,7 +139,7 @@ async function main(): Promise<number> {
     tune: [],
   };
   const steps: { name: string; run: () => Promise<void> }[] = [];
-  const env = { status, keep: args.keep };
+  const env = { status, server: srv, keep: args.keep };
 
   if (workloads.has(1)) {
     // Rounds are interleaved (every system once, then again) so that a slow spell of the box does
@@ -234,6 +241,7 @@ async function main(): Promise<number> {
   }
   status.clear();
   const leaked = await killAll();
+  await srv.stop();
   if (leaked.length > 0) results.meta.notes.push(`processes still running at the end (killed): ${leaked.join(', ')}`);
 
   const path = writeReport(results, outDir, 'benchmarks.md', smoke || args.tune ? '' : analysis());
@@ -260,6 +268,7 @@ main().then(
     status.clear();
     process.stderr.write(`bench failed: ${(err as Error).stack ?? String(err)}\n`);
     await killAll().catch(() => {});
+    await server?.stop().catch(() => {});
     process.exit(1);
   },
 );

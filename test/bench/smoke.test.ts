@@ -42,7 +42,7 @@ describe('bench --smoke', () => {
       meta: { notes: string[] };
     };
     const systems = new Set(results.variants.map((v) => v.system));
-    expect([...systems].sort()).toEqual(['bullmq', 'graphile-worker', 'pg-boss-batch', 'pg-boss-job', 'pure-sql', 'timeout-center']);
+    expect([...systems].sort()).toEqual(['bullmq', 'graphile-worker', 'minimal-sql', 'pg-boss-batch', 'pg-boss-job', 'pure-sql', 'timeout-center']);
     expect(results.burst.map((b) => b.variant).sort()).toEqual(results.variants.map((v) => v.id).sort());
     expect(results.steady.map((s) => s.variant).sort()).toEqual(results.variants.map((v) => v.id).sort());
     for (const r of [...results.burst, ...results.steady, ...results.memory]) {
