@@ -69,18 +69,17 @@ export function targets(r: Results): Target[] {
     out.push({ name: 'the limit on our schema vs on the minimal one (what the schema costs)', target: '(information)', actual: `${x.toFixed(2)}× (${n0(ours.rate)} vs ${n0(sql.rate)} /s)`, met: null });
   }
   const dflt = r.burst.find((b) => b.variant === 'tc-default');
-  const tuned = r.burst.find((b) => b.variant === 'tc-best');
+  const tuned = r.burst.filter((b) => b.variant !== 'tc-default' && system(r, b.variant) === 'timeout-center' && b.correctness.ok).sort((a, b) => b.rate - a.rate)[0];
   if (dflt && tuned) {
-    const x = dflt.rate / tuned.rate;
-    out.push({ name: 'burst: defaults vs best tuned settings', target: '≥ 0.85×', actual: `${x.toFixed(2)}× (${n0(dflt.rate)} vs ${n0(tuned.rate)} /s)`, met: x >= 0.85 });
+    const x = dflt.rate / Math.max(tuned.rate, dflt.rate);
+    out.push({ name: `burst: defaults vs the best tuned settings (${label(r, tuned.variant)})`, target: '≥ 0.85×', actual: `${x.toFixed(2)}× (${n0(dflt.rate)} vs ${n0(tuned.rate)} /s)`, met: x >= 0.85 });
   }
   if (tc && boss) {
     const x = tc.rate / boss.rate;
     out.push({ name: "burst drain vs pg-boss's best", target: '≥ 4×', actual: `${x.toFixed(2)}× (${n0(tc.rate)} vs ${n0(boss.rate)} /s, ${label(r, boss.variant)})`, met: x >= 4 });
   }
-  for (const id of ['tc-best', 'tc-default']) {
-    const st = r.steady.find((s) => s.variant === id);
-    if (!st) continue;
+  for (const st of r.steady.filter((s) => system(r, s.variant) === 'timeout-center')) {
+    const id = st.variant;
     // The issue's targets, at commit: p99 ≤ 100 ms at 5,000/s and ≤ 250 ms at 20,000/s; p50 ≤ 50 ms at 5,000/s.
     const p99Max = st.rate >= 20_000 ? 0.25 : 0.1;
     out.push({ name: `steady p99 lateness at ${n0(st.rate)}/s (${label(r, id)})`, target: `≤ ${p99Max * 1000} ms`, actual: ms(st.lateness.p99), met: st.lateness.p99 <= p99Max && st.correctness.ok });
@@ -112,7 +111,7 @@ export function table(r: Results): string {
   const ids = r.variants.map((v) => v.id).filter((id) => r.burst.some((b) => b.variant === id) || r.steady.some((s) => s.variant === id));
   for (const id of ids) {
     const b = r.burst.find((x) => x.variant === id);
-    const st = r.steady.find((x) => x.variant === id);
+    const st = r.steady.find((x) => x.variant === id && x.rate === r.meta.rate);
     const rss = [...(b?.rss ?? [])].map((p) => `${p.name.replace(/^tc /, '')} ${p.peakRssMb}`).join(', ');
     const ok = [b, st]
       .filter((x) => x)
@@ -198,7 +197,7 @@ function settingsTable(r: Results): string {
   const lines = ['| system | variant | settings | burst timeouts/s | steady p99 |', '|---|---|---|---:|---:|'];
   for (const v of r.variants) {
     const b = r.burst.find((x) => x.variant === v.id);
-    const st = r.steady.find((x) => x.variant === v.id);
+    const st = r.steady.find((x) => x.variant === v.id && x.rate === r.meta.rate);
     const settings = Object.entries(v.settings).map(([k, val]) => `${k}=${String(val)}`).join(', ');
     lines.push(`| ${v.system} | ${v.label} | ${settings} | ${b ? n0(b.rate) + (b.timedOut ? ' (timed out)' : '') : '–'} | ${st ? ms(st.lateness.p99) : '–'} |`);
   }
@@ -228,17 +227,17 @@ export function charts(r: Results): Record<string, string> {
   }
   if (r.steady.length > 0) {
     out['steady-lateness.svg'] = barChart({
-      title: `Steady arrivals: ${n0(r.meta.rate)}/s for ${r.meta.durationS} s, each due ${r.meta.delayS} s later`,
-      unit: 'lateness, ms (lower is better)',
+      title: `Steady arrivals for ${r.meta.durationS} s, each due ${r.meta.delayS} s later`,
+      unit: 'lateness at commit, ms (lower is better)',
       series: ['p50', 'p99', 'max'],
-      rows: r.steady.map((s) => ({ label: label(r, s.variant), values: [s.lateness.p50 * 1000, s.lateness.p99 * 1000, s.lateness.max * 1000] })),
+      rows: r.steady.map((s) => ({ label: `${label(r, s.variant)} @ ${n0(s.rate)}/s`, values: [s.lateness.p50 * 1000, s.lateness.p99 * 1000, s.lateness.max * 1000] })),
       log: true,
     });
     out['steady-backlog.svg'] = lineChart({
       title: 'Steady arrivals: due but not yet closed, over time',
       xUnit: 'seconds since arrivals began',
       yUnit: 'unpaid orders due and not closed',
-      series: r.steady.map((s) => ({ label: label(r, s.variant), points: s.backlog.map((b) => ({ x: b.t, y: b.n })) })),
+      series: r.steady.map((s) => ({ label: `${label(r, s.variant)} @ ${n0(s.rate)}/s`, points: s.backlog.map((b) => ({ x: b.t, y: b.n })) })),
     });
   }
   return out;

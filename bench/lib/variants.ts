@@ -9,7 +9,8 @@ export const TC_BEST = { ...TC_DEFAULTS, shardSize: 20_000, concurrency: 2, clai
 
 export const VARIANTS: Variant[] = [
   { id: 'tc-default', system: 'timeout-center', label: 'timeout-center (default)', settings: { ...TC_DEFAULTS } },
-  { id: 'tc-best', system: 'timeout-center', label: 'timeout-center (best)', settings: { ...TC_BEST } },
+  { id: 'tc-c2', system: 'timeout-center', label: 'timeout-center (defaults, concurrency 2)', settings: { ...TC_DEFAULTS, concurrency: 2 } },
+  { id: 'tc-best', system: 'timeout-center', label: 'timeout-center (old best: shard 20,000 × 2, 4 in flight)', settings: { ...TC_BEST } },
   // The physical reference: the limit statement on the minimal schema (bench/lib/limit.ts), two
   // connections, both spellings, several k. The best of these is the "× minimal limit" reference.
   { id: 'min-1000-array', system: 'minimal-sql', label: 'minimal limit k=1000, ARRAY', settings: { connections: 2, limit: 1000, form: 'array' } },

@@ -32,12 +32,21 @@ WITH live AS (
     LEFT JOIN live l ON l.kind = k.kind
    CROSS JOIN LATERAL (SELECT ($7::jsonb ->> k.kind)::bigint AS credit) cr
    WHERE k.kind = ANY ($2::text[])
+), sized AS (
+  -- Adaptive shard size (issue 11): the kind's shard_size when few are due (a shard starts as soon
+  -- as its rows are due, lateness stays low), larger in a flood so that per-shard overheads (lease,
+  -- lock, finish, the stream round trip) are paid per thousands of rows: the uncovered rows in
+  -- about 8 shards (enough to keep a few workers busy, twice over), never above 20,000 rows, which
+  -- bounds how long a shard holds its row locks (a cancel waits for it) to well under a second.
+  -- A shard_size configured above 20,000 is kept as is.
+  SELECT n.kind, n.uncovered, greatest(n.shard_size::bigint, least(20000, ceil(n.uncovered / 8.0)::bigint)) AS size
+    FROM need n
+   WHERE n.uncovered > 0
 ), planned AS (
   -- Kinds take turns (every kind's first shard, then every kind's second, ...) so that one
   -- kind's flood does not take all the room.
-  SELECT n.kind, g.i AS turn, least(n.shard_size::bigint, n.uncovered - (g.i - 1) * n.shard_size)::int AS claim_limit
-    FROM need n, generate_series(1, ceil(n.uncovered::numeric / n.shard_size)::int) AS g (i)
-   WHERE n.uncovered > 0
+  SELECT n.kind, g.i AS turn, least(n.size, n.uncovered - (g.i - 1) * n.size)::int AS claim_limit
+    FROM sized n, generate_series(1, ceil(n.uncovered::numeric / n.size)::int) AS g (i)
    ORDER BY g.i, n.kind
    LIMIT $3
 ), new_scan AS (
