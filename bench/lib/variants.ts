@@ -80,5 +80,6 @@ export const TC_TUNE: Variant[] = [
   { id: 'tune-2w-s5000-c2', settings: { ...TC_DEFAULTS, workers: 2, concurrency: 2, shardSize: 5000, claimChunk: 50_000, maxInFlightShards: 8 } },
 ].map((v) => ({ ...v, system: 'timeout-center' as const, label: v.id }));
 
-/** The smoke run: one variant per system, small. */
-export const SMOKE_IDS = ['tc-default', 'min-1000-array', 'sql-5000-array', 'pgboss-batch-500', 'pgboss-job-100', 'graphile-batched', 'bullmq-50'];
+/** The smoke run: timeout-center, the minimal limit and one variant of each peer, small (the
+ *  limit on our schema and pg-boss per job are left to full runs, to keep CI under a minute). */
+export const SMOKE_IDS = ['tc-default', 'min-1000-array', 'pgboss-batch-500', 'graphile-batched', 'bullmq-50'];

@@ -42,7 +42,7 @@ describe('bench --smoke', () => {
       meta: { notes: string[] };
     };
     const systems = new Set(results.variants.map((v) => v.system));
-    expect([...systems].sort()).toEqual(['bullmq', 'graphile-worker', 'minimal-sql', 'pg-boss-batch', 'pg-boss-job', 'pure-sql', 'timeout-center']);
+    expect([...systems].sort()).toEqual(['bullmq', 'graphile-worker', 'minimal-sql', 'pg-boss-batch', 'timeout-center']);
     expect(results.burst.map((b) => b.variant).sort()).toEqual(results.variants.map((v) => v.id).sort());
     // Steady (smoke): timeout-center and the minimal limit; the peers run in the burst.
     const steadyIds = results.variants.filter((v) => v.system === 'timeout-center' || v.system === 'minimal-sql').map((v) => v.id);
@@ -71,6 +71,6 @@ describe('bench --smoke', () => {
     child.stderr.setEncoding('utf8').on('data', (c: string) => (output += c));
     const code = await new Promise<number | null>((resolve) => child.on('exit', (c) => resolve(c)));
     expect(code, output).toBe(0);
-    for (const v of ['limit-in', 'limit-array', 'worker-batch', 'worker-plain']) expect(output).toMatch(new RegExp(`^${v} +[\\d,]+ timeouts/s`, 'm'));
+    for (const v of ['minimal-in', 'minimal-array', 'limit-in', 'limit-array', 'worker-batch', 'worker-plain']) expect(output).toMatch(new RegExp(`^${v} +[\\d,]+ timeouts/s`, 'm'));
   });
 });

@@ -38,8 +38,12 @@ WITH live AS (
   -- lock, finish, the stream round trip) are paid per thousands of rows: the uncovered rows in
   -- about 8 shards (enough to keep a few workers busy, twice over), never above 20,000 rows, which
   -- bounds how long a shard holds its row locks (a cancel waits for it) to well under a second.
-  -- A shard_size configured above 20,000 is kept as is.
-  SELECT n.kind, n.uncovered, greatest(n.shard_size::bigint, least(20000, ceil(n.uncovered / 8.0)::bigint)) AS size
+  -- SQL handlers only: a code or HTTP handler gets shard_size rows per call, as configured (one
+  -- request per shard). A shard_size configured above 20,000 is kept as is.
+  SELECT n.kind, n.uncovered,
+         CASE WHEN (SELECT k.handler_type FROM timeout_center.kinds k WHERE k.kind = n.kind) = 'sql'
+              THEN greatest(n.shard_size::bigint, least(20000, ceil(n.uncovered / 8.0)::bigint))
+              ELSE n.shard_size::bigint END AS size
     FROM need n
    WHERE n.uncovered > 0
 ), planned AS (
