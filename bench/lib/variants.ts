@@ -19,6 +19,7 @@ export const VARIANTS: Variant[] = [
   { id: 'min-20000-array', system: 'minimal-sql', label: 'minimal limit k=20000, ARRAY', settings: { connections: 2, limit: 20_000, form: 'array' } },
   // The same statement on our schema (timeout_center.timeouts): the difference is what the schema costs.
   { id: 'sql-5000-array', system: 'pure-sql', label: 'limit on our schema k=5000, ARRAY', settings: { connections: 2, limit: 5000, form: 'array' } },
+  { id: 'sql-20000-array', system: 'pure-sql', label: 'limit on our schema k=20000, ARRAY', settings: { connections: 2, limit: 20_000, form: 'array' } },
   {
     id: 'pgboss-batch-500',
     system: 'pg-boss-batch',
