@@ -40,17 +40,23 @@ WITH live AS (
   -- bounds how long a shard holds its row locks (a cancel waits for it) to well under a second.
   -- SQL handlers only: a code or HTTP handler gets shard_size rows per call, as configured (one
   -- request per shard). A shard_size configured above 20,000 is kept as is.
-  SELECT n.kind, n.uncovered,
-         CASE WHEN (SELECT k.handler_type FROM timeout_center.kinds k WHERE k.kind = n.kind) = 'sql'
-              THEN greatest(n.shard_size::bigint, least(20000, ceil(n.uncovered / 8.0)::bigint))
-              ELSE n.shard_size::bigint END AS size
-    FROM need n
-   WHERE n.uncovered > 0
+  -- When nothing of the kind is in flight (a flood begins), its first shard keeps shard_size, so
+  -- the first closes commit one small shard after the due instant rather than one large one.
+  SELECT z.kind, z.uncovered, z.size,
+         CASE WHEN EXISTS (SELECT 1 FROM live l WHERE l.kind = z.kind) THEN z.size ELSE least(z.size, z.shard_size) END AS first
+    FROM (SELECT n.kind, n.uncovered, n.shard_size::bigint AS shard_size,
+                 CASE WHEN (SELECT k.handler_type FROM timeout_center.kinds k WHERE k.kind = n.kind) = 'sql'
+                      THEN greatest(n.shard_size::bigint, least(20000, ceil(n.uncovered / 8.0)::bigint))
+                      ELSE n.shard_size::bigint END AS size
+            FROM need n
+           WHERE n.uncovered > 0) z
 ), planned AS (
   -- Kinds take turns (every kind's first shard, then every kind's second, ...) so that one
-  -- kind's flood does not take all the room.
-  SELECT n.kind, g.i AS turn, least(n.size, n.uncovered - (g.i - 1) * n.size)::int AS claim_limit
-    FROM sized n, generate_series(1, ceil(n.uncovered::numeric / n.size)::int) AS g (i)
+  -- kind's flood does not take all the room. Shard 1 takes `first` rows, the others `size`.
+  SELECT n.kind, g.i AS turn,
+         (CASE WHEN g.i = 1 THEN least(n.first, n.uncovered)
+               ELSE least(n.size, n.uncovered - n.first - (g.i - 2) * n.size) END)::int AS claim_limit
+    FROM sized n, generate_series(1, 1 + ceil(greatest(n.uncovered - n.first, 0)::numeric / n.size)::int) AS g (i)
    ORDER BY g.i, n.kind
    LIMIT $3
 ), new_scan AS (
