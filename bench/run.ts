@@ -1,10 +1,14 @@
 // npm run bench [-- options]: drain throughput and lateness of timeout-center against the pure-SQL
-// limit, pg-boss, graphile-worker and BullMQ, on the local PostgreSQL and Redis.
+// limit (on the minimal schema and on ours), pg-boss, graphile-worker and BullMQ. The bench starts
+// and owns its PostgreSQL (bench/lib/server.ts: settings in the report, track_commit_timestamp on);
+// every system's end time and lateness are read at commit. Redis: the local one (BENCH_REDIS_URL).
 //
 //   --smoke              a few thousand timeouts, every system, a few seconds each (CI)
 //   --million            burst of 1,000,000 (default 200,000)
 //   --n <count>          burst size
-//   --rate <per s>       steady arrival rate (default 5000)   --duration <s> (60)   --delay <s> (3)
+//   --rate <per s>       steady arrival rate (default 5000); a list (5000,20000) runs each rate, the
+//                        second and later ones for timeout-center and the minimal limit only
+//                        --duration <s> (60)   --delay <s> (3)
 //   --pending <count>    pending-scale workload size (default 10,000,000)
 //   --workloads 1,2,3,4  which workloads (default all)
 //   --only <ids>         variant ids or system names (see bench/lib/variants.ts)
@@ -22,7 +26,7 @@ import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
 import pg from 'pg';
-import { ADMIN_DATABASE_URL } from '../test/helpers/services.ts';
+import { startBenchServer, type BenchServer } from './lib/server.ts';
 import { killAll } from '../test/helpers/processes.ts';
 import { bestBySystem, table, targets, writeReport, type Results } from './lib/report.ts';
 import { Status } from './lib/status.ts';
@@ -63,20 +67,22 @@ const root = fileURLToPath(new URL('..', import.meta.url));
 const smoke = args.smoke;
 const num = (v: string | undefined, d: number) => (v === undefined ? d : Number(v.replace(/_/g, '')));
 const burstN = num(args.n, smoke ? 3000 : args.million ? 1_000_000 : 200_000);
-const rate = num(args.rate, smoke ? 400 : 5000);
+const rates = (args.rate ?? (smoke ? '400' : '5000')).split(',').map((x) => num(x.trim(), 5000));
+const rate = rates[0]!;
 const durationS = num(args.duration, smoke ? 2 : 60);
 const delayS = num(args.delay, smoke ? 1 : 3);
 const pending = num(args.pending, smoke ? 20_000 : 10_000_000);
 const ticks = num(args.ticks, smoke ? 3 : 10);
 const maxSeconds = num(args['max-seconds'], smoke ? 60 : 180);
 const rounds = num(args.rounds, 1);
-const REPEATED = new Set(['timeout-center', 'pure-sql', 'pg-boss-batch']);
+const REPEATED = new Set(['timeout-center', 'pure-sql', 'minimal-sql', 'pg-boss-batch']);
 const memoryN = smoke ? burstN : 1_000_000;
 const leadMs = smoke ? 1500 : 2500;
 const tickSpacingMs = smoke ? 200 : 1000;
 const workloads = new Set((args.workloads ?? (args.tune ? '1' : '1,2,3,4')).split(',').map((s) => Number(s.trim())));
 const outDir = args.out ?? (smoke ? mkdtempSync(join(tmpdir(), 'tc-bench-smoke-')) : join(root, 'docs'));
 const status = new Status();
+let server: BenchServer | undefined;
 
 function pick(): Variant[] {
   if (args.tune && !args.only) return TC_TUNE;
@@ -88,8 +94,8 @@ function pick(): Variant[] {
   return list;
 }
 
-async function versions(): Promise<{ postgres: string; redis: string }> {
-  const c = new pg.Client({ connectionString: ADMIN_DATABASE_URL });
+async function versions(adminUrl: string): Promise<{ postgres: string; redis: string }> {
+  const c = new pg.Client({ connectionString: adminUrl });
   await c.connect();
   const { rows } = await c.query<{ v: string }>("SELECT current_setting('server_version') AS v");
   await c.end();
@@ -110,7 +116,10 @@ async function main(): Promise<number> {
     return 0;
   }
   const variants = pick();
-  const v = await versions();
+  status.set('starting the bench PostgreSQL');
+  const srv = await startBenchServer();
+  server = srv;
+  const v = await versions(srv.adminUrl);
   const results: Results = {
     meta: {
       date: new Date().toISOString(),
@@ -124,6 +133,7 @@ async function main(): Promise<number> {
       durationS,
       delayS,
       notes: [],
+      postgresSettings: { ...srv.settings, owned: srv.owned ? 'started by the bench (initdb, temp dir)' : 'BENCH_DATABASE_URL' },
     },
     variants: args.tune ? [] : variants,
     burst: [],
@@ -132,7 +142,7 @@ async function main(): Promise<number> {
     tune: [],
   };
   const steps: { name: string; run: () => Promise<void> }[] = [];
-  const env = { status, keep: args.keep };
+  const env = { status, server: srv, keep: args.keep };
 
   if (workloads.has(1)) {
     // Rounds are interleaved (every system once, then again) so that a slow spell of the box does
@@ -179,12 +189,15 @@ async function main(): Promise<number> {
       run: async () => {
         // timeout-center in both settings, and each other system in its best burst settings.
         const best = bestBySystem(results);
-        const chosen = variants.filter((x) => x.system === 'timeout-center' || !best.size || best.get(x.system)?.variant === x.id || (!best.has(x.system) && variants.find((y) => y.system === x.system) === x));
+        // The smoke run keeps to timeout-center and the minimal limit (the peers ran in its burst).
+        const all = variants.filter((x) => x.system === 'timeout-center' || !best.size || best.get(x.system)?.variant === x.id || (!best.has(x.system) && variants.find((y) => y.system === x.system) === x));
+        const first = smoke ? all.filter((x) => x.system === 'timeout-center' || x.system === 'minimal-sql') : all;
+        const runs = rates.flatMap((rt, i) => (i === 0 ? first : first.filter((x) => x.system === 'timeout-center' || x.system === 'minimal-sql')).map((v) => ({ v, rt })));
         let i = 0;
-        for (const variant of chosen) {
+        for (const { v: variant, rt } of runs) {
           i += 1;
-          status.step(`steady ${rate}/s ${i}/${chosen.length} · ${variant.label}`);
-          const s = await steady(variant, rate, durationS, delayS, env);
+          status.step(`steady ${rt}/s ${i}/${runs.length} · ${variant.label}`);
+          const s = await steady(variant, rt, durationS, delayS, env);
           results.steady.push(s);
           status.log(
             `steady ${variant.label}: ${Math.round(s.achievedRate)}/s arrived, lateness p50 ${(s.lateness.p50 * 1000).toFixed(0)} ms p99 ${(s.lateness.p99 * 1000).toFixed(0)} ms max ${(s.lateness.max * 1000).toFixed(0)} ms, max backlog ${s.maxBacklog}; correct: ${s.correctness.ok ? 'yes' : s.correctness.problems.join('; ')}`,
@@ -234,11 +247,12 @@ async function main(): Promise<number> {
   }
   status.clear();
   const leaked = await killAll();
+  await srv.stop();
   if (leaked.length > 0) results.meta.notes.push(`processes still running at the end (killed): ${leaked.join(', ')}`);
 
   const path = writeReport(results, outDir, 'benchmarks.md', smoke || args.tune ? '' : analysis());
   process.stdout.write(`\n${table(results)}\n\n`);
-  for (const t of targets(results)) process.stdout.write(`${t.met ? 'met   ' : 'MISSED'} ${t.name}: ${t.actual} (target ${t.target})\n`);
+  for (const t of targets(results)) process.stdout.write(`${t.met === null ? 'info  ' : t.met ? 'met   ' : 'MISSED'} ${t.name}: ${t.actual} (target ${t.target})\n`);
   if (results.tune.length > 0) {
     for (const t of results.tune) process.stdout.write(`tune ${t.variant}: ${Math.round(t.rate)} /s, p99 ${t.lateness.p99.toFixed(2)} s, correct ${t.correctness.ok}\n`);
   }
@@ -260,6 +274,7 @@ main().then(
     status.clear();
     process.stderr.write(`bench failed: ${(err as Error).stack ?? String(err)}\n`);
     await killAll().catch(() => {});
+    await server?.stop().catch(() => {});
     process.exit(1);
   },
 );

@@ -14,7 +14,7 @@ let stop: () => Promise<void> = async () => {};
 
 /** The pure-SQL limit: N connections, each looping one statement (bench/lib/limit.ts). */
 async function pureSql() {
-  const statement = pureSqlStatement(opts['form'] === 'array' ? 'array' : 'in', KIND);
+  const statement = pureSqlStatement(opts['form'] === 'array' ? 'array' : 'in', KIND, opts['schema'] === 'minimal' ? 'minimal' : 'ours');
   const pool = new pg.Pool({ connectionString: opts['databaseUrl'], max: opts['connections'] });
   pool.on('error', () => {});
   let running = true;

@@ -1,14 +1,18 @@
 // npm run bench:statements [-- options]: the statements alone, without processes, Redis or a
 // coordinator. N due timeouts (90 % unpaid orders) are drained by C connections looping one
-// transaction, for each variant on a fresh database; prints timeouts/s per variant. It separates
+// transaction, for each variant on a fresh database of the bench's own PostgreSQL (bench/lib/server.ts);
+// prints timeouts/s per variant. It separates
 // what a statement costs from what the pipeline around it costs (bench/run.ts measures both).
 //
 //   --n <count>          timeouts (default 200,000)
 //   --k <rows>           rows per statement / shard (default 5000)
 //   --connections <c>    connections looping at once (default 2)
 //   --only <names>       variants, comma separated (default all):
-//       limit-in         the pure-SQL limit as the issue writes it: id IN (SELECT ... SKIP LOCKED)
-//       limit-array      the same with id = ANY (ARRAY(SELECT ...)): primary-key probes
+//       minimal-in       the pure-SQL limit on the minimal schema (one timeouts table, one partial
+//                        index; bench/lib/limit.ts): id IN (SELECT ... SKIP LOCKED)
+//       minimal-array    the same with id = ANY (ARRAY(SELECT ...)): primary-key probes
+//       limit-in         the limit on our schema (timeout_center.timeouts), IN spelling
+//       limit-array      the limit on our schema, ARRAY spelling
 //       worker-batch     the worker's claim.sql, batch form: claim + SQL handler + result, one statement
 //       worker-plain     claim.sql plain form, then the handler as its own statement with the ids
 //                        passed back from JavaScript, then the skipped ids marked (finish.sql's write)
@@ -18,8 +22,8 @@ import { parseArgs } from 'node:util';
 import pg from 'pg';
 // dist/: npm run bench:statements builds first, and src/ cannot be loaded without compiling.
 import { batchSqlHandler } from '../dist/worker/sql-handler.js';
-import { createTestDatabase } from '../test/helpers/services.ts';
-import { pureSqlStatement } from './lib/limit.ts';
+import { startBenchServer, type BenchServer } from './lib/server.ts';
+import { MINIMAL_DDL, MINIMAL_INSERT, pureSqlStatement } from './lib/limit.ts';
 import { CLOSE_MANY_SQL, KIND, ORDERS_DDL } from './lib/orders.ts';
 import { printUsage } from './lib/usage.ts';
 
@@ -49,7 +53,7 @@ const C = num(args.connections, 2);
 for (const [name, v] of Object.entries({ n: N, k: K, connections: C })) {
   if (!Number.isSafeInteger(v) || v < 1) usage(`--${name} must be a positive integer, got ${String(v)}`);
 }
-const VARIANTS = ['limit-in', 'limit-array', 'worker-batch', 'worker-plain'];
+const VARIANTS = ['minimal-in', 'minimal-array', 'limit-in', 'limit-array', 'worker-batch', 'worker-plain'];
 const names = args.only ? args.only.split(',').map((s) => s.trim()) : VARIANTS;
 const unknown = names.filter((n) => !VARIANTS.includes(n));
 if (unknown.length > 0) usage(`unknown variant(s) ${unknown.join(', ')}; known: ${VARIANTS.join(', ')}`);
@@ -64,6 +68,8 @@ async function variants(pool: pg.Pool): Promise<Record<string, Step>> {
   const batch = await batchSqlHandler(pool, CLOSE_MANY_SQL, 60_000);
   if (!batch) throw new Error('the close statement has no batch form; see src/worker/sql-handler.ts');
   return {
+    'minimal-in': async (c) => (await c.query(pureSqlStatement('in', KIND, 'minimal'), [K])).rows[0].n,
+    'minimal-array': async (c) => (await c.query(pureSqlStatement('array', KIND, 'minimal'), [K])).rows[0].n,
     'limit-in': async (c) => (await c.query(pureSqlStatement('in', KIND), [K])).rows[0].n,
     'limit-array': async (c) => (await c.query(pureSqlStatement('array', KIND), [K])).rows[0].n,
     'worker-batch': async (c, shard) => {
@@ -87,8 +93,8 @@ async function variants(pool: pg.Pool): Promise<Record<string, Step>> {
   };
 }
 
-async function prepare(): Promise<{ pool: pg.Pool; drop: () => Promise<void> }> {
-  const db = await createTestDatabase('bench_statements');
+async function prepare(server: BenchServer, minimal: boolean): Promise<{ pool: pg.Pool; drop: () => Promise<void> }> {
+  const db = await server.createDatabase('bench_statements');
   const pool = new pg.Pool({ connectionString: db.url, max: C + 1 });
   pool.on('error', () => {});
   for (const f of ['0001_init', '0002_retention', '0003_worker_claim']) {
@@ -97,16 +103,31 @@ async function prepare(): Promise<{ pool: pg.Pool; drop: () => Promise<void> }> 
   await pool.query(`INSERT INTO timeout_center.kinds (kind, shard_size) VALUES ($1, $2)`, [KIND, Math.min(K, 100_000)]);
   await pool.query(ORDERS_DDL);
   await pool.query(`INSERT INTO orders (id, status, due_at) SELECT i, CASE WHEN i % 10 = 0 THEN 'paid' ELSE 'unpaid' END, now() FROM generate_series(1, $1::int) i`, [N]);
-  await pool.query(`INSERT INTO timeout_center.timeouts (kind, biz_id, due_at) SELECT $2, i::text, now() - interval '1 s' FROM generate_series(1, $1::int) i`, [N, KIND]);
+  if (minimal) {
+    await pool.query(MINIMAL_DDL);
+    await pool.query(MINIMAL_INSERT, [1, N, new Date(Date.now() - 1000)]);
+  } else {
+    await pool.query(`INSERT INTO timeout_center.timeouts (kind, biz_id, due_at) SELECT $2, i::text, now() - interval '1 s' FROM generate_series(1, $1::int) i`, [N, KIND]);
+  }
   await pool.query('VACUUM ANALYZE');
   await pool.query('CHECKPOINT');
   return { pool, drop: async () => { await pool.end(); await db.drop(); } };
 }
 
 async function main(): Promise<void> {
+  // The same PostgreSQL settings as npm run bench (its own instance; BENCH_DATABASE_URL to use another).
+  const server = await startBenchServer();
+  try {
+    await drain(server);
+  } finally {
+    await server.stop();
+  }
+}
+
+async function drain(server: BenchServer): Promise<void> {
   console.log(`${N.toLocaleString('en')} timeouts, ${K.toLocaleString('en')} per statement, ${C} connections`);
   for (const name of names) {
-    const { pool, drop } = await prepare();
+    const { pool, drop } = await prepare(server, name.startsWith('minimal-'));
     try {
       const step = (await variants(pool))[name]!;
       let shard = 0;

@@ -14,8 +14,9 @@ import { Queue } from 'bullmq';
 import { CliProcess, runCli, spawnCli } from '../../test/helpers/processes.ts';
 import { writeConfig } from '../../test/helpers/orders.ts';
 import { BULL_QUEUE, CLOSE_MANY_SQL, KIND, bullConnection } from './orders.ts';
+import { MINIMAL_DDL, MINIMAL_INSERT, type LimitSchema } from './limit.ts';
 
-export type SystemName = 'timeout-center' | 'pure-sql' | 'pg-boss-batch' | 'pg-boss-job' | 'graphile-worker' | 'bullmq';
+export type SystemName = 'timeout-center' | 'minimal-sql' | 'pure-sql' | 'pg-boss-batch' | 'pg-boss-job' | 'graphile-worker' | 'bullmq';
 
 export interface Variant {
   /** unique id, e.g. tc-default */
@@ -35,7 +36,8 @@ export interface ProcessStats {
 }
 
 export interface Driver {
-  readonly usesTimeoutsTable: boolean;
+  /** which timeouts table the system drains (checked at the end: none due left unfinished) */
+  readonly timeoutsTable: 'ours' | 'minimal' | undefined;
   /** Rough cost of scheduling one timeout (µs), to pick how far ahead a burst is due. */
   readonly scheduleCostUs: number;
   prepare(): Promise<void>;
@@ -146,7 +148,7 @@ export interface TcSettings {
 export const TC_DEFAULTS: TcSettings = { workers: 1, concurrency: 4, shardSize: 500, claimChunk: 50_000, maxInFlightShards: 64, minTickIntervalMs: 50 };
 
 class TimeoutCenterDriver implements Driver {
-  readonly usesTimeoutsTable = true;
+  readonly timeoutsTable: 'ours' | 'minimal' | undefined = 'ours';
   readonly scheduleCostUs = 15;
   processes: CliProcess[] = [];
   private configPath = '';
@@ -202,14 +204,28 @@ export interface SqlSettings {
   limit: number;
   /** How the claim is spelled: id IN (SELECT ...) (default) or id = ANY (ARRAY(SELECT ...)). */
   form?: 'in' | 'array';
+  /** Which table: the minimal schema (the physical reference) or ours (default). */
+  schema?: LimitSchema;
 }
 
 class PureSqlDriver extends TimeoutCenterDriver {
   override readonly scheduleCostUs = 15;
+  override readonly timeoutsTable: 'ours' | 'minimal';
   private readonly sql: SqlSettings;
   constructor(ctx: DriverContext, sql: SqlSettings) {
     super(ctx, TC_DEFAULTS);
     this.sql = sql;
+    this.timeoutsTable = sql.schema ?? 'ours';
+  }
+
+  override async prepare() {
+    if (this.timeoutsTable === 'minimal') await this.ctx.pool.query(MINIMAL_DDL);
+    else await super.prepare();
+  }
+
+  override schedule(from: number, to: number, dueAt: Date) {
+    if (this.timeoutsTable === 'minimal') return this.ctx.pool.query(MINIMAL_INSERT, [from, to, dueAt]).then(() => {});
+    return super.schedule(from, to, dueAt);
   }
 
   override async start() {
@@ -234,7 +250,7 @@ export interface PgBossSettings {
 export const PGBOSS_QUEUE = 'close-order';
 
 class PgBossDriver implements Driver {
-  readonly usesTimeoutsTable = false;
+  readonly timeoutsTable = undefined;
   readonly scheduleCostUs = 120;
   processes: CliProcess[] = [];
   private boss: PgBoss | undefined;
@@ -292,7 +308,7 @@ export interface GraphileSettings {
 }
 
 class GraphileDriver implements Driver {
-  readonly usesTimeoutsTable = false;
+  readonly timeoutsTable = undefined;
   readonly scheduleCostUs = 100;
   processes: CliProcess[] = [];
   private utils: WorkerUtils | undefined;
@@ -347,7 +363,7 @@ export interface BullSettings {
 
 
 class BullDriver implements Driver {
-  readonly usesTimeoutsTable = false;
+  readonly timeoutsTable = undefined;
   readonly scheduleCostUs = 120;
   processes: CliProcess[] = [];
   private queue: Queue | undefined;
@@ -397,7 +413,9 @@ export function makeDriver(v: Variant, ctx: DriverContext): Driver {
     case 'timeout-center':
       return new TimeoutCenterDriver(ctx, v.settings as unknown as TcSettings);
     case 'pure-sql':
-      return new PureSqlDriver(ctx, v.settings as unknown as SqlSettings);
+      return new PureSqlDriver(ctx, { ...(v.settings as unknown as SqlSettings), schema: 'ours' });
+    case 'minimal-sql':
+      return new PureSqlDriver(ctx, { ...(v.settings as unknown as SqlSettings), schema: 'minimal' });
     case 'pg-boss-batch':
     case 'pg-boss-job':
       return new PgBossDriver(ctx, v.settings as unknown as PgBossSettings);

@@ -4,10 +4,11 @@
 import { once } from 'node:events';
 import { readFileSync } from 'node:fs';
 import pg from 'pg';
-import { ADMIN_DATABASE_URL, createTestDatabase, testKeyPrefix } from '../../test/helpers/services.ts';
+import { testKeyPrefix } from '../../test/helpers/services.ts';
 import { runCli } from '../../test/helpers/processes.ts';
 import { writeConfig } from '../../test/helpers/orders.ts';
-import { ORDERS_DDL, correctness, insertOrders, lateness, progress, sleep, type Correctness, type Lateness } from './orders.ts';
+import { ORDERS_DDL, UNFINISHED_SQL, correctness, insertOrders, lateness, progress, sleep, type Correctness, type Lateness } from './orders.ts';
+import type { BenchServer } from './server.ts';
 import { cpuSeconds, deleteRedisPrefix, makeDriver, KIND, type ProcessStats, type Variant } from './systems.ts';
 import type { Status } from './status.ts';
 
@@ -32,9 +33,50 @@ export interface BurstResult {
   dbCpuSeconds?: number;
   /** With --rounds: the rate of every round; this result is the round with the median rate. */
   roundRates?: number[];
+  /** timeout-center: its shards during the drain (how many, how big, where their time went) */
+  shards?: ShardProfile;
+  /** the drain's statements by total execution time (pg_stat_statements), the bench's own excluded */
+  statements?: StatementCost[];
+}
+
+export interface ShardProfile {
+  count: number;
+  meanRows: number;
+  /** s from the due instant to the first shard row written by the coordinator (its map) */
+  firstCreatedAfterDue: number;
+  /** s from the due instant to the first shard's lease (a worker starts it) */
+  firstStartedAfterDue: number;
+  /** median s from a shard's creation to its lease (queued in Redis, waiting for a free slot) */
+  queuedP50: number;
+  /** median s from a shard's lease to its commit (lock, claim + handler, finish, commit) */
+  runP50: number;
+  /** statements (pg_stat_statements calls, BEGIN/COMMIT included) per shard, all processes */
+  statementsPerShard: number;
+}
+
+export interface StatementCost {
+  query: string;
+  calls: number;
+  rows: number;
+  totalMs: number;
+  meanMs: number;
 }
 
 export interface DrainCost {
+  /** WAL bytes written by the instance during the drain (pg_current_wal_lsn delta; the bench owns the instance) */
+  walBytes: number;
+  /** WAL records and full-page images (pg_stat_wal) */
+  walRecords: number;
+  walFpi: number;
+  /** non-HOT row versions written (inserts + non-HOT updates): each adds an entry to every index
+   *  of its table whose predicate it meets */
+  nonHotRows: number;
+  /** upper bound of index entries written: non-HOT row versions × their table's index count */
+  indexEntriesMax: number;
+  /** total statement execution time in the system's database (ms, pg_stat_statements) */
+  statementMs: number;
+  /** statements run (pg_stat_statements calls) */
+  statements: number;
   /** shared buffers touched (hit + read) */
   buffers: number;
   /** rows inserted + updated + deleted */
@@ -50,22 +92,64 @@ interface DbCounters {
   rowsWritten: number;
   rowsRead: number;
   transactions: number;
+  walLsn: string;
+  walRecords: number;
+  walFpi: number;
 }
 
-async function dbCounters(dbName: string): Promise<DbCounters> {
-  const c = new pg.Client({ connectionString: ADMIN_DATABASE_URL });
+async function dbCounters(adminUrl: string, dbName: string): Promise<DbCounters> {
+  const c = new pg.Client({ connectionString: adminUrl });
   await c.connect();
   try {
     const { rows } = await c.query<DbCounters>(
       `SELECT (blks_hit + blks_read)::float8 AS buffers, (tup_inserted + tup_updated + tup_deleted)::float8 AS "rowsWritten",
-              (tup_returned + tup_fetched)::float8 AS "rowsRead", (xact_commit + xact_rollback)::float8 AS transactions
-         FROM pg_stat_database WHERE datname = $1`,
+              (tup_returned + tup_fetched)::float8 AS "rowsRead", (xact_commit + xact_rollback)::float8 AS transactions,
+              pg_current_wal_lsn()::text AS "walLsn", w.wal_records::float8 AS "walRecords", w.wal_fpi::float8 AS "walFpi"
+         FROM pg_stat_database, pg_stat_wal w WHERE datname = $1`,
       [dbName],
     );
     return rows[0]!;
   } finally {
     await c.end();
   }
+}
+
+/** Per table of the system's database: inserts, non-HOT updates, and its index count. */
+async function tableWrites(pool: pg.Pool): Promise<Map<string, { nonHot: number; indexes: number }>> {
+  const { rows } = await pool.query<{ rel: string; nonhot: number; indexes: number }>(
+    `SELECT t.schemaname || '.' || t.relname AS rel, (t.n_tup_ins + t.n_tup_upd - t.n_tup_hot_upd)::float8 AS nonhot,
+            (SELECT count(*) FROM pg_index i WHERE i.indrelid = t.relid)::int AS indexes
+       FROM pg_stat_user_tables t`,
+  );
+  return new Map(rows.map((r) => [r.rel, { nonHot: r.nonhot, indexes: r.indexes }]));
+}
+
+/** The bench's own statements carry this comment, so the statement profile leaves them out. */
+export const BENCH_TAG = '/* tc-bench */';
+
+async function statementProfile(pool: pg.Pool): Promise<StatementCost[]> {
+  const { rows } = await pool.query<StatementCost>(
+    `${BENCH_TAG} SELECT regexp_replace(left(query, 400), '\\s+', ' ', 'g') AS query, calls::float8 AS calls, rows::float8 AS rows,
+            total_exec_time::float8 AS "totalMs", mean_exec_time::float8 AS "meanMs"
+       FROM pg_stat_statements
+      WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database())
+        AND query NOT LIKE '%tc-bench%' AND query NOT LIKE '%pg_stat%'
+      ORDER BY total_exec_time DESC`,
+  );
+  return rows;
+}
+
+async function shardProfile(pool: pg.Pool, t0: Date): Promise<Omit<ShardProfile, 'statementsPerShard'> | undefined> {
+  const { rows } = await pool.query<Omit<ShardProfile, 'statementsPerShard'>>(
+    `${BENCH_TAG} SELECT count(*)::int AS count, coalesce(avg(size), 0)::float8 AS "meanRows",
+            extract(epoch FROM min(created_at) - $1)::float8 AS "firstCreatedAfterDue",
+            extract(epoch FROM min(started_at) - $1)::float8 AS "firstStartedAfterDue",
+            coalesce(percentile_cont(0.5) WITHIN GROUP (ORDER BY extract(epoch FROM started_at - created_at)), 0)::float8 AS "queuedP50",
+            coalesce(percentile_cont(0.5) WITHIN GROUP (ORDER BY extract(epoch FROM pg_xact_commit_timestamp(xmin) - started_at)), 0)::float8 AS "runP50"
+       FROM timeout_center.shards WHERE state = 'done' AND size > 0`,
+    [t0],
+  );
+  return rows[0]!.count > 0 ? rows[0]! : undefined;
 }
 
 /** Makes the pool's backends publish their pending statistics now (PostgreSQL 15+). */
@@ -92,6 +176,7 @@ export interface SteadyResult {
 
 interface Env {
   status: Status;
+  server: BenchServer;
   keep?: boolean;
 }
 
@@ -101,7 +186,7 @@ async function withSystem<T>(
   env: Env,
   fn: (ctx: { pool: pg.Pool; url: string; dbName: string; driver: ReturnType<typeof makeDriver> }) => Promise<T>,
 ): Promise<T> {
-  const db = await createTestDatabase(`bench_${workload}_${variant.id}`);
+  const db = await env.server.createDatabase(`bench_${workload}_${variant.id}`);
   const pool = new pg.Pool({ connectionString: db.url, max: 3, application_name: 'tc-bench' });
   pool.on('error', () => {});
   const driver = makeDriver(variant, { databaseUrl: db.url, redisUrl: REDIS_URL, redisPrefix: testKeyPrefix('bench'), pool });
@@ -119,12 +204,10 @@ async function withSystem<T>(
 }
 
 /** Waits until the due timeouts are final too (timeout-center, pure SQL), briefly. */
-async function settleTimeouts(pool: pg.Pool, ms: number): Promise<void> {
+async function settleTimeouts(pool: pg.Pool, table: 'ours' | 'minimal', ms: number): Promise<void> {
   const deadline = Date.now() + ms;
   while (Date.now() < deadline) {
-    const { rows } = await pool.query<{ n: number }>(
-      "SELECT count(*)::int AS n FROM timeout_center.timeouts WHERE due_at <= now() AND state NOT IN ('done', 'cancelled', 'failed')",
-    );
+    const { rows } = await pool.query<{ n: number }>(`${BENCH_TAG} ${UNFINISHED_SQL[table]}`);
     if (rows[0]!.n === 0) return;
     await sleep(200);
   }
@@ -153,7 +236,9 @@ export async function burst(variant: Variant, n: number, maxSeconds: number, env
     // Loading connections publish their statistics before the drain's counters are read.
     await driver.endLoading();
     await flushStats(pool);
-    const before = await dbCounters(dbName);
+    const before = await dbCounters(env.server.adminUrl, dbName);
+    const writesBefore = await tableWrites(pool);
+    if (env.server.hasStatStatements) await pool.query(`${BENCH_TAG} SELECT pg_stat_statements_reset()`);
     env.status.set('starting processes');
     await driver.start();
     const overrunMs = Math.max(0, Date.now() - t0.getTime());
@@ -161,7 +246,7 @@ export async function burst(variant: Variant, n: number, maxSeconds: number, env
       env.status.set(`due in ${((t0.getTime() - Date.now()) / 1000).toFixed(1)} s`);
       await sleep(Math.min(200, t0.getTime() - Date.now()));
     }
-    const pollMs = n >= 50_000 ? 1000 : 250; // the end time comes from max(closed_at), not from this poll
+    const pollMs = n >= 50_000 ? 1000 : 250; // the end time comes from the last close's commit timestamp, not from this poll
     let timedOut = false;
     for (;;) {
       const p = await progress(pool);
@@ -174,20 +259,48 @@ export async function burst(variant: Variant, n: number, maxSeconds: number, env
       }
       await sleep(pollMs);
     }
-    if (driver.usesTimeoutsTable && !timedOut) await settleTimeouts(pool, 15_000);
+    if (driver.timeoutsTable && !timedOut) await settleTimeouts(pool, driver.timeoutsTable, 15_000);
     const backends = await pool.query<{ pid: number }>("SELECT pid FROM pg_stat_activity WHERE datname = current_database() AND application_name <> 'tc-bench'");
     const dbCpuSeconds = backends.rows.reduce((sum, r) => sum + cpuSeconds(r.pid), 0);
     const rss = await driver.stop();
     await flushStats(pool);
-    const after = await dbCounters(dbName);
+    const after = await dbCounters(env.server.adminUrl, dbName);
+    const writesAfter = await tableWrites(pool);
+    const statements = env.server.hasStatStatements ? await statementProfile(pool) : [];
+    const shards = driver.timeoutsTable === 'ours' && variant.system === 'timeout-center' ? await shardProfile(pool, t0) : undefined;
     const lat = await lateness(pool);
     // When loading or start-up overran the due time, the drain is timed from when the consumers were up.
     const seconds = lat.lastCloseEpoch === null ? maxSeconds : lat.lastCloseEpoch - (t0.getTime() + overrunMs) / 1000;
     const done = timedOut ? Math.round((lat.count / unpaid) * n) : n;
-    const corr = timedOut ? { ...(await correctness(pool, false)), ok: false, problems: ['timed out'] } : await correctness(pool, driver.usesTimeoutsTable);
-    const per = (k: keyof DbCounters) => (after[k] - before[k]) / done;
-    const cost = { buffers: per('buffers'), rowsWritten: per('rowsWritten'), rowsRead: per('rowsRead'), transactions: per('transactions') };
-    return { variant: variant.id, n, seconds, rate: done / seconds, lateness: lat, correctness: corr, rss, overrunMs, timedOut, cost, dbCpuSeconds };
+    const corr = timedOut ? { ...(await correctness(pool, undefined)), ok: false, problems: ['timed out'] } : await correctness(pool, driver.timeoutsTable);
+    const per = (k: Exclude<keyof DbCounters, 'walLsn'>) => (after[k] - before[k]) / done;
+    const wal = await pool.query<{ bytes: number }>(`${BENCH_TAG} SELECT pg_wal_lsn_diff($1, $2)::float8 AS bytes`, [after.walLsn, before.walLsn]);
+    let nonHot = 0;
+    let indexEntries = 0;
+    for (const [rel, a] of writesAfter) {
+      const d = a.nonHot - (writesBefore.get(rel)?.nonHot ?? 0);
+      nonHot += d;
+      indexEntries += d * a.indexes;
+    }
+    const cost: DrainCost = {
+      walBytes: wal.rows[0]!.bytes / done,
+      walRecords: per('walRecords'),
+      walFpi: per('walFpi'),
+      nonHotRows: nonHot / done,
+      indexEntriesMax: indexEntries / done,
+      statementMs: statements.reduce((t, x) => t + x.totalMs, 0) / done,
+      statements: statements.reduce((t, x) => t + x.calls, 0) / done,
+      buffers: per('buffers'),
+      rowsWritten: per('rowsWritten'),
+      rowsRead: per('rowsRead'),
+      transactions: per('transactions'),
+    };
+    const shardResult = shards ? { ...shards, statementsPerShard: statements.reduce((t, x) => t + x.calls, 0) / shards.count } : undefined;
+    return {
+      variant: variant.id, n, seconds, rate: done / seconds, lateness: lat, correctness: corr, rss, overrunMs, timedOut, cost, dbCpuSeconds,
+      ...(shardResult ? { shards: shardResult } : {}),
+      statements: statements.slice(0, 10),
+    };
   });
 }
 
@@ -243,10 +356,10 @@ export async function steady(variant: Variant, rate: number, durationS: number, 
     await sleep(1000); // one more backlog sample at zero
     sampling = false;
     await sampler;
-    if (driver.usesTimeoutsTable && !timedOut) await settleTimeouts(pool, 15_000);
+    if (driver.timeoutsTable && !timedOut) await settleTimeouts(pool, driver.timeoutsTable, 15_000);
     const rss = await driver.stop();
     const lat = await lateness(pool);
-    const corr = timedOut ? { ...(await correctness(pool, false)), ok: false, problems: ['timed out'] } : await correctness(pool, driver.usesTimeoutsTable);
+    const corr = timedOut ? { ...(await correctness(pool, undefined)), ok: false, problems: ['timed out'] } : await correctness(pool, driver.timeoutsTable);
     return {
       variant: variant.id,
       rate,
@@ -379,7 +492,7 @@ async function measureTicks(url: string, configPath: string, ticks: number, spac
 }
 
 export async function pendingScale(pending: number, ticks: number, spacingMs: number, env: Env): Promise<PendingResult> {
-  const db = await createTestDatabase('bench_pending');
+  const db = await env.server.createDatabase('bench_pending');
   const prefix = testKeyPrefix('bench');
   const pool = new pg.Pool({ connectionString: db.url, max: 2 });
   try {

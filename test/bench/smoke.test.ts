@@ -1,5 +1,5 @@
 // The benchmark's smoke mode, so the bench cannot rot: every system drains a few thousand
-// timeouts (burst), takes a few seconds of steady arrivals, and the pending-scale and memory
+// timeouts (burst), timeout-center and the minimal limit take a few seconds of steady arrivals, and the pending-scale and memory
 // workloads run small; and the statement bench (bench/statements.ts) runs each variant small. Asserts the run completed and every correctness check passed; no timing
 // assertions (the box is shared, timings are noise here).
 import { spawn } from 'node:child_process';
@@ -42,9 +42,11 @@ describe('bench --smoke', () => {
       meta: { notes: string[] };
     };
     const systems = new Set(results.variants.map((v) => v.system));
-    expect([...systems].sort()).toEqual(['bullmq', 'graphile-worker', 'pg-boss-batch', 'pg-boss-job', 'pure-sql', 'timeout-center']);
+    expect([...systems].sort()).toEqual(['bullmq', 'graphile-worker', 'minimal-sql', 'pg-boss-batch', 'timeout-center']);
     expect(results.burst.map((b) => b.variant).sort()).toEqual(results.variants.map((v) => v.id).sort());
-    expect(results.steady.map((s) => s.variant).sort()).toEqual(results.variants.map((v) => v.id).sort());
+    // Steady (smoke): timeout-center and the minimal limit; the peers run in the burst.
+    const steadyIds = results.variants.filter((v) => v.system === 'timeout-center' || v.system === 'minimal-sql').map((v) => v.id);
+    expect(results.steady.map((s) => s.variant).sort()).toEqual(steadyIds.sort());
     for (const r of [...results.burst, ...results.steady, ...results.memory]) {
       expect(r.timedOut, r.variant).toBe(false);
       expect(r.correctness.problems, r.variant).toEqual([]);
@@ -69,6 +71,6 @@ describe('bench --smoke', () => {
     child.stderr.setEncoding('utf8').on('data', (c: string) => (output += c));
     const code = await new Promise<number | null>((resolve) => child.on('exit', (c) => resolve(c)));
     expect(code, output).toBe(0);
-    for (const v of ['limit-in', 'limit-array', 'worker-batch', 'worker-plain']) expect(output).toMatch(new RegExp(`^${v} +[\\d,]+ timeouts/s`, 'm'));
+    for (const v of ['minimal-in', 'minimal-array', 'limit-in', 'limit-array', 'worker-batch', 'worker-plain']) expect(output).toMatch(new RegExp(`^${v} +[\\d,]+ timeouts/s`, 'm'));
   });
 });

@@ -106,14 +106,31 @@ WITH live_target AS (
 ), candidates AS (
   -- [per target] shards against a rate-limited database take its shard size when smaller, and
   -- carry its row_room (NULL: no target limit) and what the kind has in flight against it.
+  -- Adaptive shard size (issue 11; bench/analysis.md): `base` (the kind's shard size, or flow
+  -- control's smaller one) when few are due, so a shard starts as soon as its rows are due;
+  -- larger in a flood so that per-shard overheads (lease, lock, finish, the stream round trip) are
+  -- paid per thousands of rows: the uncovered rows in about 8 shards, never above 20,000 rows,
+  -- which bounds how long a shard holds its row locks (a cancel waits for it) to well under a
+  -- second. Only for a same-database SQL handler without a rate limit: code, HTTP and
+  -- business-database handlers get their configured size (one call per shard). When nothing of
+  -- the kind is in flight (a flood begins), its first shard keeps `base`, so the first closes
+  -- commit one small shard after the due instant rather than one large one.
   SELECT n.kind, n.target, g.i AS turn, n.shard_room, n.row_room, tf.row_room AS target_row_room,
          coalesce(lt.capacity, 0) AS target_in_flight,
-         least(sz.size::bigint, n.uncovered - (g.i - 1) * sz.size)::int AS claim_limit
+         (CASE WHEN g.i = 1 THEN least(sz.first, n.uncovered)
+               ELSE least(sz.size, n.uncovered - sz.first - (g.i - 2) * sz.size) END)::int AS claim_limit
     FROM need n
     LEFT JOIN target_flow tf ON tf.target = n.target
     LEFT JOIN live_target lt ON lt.kind = n.kind AND lt.target = n.target
-   CROSS JOIN LATERAL (SELECT least(n.shard_size, coalesce(tf.shard_size, n.shard_size)) AS size) sz
-   CROSS JOIN LATERAL generate_series(1, ceil(n.uncovered::numeric / sz.size)::int) AS g (i)
+   CROSS JOIN LATERAL (SELECT least(n.shard_size, coalesce(tf.shard_size, n.shard_size))::bigint AS base) b
+   CROSS JOIN LATERAL (SELECT CASE WHEN n.target IS NULL AND n.row_room IS NULL
+                                     AND (SELECT k.handler_type FROM timeout_center.kinds k WHERE k.kind = n.kind) = 'sql'
+                                   THEN greatest(b.base, least(20000, ceil(n.uncovered / 8.0)::bigint))
+                                   ELSE b.base END AS size) ad
+   CROSS JOIN LATERAL (SELECT ad.size,
+                              CASE WHEN EXISTS (SELECT 1 FROM live l WHERE l.kind = n.kind) THEN ad.size
+                                   ELSE least(ad.size, b.base) END AS first) sz
+   CROSS JOIN LATERAL generate_series(1, 1 + ceil(greatest(n.uncovered - sz.first, 0)::numeric / sz.size)::int) AS g (i)
    WHERE n.uncovered > 0
 ), ranked AS (
   -- Per kind over all its targets: the nth new shard and the rows up to it, in turn order.
