@@ -103,13 +103,14 @@ export interface Correctness {
   problems: string[];
 }
 
-/** Unpaid orders all closed exactly once; paid orders untouched. */
 /** The due timeouts not final, in the table the system drains. */
 export const UNFINISHED_SQL = {
   ours: "SELECT count(*)::int AS n FROM timeout_center.timeouts WHERE due_at <= now() AND state NOT IN ('done', 'cancelled', 'failed')",
   minimal: "SELECT count(*)::int AS n FROM timeouts WHERE due_at <= now() AND state <> 'done'",
 } as const;
 
+/** Unpaid orders all closed exactly once; paid orders untouched; with a timeouts table, every due
+ *  timeout final. */
 export async function correctness(pool: pg.Pool, timeoutsTable: 'ours' | 'minimal' | undefined): Promise<Correctness> {
   const { rows } = await pool.query<Omit<Correctness, 'ok' | 'problems'>>(
     `SELECT count(*) FILTER (WHERE id % 10 <> 0)::int AS unpaid,

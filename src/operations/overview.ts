@@ -2,11 +2,10 @@
 // from kind_controls), leader and epoch (coordinator_lease), live workers, failed counts,
 // throughput and lateness per minute over the last hour, and open circuit breakers when the
 // circuit_breakers table exists (issue 9; absent on older schemas: none shown).
-import { LIVE_WINDOW_S } from '../cli/commands/status.js';
 import type { Queryable } from '../flow/kind-controls.js';
 
-// Live means what `status` means: seen within its window.
-export { LIVE_WINDOW_S } from '../cli/commands/status.js';
+/** Workers heartbeat every 5 s; one not seen for three beats is not live (status, console). */
+export const LIVE_WINDOW_S = 15;
 
 export interface KindBacklog {
   kind: string;
@@ -46,10 +45,13 @@ export interface MinutePoint {
 
 export interface OpenBreaker {
   kind: string;
-  target: string | null;
-  worker: string | null;
+  target: string;
+  worker: string;
   state: string;
-  changedAt: Date | null;
+  changedAt: Date;
+  /** Seconds in this state. */
+  forSeconds: number;
+  lastError: string | null;
 }
 
 export async function kindBacklog(db: Queryable): Promise<KindBacklog[]> {
@@ -102,13 +104,18 @@ export async function lastHour(db: Queryable): Promise<MinutePoint[]> {
   return rows;
 }
 
-/** Open (or half-open) circuit breakers; none when the table does not exist on this schema. */
+/** Circuit breakers of the external path that are not closed (open or half-open), as the live
+ *  workers last saw them: a stopped worker's breakers say nothing about the target now. */
 export async function openBreakers(db: Queryable): Promise<OpenBreaker[]> {
-  const { rows: exists } = await db.query<{ t: string | null }>(`SELECT to_regclass('timeout_center.circuit_breakers')::text AS t`);
-  if (!exists[0]?.t) return [];
   const { rows } = await db.query<OpenBreaker>(
-    `SELECT kind, target::text, worker::text, state::text, changed_at AS "changedAt"
-       FROM timeout_center.circuit_breakers WHERE state::text <> 'closed' ORDER BY kind, target`,
+    `SELECT b.kind, b.target, b.worker, b.state, b.changed_at AS "changedAt",
+            extract(epoch FROM now() - b.changed_at)::float8 AS "forSeconds", b.last_error AS "lastError"
+       FROM timeout_center.circuit_breakers b
+       JOIN timeout_center.workers w ON w.worker_id = b.worker AND w.stopped_at IS NULL
+        AND w.last_seen_at > now() - make_interval(secs => $1)
+      WHERE b.state <> 'closed'
+      ORDER BY b.kind, b.target, b.worker`,
+    [LIVE_WINDOW_S],
   );
   return rows;
 }

@@ -9,11 +9,11 @@ import type { Command } from 'commander';
 import { databaseOption, formatSeconds, formatTime, jsonOption, parseLimit, print, printJson, table, withDatabase, type DbOptions, type DbTimestamp } from './common.js';
 import type { ScanReportView } from '../../db/schema.js';
 import { listKindControls } from '../../flow/kind-controls.js';
+import { LIVE_WINDOW_S, openBreakers } from '../../operations/overview.js';
 import { listTargetControls } from '../../flow/target-controls.js';
 import { controlsJson, describeControls, describeTargetControls, targetControlsJson } from './flow.js';
 
-/** Workers heartbeat every 5 s; one not seen for three beats is not counted as live. */
-export const LIVE_WINDOW_S = 15;
+export { LIVE_WINDOW_S };
 
 export function registerStatus(program: Command): void {
   program
@@ -56,16 +56,7 @@ export function registerStatus(program: Command): void {
             .limit(opts.scans)
             .execute(),
           listKindControls(pool),
-          // Circuit breakers of the external path that are not closed, in live workers.
-          sql<{ kind: string; target: string; worker: string; state: string; last_error: string | null; changed_at: Date; for_s: number }>`
-            SELECT b.kind, b.target, b.worker, b.state, b.last_error, b.changed_at, extract(epoch FROM now() - b.changed_at)::float8 AS for_s
-              FROM timeout_center.circuit_breakers b
-              JOIN timeout_center.workers w ON w.worker_id = b.worker AND w.stopped_at IS NULL
-               AND w.last_seen_at > now() - make_interval(secs => ${LIVE_WINDOW_S})
-             WHERE b.state <> 'closed'
-             ORDER BY b.kind, b.target, b.worker`
-            .execute(db)
-            .then((r) => r.rows),
+          openBreakers(pool),
           listTargetControls(pool),
         ]);
         // Flow control worth a line: paused, limited, or changed at run time.
@@ -96,7 +87,7 @@ export function registerStatus(program: Command): void {
             liveWorkers: workers.map((w) => ({ workerId: w.worker_id, host: w.host, pid: w.pid, kinds: w.kinds, startedAt: w.started_at, lastSeenAt: w.last_seen_at })),
             failed: Object.fromEntries(failed.map((f) => [f.kind, f.count])),
             scans: scans.map(scanJson),
-            openBreakers: breakers.map((b) => ({ kind: b.kind, target: b.target, worker: b.worker, state: b.state, since: b.changed_at, lastError: b.last_error })),
+            openBreakers: breakers.map((b) => ({ kind: b.kind, target: b.target, worker: b.worker, state: b.state, since: b.changedAt, lastError: b.lastError })),
           });
           return;
         }
@@ -157,8 +148,8 @@ export function registerStatus(program: Command): void {
                 { header: 'target', value: (b) => b.target },
                 { header: 'worker', value: (b) => b.worker },
                 { header: 'state', value: (b) => b.state },
-                { header: 'for', value: (b) => formatSeconds(b.for_s), align: 'right' },
-                { header: 'last error', value: (b) => b.last_error ?? '', max: 60 },
+                { header: 'for', value: (b) => formatSeconds(b.forSeconds), align: 'right' },
+                { header: 'last error', value: (b) => b.lastError ?? '', max: 60 },
               ]),
             ),
           );
