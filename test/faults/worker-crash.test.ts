@@ -91,7 +91,9 @@ describe('worker killed mid-shard', () => {
 
   it('SIGSTOP inside the shard transaction past the lease, then SIGCONT: its locks hold the shard, it commits once, the takeover finds it done', async () => {
     s = await Scenario.create('fault-worker-paused-txn', { logLevel: 'debug' });
-    const victim = s.worker('worker-victim', { failpoints: 'worker.before-commit=1*pause' });
+    // One slot: the victim holds exactly the shard it froze in (with more slots, a shard leased by
+    // another of its slots but not yet locked would rightly be taken over after its lease).
+    const victim = s.worker('worker-victim', { failpoints: 'worker.before-commit=1*pause', concurrency: 1 });
     const survivor = s.worker('worker-survivor');
     await Promise.all([victim.waitForMsg('worker started'), survivor.waitForMsg('worker started')]);
     await s.seed(N);

@@ -247,7 +247,10 @@ describe.concurrent('flow control per kind, fleet-wide (real processes)', () => 
           'cap.two': { shardSize: 50, maxRunningShards: 2, handler: { type: 'sql', sql: SLOW_CLOSE_SQL } },
           'order.unpaid': { handler: { type: 'sql', sql: CLOSE_SQL } },
           'order.unshipped': { handler: { type: 'sql', sql: CLOSE_SQL } },
-          'pause.mid': { shardSize: 20, handler: { type: 'sql', sql: SLOW_CLOSE_SQL } },
+          // A cap it never reaches (8 slots) keeps its configured shard size (the map sizes shards
+          // to the backlog only for kinds without flow control), so the drain lasts long enough
+          // to pause it midway.
+          'pause.mid': { shardSize: 20, maxRunningShards: 100, handler: { type: 'sql', sql: SLOW_CLOSE_SQL } },
         },
         4,
         { alerts: { lagSlaMs: 2000, lagAlertEveryMs: 1000 } },

@@ -111,8 +111,9 @@ WITH live_target AS (
   -- larger in a flood so that per-shard overheads (lease, lock, finish, the stream round trip) are
   -- paid per thousands of rows: the uncovered rows in about 8 shards, never above 20,000 rows,
   -- which bounds how long a shard holds its row locks (a cancel waits for it) to well under a
-  -- second. Only for a same-database SQL handler without a rate limit: code, HTTP and
-  -- business-database handlers get their configured size (one call per shard). When nothing of
+  -- second. Only for a same-database SQL handler without flow control (no cap, no rate limit: an
+  -- operator who limits a kind keeps its configured size); code, HTTP and business-database
+  -- handlers get their configured size (one call per shard). When nothing of
   -- the kind is in flight (a flood begins), its first shard keeps `base`, so the first closes
   -- commit one small shard after the due instant rather than one large one.
   SELECT n.kind, n.target, g.i AS turn, n.shard_room, n.row_room, tf.row_room AS target_row_room,
@@ -123,7 +124,7 @@ WITH live_target AS (
     LEFT JOIN target_flow tf ON tf.target = n.target
     LEFT JOIN live_target lt ON lt.kind = n.kind AND lt.target = n.target
    CROSS JOIN LATERAL (SELECT least(n.shard_size, coalesce(tf.shard_size, n.shard_size))::bigint AS base) b
-   CROSS JOIN LATERAL (SELECT CASE WHEN n.target IS NULL AND n.row_room IS NULL
+   CROSS JOIN LATERAL (SELECT CASE WHEN n.target IS NULL AND n.row_room IS NULL AND n.shard_room IS NULL
                                      AND (SELECT k.handler_type FROM timeout_center.kinds k WHERE k.kind = n.kind) = 'sql'
                                    THEN greatest(b.base, least(20000, ceil(n.uncovered / 8.0)::bigint))
                                    ELSE b.base END AS size) ad
