@@ -133,7 +133,7 @@ async function burst(path: Burst['path'], center: PostgresServer, business: Post
   const walAfter = await walLsn(centerPool);
   child.kill('SIGTERM');
   await new Promise((r) => child.once('exit', r));
-  const c = await correctness(ordersPool, false);
+  const c = await correctness(ordersPool, undefined);
   if (ordersPool !== centerPool) await ordersPool.end();
   await centerPool.end();
   return {
