@@ -341,6 +341,7 @@ export async function steady(variant: Variant, rate: number, durationS: number, 
   return withSystem(variant, 'steady', env, async ({ pool, url, driver }) => {
     env.status.set('starting processes');
     await driver.start();
+    if (process.env['BENCH_DIAG'] && env.server.hasStatStatements) await pool.query(`${BENCH_TAG} SELECT pg_stat_statements_reset()`);
     const start = Date.now();
     let next = 1;
     const backlog: { t: number; n: number }[] = [];
@@ -391,6 +392,7 @@ export async function steady(variant: Variant, rate: number, durationS: number, 
     const rss = await driver.stop();
     const lat = await lateness(pool);
     const stages = variant.system === 'timeout-center' ? await stageProfile(pool) : undefined;
+    if (process.env['BENCH_DIAG']) { await flushStats(pool); for (const r of (await statementProfile(pool)).slice(0, 14)) process.stderr.write(`DIAG ${r.calls} calls mean ${r.meanMs.toFixed(2)} ms total ${r.totalMs.toFixed(0)} ${r.query.slice(0, 90)}\n`); }
     const corr = timedOut ? { ...(await correctness(pool, undefined)), ok: false, problems: ['timed out'] } : await correctness(pool, driver.timeoutsTable);
     return {
       ...(stages ? { stages } : {}),
