@@ -111,8 +111,7 @@ WITH live_target AS (
   -- larger in a flood so that per-shard overheads (lease, lock, finish, the stream round trip) are
   -- paid per thousands of rows: the uncovered rows in about 8 shards, never above 20,000 rows,
   -- which bounds how long a shard holds its row locks (a cancel waits for it) to well under a
-  -- second, and never below 5,000 (a steady stream's due instant of a few thousand rows goes in
-  -- one shard, not in shards of `base` whose lease and stream hops would dominate). Only for a same-database SQL handler without a rate limit: code, HTTP and
+  -- second. Only for a same-database SQL handler without a rate limit: code, HTTP and
   -- business-database handlers get their configured size (one call per shard). When nothing of
   -- the kind is in flight (a flood begins), its first shard keeps `base`, so the first closes
   -- commit one small shard after the due instant rather than one large one.
@@ -126,7 +125,7 @@ WITH live_target AS (
    CROSS JOIN LATERAL (SELECT least(n.shard_size, coalesce(tf.shard_size, n.shard_size))::bigint AS base) b
    CROSS JOIN LATERAL (SELECT CASE WHEN n.target IS NULL AND n.row_room IS NULL
                                      AND (SELECT k.handler_type FROM timeout_center.kinds k WHERE k.kind = n.kind) = 'sql'
-                                   THEN greatest(b.base, least(20000, greatest(ceil(n.uncovered / 8.0)::bigint, 5000)))
+                                   THEN greatest(b.base, least(20000, ceil(n.uncovered / 8.0)::bigint))
                                    ELSE b.base END AS size) ad
    CROSS JOIN LATERAL (SELECT ad.size,
                               CASE WHEN EXISTS (SELECT 1 FROM live l WHERE l.kind = n.kind) THEN ad.size
