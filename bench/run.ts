@@ -108,6 +108,10 @@ async function versions(adminUrl: string): Promise<{ postgres: string; redis: st
   return { postgres: `PostgreSQL ${rows[0]!.v.split(' ')[0]}`, redis };
 }
 
+function ms(q: { p50: number; p99: number }): string {
+  return `${(q.p50 * 1000).toFixed(0)}/${(q.p99 * 1000).toFixed(0)} ms`;
+}
+
 async function main(): Promise<number> {
   if (args['report-only']) {
     const r = JSON.parse(readFileSync(join(outDir, 'bench', 'results.json'), 'utf8')) as Results;
@@ -200,7 +204,10 @@ async function main(): Promise<number> {
           const s = await steady(variant, rt, durationS, delayS, env);
           results.steady.push(s);
           status.log(
-            `steady ${variant.label}: ${Math.round(s.achievedRate)}/s arrived, lateness p50 ${(s.lateness.p50 * 1000).toFixed(0)} ms p99 ${(s.lateness.p99 * 1000).toFixed(0)} ms max ${(s.lateness.max * 1000).toFixed(0)} ms, max backlog ${s.maxBacklog}; correct: ${s.correctness.ok ? 'yes' : s.correctness.problems.join('; ')}`,
+            `steady ${variant.label}: ${Math.round(s.achievedRate)}/s arrived, lateness p50 ${(s.lateness.p50 * 1000).toFixed(0)} ms p99 ${(s.lateness.p99 * 1000).toFixed(0)} ms max ${(s.lateness.max * 1000).toFixed(0)} ms, max backlog ${s.maxBacklog}; correct: ${s.correctness.ok ? 'yes' : s.correctness.problems.join('; ')}` +
+              (s.stages
+                ? `; ${s.stages.shards} shards of ${Math.round(s.stages.rowsPerShard)} rows; due->planned p50/p99 ${ms(s.stages.planned)}, planned->leased ${ms(s.stages.leased)}, leased->commit ${ms(s.stages.committed)}`
+                : ''),
           );
         }
       },

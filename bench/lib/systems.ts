@@ -145,7 +145,7 @@ export interface TcSettings {
 }
 
 /** The product's defaults (src/config.ts), written out so the settings table shows them. */
-export const TC_DEFAULTS: TcSettings = { workers: 1, concurrency: 4, shardSize: 500, claimChunk: 50_000, maxInFlightShards: 64, minTickIntervalMs: 50 };
+export const TC_DEFAULTS: TcSettings = { workers: 1, concurrency: 4, shardSize: 500, claimChunk: 50_000, maxInFlightShards: 64, minTickIntervalMs: 20 };
 
 class TimeoutCenterDriver implements Driver {
   readonly timeoutsTable: 'ours' | 'minimal' | undefined = 'ours';

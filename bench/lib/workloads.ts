@@ -172,6 +172,37 @@ export interface SteadyResult {
   maxBacklog: number;
   rss: ProcessStats[];
   timedOut: boolean;
+  /** timeout-center only: where a closed order's lateness went, per stage (seconds, p50 / p99):
+   *  due -> its shard written by the plan, written -> leased by a worker, leased -> commit. */
+  stages?: StageProfile;
+}
+
+export interface StageProfile {
+  shards: number;
+  rowsPerShard: number;
+  planned: { p50: number; p99: number };
+  leased: { p50: number; p99: number };
+  committed: { p50: number; p99: number };
+}
+
+/** The stage profile of a steady run of timeout-center (undefined for other systems). */
+async function stageProfile(pool: pg.Pool): Promise<StageProfile | undefined> {
+  const { rows } = await pool.query<{ shards: number; rows_per_shard: number | null; pl50: number; pl99: number; le50: number; le99: number; co50: number; co99: number }>(
+    `${BENCH_TAG} SELECT count(DISTINCT sh.id)::int AS shards, (count(*)::float8 / nullif(count(DISTINCT sh.id), 0)) AS rows_per_shard,
+            percentile_cont(0.5) WITHIN GROUP (ORDER BY extract(epoch FROM sh.created_at - t.due_at))::float8 AS pl50,
+            percentile_cont(0.99) WITHIN GROUP (ORDER BY extract(epoch FROM sh.created_at - t.due_at))::float8 AS pl99,
+            percentile_cont(0.5) WITHIN GROUP (ORDER BY extract(epoch FROM sh.started_at - sh.created_at))::float8 AS le50,
+            percentile_cont(0.99) WITHIN GROUP (ORDER BY extract(epoch FROM sh.started_at - sh.created_at))::float8 AS le99,
+            percentile_cont(0.5) WITHIN GROUP (ORDER BY extract(epoch FROM pg_xact_commit_timestamp(o.xmin) - sh.started_at))::float8 AS co50,
+            percentile_cont(0.99) WITHIN GROUP (ORDER BY extract(epoch FROM pg_xact_commit_timestamp(o.xmin) - sh.started_at))::float8 AS co99
+       FROM timeout_center.timeouts t
+       JOIN timeout_center.shards sh ON sh.id = t.shard_id
+       JOIN orders o ON o.id = t.biz_id::bigint
+      WHERE t.state = 'done' AND o.status = 'closed'`,
+  );
+  const r = rows[0];
+  if (!r || r.shards === 0) return undefined;
+  return { shards: r.shards, rowsPerShard: r.rows_per_shard ?? 0, planned: { p50: r.pl50, p99: r.pl99 }, leased: { p50: r.le50, p99: r.le99 }, committed: { p50: r.co50, p99: r.co99 } };
 }
 
 interface Env {
@@ -310,6 +341,7 @@ export async function steady(variant: Variant, rate: number, durationS: number, 
   return withSystem(variant, 'steady', env, async ({ pool, url, driver }) => {
     env.status.set('starting processes');
     await driver.start();
+    if (process.env['BENCH_DIAG'] && env.server.hasStatStatements) await pool.query(`${BENCH_TAG} SELECT pg_stat_statements_reset()`);
     const start = Date.now();
     let next = 1;
     const backlog: { t: number; n: number }[] = [];
@@ -359,8 +391,11 @@ export async function steady(variant: Variant, rate: number, durationS: number, 
     if (driver.timeoutsTable && !timedOut) await settleTimeouts(pool, driver.timeoutsTable, 15_000);
     const rss = await driver.stop();
     const lat = await lateness(pool);
+    const stages = variant.system === 'timeout-center' ? await stageProfile(pool) : undefined;
+    if (process.env['BENCH_DIAG']) { await flushStats(pool); for (const r of (await statementProfile(pool)).slice(0, 14)) process.stderr.write(`DIAG ${r.calls} calls mean ${r.meanMs.toFixed(2)} ms total ${r.totalMs.toFixed(0)} ${r.query.slice(0, 90)}\n`); }
     const corr = timedOut ? { ...(await correctness(pool, undefined)), ok: false, problems: ['timed out'] } : await correctness(pool, driver.timeoutsTable);
     return {
+      ...(stages ? { stages } : {}),
       variant: variant.id,
       rate,
       durationS,

@@ -23,6 +23,13 @@ const REAP_EVERY_MS = 1000;
 const CREDIT_TTL_MS = 1000;
 const BACKPRESSURE_RECHECK_MS = 100;
 
+/** Milliseconds from the database clock's now to a due time, rounded up: both come to us in whole
+ *  milliseconds, and a timer that fires a fraction early finds nothing due and then waits out
+ *  minTickIntervalMs. */
+function untilDue(dueAt: Date, now: Date): number {
+  return dueAt.getTime() - now.getTime() + 1;
+}
+
 export interface CoordinatorDeps {
   config: LoadedConfig;
   pool: pg.Pool;
@@ -188,12 +195,9 @@ export class Coordinator {
     }
     await this.flushUnpublished();
 
-    const reduced = await reduceScans(pool, epoch);
-    await this.afterReduce(reduced);
-
     // Map: one statement writes a scan with shards for what is due beyond the shards in flight,
     // while they stay under the bound.
-    const { rows } = await pool.query<{ now: Date; next_due: Date | null; latest_due: Date | null; in_flight: number; controls: ControlsColumn | null; target_controls: TargetControlsColumn | null }>(
+    const { rows } = await pool.query<{ now: Date; next_due: Date | null; latest_due: Date | null; next_after: Date | null; in_flight: number; controls: ControlsColumn | null; target_controls: TargetControlsColumn | null }>(
       query(new URL('.', import.meta.url), 'next_due'),
       [this.kinds],
     );
@@ -245,14 +249,20 @@ export class Coordinator {
       }
     }
     metrics.shardsInFlight.set(inFlight);
+    // Reduce after the map: a tick woken by a due instant plans it first (the reduce is a fenced
+    // transaction of its own, and a scan mapped now has nothing to reduce yet).
+    const reduced = await reduceScans(pool, epoch);
+    await this.afterReduce(reduced);
     await this.checkLag();
 
     // A full room: more may be waiting. Shards written: more may have become due meanwhile.
     if (planned) return planned.shards.length >= room ? BACKPRESSURE_RECHECK_MS : cfg.minTickIntervalMs;
-    // Due rows all covered by shards in flight (or no room): look again when some have finished.
-    if (due) return BACKPRESSURE_RECHECK_MS;
+    // Due rows all covered by shards in flight (or no room): look again when some have finished,
+    // or when the next rows become due if that is sooner (a steady stream of due instants must
+    // not wait out the recheck: the next tick sees them past the covered cutoff and plans them).
+    if (due) return clock.next_after ? Math.min(BACKPRESSURE_RECHECK_MS, untilDue(clock.next_after, clock.now)) : BACKPRESSURE_RECHECK_MS;
     // Nothing is due: sleep until the next claimable time, measured on the database clock.
-    return nextDue ? nextDue.getTime() - clock.now.getTime() : undefined;
+    return nextDue ? untilDue(nextDue, clock.now) : undefined;
   }
 
   private usableCredit(): Record<string, number> {

@@ -43,6 +43,14 @@ export function createPool(options: PoolOptions): pg.Pool {
     client.on('error', (err) => {
       options.logger.warn({ err: describePgError(err) }, 'PostgreSQL connection lost; the pool will reconnect');
     });
+    // No JIT for our statements: they are short, but the planner's estimates for the map
+    // (plan_shards.sql, its flow-control CTEs over near-empty tables) and for large claims pass
+    // jit_above_cost, and compiling then costs 0.2-4 s per call on a busy box where the statement
+    // runs in under 10 ms (bench/analysis.md). Queued before the caller's first query; a SET
+    // rather than a startup option, so that poolers which refuse startup options still work.
+    client.query('SET jit = off').catch((err: unknown) => {
+      options.logger.warn({ err: describePgError(err) }, 'could not turn JIT off on a new PostgreSQL connection; statements may pay JIT compilation');
+    });
   });
   return pool;
 }

@@ -1,6 +1,8 @@
 -- next_due: the database clock, the earliest time a pending timeout becomes claimable, the latest
 -- claimable time among those already due (one index probe each way per kind on
--- timeouts_due_by_kind), the shards in flight, and the kinds' flow controls.
+-- timeouts_due_by_kind), the earliest claimable time still to come (next_after: when the due
+-- rows are all covered by shards in flight, the coordinator wakes then rather than polling), the
+-- shards in flight, and the kinds' flow controls.
 --   $1 kinds this coordinator serves (text[])
 -- Flow control (sql/0006): a paused kind is left out of next_due / latest_due (nothing of it is
 -- due for the map), and its queued shards are left out of in_flight (they wait for the resume
@@ -24,6 +26,12 @@ SELECT now() AS now,
          CROSS JOIN LATERAL (SELECT t.available_at FROM timeout_center.timeouts t
                               WHERE t.kind = k.kind AND t.state = 'pending' AND t.available_at <= now()
                               ORDER BY t.available_at DESC LIMIT 1) d) AS latest_due,
+       (SELECT min(d.available_at)
+          FROM unnest($1::text[]) AS k (kind)
+          JOIN timeout_center.kinds kc ON kc.kind = k.kind AND NOT kc.paused
+         CROSS JOIN LATERAL (SELECT t.available_at FROM timeout_center.timeouts t
+                              WHERE t.kind = k.kind AND t.state = 'pending' AND t.available_at > now()
+                              ORDER BY t.available_at LIMIT 1) d) AS next_after,
        (SELECT count(*) FROM timeout_center.shards sh
          WHERE sh.state IN ('queued', 'running')
            AND NOT (sh.state = 'queued' AND EXISTS (SELECT 1 FROM timeout_center.kinds kc WHERE kc.kind = sh.kind AND kc.paused)))::int AS in_flight,
