@@ -23,6 +23,38 @@ export interface PoolOptions {
   connectionTimeoutMs?: number;
 }
 
+/**
+ * A pg Client that turns JIT off right after it connects, before the pool hands it out. Our
+ * statements are short, but the planner's estimates for the map (plan_shards.sql, its flow-control
+ * CTEs over near-empty tables) and for large claims pass jit_above_cost, and compiling then costs
+ * 0.2-4 s per call where the statement runs in under 10 ms (bench/analysis.md). A SET rather than
+ * a startup option, so that poolers which refuse startup options still work; sent before the
+ * caller's first query rather than beside it (pg deprecates queries queued on a busy client).
+ */
+function jitOffClient(logger: Logger): typeof pg.Client {
+  type Callback = ((err: Error) => void) | ((err: null, c: pg.Client) => void);
+  return class JitOffClient extends pg.Client {
+    override connect(): Promise<pg.Client>;
+    override connect(callback: Callback): void;
+    override connect(callback?: Callback): Promise<pg.Client> | void {
+      const ready = super.connect().then(() =>
+        this.query('SET jit = off').then(
+          () => this,
+          (err: unknown) => {
+            logger.warn({ err: describePgError(err) }, 'could not turn JIT off on a new PostgreSQL connection; statements may pay JIT compilation');
+            return this;
+          },
+        ),
+      );
+      if (!callback) return ready;
+      ready.then(
+        (client) => (callback as (err: null, c: pg.Client) => void)(null, client),
+        (err: Error) => (callback as (err: Error) => void)(err),
+      );
+    }
+  };
+}
+
 export function createPool(options: PoolOptions): pg.Pool {
   const pool = new pg.Pool({
     connectionString: options.connectionString,
@@ -32,6 +64,7 @@ export function createPool(options: PoolOptions): pg.Pool {
     idleTimeoutMillis: 30_000,
     keepAlive: true,
     types: typeParsers,
+    Client: jitOffClient(options.logger),
     ...(options.idleInTransactionTimeoutMs
       ? { idle_in_transaction_session_timeout: options.idleInTransactionTimeoutMs }
       : {}),
@@ -42,14 +75,6 @@ export function createPool(options: PoolOptions): pg.Pool {
   pool.on('connect', (client) => {
     client.on('error', (err) => {
       options.logger.warn({ err: describePgError(err) }, 'PostgreSQL connection lost; the pool will reconnect');
-    });
-    // No JIT for our statements: they are short, but the planner's estimates for the map
-    // (plan_shards.sql, its flow-control CTEs over near-empty tables) and for large claims pass
-    // jit_above_cost, and compiling then costs 0.2-4 s per call on a busy box where the statement
-    // runs in under 10 ms (bench/analysis.md). Queued before the caller's first query; a SET
-    // rather than a startup option, so that poolers which refuse startup options still work.
-    client.query('SET jit = off').catch((err: unknown) => {
-      options.logger.warn({ err: describePgError(err) }, 'could not turn JIT off on a new PostgreSQL connection; statements may pay JIT compilation');
     });
   });
   return pool;
