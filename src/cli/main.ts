@@ -104,13 +104,16 @@ function serve(role: 'coordinator' | 'worker' | 'run', description: string) {
   addConsoleOptions(cmd);
   cmd.action(async (opts: { config?: string; port?: number; concurrency?: number } & ServeConsoleOpts) => {
     const { config, logger } = load(opts);
+    // Signals are handled from before the start: a SIGTERM while starting stops the process as
+    // soon as the start completes (drained, leadership released), not by Node's default exit.
+    const untilSignalled = handleShutdownSignals(logger);
     const runtime = await startRuntime({ config, logger, coordinator: role !== 'worker', worker: role !== 'coordinator' });
     // The console (--console) has its own pool; it ends with the process.
     await consoleFromServeOptions(opts, config.databaseUrl, config.alerts.lagSlaMs, logger)?.catch(async (err: unknown) => {
       await runtime.stop();
       throw err;
     });
-    await untilSignalled(runtime, logger);
+    await untilSignalled(runtime);
   });
 }
 
@@ -137,31 +140,47 @@ for (const register of [registerStatus, registerScans, registerShards, registerF
 // Flow control: pause, resume, limit (audited; fleet-wide within a tick).
 registerFlow(program);
 
-/** First SIGTERM/SIGINT drains and exits 0; a second one forces exit 1. */
-function untilSignalled(runtime: Runtime, logger: Logger): Promise<never> {
-  return new Promise(() => {
-    let signals = 0;
-    const onSignal = (signal: NodeJS.Signals) => {
-      signals += 1;
-      if (signals > 1) {
-        logger.warn({ signal }, 'second signal: exiting now without draining');
+/**
+ * First SIGTERM/SIGINT drains and exits 0; a second one forces exit 1. Installs the handlers now;
+ * the returned function hands over the runtime once it has started (a signal that came earlier
+ * stops it at once then).
+ */
+function handleShutdownSignals(logger: Logger): (runtime: Runtime) => Promise<never> {
+  let signals = 0;
+  let runtime: Runtime | undefined;
+  let requested: NodeJS.Signals | undefined;
+  const stop = (rt: Runtime, signal: NodeJS.Signals) => {
+    logger.info({ signal }, 'stopping: no new shards; draining the running ones (send the signal again to force)');
+    rt.stop().then(
+      () => {
+        logger.info('stopped cleanly');
+        process.exit(0);
+      },
+      (err: unknown) => {
+        logger.error({ err }, 'stop failed');
         process.exit(1);
-      }
-      logger.info({ signal }, 'stopping: no new shards; draining the running ones (send the signal again to force)');
-      runtime.stop().then(
-        () => {
-          logger.info('stopped cleanly');
-          process.exit(0);
-        },
-        (err: unknown) => {
-          logger.error({ err }, 'stop failed');
-          process.exit(1);
-        },
-      );
-    };
-    process.on('SIGTERM', onSignal);
-    process.on('SIGINT', onSignal);
-  });
+      },
+    );
+  };
+  const onSignal = (signal: NodeJS.Signals) => {
+    signals += 1;
+    if (signals > 1) {
+      logger.warn({ signal }, 'second signal: exiting now without draining');
+      process.exit(1);
+    }
+    if (runtime) stop(runtime, signal);
+    else {
+      requested = signal;
+      logger.info({ signal }, 'stopping: the signal came while starting; stopping as soon as the start completes (send it again to force)');
+    }
+  };
+  process.on('SIGTERM', onSignal);
+  process.on('SIGINT', onSignal);
+  return (rt) =>
+    new Promise<never>(() => {
+      runtime = rt;
+      if (requested) stop(rt, requested);
+    });
 }
 
 async function main(argv: string[]): Promise<void> {
