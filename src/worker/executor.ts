@@ -8,6 +8,7 @@ import pg from 'pg';
 import type { Logger } from 'pino';
 import { isConnectionError, isRetryableConflict, withTransaction } from '../db/pool.js';
 import { query } from '../db/queries.js';
+import { AS_TEXT, parseFloat8Array, parseInt8Array, parseJsonbArray, parseTextArray } from '../db/pg-text.js';
 import { failpoint } from '../failpoints.js';
 import type { Metrics } from '../observability/metrics.js';
 import {
@@ -69,16 +70,6 @@ interface Outcome {
   lateness: number[];
 }
 
-/** Leaves every column as PostgreSQL's text. */
-const AS_TEXT = { getTypeParser: () => (value: string) => value };
-/** pg's parser for an array type (array OIDs are not among pg's builtin type ids). */
-function arrayParser<T>(oid: number): (text: string) => T[] {
-  return pg.types.getTypeParser(oid as Parameters<typeof pg.types.getTypeParser>[0]) as (text: string) => T[];
-}
-const parseInt8Array = arrayParser<string>(1016);
-const parseTextArray = arrayParser<string>(1009);
-const parseJsonbArray = arrayParser<unknown>(3807);
-const parseFloat8Array = arrayParser<number>(1022);
 
 interface SplitResult {
   applied: Set<string>;

@@ -16,6 +16,7 @@ import pg from 'pg';
 import type { Logger } from 'pino';
 import { isConnectionError, isRetryableConflict, pgErrorCode } from '../db/pool.js';
 import { query } from '../db/queries.js';
+import { AS_TEXT, parseFloat8Array, parseJsonbArray, parseTextArray } from '../db/pg-text.js';
 import { failpoint } from '../failpoints.js';
 import type { Metrics } from '../observability/metrics.js';
 import type { CircuitBreakers } from './breakers.js';
@@ -43,13 +44,6 @@ export type ExternalOutcome =
 /** A target that no business database name can be: biz_ids the routing rule cannot place. */
 const UNROUTABLE = '-unroutable';
 
-const AS_TEXT = { getTypeParser: () => (value: string) => value };
-function arrayParser<T>(oid: number): (text: string) => T[] {
-  return pg.types.getTypeParser(oid as Parameters<typeof pg.types.getTypeParser>[0]) as (text: string) => T[];
-}
-const parseTextArray = arrayParser<string>(1009);
-const parseJsonbArray = arrayParser<unknown>(3807);
-const parseFloat8Array = arrayParser<number>(1022);
 
 interface Claimed {
   target: string | null;
