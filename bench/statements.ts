@@ -14,14 +14,16 @@
 //       limit-in         the limit on our schema (timeout_center.timeouts), IN spelling
 //       limit-array      the limit on our schema, ARRAY spelling
 //       worker-batch     the worker's claim.sql, batch form: claim + SQL handler + result, one statement
-//       worker-plain     claim.sql plain form, then the handler as its own statement with the ids
-//                        passed back from JavaScript, then the skipped ids marked (finish.sql's write)
+//       worker-plain     claim.sql plain form (locks), then the handler as its own statement with
+//                        the ids passed back from JavaScript, then finish.sql's one write per row
 //   --help               this text
 import { readFileSync } from 'node:fs';
 import { parseArgs } from 'node:util';
 import pg from 'pg';
 // dist/: npm run bench:statements builds first, and src/ cannot be loaded without compiling.
 import { batchSqlHandler } from '../dist/worker/sql-handler.js';
+import { migrate } from '../dist/db/migrate.js';
+import { pino } from 'pino';
 import { startBenchServer, type BenchServer } from './lib/server.ts';
 import { MINIMAL_DDL, MINIMAL_INSERT, pureSqlStatement } from './lib/limit.ts';
 import { CLOSE_MANY_SQL, KIND, ORDERS_DDL } from './lib/orders.ts';
@@ -61,6 +63,7 @@ if (unknown.length > 0) usage(`unknown variant(s) ${unknown.join(', ')}; known: 
 /** Every column as PostgreSQL's text, as the worker reads claim.sql. */
 const AS_TEXT = { getTypeParser: () => (value: string) => value };
 const CLAIM = readFileSync(new URL('../dist/worker/queries/claim.sql', import.meta.url), 'utf8');
+const FINISH = readFileSync(new URL('../dist/worker/queries/finish.sql', import.meta.url), 'utf8');
 
 type Step = (client: pg.PoolClient, shard: number) => Promise<number>;
 
@@ -86,7 +89,8 @@ async function variants(pool: pg.Pool): Promise<Record<string, Step>> {
       const bizIds = pg.types.getTypeParser(1009 as Parameters<typeof pg.types.getTypeParser>[0])(rows[0].biz_ids) as string[];
       const done = new Set((applied.rows as unknown as string[][]).map((r) => r[0]));
       const skipped = ids.filter((_, i) => !done.has(bizIds[i]!));
-      await c.query("UPDATE timeout_center.timeouts SET result = 'skipped' WHERE id = ANY ($1::bigint[])", [skipped]);
+      // finish.sql writes each claimed row once (moved to done_timeouts); no shard row here.
+      await c.query(FINISH, [shard, skipped, [], [], [], 5, 1000, ids.length, 0, ids]);
       await c.query('COMMIT');
       return Number(rows[0].n);
     },
@@ -97,9 +101,7 @@ async function prepare(server: BenchServer, minimal: boolean): Promise<{ pool: p
   const db = await server.createDatabase('bench_statements');
   const pool = new pg.Pool({ connectionString: db.url, max: C + 1 });
   pool.on('error', () => {});
-  for (const f of ['0001_init', '0002_retention', '0003_worker_claim']) {
-    await pool.query(readFileSync(new URL(`../sql/${f}.sql`, import.meta.url), 'utf8'));
-  }
+  await migrate(pool, pino({ level: 'silent' }));
   await pool.query(`INSERT INTO timeout_center.kinds (kind, shard_size) VALUES ($1, $2)`, [KIND, Math.min(K, 100_000)]);
   await pool.query(ORDERS_DDL);
   await pool.query(`INSERT INTO orders (id, status, due_at) SELECT i, CASE WHEN i % 10 = 0 THEN 'paid' ELSE 'unpaid' END, now() FROM generate_series(1, $1::int) i`, [N]);

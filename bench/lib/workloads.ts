@@ -195,10 +195,10 @@ async function stageProfile(pool: pg.Pool): Promise<StageProfile | undefined> {
             percentile_cont(0.99) WITHIN GROUP (ORDER BY extract(epoch FROM sh.started_at - sh.created_at))::float8 AS le99,
             percentile_cont(0.5) WITHIN GROUP (ORDER BY extract(epoch FROM pg_xact_commit_timestamp(o.xmin) - sh.started_at))::float8 AS co50,
             percentile_cont(0.99) WITHIN GROUP (ORDER BY extract(epoch FROM pg_xact_commit_timestamp(o.xmin) - sh.started_at))::float8 AS co99
-       FROM timeout_center.timeouts t
+       FROM timeout_center.done_timeouts t
        JOIN timeout_center.shards sh ON sh.id = t.shard_id
        JOIN orders o ON o.id = t.biz_id::bigint
-      WHERE t.state = 'done' AND o.status = 'closed'`,
+      WHERE o.status = 'closed'`,
   );
   const r = rows[0];
   if (!r || r.shards === 0) return undefined;

@@ -44,6 +44,38 @@ export interface TimeoutsTable {
   finished_at: Timestamp | null;
 }
 
+/** A done timeout, moved out of timeouts by the worker that closed it (sql/0010_done_timeouts.sql). */
+export interface DoneTimeoutsTable {
+  id: number;
+  kind: string;
+  biz_id: string;
+  due_at: Timestamp;
+  payload: unknown | null;
+  attempts: number;
+  shard_id: number | null;
+  result: 'applied' | 'skipped';
+  last_error: string | null;
+  created_at: Timestamp;
+  finished_at: Timestamp;
+}
+
+/** Every timeout, live or done (timeouts UNION ALL done_timeouts). */
+export interface AllTimeoutsView {
+  id: number;
+  kind: string;
+  biz_id: string;
+  due_at: Timestamp;
+  payload: unknown | null;
+  state: TimeoutState;
+  available_at: Timestamp;
+  attempts: number;
+  shard_id: number | null;
+  result: 'applied' | 'skipped' | null;
+  last_error: string | null;
+  created_at: Timestamp;
+  finished_at: Timestamp | null;
+}
+
 export interface ScansTable {
   id: Generated<number>;
   epoch: number;
@@ -177,6 +209,8 @@ export interface BacklogView {
 export interface Database {
   'timeout_center.kinds': KindsTable;
   'timeout_center.timeouts': TimeoutsTable;
+  'timeout_center.done_timeouts': DoneTimeoutsTable;
+  'timeout_center.all_timeouts': AllTimeoutsView;
   'timeout_center.scans': ScansTable;
   'timeout_center.shards': ShardsTable;
   'timeout_center.coordinator_lease': CoordinatorLeaseTable;

@@ -151,7 +151,7 @@ async function readProgress(pool: pg.Pool, first: number, last: number): Promise
             percentile_cont(0.99) WITHIN GROUP (ORDER BY extract(epoch FROM finished_at - due_at))
               FILTER (WHERE state = 'done') AS p99,
             max(extract(epoch FROM finished_at - due_at)::float8) FILTER (WHERE state = 'done') AS max
-       FROM timeout_center.timeouts WHERE id BETWEEN $1 AND $2 AND kind = $3`,
+       FROM timeout_center.all_timeouts WHERE id BETWEEN $1 AND $2 AND kind = $3`,
     [first, last, DEMO_KIND],
   );
   return rows[0]!;
@@ -260,7 +260,7 @@ export async function runDemo(opts: DemoOptions, signal?: AbortSignal): Promise<
         `SELECT count(DISTINCT sh.scan_id)::int AS scans, count(*)::int AS shards,
                 count(DISTINCT sh.scan_id) FILTER (WHERE s.state <> 'reduced')::int AS open
            FROM timeout_center.shards sh JOIN timeout_center.scans s ON s.id = sh.scan_id
-          WHERE sh.kind = $1 AND EXISTS (SELECT 1 FROM timeout_center.timeouts t WHERE t.shard_id = sh.id AND t.id BETWEEN $2 AND $3)`,
+          WHERE sh.kind = $1 AND EXISTS (SELECT 1 FROM timeout_center.all_timeouts t WHERE t.shard_id = sh.id AND t.id BETWEEN $2 AND $3)`,
         [DEMO_KIND, run.firstTimeout, run.lastTimeout],
       );
       scans = rows[0]!;

@@ -85,8 +85,8 @@ export async function liveWorkers(db: Queryable): Promise<LiveWorker[]> {
   return rows;
 }
 
-/** One point per minute of the last hour (minutes with nothing finished are 0). Reads the
- *  timeouts_finished index (finished_at); retention keeps far more than an hour. */
+/** One point per minute of the last hour (minutes with nothing finished are 0). Done timeouts
+ *  come from done_timeouts through its BRIN index on finished_at, failed ones from timeouts. */
 export async function lastHour(db: Queryable): Promise<MinutePoint[]> {
   const { rows } = await db.query<MinutePoint>(`
     WITH minutes AS (
@@ -95,7 +95,7 @@ export async function lastHour(db: Queryable): Promise<MinutePoint[]> {
       SELECT date_trunc('minute', finished_at) AS minute, count(*) AS n,
              percentile_cont(0.95) WITHIN GROUP (ORDER BY extract(epoch FROM finished_at - due_at)) AS p95,
              max(extract(epoch FROM finished_at - due_at))::float8 AS mx
-        FROM timeout_center.timeouts
+        FROM timeout_center.all_timeouts
        WHERE finished_at >= date_trunc('minute', now()) - interval '59 minutes' AND state IN ('done', 'failed')
        GROUP BY 1)
     SELECT m.minute, coalesce(f.n, 0)::int8 AS finished, f.p95 AS "latenessP95", f.mx AS "latenessMax"

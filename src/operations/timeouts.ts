@@ -32,7 +32,7 @@ export async function timeoutHistory(db: Queryable, kind: string, bizId: string)
     `SELECT t.id, t.kind, t.biz_id AS "bizId", t.state, t.due_at AS "dueAt", t.available_at AS "availableAt", t.attempts,
             t.shard_id AS "shardId", sh.scan_id AS "scanId", t.result, t.last_error AS "lastError",
             t.created_at AS "createdAt", t.finished_at AS "finishedAt", t.payload
-       FROM timeout_center.timeouts t LEFT JOIN timeout_center.shards sh ON sh.id = t.shard_id
+       FROM timeout_center.all_timeouts t LEFT JOIN timeout_center.shards sh ON sh.id = t.shard_id
       WHERE t.kind = $1 AND t.biz_id = $2
       ORDER BY t.id DESC LIMIT 100`,
     [kind, bizId],

@@ -1,6 +1,6 @@
 // Retention: deletes done and cancelled timeouts, reduced scans (with their shards) and forgotten
-// workers once they are older than the configured ages. Each batch is one short DELETE through a
-// partial index (sql/0002_retention.sql), so a purge never holds a long lock and keeps pace with
+// workers once they are older than the configured ages. Each batch is one short DELETE through an
+// index (done_timeouts' BRIN on finished_at, sql/0010; timeouts_purgeable for cancelled ones), so a purge never holds a long lock and keeps pace with
 // millions of rows a day; the space of deleted rows is reused by new rows once autovacuum has
 // marked it free (see docs/operations.md). Failed timeouts are kept: operators retry them.
 //
@@ -42,15 +42,18 @@ export async function purge(pool: pg.Pool, options: PurgeOptions, hooks: PurgeHo
   const started = performance.now();
   const result: PurgeResult = { timeouts: 0, scans: 0, workers: 0, batches: 0, ms: 0 };
   const stop = hooks.shouldStop ?? (() => false);
-  // Timeouts first: nothing references them. Then scans, whose shards cascade.
-  for (;;) {
-    if (stop()) break;
-    const { rowCount } = await pool.query(query(here, 'purge_timeouts'), [options.doneAfterMs, options.batchSize]);
-    const n = rowCount ?? 0;
-    result.batches += 1;
-    result.timeouts += n;
-    if (n > 0) hooks.onBatch?.('timeouts', n);
-    if (n < options.batchSize) break;
+  // Timeouts first (the done ones' history, then the cancelled ones): nothing references them.
+  // Then scans, whose shards cascade.
+  for (const statement of ['purge_done_timeouts', 'purge_timeouts']) {
+    for (;;) {
+      if (stop()) break;
+      const { rowCount } = await pool.query(query(here, statement), [options.doneAfterMs, options.batchSize]);
+      const n = rowCount ?? 0;
+      result.batches += 1;
+      result.timeouts += n;
+      if (n > 0) hooks.onBatch?.('timeouts', n);
+      if (n < options.batchSize) break;
+    }
   }
   for (;;) {
     if (stop()) break;

@@ -1,7 +1,7 @@
 // Runs one shard: take its lease, then in one transaction lock it, claim up to its limit of due
-// timeouts of its kind and mark them done (one write per row, which also locks them), run the
-// kind's handler on the whole batch, and correct the exceptions (skipped, failed) with the shard's
-// counts; the caller ACKs after commit. A re-run after a worker died pins its rows first (pin.sql).
+// timeouts of its kind, run the kind's handler on the whole batch, and write each timeout once
+// with its outcome (done ones move to done_timeouts; failed ones stay) and the shard's counts; the
+// caller ACKs after commit. A re-run after a worker died pins its rows first (pin.sql).
 // A failing batch is split in halves (each try inside a savepoint) until the failing ids are
 // isolated, so one bad row never holds back the rest of its shard.
 import pg from 'pg';
@@ -63,6 +63,8 @@ interface Outcome {
   n: number;
   /** Of those, marked skipped by claim.sql itself (batch form). */
   skippedMarked: number;
+  /** Timeout ids claimed by the plain form, which finish.sql writes (the batch form moved its own). */
+  claimed: string[];
   /** Timeout ids finish.sql must mark skipped (plain form). */
   skipped: string[];
   failed: string[];
@@ -188,9 +190,10 @@ export class ShardExecutor {
     const result = await withTransaction(this.pool, async (client) => {
       const locked = await client.query(query(here, 'lock_shard'), [lease.id, lease.lease_token]);
       if (locked.rowCount === 0) throw new LeaseLostError(`lease on shard ${lease.id} was lost (the reaper requeued it)`);
-      // One write per row: claimed, marked done (applied) and locked; finish.sql corrects the
-      // exceptions. A SQL handler runs inside the claim statement (batch form); anything else,
-      // or a batch that failed, gets the claimed rows (as PostgreSQL array text) and runs apart.
+      // One write per row. A SQL handler runs inside the claim statement (batch form), which
+      // moves each row to done_timeouts with its result; anything else, or a batch that failed,
+      // gets the claimed rows locked (as PostgreSQL array text), runs apart, and finish.sql
+      // writes each row's outcome.
       const outcome =
         (handler.batch && (await this.claimAndApply(client, handler.batch, lease, log))) ||
         (await this.claimThenApply(client, handler, lease));
@@ -206,6 +209,7 @@ export class ShardExecutor {
         handler.config.backoffMs,
         outcome.n,
         outcome.skippedMarked,
+        outcome.claimed,
       ]);
       t.finished = performance.now();
       if (kept?.lost) throw new LeaseLostError(`lease on shard ${lease.id} was lost while it ran (found by its renewal)`);
@@ -239,7 +243,7 @@ export class ShardExecutor {
       const { rows } = await client.query<Taken>({ text: batch.sql, values: [lease.id, lease.kind, lease.claim_limit, true], types: AS_TEXT });
       await client.query('SET LOCAL statement_timeout = 0; SET LOCAL lock_timeout = 0; RELEASE SAVEPOINT tc_batch');
       const taken = rows[0]!;
-      return { n: Number(taken.n), skippedMarked: Number(taken.skipped), skipped: [], failed: [], failures: [], lateness: parseFloat8Array(taken.lateness) };
+      return { n: Number(taken.n), skippedMarked: Number(taken.skipped), claimed: [], skipped: [], failed: [], failures: [], lateness: parseFloat8Array(taken.lateness) };
     } catch (err) {
       // The connection or the transaction itself is gone: no row is to blame, retry the shard.
       if (isConnectionError(err) || isRetryableConflict(err)) throw err;
@@ -254,9 +258,10 @@ export class ShardExecutor {
   private async claimThenApply(client: pg.PoolClient, handler: ResolvedHandler, lease: Lease): Promise<Outcome> {
     const { rows } = await client.query<Taken>({ text: query(here, 'claim'), values: [lease.id, lease.kind, lease.claim_limit, false], types: AS_TEXT });
     const taken = rows[0]!;
-    const out: Outcome = { n: Number(taken.n), skippedMarked: 0, skipped: [], failed: [], failures: [], lateness: [] };
+    const out: Outcome = { n: Number(taken.n), skippedMarked: 0, claimed: [], skipped: [], failed: [], failures: [], lateness: [] };
     if (out.n === 0) return out;
     const ids = parseInt8Array(taken.ids!);
+    out.claimed = ids;
     const bizIds = parseTextArray(taken.biz_ids!);
     const payloads = parseJsonbArray(taken.payloads!);
     const lateness = parseFloat8Array(taken.lateness);

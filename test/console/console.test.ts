@@ -103,7 +103,7 @@ describe.skipIf(!existsSync(CHROMIUM))('console in a real browser', () => {
     roUrl = `http://127.0.0.1:${roPort}/tc`;
     await Promise.all([runner.waitForMsg('console listening'), readOnly.waitForMsg('console listening'), runner.waitForMsg('worker started')]);
     await until('the due timeouts to drain', async () =>
-      (await count(`SELECT count(*)::int AS n FROM timeout_center.timeouts WHERE kind = 'order.unpaid' AND state NOT IN ('done', 'failed')`)) === 0 &&
+      (await count(`SELECT count(*)::int AS n FROM timeout_center.all_timeouts WHERE kind = 'order.unpaid' AND state NOT IN ('done', 'failed')`)) === 0 &&
       (await count(`SELECT count(*)::int AS n FROM timeout_center.scans WHERE state <> 'reduced'`)) === 0,
     60_000);
 
@@ -197,14 +197,14 @@ describe.skipIf(!existsSync(CHROMIUM))('console in a real browser', () => {
     // Shards stop: for three seconds (several ticks) no new shard of the kind, the rows wait.
     await new Promise((r) => setTimeout(r, 3000));
     expect(await count(`SELECT count(*)::int AS n FROM timeout_center.shards WHERE kind = 'order.unpaid' AND id > $1`, [shardsBefore])).toBe(0);
-    expect(await count(`SELECT count(*)::int AS n FROM timeout_center.timeouts WHERE biz_id::int BETWEEN 1001 AND 1100 AND state = 'pending'`)).toBe(100);
+    expect(await count(`SELECT count(*)::int AS n FROM timeout_center.all_timeouts WHERE biz_id::int BETWEEN 1001 AND 1100 AND state = 'pending'`)).toBe(100);
 
     await page.goto(`${url}/kinds`);
     await page.locator('tr[data-kind="order.unpaid"] button', { hasText: 'Resume' }).click();
     await expect(page.locator('.flash.ok').textContent()).resolves.toContain('resumed order.unpaid');
     expect(await page.locator('tr[data-kind="order.unpaid"] .kind-state').textContent()).toBe('active');
     await until('the resumed kind to drain', async () =>
-      (await count(`SELECT count(*)::int AS n FROM timeout_center.timeouts WHERE biz_id::int BETWEEN 1001 AND 1100 AND state = 'done'`)) === 100);
+      (await count(`SELECT count(*)::int AS n FROM timeout_center.all_timeouts WHERE biz_id::int BETWEEN 1001 AND 1100 AND state = 'done'`)) === 100);
     expect(await count(`SELECT count(*)::int AS n FROM timeout_center.shards WHERE kind = 'order.unpaid' AND id > $1`, [shardsBefore])).toBeGreaterThan(0);
 
     // Limits: set, shown, audited; then removed.
@@ -223,17 +223,17 @@ describe.skipIf(!existsSync(CHROMIUM))('console in a real browser', () => {
     await page.goto(`${url}/failed?kind=order.unpaid`);
     await expect(page.locator('#failed-total').textContent()).resolves.toContain('4 failed timeouts match');
     await shot('failed');
-    const id = (await pool.query<{ id: number }>(`SELECT id::int AS id FROM timeout_center.timeouts WHERE kind = 'order.unpaid' AND biz_id = '50' AND state = 'failed'`)).rows[0]!.id;
+    const id = (await pool.query<{ id: number }>(`SELECT id::int AS id FROM timeout_center.all_timeouts WHERE kind = 'order.unpaid' AND biz_id = '50' AND state = 'failed'`)).rows[0]!.id;
     await pool.query(`UPDATE orders SET poison = false WHERE id = 50`); // the cause is fixed
     await page.locator(`tr[data-timeout="${id}"] button`, { hasText: 'Retry' }).click();
     await expect(page.locator('.flash.ok').textContent()).resolves.toContain('retried 1 failed timeout');
-    await until('the retried timeout to be done', async () => (await count(`SELECT count(*)::int AS n FROM timeout_center.timeouts WHERE id = $1 AND state = 'done'`, [id])) === 1);
+    await until('the retried timeout to be done', async () => (await count(`SELECT count(*)::int AS n FROM timeout_center.all_timeouts WHERE id = $1 AND state = 'done'`, [id])) === 1);
     await page.goto(`${url}/timeouts?kind=order.unpaid&bizId=50`);
     expect(await page.locator(`#history tr[data-timeout="${id}"] td.state-done`).count()).toBe(1);
 
     // Rerun the shard that failed order 100: its failed timeouts go back to pending.
     const shard = (await pool.query<{ shard_id: number; scan_id: number }>(
-      `SELECT t.shard_id::int AS shard_id, sh.scan_id::int AS scan_id FROM timeout_center.timeouts t JOIN timeout_center.shards sh ON sh.id = t.shard_id
+      `SELECT t.shard_id::int AS shard_id, sh.scan_id::int AS scan_id FROM timeout_center.all_timeouts t JOIN timeout_center.shards sh ON sh.id = t.shard_id
         WHERE t.kind = 'order.unpaid' AND t.biz_id = '100' AND t.state = 'failed'`,
     )).rows[0]!;
     await pool.query(`UPDATE orders SET poison = false WHERE id = 100`);
@@ -242,7 +242,7 @@ describe.skipIf(!existsSync(CHROMIUM))('console in a real browser', () => {
     await page.locator(`tr[data-shard="${shard.shard_id}"] button`, { hasText: 'Rerun this shard' }).click();
     await expect(page.locator('.flash.ok').textContent()).resolves.toContain(`shard ${shard.shard_id}: 1 failed timeout(s) back to pending`);
     await until('the rerun timeout to be done', async () =>
-      (await count(`SELECT count(*)::int AS n FROM timeout_center.timeouts WHERE biz_id = '100' AND state = 'done'`)) === 1);
+      (await count(`SELECT count(*)::int AS n FROM timeout_center.all_timeouts WHERE biz_id = '100' AND state = 'done'`)) === 1);
 
     // Orders 150 and 200 are left: retry "all matching" an error text, then a ticked selection.
     await pool.query(`UPDATE orders SET poison = false WHERE id IN (150, 200)`);
@@ -253,12 +253,12 @@ describe.skipIf(!existsSync(CHROMIUM))('console in a real browser', () => {
     await page.locator('button', { hasText: 'Retry all 1 matching' }).click();
     await expect(page.locator('.flash.ok').textContent()).resolves.toContain('retried 1 failed timeout');
     await page.goto(`${url}/failed`);
-    const last = (await pool.query<{ id: number }>(`SELECT id::int AS id FROM timeout_center.timeouts WHERE biz_id = '200' AND state = 'failed'`)).rows[0]!.id;
+    const last = (await pool.query<{ id: number }>(`SELECT id::int AS id FROM timeout_center.all_timeouts WHERE biz_id = '200' AND state = 'failed'`)).rows[0]!.id;
     await page.locator(`tr[data-timeout="${last}"] input[type="checkbox"]`).check();
     await page.locator('button', { hasText: 'Retry selected' }).click();
     await expect(page.locator('.flash.ok').textContent()).resolves.toContain('retried 1 failed timeout');
     await until('every order.unpaid timeout to be done', async () =>
-      (await count(`SELECT count(*)::int AS n FROM timeout_center.timeouts WHERE kind = 'order.unpaid' AND state <> 'done'`)) === 0);
+      (await count(`SELECT count(*)::int AS n FROM timeout_center.all_timeouts WHERE kind = 'order.unpaid' AND state <> 'done'`)) === 0);
 
     const actions = (await pool.query<{ action: string; actor: string; target: string }>(
       `SELECT action, actor, target FROM timeout_center.audit_log WHERE action IN ('retry', 'rerun_shard') ORDER BY id`,
@@ -283,7 +283,7 @@ describe.skipIf(!existsSync(CHROMIUM))('console in a real browser', () => {
     await page.locator('input[name="dueAt"]').fill(due.toISOString());
     await page.locator('button', { hasText: 'Reschedule' }).click();
     await expect(page.locator('.flash.ok').textContent()).resolves.toContain(`moved order.unshipped 5001 to ${due.toISOString()}`);
-    const row = await pool.query(`SELECT due_at FROM timeout_center.timeouts WHERE kind = 'order.unshipped' AND biz_id = '5001'`);
+    const row = await pool.query(`SELECT due_at FROM timeout_center.all_timeouts WHERE kind = 'order.unshipped' AND biz_id = '5001'`);
     expect((row.rows[0].due_at as Date).getTime()).toBe(due.getTime());
     await page.locator('button', { hasText: 'Cancel' }).click();
     await expect(page.locator('.flash.ok').textContent()).resolves.toContain('cancelled the live order.unshipped timeout of 5001');

@@ -71,7 +71,7 @@ export async function paymentRace(s: Scenario, workers: CliProcess[], payText: s
   // Due instants on this machine's clock: PostgreSQL's due_at shifted by the clocks' offset.
   const { rows } = await s.pool.query<{ id: string; due_ms: number; now_ms: number }>(
     `SELECT biz_id AS id, extract(epoch FROM due_at) * 1000 AS due_ms, extract(epoch FROM clock_timestamp()) * 1000 AS now_ms
-       FROM timeout_center.timeouts WHERE biz_id::bigint BETWEEN $1 AND $2 AND biz_id::bigint % 2 = 0`,
+       FROM timeout_center.all_timeouts WHERE biz_id::bigint BETWEEN $1 AND $2 AND biz_id::bigint % 2 = 0`,
     [from, to],
   );
   const offset = Date.now() - Number(rows[0]!.now_ms);
@@ -94,7 +94,7 @@ export async function paymentRace(s: Scenario, workers: CliProcess[], payText: s
     `SELECT coalesce(percentile_cont(0.5) WITHIN GROUP (ORDER BY ms), 0) AS p50,
             coalesce(percentile_cont(0.99) WITHIN GROUP (ORDER BY ms), 0) AS p99, coalesce(max(ms), 0) AS max
        FROM (SELECT extract(epoch FROM x.at - t.due_at) * 1000 AS ms
-               FROM order_transitions x JOIN timeout_center.timeouts t ON t.biz_id = x.order_id::text
+               FROM order_transitions x JOIN timeout_center.all_timeouts t ON t.biz_id = x.order_id::text
               WHERE x.to_status = 'closed') l`,
   );
   const deadlock = /deadlock|40P01/i;

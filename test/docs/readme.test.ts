@@ -47,11 +47,11 @@ describe('README section 3 (plain SQL from a service)', () => {
     const pay = namedBlock('pay').text;
     const reschedule = namedBlock('reschedule').text;
     await run(create);
-    expect((await s.pool.query(`SELECT state FROM timeout_center.timeouts WHERE biz_id = '42'`)).rows).toEqual([{ state: 'pending' }]);
+    expect((await s.pool.query(`SELECT state FROM timeout_center.all_timeouts WHERE biz_id = '42'`)).rows).toEqual([{ state: 'pending' }]);
     // Pay while unpaid: UPDATE 1, paid; the timeout is cancelled.
     expect(orderUpdate(pay, await run(pay)).rowCount).toBe(1);
     expect((await s.pool.query(`SELECT status FROM orders WHERE id = 42`)).rows).toEqual([{ status: 'paid' }]);
-    expect((await s.pool.query(`SELECT state FROM timeout_center.timeouts WHERE biz_id = '42'`)).rows).toEqual([{ state: 'cancelled' }]);
+    expect((await s.pool.query(`SELECT state FROM timeout_center.all_timeouts WHERE biz_id = '42'`)).rows).toEqual([{ state: 'cancelled' }]);
     // Paying again (or paying a closed order) is refused: UPDATE 0, nothing changes.
     expect(orderUpdate(pay, await run(pay)).rowCount).toBe(0);
     // A closed order is never paid.
@@ -61,12 +61,12 @@ describe('README section 3 (plain SQL from a service)', () => {
     expect((await s.pool.query(`SELECT status FROM orders WHERE id = 43`)).rows).toEqual([{ status: 'closed' }]);
     // Reschedule moves a pending timeout only.
     await run(forOrder(create, 44));
-    const before = await s.pool.query(`SELECT due_at FROM timeout_center.timeouts WHERE biz_id = '44'`);
+    const before = await s.pool.query(`SELECT due_at FROM timeout_center.all_timeouts WHERE biz_id = '44'`);
     expect((await run(forOrder(reschedule, 44)))[0]!.rowCount).toBe(1);
-    const after = await s.pool.query(`SELECT due_at FROM timeout_center.timeouts WHERE biz_id = '44'`);
+    const after = await s.pool.query(`SELECT due_at FROM timeout_center.all_timeouts WHERE biz_id = '44'`);
     expect(after.rows[0].due_at.getTime() - before.rows[0].due_at.getTime()).toBeGreaterThan(40 * 60_000);
     expect((await run(reschedule))[0]!.rowCount).toBe(0); // 42's timeout is cancelled: it does not move
-    await s.pool.query(`DELETE FROM timeout_center.timeouts WHERE biz_id IN ('42', '43', '44'); DELETE FROM orders WHERE id IN (42, 43, 44); DELETE FROM order_transitions`);
+    await s.pool.query(`DELETE FROM timeout_center.timeouts WHERE biz_id IN ('42', '43', '44'); DELETE FROM timeout_center.done_timeouts WHERE biz_id IN ('42', '43', '44'); DELETE FROM orders WHERE id IN (42, 43, 44); DELETE FROM order_transitions`);
   });
 
   it('every sql block of the README runs as written against the schema', async () => {
@@ -77,7 +77,7 @@ describe('README section 3 (plain SQL from a service)', () => {
     }
     // The flow-control example pauses order.unpaid (its CLI block resumes it: run as written by
     // test/integration/flow-control.test.ts); put the kind back for the race below.
-    await s.pool.query(`DELETE FROM timeout_center.timeouts; DELETE FROM orders; DELETE FROM order_transitions;
+    await s.pool.query(`DELETE FROM timeout_center.timeouts; DELETE FROM timeout_center.done_timeouts; DELETE FROM orders; DELETE FROM order_transitions;
       UPDATE timeout_center.kinds SET paused = false, max_running_shards = NULL, rate_limit = NULL, controls_source = 'config'`);
   });
 

@@ -76,7 +76,7 @@ async function drained(kinds: string[], timeoutMs: number): Promise<void> {
   await waitUntil(
     `timeouts of ${kinds.join(', ')} final and scans reduced`,
     async () =>
-      (await count(centerPool, `SELECT count(*) AS n FROM timeout_center.timeouts WHERE kind = ANY($1) AND due_at <= now() AND state NOT IN ('done', 'cancelled', 'failed')`, [kinds])) === 0 &&
+      (await count(centerPool, `SELECT count(*) AS n FROM timeout_center.all_timeouts WHERE kind = ANY($1) AND due_at <= now() AND state NOT IN ('done', 'cancelled', 'failed')`, [kinds])) === 0 &&
       (await count(centerPool, `SELECT count(*) AS n FROM timeout_center.scans WHERE state <> 'reduced'`)) === 0,
     timeoutMs,
     250,
@@ -84,7 +84,7 @@ async function drained(kinds: string[], timeoutMs: number): Promise<void> {
     const { rows } = await centerPool.query(
       `SELECT state, target, count(*)::int AS n, max(attempts) AS attempts, min(error_sample) AS err FROM timeout_center.shards WHERE state IN ('queued', 'running') GROUP BY 1, 2`,
     );
-    const { rows: t } = await centerPool.query(`SELECT kind, state, count(*)::int AS n, min(available_at - now()) AS next FROM timeout_center.timeouts WHERE state NOT IN ('done', 'cancelled', 'failed') GROUP BY 1, 2`);
+    const { rows: t } = await centerPool.query(`SELECT kind, state, count(*)::int AS n, min(available_at - now()) AS next FROM timeout_center.all_timeouts WHERE state NOT IN ('done', 'cancelled', 'failed') GROUP BY 1, 2`);
     const logs = procs.flatMap((p) => p.lines.filter((l) => (l.level ?? 0) >= 40).slice(-8).map((l) => `${p.name}: ${JSON.stringify(l).slice(0, 400)}`));
     throw new Error(`${(err as Error).message}\nopen shards: ${JSON.stringify(rows)}\ntimeouts: ${JSON.stringify(t)}\n${logs.join('\n')}`);
   });
@@ -106,18 +106,18 @@ async function expectInvariants(): Promise<void> {
   const b = await businessInvariants(poolB);
   expect(a).toMatchObject({ doubled: 0, wrong: 0, markers: 0 });
   expect(b).toMatchObject({ doubled: 0, wrong: 0, markers: 0 });
-  const lost = await count(centerPool, `SELECT count(*) AS n FROM timeout_center.timeouts WHERE due_at <= now() AND state NOT IN ('done', 'cancelled', 'failed')`);
+  const lost = await count(centerPool, `SELECT count(*) AS n FROM timeout_center.all_timeouts WHERE due_at <= now() AND state NOT IN ('done', 'cancelled', 'failed')`);
   expect(lost, 'I1: every due timeout final').toBe(0);
   const mismatch = await count(
     centerPool,
-    `SELECT ((SELECT coalesce(sum(failed), 0) FROM timeout_center.scans WHERE state = 'reduced') - (SELECT count(*) FROM timeout_center.timeouts WHERE state = 'failed'))::int AS n`,
+    `SELECT ((SELECT coalesce(sum(failed), 0) FROM timeout_center.scans WHERE state = 'reduced') - (SELECT count(*) FROM timeout_center.all_timeouts WHERE state = 'failed'))::int AS n`,
   );
   expect(mismatch, 'I4: reduce totals honest').toBe(0);
   // Applied per database, from the center's record, equals the closes in that database (the
   // routed kind by parity; the HTTP service and the code handler close orders in orders_a).
   const { rows } = await centerPool.query<{ db: string; n: number }>(
     `SELECT CASE WHEN kind <> $1 OR biz_id::bigint % 2 = 0 THEN 'a' ELSE 'b' END AS db, count(*)::int AS n
-       FROM timeout_center.timeouts WHERE state = 'done' AND result = 'applied' GROUP BY 1`,
+       FROM timeout_center.all_timeouts WHERE state = 'done' AND result = 'applied' GROUP BY 1`,
     [ROUTED],
   );
   const applied = Object.fromEntries(rows.map((r) => [r.db, r.n]));
@@ -263,12 +263,12 @@ describe('business databases the center does not own', () => {
     expect(replacement.alive).toBe(true);
 
     const { rows } = await centerPool.query<{ result: string | null; state: string; n: number }>(
-      `SELECT result, state, count(*)::int AS n FROM timeout_center.timeouts WHERE kind = $1 GROUP BY 1, 2`,
+      `SELECT result, state, count(*)::int AS n FROM timeout_center.all_timeouts WHERE kind = $1 GROUP BY 1, 2`,
       [ROUTED],
     );
     const by = Object.fromEntries(rows.map((r) => [`${r.state}/${r.result ?? '-'}`, r.n]));
     expect(by).toEqual({ 'done/applied': N * 0.9 - 1, 'done/skipped': N * 0.1, 'failed/-': 1 });
-    const poison = await centerPool.query(`SELECT state, attempts, last_error FROM timeout_center.timeouts WHERE biz_id = $1`, [String(POISON)]);
+    const poison = await centerPool.query(`SELECT state, attempts, last_error FROM timeout_center.all_timeouts WHERE biz_id = $1`, [String(POISON)]);
     expect(poison.rows[0]).toMatchObject({ state: 'failed', attempts: 3 });
     expect(String(poison.rows[0].last_error)).toMatch(/poison row/);
     // Every shard ran against exactly one database.
@@ -283,7 +283,7 @@ describe('business databases the center does not own', () => {
     const to = N + 6000;
     await seedOrders(poolA, from, to, 0);
     await seedOrders(poolB, from, to, 1);
-    const failedBefore = await count(centerPool, `SELECT count(*) AS n FROM timeout_center.timeouts WHERE state = 'failed'`);
+    const failedBefore = await count(centerPool, `SELECT count(*) AS n FROM timeout_center.all_timeouts WHERE state = 'failed'`);
     await seedTimeouts(ROUTED, from, to, 8000);
     await sleep(1000);
     await pgB.pgCtl('-w', '-m', 'fast', 'stop');
@@ -298,10 +298,10 @@ describe('business databases the center does not own', () => {
     await drained([ROUTED], 90_000);
     await waitUntil('circuit_closed alert for orders_b', () => alerts.some((a) => a.type === 'circuit_closed' && a.details['target'] === 'orders_b'), 30_000, 200);
     expect(alerts.some((a) => a.type === 'circuit_open' && a.details['target'] === 'orders_b')).toBe(true);
-    expect(await count(centerPool, `SELECT count(*) AS n FROM timeout_center.timeouts WHERE state = 'failed'`), 'nothing failed for good').toBe(failedBefore);
+    expect(await count(centerPool, `SELECT count(*) AS n FROM timeout_center.all_timeouts WHERE state = 'failed'`), 'nothing failed for good').toBe(failedBefore);
     const retried = await count(centerPool, `SELECT coalesce(sum(retried_count), 0)::int AS n FROM timeout_center.shards WHERE target = 'orders_b' AND error_sample IS NOT NULL`);
     expect(retried).toBeGreaterThan(0);
-    const applied = await count(centerPool, `SELECT count(*) AS n FROM timeout_center.timeouts WHERE kind = $1 AND biz_id::bigint BETWEEN $2 AND $3 AND result = 'applied'`, [ROUTED, from, to]);
+    const applied = await count(centerPool, `SELECT count(*) AS n FROM timeout_center.all_timeouts WHERE kind = $1 AND biz_id::bigint BETWEEN $2 AND $3 AND result = 'applied'`, [ROUTED, from, to]);
     expect(applied).toBe(6000 * 0.9);
     await expectInvariants();
     report('business-databases outage', { stoppedMs: 10_000, retriedTimeouts: retried, alerts: alerts.map((a) => a.type) });
@@ -325,7 +325,7 @@ describe('business databases the center does not own', () => {
     expect(cancelled.rowCount).toBe(1);
     expect(cancelMs).toBeLessThan(900); // the slow call holds 4 s; one statement, not the call
     await drained([HTTP], 90_000);
-    const { rows } = await centerPool.query<{ state: string; n: number }>(`SELECT state, count(*)::int AS n FROM timeout_center.timeouts WHERE kind = $1 GROUP BY 1`, [HTTP]);
+    const { rows } = await centerPool.query<{ state: string; n: number }>(`SELECT state, count(*)::int AS n FROM timeout_center.all_timeouts WHERE kind = $1 GROUP BY 1`, [HTTP]);
     const by = Object.fromEntries(rows.map((r) => [r.state, r.n]));
     expect(by['failed'] ?? 0, 'nothing failed for good').toBe(0);
     expect(by['done']).toBe(599);
@@ -345,7 +345,7 @@ describe('business databases the center does not own', () => {
     await seedTimeouts(CODE, from, to);
     await drained([CODE], 60_000);
     const { rows } = await centerPool.query<{ state: string; result: string | null; n: number }>(
-      `SELECT state, result, count(*)::int AS n FROM timeout_center.timeouts WHERE kind = $1 GROUP BY 1, 2`,
+      `SELECT state, result, count(*)::int AS n FROM timeout_center.all_timeouts WHERE kind = $1 GROUP BY 1, 2`,
       [CODE],
     );
     expect(rows).toEqual([{ state: 'done', result: 'applied', n: 100 }]);

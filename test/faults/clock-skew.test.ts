@@ -44,21 +44,21 @@ describe.each([
 
     // Due 1.5 s to 2.5 s from now on the database clock.
     await s.seed(N, { dueInMs: 1500, spreadMs: 1000 });
-    await waitUntil('every timeout due', async () => (await s!.count(`SELECT count(*) AS n FROM timeout_center.timeouts WHERE due_at > now()`)) === 0, 10_000);
+    await waitUntil('every timeout due', async () => (await s!.count(`SELECT count(*) AS n FROM timeout_center.all_timeouts WHERE due_at > now()`)) === 0, 10_000);
     const inv = await s.expectInvariants(20_000);
     expect(inv.applied).toBe(N);
     const { rows } = await s.pool.query<{ early: number; max_late_ms: number; avg_late_ms: number }>(
       `SELECT count(*) FILTER (WHERE finished_at < due_at)::int AS early,
               (extract(epoch FROM max(finished_at - due_at)) * 1000)::float8 AS max_late_ms,
               (extract(epoch FROM avg(finished_at - due_at)) * 1000)::float8 AS avg_late_ms
-         FROM timeout_center.timeouts`,
+         FROM timeout_center.all_timeouts`,
     );
     const r = rows[0]!;
     expect(r.early).toBe(0);
     expect(r.max_late_ms).toBeLessThan(5000);
     // Nothing was claimed before it was due either.
     const claimedEarly = await s.count(
-      `SELECT count(*) AS n FROM timeout_center.timeouts t JOIN timeout_center.shards sh ON sh.id = t.shard_id WHERE sh.created_at < t.due_at`,
+      `SELECT count(*) AS n FROM timeout_center.all_timeouts t JOIN timeout_center.shards sh ON sh.id = t.shard_id WHERE sh.created_at < t.due_at`,
     );
     expect(claimedEarly).toBe(0);
     await s.stopAll();

@@ -61,7 +61,7 @@ describe('flood', () => {
         const { rows } = await s.pool.query<{ in_flight: number; done: number; due_left: number }>(
           `SELECT (SELECT count(*) FROM timeout_center.shards WHERE state IN ('queued', 'running'))::int AS in_flight,
                   (SELECT coalesce(sum(done_count), 0) FROM timeout_center.shards WHERE state = 'done')::int AS done,
-                  (SELECT count(*) FROM timeout_center.timeouts WHERE state IN ('pending', 'dispatched'))::int AS due_left`,
+                  (SELECT count(*) FROM timeout_center.all_timeouts WHERE state IN ('pending', 'dispatched'))::int AS due_left`,
         );
         const r = rows[0]!;
         samples.push({

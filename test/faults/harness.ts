@@ -129,10 +129,10 @@ export class Scenario {
    *  the orders closed are exactly the timeouts applied. Returns the figures. */
   async expectInvariants(timeoutMs = 30_000): Promise<Invariants & { applied: number; closed: number; failed: number; cancelled: number }> {
     const inv = await waitForDrain(this.pool, timeoutMs);
-    const applied = await this.count(`SELECT count(*) AS n FROM timeout_center.timeouts WHERE state = 'done' AND result = 'applied'`);
+    const applied = await this.count(`SELECT count(*) AS n FROM timeout_center.all_timeouts WHERE state = 'done' AND result = 'applied'`);
     const closed = await this.count(`SELECT count(*) AS n FROM order_transitions WHERE to_status = 'closed'`);
-    const failed = await this.count(`SELECT count(*) AS n FROM timeout_center.timeouts WHERE state = 'failed'`);
-    const cancelled = await this.count(`SELECT count(*) AS n FROM timeout_center.timeouts WHERE state = 'cancelled'`);
+    const failed = await this.count(`SELECT count(*) AS n FROM timeout_center.all_timeouts WHERE state = 'failed'`);
+    const cancelled = await this.count(`SELECT count(*) AS n FROM timeout_center.all_timeouts WHERE state = 'cancelled'`);
     const figures = { ...inv, applied, closed, failed, cancelled };
     let detail = '';
     if (inv.unreducedScans > 0 || inv.lost > 0) {

@@ -97,7 +97,7 @@ describe('payment racing the close', () => {
     const refresher = async () => {
       while (running) {
         const { rows } = await s!.pool.query<{ id: number }>(
-          `SELECT biz_id::bigint AS id FROM timeout_center.timeouts
+          `SELECT biz_id::bigint AS id FROM timeout_center.all_timeouts
             WHERE kind = $1 AND state = 'pending' AND available_at <= now() ORDER BY available_at LIMIT 300`,
           [KIND],
         );
@@ -171,7 +171,7 @@ describe('payment racing the close', () => {
               count(*) FILTER (WHERE t.state = 'done' AND t.result = 'skipped')::int AS skipped,
               count(*) FILTER (WHERE t.state = 'cancelled' AND t.shard_id IS NOT NULL)::int AS cancelled_in_flight,
               count(*)::int AS paid_orders
-         FROM orders o JOIN timeout_center.timeouts t ON t.biz_id = o.id::text
+         FROM orders o JOIN timeout_center.all_timeouts t ON t.biz_id = o.id::text
         WHERE o.status = 'paid'`,
     );
     const race = rows[0]!;

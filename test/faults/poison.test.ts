@@ -37,14 +37,14 @@ describe('poison row', () => {
     );
     expect(first[0]).toMatchObject({ size: N, done_count: N - 1, retried_count: 1, failed_count: 0 });
     const healthyFirstTry = await s.count(
-      `SELECT count(*) AS n FROM timeout_center.timeouts t JOIN orders o ON o.id = t.biz_id::bigint
+      `SELECT count(*) AS n FROM timeout_center.all_timeouts t JOIN orders o ON o.id = t.biz_id::bigint
         WHERE NOT o.poison AND t.state = 'done' AND t.result = 'applied' AND t.attempts = 1 AND t.shard_id = $1`,
       [first[0]!.id],
     );
     expect(healthyFirstTry).toBe(N - 1);
 
     const { rows: poison } = await s.pool.query<{ state: string; attempts: number; last_error: string }>(
-      `SELECT state, attempts, last_error FROM timeout_center.timeouts WHERE biz_id = $1`,
+      `SELECT state, attempts, last_error FROM timeout_center.all_timeouts WHERE biz_id = $1`,
       [String(POISON)],
     );
     expect(poison[0]).toMatchObject({ state: 'failed', attempts: MAX_ATTEMPTS });
@@ -109,9 +109,9 @@ describe('a row that kills its worker', () => {
     await s.seed(16);
     s.coordinator();
     const deadline = Date.now() + 90_000;
-    while (Date.now() < deadline && (await s.count(`SELECT count(*) AS n FROM timeout_center.timeouts WHERE state NOT IN ('done', 'failed')`)) > 0) await sleep(300);
+    while (Date.now() < deadline && (await s.count(`SELECT count(*) AS n FROM timeout_center.all_timeouts WHERE state NOT IN ('done', 'failed')`)) > 0) await sleep(300);
     const { rows } = await s.pool.query<{ biz_id: string; state: string; last_error: string | null }>(
-      `SELECT biz_id, state, last_error FROM timeout_center.timeouts WHERE state = 'failed'`,
+      `SELECT biz_id, state, last_error FROM timeout_center.all_timeouts WHERE state = 'failed'`,
     );
     expect(rows.map((r) => r.biz_id)).toEqual(['13']);
     expect(rows[0]!.last_error).toMatch(/abandoned after \d+ attempts/);

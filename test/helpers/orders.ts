@@ -52,14 +52,14 @@ export interface Invariants {
 export async function checkInvariants(pool: pg.Pool): Promise<Invariants> {
   const { rows } = await pool.query<Invariants>(`
     SELECT
-      (SELECT count(*) FROM timeout_center.timeouts WHERE due_at <= now() AND state NOT IN ('done', 'cancelled', 'failed'))::int AS lost,
+      (SELECT count(*) FROM timeout_center.all_timeouts WHERE due_at <= now() AND state NOT IN ('done', 'cancelled', 'failed'))::int AS lost,
       (SELECT count(*) FROM (SELECT order_id FROM order_transitions GROUP BY order_id HAVING count(*) > 1) x)::int AS doubled,
       ((SELECT count(*) FROM order_transitions WHERE from_status = 'paid')
-       + (SELECT count(*) FROM timeout_center.timeouts t JOIN orders o ON o.id = t.biz_id::bigint
+       + (SELECT count(*) FROM timeout_center.all_timeouts t JOIN orders o ON o.id = t.biz_id::bigint
            WHERE t.state = 'cancelled' AND o.status = 'closed'
-             AND NOT EXISTS (SELECT 1 FROM timeout_center.timeouts t2 WHERE t2.biz_id = t.biz_id AND t2.state = 'done' AND t2.result = 'applied')))::int AS wrong,
+             AND NOT EXISTS (SELECT 1 FROM timeout_center.all_timeouts t2 WHERE t2.biz_id = t.biz_id AND t2.state = 'done' AND t2.result = 'applied')))::int AS wrong,
       ((SELECT coalesce(sum(failed), 0) FROM timeout_center.scans WHERE state = 'reduced')
-       - (SELECT count(*) FROM timeout_center.timeouts WHERE state = 'failed'))::int AS "reduceMismatch",
+       - (SELECT count(*) FROM timeout_center.all_timeouts WHERE state = 'failed'))::int AS "reduceMismatch",
       (SELECT count(*) FROM timeout_center.scans WHERE state <> 'reduced')::int AS "unreducedScans"`);
   return rows[0]!;
 }

@@ -52,7 +52,7 @@ describe('business API in a kysely transaction', () => {
       ).rejects.toThrow('order insert failed');
       const { rows } = await sql<{ biz_id: string; payload: unknown; in_a_minute: boolean }>`
         SELECT biz_id, payload, due_at BETWEEN now() + interval '50 s' AND now() + interval '70 s' AS in_a_minute
-          FROM timeout_center.timeouts ORDER BY id`.execute(kdb);
+          FROM timeout_center.all_timeouts ORDER BY id`.execute(kdb);
       expect(rows).toEqual([{ biz_id: 'k-1', payload: { total: 12.5 }, in_a_minute: true }]);
       expect(await kdb.transaction().execute((trx) => cancel(trx, 'order.unpaid', 'k-1'))).toBe(true);
     } finally {
@@ -87,7 +87,7 @@ describe('handler time limit', () => {
       const deadline = Date.now() + 20_000;
       let rows: { kind: string; state: string; last_error: string | null }[] = [];
       while (Date.now() < deadline) {
-        ({ rows } = await pool.query("SELECT kind, state, last_error FROM timeout_center.timeouts WHERE kind LIKE 'slow.%' ORDER BY kind"));
+        ({ rows } = await pool.query("SELECT kind, state, last_error FROM timeout_center.all_timeouts WHERE kind LIKE 'slow.%' ORDER BY kind"));
         if (rows.length === 2 && rows[1]!.state === 'failed' && rows[0]!.last_error) break;
         await new Promise((r) => setTimeout(r, 100));
       }

@@ -18,7 +18,7 @@ let env: Record<string, string>;
 let configPath: string;
 
 async function count(): Promise<number> {
-  const { rows } = await pool.query('SELECT count(*)::int AS n FROM timeout_center.timeouts');
+  const { rows } = await pool.query('SELECT count(*)::int AS n FROM timeout_center.all_timeouts');
   return rows[0].n;
 }
 
@@ -72,7 +72,7 @@ describe('inserting timeouts', () => {
     ).rejects.toMatchObject({ code: '23505', constraint: 'timeouts_one_live_per_biz' });
     await pool.query(`INSERT INTO timeout_center.timeouts (kind, biz_id, due_at) VALUES ('order.unpaid', 'dup', now() + interval '2 hours')
                       ON CONFLICT (kind, biz_id) WHERE state IN ('pending', 'dispatched') DO UPDATE SET due_at = EXCLUDED.due_at`);
-    const { rows } = await pool.query("SELECT count(*)::int AS n, max(due_at) > now() + interval '90 minutes' AS moved FROM timeout_center.timeouts WHERE biz_id = 'dup'");
+    const { rows } = await pool.query("SELECT count(*)::int AS n, max(due_at) > now() + interval '90 minutes' AS moved FROM timeout_center.all_timeouts WHERE biz_id = 'dup'");
     expect(rows[0]).toEqual({ n: 1, moved: true });
     await pool.query('DELETE FROM timeout_center.timeouts');
   });

@@ -137,7 +137,7 @@ describe('embedded PostgreSQL (PGlite over the wire protocol)', () => {
     }
     await Promise.all(tasks);
     expect(mismatches).toEqual([]);
-    const { rows } = await pool.query<{ done: number }>("SELECT count(*)::int AS done FROM timeout_center.timeouts WHERE state = 'done'");
+    const { rows } = await pool.query<{ done: number }>("SELECT count(*)::int AS done FROM timeout_center.all_timeouts WHERE state = 'done'");
     expect(rows[0]!.done).toBe(500); // every transaction claimed 5 rows no other claimed
   });
 

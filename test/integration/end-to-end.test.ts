@@ -96,7 +96,7 @@ describe('end to end: coordinator + two workers as separate processes', () => {
     const deadline = Date.now() + 90_000;
     while (Date.now() < deadline) {
       const { rows } = await pool.query(
-        "SELECT count(*)::int AS n FROM timeout_center.timeouts WHERE state IN ('pending', 'dispatched') AND due_at < now() + interval '30 min'",
+        "SELECT count(*)::int AS n FROM timeout_center.all_timeouts WHERE state IN ('pending', 'dispatched') AND due_at < now() + interval '30 min'",
       );
       if (rows[0].n === 0) break;
       await new Promise((r) => setTimeout(r, 200));
@@ -108,9 +108,9 @@ describe('end to end: coordinator + two workers as separate processes', () => {
 
     const { rows: [counts] } = await pool.query(`
       SELECT
-        (SELECT count(*) FROM timeout_center.timeouts WHERE kind = 'order.unpaid' AND state = 'cancelled')::int AS cancelled,
-        (SELECT count(*) FROM timeout_center.timeouts WHERE kind = 'order.unpaid' AND due_at > now() + interval '30 min')::int AS future,
-        (SELECT count(*) FROM timeout_center.timeouts WHERE kind = 'order.unpaid' AND due_at > now() + interval '30 min' AND state = 'pending')::int AS future_pending
+        (SELECT count(*) FROM timeout_center.all_timeouts WHERE kind = 'order.unpaid' AND state = 'cancelled')::int AS cancelled,
+        (SELECT count(*) FROM timeout_center.all_timeouts WHERE kind = 'order.unpaid' AND due_at > now() + interval '30 min')::int AS future,
+        (SELECT count(*) FROM timeout_center.all_timeouts WHERE kind = 'order.unpaid' AND due_at > now() + interval '30 min' AND state = 'pending')::int AS future_pending
     `);
     const cancelled = counts.cancelled as number;
     const future = counts.future as number;
@@ -125,7 +125,7 @@ describe('end to end: coordinator + two workers as separate processes', () => {
         (SELECT count(*) FROM orders WHERE id <= ${ORDERS} AND id % 10 = 0 AND status <> 'paid')::int AS paid_touched,
         (SELECT count(*) FROM (SELECT order_id FROM order_transitions GROUP BY order_id HAVING count(*) > 1) x)::int AS doubled,
         (SELECT count(*) FROM order_transitions WHERE from_status = 'paid')::int AS paid_closed,
-        (SELECT count(*) FROM timeout_center.timeouts t JOIN orders o ON o.id = t.biz_id::bigint
+        (SELECT count(*) FROM timeout_center.all_timeouts t JOIN orders o ON o.id = t.biz_id::bigint
           WHERE t.state IN ('cancelled', 'pending') AND o.status = 'closed')::int AS cancelled_or_future_applied,
         (SELECT count(*) FROM order_transitions)::int AS transitions`);
     const expectedUnpaidClosed = ORDERS - ORDERS / 10 - cancelled - future;
@@ -138,7 +138,7 @@ describe('end to end: coordinator + two workers as separate processes', () => {
     // The flaky kind: poison rows failed with their error, the rest of their shards closed.
     const { rows: flaky } = await pool.query(`
       SELECT t.state, t.result, o.poison, count(*)::int AS n, min(t.last_error) AS err, max(t.attempts)::int AS attempts
-        FROM timeout_center.timeouts t JOIN orders o ON o.id = t.biz_id::bigint
+        FROM timeout_center.all_timeouts t JOIN orders o ON o.id = t.biz_id::bigint
        WHERE t.kind = 'order.flaky' GROUP BY 1, 2, 3 ORDER BY 1, 2, 3`);
     const poison = flaky.find((r) => r.poison);
     expect(poison).toMatchObject({ state: 'failed', n: FLAKY_ORDERS / 100, attempts: 2 });
@@ -155,7 +155,7 @@ describe('end to end: coordinator + two workers as separate processes', () => {
       SELECT count(*) FILTER (WHERE state = 'done' AND result = 'applied')::int AS applied,
              count(*) FILTER (WHERE state = 'done' AND result = 'skipped')::int AS skipped,
              count(*) FILTER (WHERE state = 'failed')::int AS failed
-        FROM timeout_center.timeouts`);
+        FROM timeout_center.all_timeouts`);
     expect(scans.open).toBe(0);
     expect(scans.done).toBe(rowTotals.applied);
     expect(scans.skipped).toBe(rowTotals.skipped);
@@ -181,7 +181,7 @@ describe('end to end: coordinator + two workers as separate processes', () => {
              extract(epoch FROM max(finished_at - due_at))::float8 AS worst_s,
              extract(epoch FROM percentile_cont(0.5) WITHIN GROUP (ORDER BY finished_at - due_at))::float8 AS p50_s,
              extract(epoch FROM percentile_cont(0.99) WITHIN GROUP (ORDER BY finished_at - due_at))::float8 AS p99_s
-        FROM timeout_center.timeouts WHERE state = 'done'`);
+        FROM timeout_center.all_timeouts WHERE state = 'done'`);
     console.log(
       `e2e figures: ${fig.n} timeouts finished over ${fig.span_s.toFixed(2)} s of due window+drain ` +
         `(${(fig.n / fig.span_s).toFixed(0)} timeouts/s incl. the 4 s arrival spread), lateness p50 ${(fig.p50_s * 1000).toFixed(0)} ms, ` +

@@ -81,7 +81,7 @@ class Fleet {
   }
 
   async count(kind: string, state: string): Promise<number> {
-    const { rows } = await this.pool.query<{ n: number }>(`SELECT count(*)::int AS n FROM timeout_center.timeouts WHERE kind = $1 AND state = $2`, [kind, state]);
+    const { rows } = await this.pool.query<{ n: number }>(`SELECT count(*)::int AS n FROM timeout_center.all_timeouts WHERE kind = $1 AND state = $2`, [kind, state]);
     return rows[0]!.n;
   }
 
@@ -124,7 +124,7 @@ class Fleet {
 /** Timeouts of `kind` finished in [from, to) (PostgreSQL timestamps in s since the epoch), per second. */
 async function rateBetween(pool: pg.Pool, kind: string, from: number, to: number): Promise<number> {
   const { rows } = await pool.query<{ n: number }>(
-    `SELECT count(*)::int AS n FROM timeout_center.timeouts
+    `SELECT count(*)::int AS n FROM timeout_center.all_timeouts
       WHERE kind = $1 AND state = 'done' AND finished_at >= to_timestamp($2) AND finished_at < to_timestamp($3)`,
     [kind, from, to],
   );
@@ -274,7 +274,7 @@ describe.concurrent('flow control per kind, fleet-wide (real processes)', () => 
       'the rate-limited kind to drain',
       async () => {
         const { rows } = await rated.pool.query<{ t: number; done: number }>(
-          `SELECT extract(epoch FROM statement_timestamp())::float8 AS t, count(*)::int AS done FROM timeout_center.timeouts WHERE kind = $1 AND state = 'done'`,
+          `SELECT extract(epoch FROM statement_timestamp())::float8 AS t, count(*)::int AS done FROM timeout_center.all_timeouts WHERE kind = $1 AND state = 'done'`,
           [kind],
         );
         seen.push(rows[0]!);
@@ -284,7 +284,7 @@ describe.concurrent('flow control per kind, fleet-wide (real processes)', () => 
     );
     // (a) finished_at: rows after the first shard over the time from the first commit to the last.
     const { rows } = await rated.pool.query<{ n: number; first: number; span: number; owners: number; shards: number; max_claim: number }>(
-      `WITH d AS (SELECT finished_at FROM timeout_center.timeouts WHERE kind = $1 AND state = 'done')
+      `WITH d AS (SELECT finished_at FROM timeout_center.all_timeouts WHERE kind = $1 AND state = 'done')
        SELECT (SELECT count(*) FROM d)::int AS n,
               (SELECT count(*) FROM d WHERE finished_at = (SELECT min(finished_at) FROM d))::int AS first,
               (SELECT extract(epoch FROM max(finished_at) - min(finished_at)) FROM d)::float8 AS span,
@@ -328,7 +328,7 @@ describe.concurrent('flow control per kind, fleet-wide (real processes)', () => 
     const t2 = epochOf(lifted.changedAt);
     await rated.waitFor('the rest to drain once unlimited', async () => (await rated.count(kind, 'done')) === N, 30_000);
     const { rows: start } = await rated.pool.query<{ first: number }>(
-      `SELECT extract(epoch FROM min(finished_at))::float8 AS first FROM timeout_center.timeouts WHERE kind = $1`,
+      `SELECT extract(epoch FROM min(finished_at))::float8 AS first FROM timeout_center.all_timeouts WHERE kind = $1`,
       [kind],
     );
     // From a second after the first commit (the start) to the change.
@@ -338,12 +338,12 @@ describe.concurrent('flow control per kind, fleet-wide (real processes)', () => 
     const { rows } = await rated.pool.query<{ last: number; left: number }>(
       `SELECT extract(epoch FROM max(finished_at))::float8 AS last,
               count(*) FILTER (WHERE finished_at >= to_timestamp($2))::int AS left
-         FROM timeout_center.timeouts WHERE kind = $1`,
+         FROM timeout_center.all_timeouts WHERE kind = $1`,
       [kind, t2],
     );
     const drainAfterLift = rows[0]!.last - t2;
     const { rows: perSecond } = await rated.pool.query<{ s: number; n: number }>(
-      `SELECT floor(extract(epoch FROM finished_at) - $2)::int AS s, count(*)::int AS n FROM timeout_center.timeouts
+      `SELECT floor(extract(epoch FROM finished_at) - $2)::int AS s, count(*)::int AS n FROM timeout_center.all_timeouts
         WHERE kind = $1 GROUP BY 1 ORDER BY 1`,
       [kind, t1],
     );
@@ -421,8 +421,8 @@ describe.concurrent('flow control per kind, fleet-wide (real processes)', () => 
     let otherDrainedAfterMs: number | undefined;
     while (Date.now() - pausedAt < 10_000) {
       const { rows } = await capped.pool.query<{ pending: number; other_done: number; shards: number }>(
-        `SELECT (SELECT count(*) FROM timeout_center.timeouts WHERE kind = 'order.unpaid' AND state = 'pending')::int AS pending,
-                (SELECT count(*) FROM timeout_center.timeouts WHERE kind = 'order.unshipped' AND state = 'done')::int AS other_done,
+        `SELECT (SELECT count(*) FROM timeout_center.all_timeouts WHERE kind = 'order.unpaid' AND state = 'pending')::int AS pending,
+                (SELECT count(*) FROM timeout_center.all_timeouts WHERE kind = 'order.unshipped' AND state = 'done')::int AS other_done,
                 (SELECT count(*) FROM timeout_center.shards WHERE kind = 'order.unpaid')::int AS shards`,
       );
       expect(rows[0]).toMatchObject({ pending: 5000, shards: 0 });
@@ -479,7 +479,7 @@ describe.concurrent('flow control per kind, fleet-wide (real processes)', () => 
     const frozen = async () =>
       (
         await capped.pool.query<{ done: number; running: number; queued: number; publishes: number }>(
-          `SELECT (SELECT count(*) FROM timeout_center.timeouts WHERE kind = $1 AND state = 'done')::int AS done,
+          `SELECT (SELECT count(*) FROM timeout_center.all_timeouts WHERE kind = $1 AND state = 'done')::int AS done,
                   count(*) FILTER (WHERE state = 'running')::int AS running,
                   count(*) FILTER (WHERE state = 'queued')::int AS queued,
                   coalesce(sum(publish_count), 0)::int AS publishes

@@ -77,7 +77,7 @@ async function until<T>(fn: () => Promise<T | undefined | false>, timeoutMs = 20
 
 async function states(kind: string): Promise<Record<string, number>> {
   const { rows } = await pool.query(
-    `SELECT coalesce(result, state) AS s, count(*)::int AS n FROM timeout_center.timeouts WHERE kind = $1 GROUP BY 1`,
+    `SELECT coalesce(result, state) AS s, count(*)::int AS n FROM timeout_center.all_timeouts WHERE kind = $1 GROUP BY 1`,
     [kind],
   );
   return Object.fromEntries(rows.map((r) => [r.s, r.n]));
@@ -109,7 +109,7 @@ describe('handlers', () => {
       expect(s).toEqual({ applied: 80, skipped: 40, failed: 1 });
       await until(async () => (await pool.query("SELECT 1 FROM timeout_center.scans WHERE state <> 'reduced'")).rowCount === 0);
       // A permanent error fails at once: no further attempts.
-      const { rows } = await pool.query("SELECT attempts, last_error FROM timeout_center.timeouts WHERE biz_id = 'bad'");
+      const { rows } = await pool.query("SELECT attempts, last_error FROM timeout_center.all_timeouts WHERE biz_id = 'bad'");
       expect(rows[0]).toEqual({ attempts: 1, last_error: 'bad id: will never work' });
       expect(seen.find((i) => i.bizId === '3')?.payload).toEqual({ apply: false });
     } finally {

@@ -41,7 +41,7 @@ describe('a shard longer than its lease', () => {
         `SELECT (SELECT count(*) FROM timeout_center.shards WHERE state = 'running' AND lease_expires_at < now())::int AS expired,
                 (SELECT count(*) FROM timeout_center.shards WHERE state = 'running')::int AS running,
                 (SELECT extract(epoch FROM max(last_seen_at)) * 1000 FROM timeout_center.workers) AS last_seen,
-                (SELECT count(*) FROM timeout_center.timeouts WHERE state NOT IN ('done', 'failed', 'cancelled'))::int AS open`,
+                (SELECT count(*) FROM timeout_center.all_timeouts WHERE state NOT IN ('done', 'failed', 'cancelled'))::int AS open`,
       );
       const r = rows[0]!;
       if (r.running > 0) samples.push({ expired: r.expired, running: r.running, lastSeen: Number(r.last_seen) });
@@ -60,7 +60,7 @@ describe('a shard longer than its lease', () => {
     expect(shards.every((r) => r.attempts === 1 && r.state === 'done'), JSON.stringify(shards)).toBe(true);
     const closed = await s.count(`SELECT count(*) AS n FROM order_transitions WHERE to_status = 'closed'`);
     expect(closed).toBe(15);
-    expect(await s.count(`SELECT count(*) AS n FROM timeout_center.timeouts WHERE state = 'failed'`)).toBe(1);
+    expect(await s.count(`SELECT count(*) AS n FROM timeout_center.all_timeouts WHERE state = 'failed'`)).toBe(1);
     // The worker's only slot was busy all along, and its heartbeat (every 5 s) still moved.
     expect(heartbeatSpan, 'last_seen_at advanced while the slot was busy').toBeGreaterThanOrEqual(3000);
     expect(worker.lines.filter((l) => /lease .*lost/.test(String(l.msg)))).toEqual([]);

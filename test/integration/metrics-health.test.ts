@@ -152,7 +152,7 @@ describe('metrics and health endpoints (real processes)', () => {
     // Drained by the worker.
     const deadline = Date.now() + 60_000;
     for (;;) {
-      const { rows } = await pool.query(`SELECT count(*)::int AS n FROM timeout_center.timeouts WHERE state <> 'done'`);
+      const { rows } = await pool.query(`SELECT count(*)::int AS n FROM timeout_center.all_timeouts WHERE state <> 'done'`);
       if (rows[0].n === 0) break;
       if (Date.now() > deadline) throw new Error(`not drained: ${rows[0].n} left`);
       await new Promise((r) => setTimeout(r, 200));
@@ -247,7 +247,7 @@ describe('metrics and health endpoints (real processes)', () => {
     // Everything applied in the end (the rows of the backlog test too), each order once.
     const deadline = Date.now() + 60_000;
     for (;;) {
-      const { rows } = await pool.query(`SELECT count(*)::int AS n FROM timeout_center.timeouts WHERE state <> 'done'`);
+      const { rows } = await pool.query(`SELECT count(*)::int AS n FROM timeout_center.all_timeouts WHERE state <> 'done'`);
       if (rows[0].n === 0) break;
       if (Date.now() > deadline) {
         const { rows: shards } = await pool.query(`SELECT id, state, owner, attempts, publish_count, published_at, lease_expires_at, now() AS now FROM timeout_center.shards WHERE state <> 'done'`);

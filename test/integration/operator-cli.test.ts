@@ -29,7 +29,7 @@ describe('operator CLI against a real database', () => {
   /** Everything an operator verb could change, to prove a rejected call changed nothing. */
   const snapshot = async () =>
     (
-      await pool.query(`SELECT md5(string_agg(t::text, ',' ORDER BY id)) AS h FROM timeout_center.timeouts t`)
+      await pool.query(`SELECT md5(string_agg(t::text, ',' ORDER BY id)) AS h FROM timeout_center.all_timeouts t`)
     ).rows[0].h as string;
 
   beforeAll(async () => {
@@ -65,7 +65,7 @@ describe('operator CLI against a real database', () => {
     const deadline = Date.now() + 60_000;
     for (;;) {
       const { rows } = await pool.query(`SELECT
-          (SELECT count(*) FROM timeout_center.timeouts WHERE kind = 'order.unpaid' AND state NOT IN ('done', 'failed'))::int AS open,
+          (SELECT count(*) FROM timeout_center.all_timeouts WHERE kind = 'order.unpaid' AND state NOT IN ('done', 'failed'))::int AS open,
           (SELECT count(*) FROM timeout_center.scans WHERE state <> 'reduced')::int AS scans`);
       if (rows[0].open === 0 && rows[0].scans === 0) break;
       if (Date.now() > deadline) throw new Error(`pipeline did not drain: ${JSON.stringify(rows[0])}`);
@@ -218,16 +218,16 @@ describe('operator CLI against a real database', () => {
     expect(byId.retried).toBe(2);
     expect(byId.ids).toEqual(ids);
     expect(byId.notFailed).toEqual([1]); // timeout 1 is done, not failed
-    const { rows: reset } = await pool.query(`SELECT state, attempts, finished_at, shard_id FROM timeout_center.timeouts WHERE id = ANY($1)`, [ids]);
+    const { rows: reset } = await pool.query(`SELECT state, attempts, finished_at, shard_id FROM timeout_center.all_timeouts WHERE id = ANY($1)`, [ids]);
     // Pending (or already claimed again by the running coordinator), attempts back to 0.
     for (const r of reset) expect(['pending', 'dispatched', 'done']).toContain(r.state);
 
     await waitFor(async () => {
-      const { rows } = await pool.query(`SELECT count(*)::int AS n FROM timeout_center.timeouts WHERE id = ANY($1) AND state = 'done' AND result = 'applied'`, [ids]);
+      const { rows } = await pool.query(`SELECT count(*)::int AS n FROM timeout_center.all_timeouts WHERE id = ANY($1) AND state = 'done' AND result = 'applied'`, [ids]);
       return rows[0].n === 2;
     }, 'retried timeouts applied');
     const { rows: closed } = await pool.query(
-      `SELECT count(*)::int AS n FROM orders WHERE status = 'closed' AND id IN (SELECT biz_id::bigint FROM timeout_center.timeouts WHERE id = ANY($1))`,
+      `SELECT count(*)::int AS n FROM orders WHERE status = 'closed' AND id IN (SELECT biz_id::bigint FROM timeout_center.all_timeouts WHERE id = ANY($1))`,
       [ids],
     );
     expect(closed[0].n).toBe(2);
@@ -269,7 +269,7 @@ describe('operator CLI against a real database', () => {
     await pool.query(`INSERT INTO timeout_center.timeouts (kind, biz_id, due_at) VALUES ('order.unpaid', $1, now() + interval '1 hour')`, [f.bizId]);
     const r = await json<{ matched: number; retried: number; left: number }>(['retry', '--id', String(f.timeoutId)]);
     expect(r).toMatchObject({ matched: 1, retried: 0, left: 1 });
-    const { rows } = await pool.query(`SELECT state FROM timeout_center.timeouts WHERE id = $1`, [f.timeoutId]);
+    const { rows } = await pool.query(`SELECT state FROM timeout_center.all_timeouts WHERE id = $1`, [f.timeoutId]);
     expect(rows[0].state).toBe('failed');
     await pool.query(`DELETE FROM timeout_center.timeouts WHERE biz_id = $1 AND state = 'pending'`, [f.bizId]);
   });
@@ -281,7 +281,7 @@ describe('operator CLI against a real database', () => {
       'cancelled 2 order.unshipped timeouts: 9001, 9002\nno live timeout (never scheduled, or already done, failed or cancelled): 424242',
     );
     const { rows } = await pool.query(
-      `SELECT biz_id, state, finished_at IS NOT NULL AS finished FROM timeout_center.timeouts WHERE kind = 'order.unshipped' ORDER BY biz_id`,
+      `SELECT biz_id, state, finished_at IS NOT NULL AS finished FROM timeout_center.all_timeouts WHERE kind = 'order.unshipped' ORDER BY biz_id`,
     );
     expect(rows.map((x) => `${x.biz_id}:${x.state}:${x.finished}`)).toEqual([
       '9001:cancelled:true',

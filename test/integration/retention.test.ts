@@ -12,7 +12,8 @@ import { tearDown } from '../helpers/teardown.js';
 import { createTestDatabase, testKeyPrefix, TEST_REDIS_URL, type TestDatabase } from '../helpers/services.js';
 
 const DAY = 86_400_000;
-const OLD_DONE = 150_000;
+const OLD_DONE = 150_000; // in done_timeouts, as workers write them (sql/0010)
+const OLD_DONE_LEGACY = 10_000; // of those, done rows in timeouts, written before sql/0010
 const OLD_CANCELLED = 40_000;
 const RECENT_DONE = 5_000;
 const OLD_FAILED = 5_000; // 200,000 finished rows in all
@@ -49,7 +50,18 @@ describe('retention', () => {
 
   /** Loads finished rows directly (the insert trigger only admits pending rows; a fixture may
    *  bypass it with session_replication_role, which only a superuser can set). */
-  async function loadFinished(state: 'done' | 'cancelled' | 'failed', n: number, ageMs: number, firstBizId: number, shardId: number | null = null) {
+  async function loadFinished(state: 'done' | 'cancelled' | 'failed', n: number, ageMs: number, firstBizId: number, shardId: number | null = null, legacy = false) {
+    if (state === 'done' && !legacy) {
+      await pool.query(
+        `INSERT INTO timeout_center.done_timeouts (id, kind, biz_id, due_at, attempts, shard_id, result, created_at, finished_at)
+         SELECT nextval(pg_get_serial_sequence('timeout_center.timeouts', 'id')), 'order.unpaid', ($2::int8 + g)::text,
+                now() - $3 * interval '1 ms', 1, $4::int8, 'applied', now() - $3 * interval '1 ms',
+                now() - $3 * interval '1 ms' + (g % 1000) * interval '1 ms'
+           FROM generate_series(1, $1::int) g`,
+        [n, firstBizId, ageMs, shardId],
+      );
+      return;
+    }
     const client = await pool.connect();
     try {
       await client.query(`SET session_replication_role = replica`);
@@ -86,7 +98,8 @@ describe('retention', () => {
   }
 
   it('purges 190k old done/cancelled timeouts and 2k old scans in batches; keeps failed, recent and explained scans; the space is reused', async () => {
-    await loadFinished('done', OLD_DONE, 10 * DAY, 0);
+    await loadFinished('done', OLD_DONE - OLD_DONE_LEGACY, 10 * DAY, 0);
+    await loadFinished('done', OLD_DONE_LEGACY, 10 * DAY, 500_000, null, true);
     await loadFinished('cancelled', OLD_CANCELLED, 10 * DAY, 1_000_000);
     await loadFinished('done', RECENT_DONE, 3_600_000, 2_000_000);
     await loadScans(OLD_SCANS, 10 * DAY);
@@ -97,7 +110,7 @@ describe('retention', () => {
     const [explainedAway] = await loadScans(1, 10 * DAY, 1);
     const { rows: keptShard } = await pool.query(`SELECT min(id)::int8 AS id FROM timeout_center.shards WHERE scan_id = $1`, [keptScan]);
     await loadFinished('failed', OLD_FAILED, 10 * DAY, 3_000_000, Number(keptShard[0].id));
-    await pool.query(`VACUUM ANALYZE timeout_center.timeouts, timeout_center.scans, timeout_center.shards`);
+    await pool.query(`VACUUM ANALYZE timeout_center.timeouts, timeout_center.done_timeouts, timeout_center.scans, timeout_center.shards`);
 
     // The purge walks the partial index, not the table.
     const plan = (
@@ -109,18 +122,19 @@ describe('retention', () => {
       .join('\n');
     expect(plan).toMatch(/timeouts_purgeable/);
 
+    const tables = async (f: (rel: string) => Promise<number>) => (await f('timeout_center.timeouts')) + (await f('timeout_center.done_timeouts'));
     const before = {
-      heap: await heap('timeout_center.timeouts'),
-      timeouts: await size('timeout_center.timeouts'),
+      heap: await tables(heap),
+      timeouts: await tables(size),
       shards: await size('timeout_center.shards'),
-      rows: await count(`SELECT count(*) AS n FROM timeout_center.timeouts`),
+      rows: await count(`SELECT count(*) AS n FROM timeout_center.all_timeouts`),
     };
     expect(before.rows).toBe(OLD_DONE + OLD_CANCELLED + RECENT_DONE + OLD_FAILED);
 
     const dry = await runRaw(['purge', '--done-after', '7d', '--scans-after', '7d', '--dry-run', '--json'], { DATABASE_URL: db.url });
     expect(dry.code, dry.stderr).toBe(0);
     expect(JSON.parse(dry.stdout).wouldDelete).toEqual({ timeouts: OLD_DONE + OLD_CANCELLED, scans: OLD_SCANS + 1 });
-    expect(await count(`SELECT count(*) AS n FROM timeout_center.timeouts`)).toBe(before.rows);
+    expect(await count(`SELECT count(*) AS n FROM timeout_center.all_timeouts`)).toBe(before.rows);
 
     // Only DATABASE_URL: no config file, no Redis.
     const r = await runRaw(['purge', '--done-after', '7d', '--scans-after', '7d', '--batch-size', '5000', '--json'], { DATABASE_URL: db.url });
@@ -132,7 +146,7 @@ describe('retention', () => {
 
     // What is left: recent done, every failed one, recent scans, the scan that explains failures.
     const { rows: left } = await pool.query(
-      `SELECT state, count(*)::int AS n FROM timeout_center.timeouts GROUP BY state ORDER BY state`,
+      `SELECT state, count(*)::int AS n FROM timeout_center.all_timeouts GROUP BY state ORDER BY state`,
     );
     expect(left).toEqual([
       { state: 'done', n: RECENT_DONE },
@@ -147,19 +161,20 @@ describe('retention', () => {
     const failedView = await count(`SELECT count(*) AS n FROM timeout_center.failed_timeouts WHERE scan_id = ${keptScan}`);
     expect(failedView).toBe(OLD_FAILED);
 
-    const afterPurge = await size('timeout_center.timeouts');
-    await pool.query(`VACUUM timeout_center.timeouts`);
-    const afterVacuum = await size('timeout_center.timeouts');
+    const afterPurge = await tables(size);
+    await pool.query(`VACUUM timeout_center.timeouts, timeout_center.done_timeouts`);
+    const afterVacuum = await tables(size);
     // A day's worth of new rows again: they go into the space the purge freed.
-    await loadFinished('done', OLD_DONE + OLD_CANCELLED, 60_000, 5_000_000);
-    await pool.query(`VACUUM ANALYZE timeout_center.timeouts`);
-    const afterRefill = await size('timeout_center.timeouts');
-    const heapAfterRefill = await heap('timeout_center.timeouts');
+    await loadFinished('done', OLD_DONE - OLD_DONE_LEGACY, 60_000, 5_000_000);
+    await loadFinished('cancelled', OLD_CANCELLED + OLD_DONE_LEGACY, 60_000, 6_000_000);
+    await pool.query(`VACUUM ANALYZE timeout_center.timeouts, timeout_center.done_timeouts`);
+    const afterRefill = await tables(size);
+    const heapAfterRefill = await tables(heap);
     const rate = Math.round((deleted.timeouts / deleted.ms) * 1000);
     console.log(
       `retention figures: ${before.rows} finished timeouts (${OLD_DONE + OLD_CANCELLED} purgeable), ${OLD_SCANS + RECENT_SCANS + 2} scans / ` +
         `${(OLD_SCANS + RECENT_SCANS + 2) * 5} shards; purge deleted ${deleted.timeouts} timeouts + ${deleted.scans} scans in ${deleted.batches} batches, ` +
-        `${deleted.ms} ms (${rate} timeouts/s). timeouts table+indexes: before ${mb(before.timeouts)}, after purge ${mb(afterPurge)}, ` +
+        `${deleted.ms} ms (${rate} timeouts/s). timeouts + done_timeouts tables and indexes: before ${mb(before.timeouts)}, after purge ${mb(afterPurge)}, ` +
         `after VACUUM ${mb(afterVacuum)}, after inserting ${OLD_DONE + OLD_CANCELLED} new rows + VACUUM ${mb(afterRefill)}; ` +
         `(heap alone ${mb(before.heap)} before, ${mb(heapAfterRefill)} after the refill); shards before ${mb(before.shards)}`,
     );
@@ -181,9 +196,9 @@ describe('retention', () => {
       await coordinator.waitForMsg('became leader', 20_000);
       const line = await coordinator.waitForMsg('retention purged old rows', 20_000);
       const { rows } = await pool.query(
-        `SELECT (SELECT count(*) FROM timeout_center.timeouts WHERE biz_id::int8 >= 7000000 AND biz_id::int8 < 9000000)::int AS old,
+        `SELECT (SELECT count(*) FROM timeout_center.all_timeouts WHERE biz_id::int8 >= 7000000 AND biz_id::int8 < 9000000)::int AS old,
                 (SELECT count(*) FROM timeout_center.scans WHERE reduced_at < now() - interval '1 day')::int AS old_scans,
-                (SELECT count(*) FROM timeout_center.timeouts WHERE state = 'failed')::int AS failed`,
+                (SELECT count(*) FROM timeout_center.all_timeouts WHERE state = 'failed')::int AS failed`,
       );
       // The one old scan left is the one whose failed timeouts remain.
       expect(rows[0]).toEqual({ old: 0, old_scans: 1, failed: OLD_FAILED });

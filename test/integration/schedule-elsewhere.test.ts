@@ -75,14 +75,14 @@ describe('scheduling from a service whose orders live elsewhere', () => {
     let states: Record<string, number> = {};
     while (Date.now() < deadline) {
       const { rows } = await centerPool.query<{ s: string; n: number }>(
-        `SELECT state || '/' || coalesce(result, '-') AS s, count(*)::int AS n FROM timeout_center.timeouts WHERE kind = 'order.unpaid' GROUP BY 1`,
+        `SELECT state || '/' || coalesce(result, '-') AS s, count(*)::int AS n FROM timeout_center.all_timeouts WHERE kind = 'order.unpaid' GROUP BY 1`,
       );
       states = Object.fromEntries(rows.map((r) => [r.s, r.n]));
       if ((states['done/applied'] ?? 0) + (states['done/skipped'] ?? 0) === 20) break;
       await new Promise((r) => setTimeout(r, 100));
     }
     expect(states).toEqual({ 'done/applied': 19, 'done/skipped': 1 });
-    const { rows } = await centerPool.query(`SELECT result FROM timeout_center.timeouts WHERE biz_id = '7'`);
+    const { rows } = await centerPool.query(`SELECT result FROM timeout_center.all_timeouts WHERE biz_id = '7'`);
     expect(rows[0].result).toBe('skipped');
     const closed = await ordersDb.query<{ n: number }>(`SELECT count(*)::int AS n FROM order_transitions WHERE to_status = 'closed'`);
     expect(closed.rows[0]!.n).toBe(19);
@@ -96,7 +96,7 @@ describe('scheduling from a service whose orders live elsewhere', () => {
     const deadline = Date.now() + 30_000;
     let rows: { biz_id: string; state: string; result: string | null; last_error: string | null }[] = [];
     while (Date.now() < deadline) {
-      ({ rows } = await centerPool.query(`SELECT biz_id, state, result, last_error FROM timeout_center.timeouts WHERE kind = 'order.ranged' ORDER BY biz_id`));
+      ({ rows } = await centerPool.query(`SELECT biz_id, state, result, last_error FROM timeout_center.all_timeouts WHERE kind = 'order.ranged' ORDER BY biz_id`));
       if (rows.every((r) => r.state === 'done' || r.state === 'failed')) break;
       await new Promise((r) => setTimeout(r, 100));
     }

@@ -57,7 +57,7 @@ describe('graceful shutdown (real processes)', () => {
 
   async function states(ids: number[]): Promise<Record<string, number>> {
     const { rows } = await pool.query(
-      `SELECT state, count(*)::int AS n FROM timeout_center.timeouts WHERE biz_id = ANY($1::text[]) GROUP BY state`,
+      `SELECT state, count(*)::int AS n FROM timeout_center.all_timeouts WHERE biz_id = ANY($1::text[]) GROUP BY state`,
       [ids.map(String)],
     );
     return Object.fromEntries(rows.map((r) => [r.state, r.n]));

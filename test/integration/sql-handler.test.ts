@@ -51,7 +51,7 @@ describe('batch form of a SQL handler', () => {
     // that result.
     expect(rows[0].skipped).toBe(3);
     const { rows: results } = await pool.query(
-      `SELECT biz_id FROM timeout_center.timeouts WHERE result = 'skipped' ORDER BY biz_id::int`,
+      `SELECT biz_id FROM timeout_center.all_timeouts WHERE result = 'skipped' ORDER BY biz_id::int`,
     );
     expect(results.map((r) => r.biz_id)).toEqual(['4', '8', '12']);
     expect(rows[0].lateness).toHaveLength(15);
@@ -61,7 +61,7 @@ describe('batch form of a SQL handler', () => {
       { status: 'paid', n: 5 },
       { status: 'unpaid', n: 3 },
     ]);
-    const { rows: states } = await pool.query(`SELECT state, count(*)::int AS n FROM timeout_center.timeouts GROUP BY state ORDER BY state`);
+    const { rows: states } = await pool.query(`SELECT state, count(*)::int AS n FROM timeout_center.all_timeouts GROUP BY state ORDER BY state`);
     expect(states).toEqual([
       { state: 'done', n: 15 },
       { state: 'pending', n: 5 },

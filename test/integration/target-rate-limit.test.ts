@@ -40,7 +40,7 @@ function quietPool(url: string, max = 3): pg.Pool {
 }
 
 async function count(where: string, params: unknown[] = []): Promise<number> {
-  const { rows } = await centerPool.query<{ n: number }>(`SELECT count(*)::int AS n FROM timeout_center.timeouts WHERE ${where}`, params);
+  const { rows } = await centerPool.query<{ n: number }>(`SELECT count(*)::int AS n FROM timeout_center.all_timeouts WHERE ${where}`, params);
   return rows[0]!.n;
 }
 
@@ -81,7 +81,7 @@ async function pollDone(where: string, until: () => Promise<boolean> | boolean, 
     'the drain',
     async () => {
       const { rows } = await centerPool.query<{ t: number; done: number }>(
-        `SELECT extract(epoch FROM statement_timestamp())::float8 AS t, count(*)::int AS done FROM timeout_center.timeouts WHERE ${where} AND state = 'done'`,
+        `SELECT extract(epoch FROM statement_timestamp())::float8 AS t, count(*)::int AS done FROM timeout_center.all_timeouts WHERE ${where} AND state = 'done'`,
       );
       seen.push(rows[0]!);
       return until();
@@ -168,7 +168,7 @@ describe('a rate limit per business database, fleet-wide (real processes, two Po
         const { rows } = await centerPool.query<{ a: number; one: number; two: number; b: number }>(
           `SELECT count(*) FILTER (WHERE ${AGAINST_A})::int AS a, count(*) FILTER (WHERE kind = 'a.one')::int AS one,
                   count(*) FILTER (WHERE kind = 'a.two' AND biz_id::bigint % 2 = 0)::int AS two, count(*) FILTER (WHERE ${AGAINST_B})::int AS b
-             FROM timeout_center.timeouts WHERE state = 'done'`,
+             FROM timeout_center.all_timeouts WHERE state = 'done'`,
         );
         const r = rows[0]!;
         if (r.b === totalB) bDrainedMs ??= Date.now() - seededAt;
@@ -249,7 +249,7 @@ describe('a rate limit per business database, fleet-wide (real processes, two Po
     const { rows } = await centerPool.query<{ first: number; last: number; left: number }>(
       `SELECT extract(epoch FROM min(finished_at))::float8 AS first, extract(epoch FROM max(finished_at))::float8 AS last,
               count(*) FILTER (WHERE finished_at >= to_timestamp($1))::int AS left
-         FROM timeout_center.timeouts WHERE kind = 'a.one' AND biz_id::bigint > 12000`,
+         FROM timeout_center.all_timeouts WHERE kind = 'a.one' AND biz_id::bigint > 12000`,
       [t2],
     );
     const r = rows[0]!;

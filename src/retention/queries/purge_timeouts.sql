@@ -1,5 +1,6 @@
--- purge_timeouts: deletes up to $2 done or cancelled timeouts that finished more than $1 ms ago,
--- oldest first, through the partial index timeouts_purgeable. Failed timeouts are never purged
+-- purge_timeouts: deletes up to $2 cancelled timeouts (and done ones written before
+-- sql/0010_done_timeouts.sql; done ones now live in done_timeouts: purge_done_timeouts.sql) that
+-- finished more than $1 ms ago, oldest first, through the partial index timeouts_purgeable. Failed timeouts are never purged
 -- (operators retry them). One short statement per batch: no long locks, and the dead tuples it
 -- leaves are reclaimed by autovacuum and reused by new inserts.
 --   $1 age (ms)   $2 batch size

@@ -1,6 +1,7 @@
 -- external_record: the center's record of an external shard run, after the handler's own commit
 -- (or after the whole batch failed). Writes each dispatched timeout of the shard once more and
--- closes the shard with its counts, only while the lease is ours.
+-- closes the shard with its counts, only while the lease is ours. Done timeouts move to
+-- timeout_center.done_timeouts (sql/0010); the others stay in timeout_center.timeouts.
 --   Applied biz_ids: done, result applied. Failed biz_ids (row-level: reported by the handler,
 --   or isolated by splitting): back to pending with a backoff, or failed once out of attempts
 --   (at once when permanent). The others: done, result skipped (nothing to change).
@@ -22,25 +23,37 @@ WITH ours AS MATERIALIZED (
     FROM timeout_center.timeouts t
     LEFT JOIN failure f ON f.biz_id = t.biz_id
    WHERE t.shard_id = $1 AND t.state = 'dispatched' AND EXISTS (SELECT 1 FROM ours)
-), written AS (
+), moved AS (
+  -- Done (applied, or skipped: nothing to change): out of the hot table, into the history.
+  DELETE FROM timeout_center.timeouts t
+   USING rows r
+   WHERE t.id = r.id AND $9::int IS NULL AND NOT r.failed
+  RETURNING t.id, t.kind, t.biz_id, t.due_at, t.payload, t.attempts, t.shard_id, t.last_error, t.created_at,
+            CASE WHEN r.applied THEN 'applied' ELSE 'skipped' END AS result
+), archived AS (
+  INSERT INTO timeout_center.done_timeouts (id, kind, biz_id, due_at, payload, attempts, shard_id, result, last_error, created_at, finished_at)
+  SELECT id, kind, biz_id, due_at, payload, attempts, shard_id, result, last_error, created_at, statement_timestamp()
+    FROM moved
+  RETURNING 'done'::text AS state, result, NULL::text AS last_error
+), kept AS (
+  -- Failed, or the whole batch failed: stays, pending again or failed.
   UPDATE timeout_center.timeouts t
      SET state = CASE WHEN $9::int IS NOT NULL THEN 'pending'
-                      WHEN r.failed AND (r.permanent OR r.attempts >= $7) THEN 'failed'
-                      WHEN r.failed THEN 'pending'
-                      ELSE 'done' END,
-         result = CASE WHEN $9::int IS NOT NULL OR r.failed THEN NULL WHEN r.applied THEN 'applied' ELSE 'skipped' END,
+                      WHEN r.permanent OR r.attempts >= $7 THEN 'failed'
+                      ELSE 'pending' END,
+         result = NULL,
          attempts = CASE WHEN $9::int IS NOT NULL THEN greatest(t.attempts - 1, 0) ELSE t.attempts END,
-         last_error = CASE WHEN $9::int IS NOT NULL THEN $10 WHEN r.failed THEN r.error ELSE t.last_error END,
+         last_error = CASE WHEN $9::int IS NOT NULL THEN $10 ELSE r.error END,
          available_at = CASE WHEN $9::int IS NOT NULL THEN statement_timestamp() + $9::int * interval '1 millisecond'
-                             WHEN r.failed AND NOT (r.permanent OR r.attempts >= $7)
+                             WHEN NOT (r.permanent OR r.attempts >= $7)
                                THEN statement_timestamp() + least($8 * power(2, r.attempts - 1), 600000) * interval '1 millisecond'
                              ELSE t.available_at END,
-         finished_at = CASE WHEN $9::int IS NOT NULL THEN NULL
-                            WHEN r.failed AND NOT (r.permanent OR r.attempts >= $7) THEN NULL
-                            ELSE statement_timestamp() END
+         finished_at = CASE WHEN $9::int IS NULL AND (r.permanent OR r.attempts >= $7) THEN statement_timestamp() END
     FROM rows r
-   WHERE t.id = r.id
+   WHERE t.id = r.id AND ($9::int IS NOT NULL OR r.failed)
   RETURNING t.state, t.result, t.last_error
+), written AS (
+  SELECT * FROM archived UNION ALL SELECT * FROM kept
 ), counts AS (
   SELECT count(*)::int AS n,
          count(*) FILTER (WHERE result = 'applied')::int AS done,
