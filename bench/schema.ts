@@ -144,7 +144,7 @@ SELECT (SELECT count(*) FROM due)::int AS n`,
   },
   {
     name: 'ours-no-purgeable',
-    what: 'timeout_center.timeouts without timeouts_purgeable (the one index a done row enters besides the pk)',
+    what: 'ours-update without timeouts_purgeable (the one index a done row updated in place enters besides the pk)',
     setup: async (pool) => {
       await ours(pool);
       await pool.query('DROP INDEX timeout_center.timeouts_purgeable');
@@ -153,7 +153,7 @@ SELECT (SELECT count(*) FROM due)::int AS n`,
   },
   {
     name: 'ours-pk-due',
-    what: 'timeout_center.timeouts with only the primary key and timeouts_due_by_kind',
+    what: 'ours-update with only the primary key and timeouts_due_by_kind',
     setup: async (pool) => {
       await ours(pool);
       for (const i of ['timeouts_purgeable', 'timeouts_one_live_per_biz', 'timeouts_in_flight', 'timeouts_failed', 'timeouts_failed_by_shard']) {
@@ -164,7 +164,7 @@ SELECT (SELECT count(*) FROM due)::int AS n`,
   },
   {
     name: 'ours-no-constraints',
-    what: 'timeout_center.timeouts without timeouts_purgeable, its foreign key and CHECKs',
+    what: 'ours-update without timeouts_purgeable, its foreign key and CHECKs',
     setup: async (pool) => {
       await ours(pool);
       await pool.query('DROP INDEX timeout_center.timeouts_purgeable');
@@ -174,10 +174,28 @@ SELECT (SELECT count(*) FROM due)::int AS n`,
     statement: limit({ ...OURS, set: OURS_SET }),
   },
   {
-    name: 'ours',
-    what: 'timeout_center.timeouts as migrated (constraints, foreign key, every index)',
+    name: 'ours-update',
+    what: 'timeout_center.timeouts as migrated (constraints, foreign key, every index), the done row updated in place (before sql/0010)',
     setup: ours,
     statement: limit({ ...OURS, set: OURS_SET }),
+  },
+  {
+    name: 'ours',
+    what: 'timeout_center.timeouts as migrated, the done row moved to timeout_center.done_timeouts (sql/0010; what the worker does)',
+    setup: ours,
+    statement: `
+WITH due AS (
+  DELETE FROM timeout_center.timeouts t
+   WHERE t.id = ANY (ARRAY(SELECT id FROM timeout_center.timeouts WHERE kind = '${KIND}' AND state = 'pending' AND available_at <= now()
+                            ORDER BY available_at LIMIT $1 FOR UPDATE SKIP LOCKED))
+  RETURNING t.id, t.kind, t.biz_id, t.due_at, t.payload, t.attempts, t.last_error, t.created_at
+), moved AS (
+  INSERT INTO timeout_center.done_timeouts (id, kind, biz_id, due_at, payload, attempts, shard_id, result, last_error, created_at, finished_at)
+  SELECT id, kind, biz_id, due_at, payload, attempts + 1, 1, 'applied', last_error, created_at, clock_timestamp() FROM due
+), closed AS (
+  ${CLOSE} WHERE id IN (SELECT biz_id::bigint FROM due) AND status = 'unpaid' RETURNING id
+)
+SELECT (SELECT count(*) FROM due)::int AS n`,
   },
 ];
 

@@ -172,6 +172,9 @@ class TimeoutCenterDriver implements Driver {
       worker: { concurrency: this.s.concurrency },
       // A flood must not page anyone: the lag alert is not what is measured.
       alerts: { lagSlaMs: 3_600_000 },
+      // BENCH_TC_LOG_LEVEL=debug: each shard's phases (lease, claim + handler, finish, commit) are
+      // summed up on stderr when the system stops.
+      ...(process.env['BENCH_TC_LOG_LEVEL'] ? { logLevel: process.env['BENCH_TC_LOG_LEVEL'] as 'debug' } : {}),
     });
     const r = await runCli(['migrate', '-c', this.configPath], this.env, 60_000);
     if (r.code !== 0) throw new Error(`timeout-center migrate failed: ${r.stderr}`);
@@ -191,6 +194,12 @@ class TimeoutCenterDriver implements Driver {
   }
 
   stop() {
+    const phases = this.processes.flatMap((p) => p.lines.filter((l) => l.msg === 'shard done'));
+    if (phases.length > 0) {
+      const keys = ['leaseMs', 'claimApplyMs', 'finishMs', 'commitMs'] as const;
+      const sum = Object.fromEntries(keys.map((k) => [k, Math.round(phases.reduce((a, l) => a + Number(l[k] ?? 0), 0))]));
+      process.stderr.write(`PHASES ${phases.length} shards, total ms ${JSON.stringify(sum)}\n`);
+    }
     return stopAll(this.processes);
   }
 

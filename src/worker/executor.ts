@@ -6,7 +6,7 @@
 // isolated, so one bad row never holds back the rest of its shard.
 import pg from 'pg';
 import type { Logger } from 'pino';
-import { isConnectionError, isRetryableConflict, withTransaction } from '../db/pool.js';
+import { isConnectionError, isRetryableConflict } from '../db/pool.js';
 import { query } from '../db/queries.js';
 import { AS_TEXT, parseFloat8Array, parseInt8Array, parseJsonbArray, parseTextArray } from '../db/pg-text.js';
 import { failpoint } from '../failpoints.js';
@@ -175,8 +175,8 @@ export class ShardExecutor {
    */
   private async takeLease(shardId: number): Promise<Lease | undefined> {
     if (!Number.isSafeInteger(shardId) || shardId <= 0) throw new Error(`invalid shard id in a delivery: ${String(shardId)}`);
-    const values = [String(shardId), pg.escapeLiteral(this.workerId), String(Math.floor(this.leaseMs))];
-    const bind = (name: string) => values.reduce((sql, value, i) => replaceParameter(sql, i + 1, value) ?? sql, query(here, name));
+    const values = [shardId, this.workerId, Math.floor(this.leaseMs)];
+    const bind = (name: string) => bindLiterals(query(here, name), values);
     const results = (await this.pool.query(
       `BEGIN; SET LOCAL synchronous_commit = off; ${bind('lock_kind')}; ${bind('take_lease')}; COMMIT`,
     )) as unknown as pg.QueryResult<Lease>[];
@@ -184,22 +184,37 @@ export class ShardExecutor {
     return row ? { ...row, id: Number(row.id), scan_id: Number(row.scan_id), attempts: Number(row.attempts), claim_limit: Number(row.claim_limit) } : undefined;
   }
 
+  /**
+   * The shard transaction. Its statements go in as few round trips as the protocol allows, since a
+   * round trip costs the most when PostgreSQL's cores are busy with the other shards' claims: on
+   * the batch form's path, three (BEGIN + lock + savepoint; claim; release + finish + COMMIT).
+   * Statements without bind parameters there are multi-statement strings with literal values.
+   */
   private async runTransaction(lease: Lease, handler: ResolvedHandler, log: Logger, leaseMs: number, kept?: KeptLease): Promise<ShardOutcome> {
     // Where a shard's time goes (debug log): lease, claim + handler, finish, commit.
     const t = { begin: performance.now(), applied: 0, finished: 0 };
-    const result = await withTransaction(this.pool, async (client) => {
-      const locked = await client.query(query(here, 'lock_shard'), [lease.id, lease.lease_token]);
-      if (locked.rowCount === 0) throw new LeaseLostError(`lease on shard ${lease.id} was lost (the reaper requeued it)`);
+    const client = await this.pool.connect();
+    let broken = false;
+    let open = false;
+    let result: { done: number; skipped: number; failed: number; retried: number; lateness: number[] };
+    try {
+      const batch = handler.batch;
+      const savepoint = batch
+        ? `; SAVEPOINT tc_batch; SET LOCAL statement_timeout = ${Math.floor(batch.timeLimitMs)}; SET LOCAL lock_timeout = ${HANDLER_LOCK_TIMEOUT_MS}`
+        : '';
+      open = true;
+      const begun = (await client.query(`BEGIN; ${bindLiterals(query(here, 'lock_shard'), [lease.id, lease.lease_token])}${savepoint}`)) as unknown as pg.QueryResult[];
+      if (begun[1]!.rowCount === 0) throw new LeaseLostError(`lease on shard ${lease.id} was lost (the reaper requeued it)`);
       // One write per row. A SQL handler runs inside the claim statement (batch form), which
       // moves each row to done_timeouts with its result; anything else, or a batch that failed,
       // gets the claimed rows locked (as PostgreSQL array text), runs apart, and finish.sql
       // writes each row's outcome.
-      const outcome =
-        (handler.batch && (await this.claimAndApply(client, handler.batch, lease, log))) ||
-        (await this.claimThenApply(client, handler, lease));
+      const fast = batch ? await this.claimAndApply(client, batch, lease, log) : undefined;
+      const outcome = fast ?? (await this.claimThenApply(client, handler, lease));
       t.applied = performance.now();
       await failpoint('worker.before-commit');
-      const done = await client.query<{ done: number; skipped: number; failed: number; retried: number }>(query(here, 'finish'), [
+      if (kept?.lost) throw new LeaseLostError(`lease on shard ${lease.id} was lost while it ran (found by its renewal)`);
+      const finishValues = [
         lease.id,
         outcome.skipped,
         outcome.failed,
@@ -210,11 +225,30 @@ export class ShardExecutor {
         outcome.n,
         outcome.skippedMarked,
         outcome.claimed,
-      ]);
-      t.finished = performance.now();
-      if (kept?.lost) throw new LeaseLostError(`lease on shard ${lease.id} was lost while it ran (found by its renewal)`);
-      return { ...done.rows[0]!, lateness: outcome.lateness };
-    });
+      ];
+      let done: { done: number; skipped: number; failed: number; retried: number };
+      if (fast) {
+        // The batch moved every row already: finish only closes the shard (empty arrays).
+        const closing = (await client.query(
+          `RELEASE SAVEPOINT tc_batch; SET LOCAL statement_timeout = 0; SET LOCAL lock_timeout = 0; ${bindLiterals(query(here, 'finish'), finishValues)}; COMMIT`,
+        )) as unknown as pg.QueryResult<typeof done>[];
+        open = false;
+        done = closing[3]!.rows[0]!;
+        t.finished = t.applied;
+      } else {
+        done = (await client.query<typeof done>(query(here, 'finish'), finishValues)).rows[0]!;
+        t.finished = performance.now();
+        await client.query('COMMIT');
+        open = false;
+      }
+      result = { done: Number(done.done), skipped: Number(done.skipped), failed: Number(done.failed), retried: Number(done.retried), lateness: outcome.lateness };
+    } catch (err) {
+      broken = isConnectionError(err);
+      if (open && !broken) await client.query('ROLLBACK').catch(() => (broken = true));
+      throw err;
+    } finally {
+      client.release(broken);
+    }
     const ms = (x: number) => Math.round(x * 10) / 10;
     const phases = { leaseMs: ms(leaseMs), claimApplyMs: ms(t.applied - t.begin), finishMs: ms(t.finished - t.applied), commitMs: ms(performance.now() - t.finished) };
     await failpoint('worker.after-commit');
@@ -233,15 +267,15 @@ export class ShardExecutor {
   }
 
   /**
-   * Claim and SQL handler in one statement (sql-handler.ts): PostgreSQL returns only the count,
-   * the lateness and the skipped ids. On a handler error the savepoint undoes claim and handler
-   * alike, and the shard falls back to claimThenApply, which isolates the failing ids.
+   * Claim and SQL handler in one statement (sql-handler.ts), inside the savepoint the transaction
+   * opened with the handler's limits: PostgreSQL returns only the count, the lateness and the
+   * skipped ids. A named statement, so PostgreSQL plans it once per connection. On a handler
+   * error the savepoint undoes claim and handler alike (and the limits), and the shard falls back
+   * to claimThenApply, which isolates the failing ids.
    */
   private async claimAndApply(client: pg.PoolClient, batch: BatchSqlHandler, lease: Lease, log: Logger): Promise<Outcome | undefined> {
-    await client.query(`SAVEPOINT tc_batch; SET LOCAL statement_timeout = ${Math.floor(batch.timeLimitMs)}; SET LOCAL lock_timeout = ${HANDLER_LOCK_TIMEOUT_MS}`);
     try {
-      const { rows } = await client.query<Taken>({ text: batch.sql, values: [lease.id, lease.kind, lease.claim_limit, true], types: AS_TEXT });
-      await client.query('SET LOCAL statement_timeout = 0; SET LOCAL lock_timeout = 0; RELEASE SAVEPOINT tc_batch');
+      const { rows } = await client.query<Taken>({ name: batch.name, text: batch.sql, values: [lease.id, lease.kind, lease.claim_limit, true], types: AS_TEXT });
       const taken = rows[0]!;
       return { n: Number(taken.n), skippedMarked: Number(taken.skipped), claimed: [], skipped: [], failed: [], failures: [], lateness: parseFloat8Array(taken.lateness) };
     } catch (err) {
@@ -349,4 +383,25 @@ function describe(err: unknown): string {
   if (!(err instanceof Error)) return String(err);
   const code = (err as { code?: string }).code;
   return (code ? `${code}: ` : '') + err.message.slice(0, 1000);
+}
+
+/** SQL literal of a statement parameter: numbers as written, strings quoted, arrays as array
+ *  literals. For multi-statement strings, which cannot carry bind parameters. */
+function literal(value: unknown): string {
+  if (typeof value === 'number') {
+    if (!Number.isFinite(value)) throw new Error(`not a finite number: ${String(value)}`);
+    return String(value);
+  }
+  if (typeof value === 'boolean') return value ? 'true' : 'false';
+  if (typeof value === 'string') return pg.escapeLiteral(value);
+  if (Array.isArray(value)) {
+    const items = value.map((v) => (v === null ? 'NULL' : `"${String(v).replace(/\\/g, '\\\\').replace(/"/g, '\\"')}"`));
+    return pg.escapeLiteral(`{${items.join(',')}}`);
+  }
+  throw new Error(`no literal for ${typeof value}`);
+}
+
+/** The statement with $1..$n replaced by literals of values. */
+export function bindLiterals(sql: string, values: unknown[]): string {
+  return values.reduce<string>((text, value, i) => replaceParameter(text, i + 1, literal(value)) ?? text, sql);
 }

@@ -3,6 +3,7 @@
 // skipped is one statement per shard, with no value per timeout crossing into JavaScript. Built
 // once per kind at start and checked by PostgreSQL; a handler it cannot take (payloads in $2, a
 // statement that cannot stand in a WITH clause, a $1 that is not an array) runs as written.
+import { createHash } from 'node:crypto';
 import type pg from 'pg';
 import { isConnectionError } from '../db/pool.js';
 import { query } from '../db/queries.js';
@@ -14,6 +15,8 @@ const HANDLER_SLOT = /^.*-- tc:handler\b.*$/m;
 export interface BatchSqlHandler {
   /** claim.sql with the handler inside: $1 shard id, $2 kind, $3 claim limit, $4 true. */
   sql: string;
+  /** Prepared-statement name, derived from the text (a connection plans it once). */
+  name: string;
   timeLimitMs: number;
 }
 
@@ -115,7 +118,8 @@ export async function sqlHandlerForm(
     if (isConnectionError(err)) throw err;
     return { form: 'plain', reason: `it cannot stand inside the claim statement: ${(err as Error).message}` };
   }
-  return { form: 'batch', batch: { sql, timeLimitMs }, reason: 'it takes only an array $1 and returns the ids it changed' };
+  const name = `tc_claim_${createHash('sha1').update(sql).digest('hex').slice(0, 20)}`;
+  return { form: 'batch', batch: { sql, name, timeLimitMs }, reason: 'it takes only an array $1 and returns the ids it changed' };
 }
 
 /** The batch form of the handler, or undefined when it must run as written (see sqlHandlerForm). */
