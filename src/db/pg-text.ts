@@ -15,3 +15,10 @@ export const parseInt8Array = arrayParser<string>(1016);
 export const parseTextArray = arrayParser<string>(1009);
 export const parseJsonbArray = arrayParser<unknown>(3807);
 export const parseFloat8Array = arrayParser<number>(1022);
+
+/** Seconds from an int4[] of milliseconds ({12,-3,40}): integers need no quoting rules, so a split
+ *  does (a shard's lateness, thousands of values). */
+export function parseMillisArray(text: string): number[] {
+  if (text.length <= 2) return [];
+  return text.slice(1, -1).split(',').map((v) => Number(v) / 1000);
+}

@@ -8,7 +8,7 @@ import pg from 'pg';
 import type { Logger } from 'pino';
 import { isConnectionError, isRetryableConflict } from '../db/pool.js';
 import { query } from '../db/queries.js';
-import { AS_TEXT, parseFloat8Array, parseInt8Array, parseJsonbArray, parseTextArray } from '../db/pg-text.js';
+import { AS_TEXT, parseInt8Array, parseJsonbArray, parseMillisArray, parseTextArray } from '../db/pg-text.js';
 import { failpoint } from '../failpoints.js';
 import type { Metrics } from '../observability/metrics.js';
 import {
@@ -55,7 +55,7 @@ interface Taken {
   biz_ids: string | null;
   payloads: string | null;
   skipped: string;
-  lateness: string;
+  lateness_ms: string;
 }
 
 interface Outcome {
@@ -277,7 +277,7 @@ export class ShardExecutor {
     try {
       const { rows } = await client.query<Taken>({ name: batch.name, text: batch.sql, values: [lease.id, lease.kind, lease.claim_limit, true], types: AS_TEXT });
       const taken = rows[0]!;
-      return { n: Number(taken.n), skippedMarked: Number(taken.skipped), claimed: [], skipped: [], failed: [], failures: [], lateness: parseFloat8Array(taken.lateness) };
+      return { n: Number(taken.n), skippedMarked: Number(taken.skipped), claimed: [], skipped: [], failed: [], failures: [], lateness: parseMillisArray(taken.lateness_ms) };
     } catch (err) {
       // The connection or the transaction itself is gone: no row is to blame, retry the shard.
       if (isConnectionError(err) || isRetryableConflict(err)) throw err;
@@ -298,7 +298,7 @@ export class ShardExecutor {
     out.claimed = ids;
     const bizIds = parseTextArray(taken.biz_ids!);
     const payloads = parseJsonbArray(taken.payloads!);
-    const lateness = parseFloat8Array(taken.lateness);
+    const lateness = parseMillisArray(taken.lateness_ms);
     const items: ShardItem[] = bizIds.map((bizId, i) => ({ bizId, payload: payloads[i] }));
     const split: SplitResult = { applied: new Set(), failed: new Map() };
     await this.applySplitting(client, handler, lease.id, items, split, 0);

@@ -126,7 +126,7 @@ WITH live_target AS (
    CROSS JOIN LATERAL (SELECT least(n.shard_size, coalesce(tf.shard_size, n.shard_size))::bigint AS base) b
    CROSS JOIN LATERAL (SELECT CASE WHEN n.target IS NULL AND n.row_room IS NULL AND n.shard_room IS NULL
                                      AND (SELECT k.handler_type FROM timeout_center.kinds k WHERE k.kind = n.kind) = 'sql'
-                                   THEN greatest(b.base, least(20000, ceil(n.uncovered / 8.0)::bigint))
+                                   THEN greatest(b.base, least(20000, ceil(n.uncovered / 4.0)::bigint))
                                    ELSE b.base END AS size) ad
    CROSS JOIN LATERAL (SELECT ad.size,
                               CASE WHEN EXISTS (SELECT 1 FROM live l WHERE l.kind = n.kind) THEN ad.size

@@ -19,7 +19,7 @@
 -- against a scan of the whole table). A DELETE adds no index entry to the hot table; the history
 -- row gets one, in done_timeouts' primary key.
 --   $1 shard id   $2 kind   $3 claim limit   $4 batch form (boolean)
--- Returns n, skipped (how many the handler did not change; batch form), lateness in s (float8[]),
+-- Returns n, skipped (how many the handler did not change; batch form), lateness_ms (int4[]),
 -- and in the plain form ids (bigint[]), biz_ids (text[]), payloads (jsonb[]).
 WITH pinned AS MATERIALIZED (
   SELECT p.id, p.biz_id, p.payload, p.due_at FROM timeout_center.timeouts p
@@ -49,12 +49,15 @@ WITH pinned AS MATERIALIZED (
 ), rows AS (
   SELECT id, biz_id, payload, due_at, result FROM taken
   UNION ALL
-  SELECT id, biz_id, payload, due_at, NULL FROM due WHERE NOT $4
+  (SELECT id, biz_id, payload, due_at, NULL FROM due WHERE NOT $4 ORDER BY id)
 )
+-- The arrays are aggregated from the same rows in the same pass, so they line up; the plain
+-- form's come in id order. Lateness in whole milliseconds (int4: cheap to print and parse for a
+-- histogram whose smallest bucket is 50 ms).
 SELECT count(*)::int AS n,
        count(*) FILTER (WHERE result = 'skipped')::int AS skipped,
-       CASE WHEN NOT $4 THEN coalesce(array_agg(id ORDER BY id), '{}') END AS ids,
-       CASE WHEN NOT $4 THEN coalesce(array_agg(biz_id ORDER BY id), '{}') END AS biz_ids,
-       CASE WHEN NOT $4 THEN coalesce(array_agg(payload ORDER BY id), '{}') END AS payloads,
-       coalesce(array_agg(extract(epoch FROM statement_timestamp() - due_at)::float8 ORDER BY id), '{}') AS lateness
+       CASE WHEN NOT $4 THEN coalesce(array_agg(id), '{}') END AS ids,
+       CASE WHEN NOT $4 THEN coalesce(array_agg(biz_id), '{}') END AS biz_ids,
+       CASE WHEN NOT $4 THEN coalesce(array_agg(payload), '{}') END AS payloads,
+       coalesce(array_agg((date_part('epoch', statement_timestamp() - due_at) * 1000)::int4), '{}') AS lateness_ms
   FROM rows
