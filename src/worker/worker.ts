@@ -51,6 +51,10 @@ export class Worker {
   /** Shard id of each running task, and the backend pid of each pool connection checked out
    *  now: what a drain that runs out of time rolls back and releases. */
   private readonly activeShards = new Map<Promise<void>, number>();
+  /** Running shards whose handler runs in the center's PostgreSQL (worker.databaseConcurrency). */
+  private readonly activeInDatabase = new Set<Promise<void>>();
+  /** Kinds whose handler runs in the center's PostgreSQL (not external). */
+  private inDatabaseKinds = new Set<string>();
   private readonly busyBackends = new Map<pg.PoolClient, number>();
   private readonly onAcquire = (client: pg.PoolClient) => {
     const pid = (client as unknown as { processID?: number | null }).processID;
@@ -76,6 +80,7 @@ export class Worker {
   async start(): Promise<void> {
     const { config, pool, channel, metrics, logger } = this.deps;
     const handlers = await resolveHandlers(config, this.kinds, this.registered, pool);
+    this.inDatabaseKinds = new Set([...handlers.values()].filter((h) => !h.external).map((h) => h.kind));
     for (const h of handlers.values()) logger.info({ kind: h.kind, form: h.form.form, reason: h.form.reason }, `kind ${h.kind}: handler runs in the ${h.form.form} form`);
     const log = logger.child({ workerId: this.id });
     this.housekeepingPool = createPool({
@@ -103,13 +108,19 @@ export class Worker {
         logger.warn({ err, workerId: this.id }, 'PostgreSQL: worker heartbeat failed (timeout_center.workers not updated); retrying in 5 s');
       });
     }, HEARTBEAT_EVERY_MS);
-    logger.info({ workerId: this.id, kinds: this.kinds, concurrency: config.worker.concurrency }, 'worker started');
+    logger.info({ workerId: this.id, kinds: this.kinds, concurrency: config.worker.concurrency, databaseConcurrency: config.worker.databaseConcurrency }, 'worker started');
     this.loop = this.run();
   }
 
   private async run(): Promise<void> {
     const { config, channel, logger } = this.deps;
-    const { concurrency, prefetch, blockMs, leaseMs } = config.worker;
+    const { prefetch, blockMs, leaseMs } = config.worker;
+    // A worker whose kinds all run in the center's PostgreSQL never runs more than
+    // databaseConcurrency shards: it reads no further ahead than that (plus prefetch), leaving the
+    // rest of a flood's deliveries to other workers.
+    const concurrency = this.kinds.every((k) => this.inDatabaseKinds.has(k))
+      ? Math.min(config.worker.concurrency, config.worker.databaseConcurrency)
+      : config.worker.concurrency;
     while (!this.stopping) {
       try {
         this.startFromBacklog();
@@ -140,10 +151,15 @@ export class Worker {
   }
 
   /** Starts waiting deliveries while slots are free (also called when a shard ends, so a
-   *  prefetched delivery never waits for a blocking read to return). */
+   *  prefetched delivery never waits for a blocking read to return). A shard whose handler runs
+   *  in the center's PostgreSQL waits while databaseConcurrency of them run; others pass it. */
   private startFromBacklog(): void {
-    while (this.backlog.length > 0 && this.active.size < this.deps.config.worker.concurrency && !this.stopping) {
-      this.startShard(this.backlog.shift()!);
+    const { concurrency, databaseConcurrency } = this.deps.config.worker;
+    while (this.active.size < concurrency && !this.stopping) {
+      const databaseFull = this.activeInDatabase.size >= databaseConcurrency;
+      const next = this.backlog.findIndex((d) => !(databaseFull && this.inDatabaseKinds.has(d.message.kind)));
+      if (next < 0) return;
+      this.startShard(this.backlog.splice(next, 1)[0]!);
     }
   }
 
@@ -170,10 +186,12 @@ export class Worker {
     })();
     this.active.add(task);
     this.activeShards.set(task, shardId);
+    if (this.inDatabaseKinds.has(delivery.message.kind)) this.activeInDatabase.add(task);
     metrics.workerBusy.set(this.active.size);
     void task.finally(() => {
       this.active.delete(task);
       this.activeShards.delete(task);
+      this.activeInDatabase.delete(task);
       metrics.workerBusy.set(this.active.size);
       this.startFromBacklog();
       this.wakeSlot?.();
