@@ -31,6 +31,9 @@ export interface BurstResult {
   cost?: DrainCost;
   /** CPU seconds of the PostgreSQL backends serving the system (connected at the end) */
   dbCpuSeconds?: number;
+  /** CPU seconds the consumer processes spent from the due instant to the end of the drain
+   *  (their start-up left out) */
+  consumerCpuSeconds?: number;
   /** With --rounds: the rate of every round; this result is the round with the median rate. */
   roundRates?: number[];
   /** timeout-center: its shards during the drain (how many, how big, where their time went) */
@@ -277,6 +280,8 @@ export async function burst(variant: Variant, n: number, maxSeconds: number, env
       env.status.set(`due in ${((t0.getTime() - Date.now()) / 1000).toFixed(1)} s`);
       await sleep(Math.min(200, t0.getTime() - Date.now()));
     }
+    const consumerCpu = () => driver.processes.reduce((sum, p) => sum + cpuSeconds(p.pid), 0);
+    const consumerCpuAtDue = consumerCpu();
     const pollMs = n >= 50_000 ? 1000 : 250; // the end time comes from the last close's commit timestamp, not from this poll
     let timedOut = false;
     for (;;) {
@@ -293,6 +298,7 @@ export async function burst(variant: Variant, n: number, maxSeconds: number, env
     if (driver.timeoutsTable && !timedOut) await settleTimeouts(pool, driver.timeoutsTable, 15_000);
     const backends = await pool.query<{ pid: number }>("SELECT pid FROM pg_stat_activity WHERE datname = current_database() AND application_name <> 'tc-bench'");
     const dbCpuSeconds = backends.rows.reduce((sum, r) => sum + cpuSeconds(r.pid), 0);
+    const consumerCpuSeconds = consumerCpu() - consumerCpuAtDue;
     const rss = await driver.stop();
     await flushStats(pool);
     const after = await dbCounters(env.server.adminUrl, dbName);
@@ -328,7 +334,7 @@ export async function burst(variant: Variant, n: number, maxSeconds: number, env
     };
     const shardResult = shards ? { ...shards, statementsPerShard: statements.reduce((t, x) => t + x.calls, 0) / shards.count } : undefined;
     return {
-      variant: variant.id, n, seconds, rate: done / seconds, lateness: lat, correctness: corr, rss, overrunMs, timedOut, cost, dbCpuSeconds,
+      variant: variant.id, n, seconds, rate: done / seconds, lateness: lat, correctness: corr, rss, overrunMs, timedOut, cost, dbCpuSeconds, consumerCpuSeconds,
       ...(shardResult ? { shards: shardResult } : {}),
       statements: statements.slice(0, 10),
     };

@@ -88,7 +88,9 @@ describe('Redis faults', () => {
     const b = s.coordinator('coordinator-b');
     const workers = [s.worker('worker-1', { failpoints: SLOW }), s.worker('worker-2', { failpoints: SLOW })];
     await Promise.all(workers.map((w) => w.waitForMsg('worker started')));
-    await s.seed(N);
+    // Due over 8 s, so that timeouts keep coming due through the stall (a flood due at once is
+    // drained in a few large shards before it).
+    await s.seed(N, { spreadMs: 8000 });
 
     await waitUntil('a few shards done', async () => (await s!.count(`SELECT count(*) AS n FROM timeout_center.shards WHERE state = 'done'`)) >= 4, 20_000);
     const stallMs = 4000;
@@ -100,6 +102,8 @@ describe('Redis faults', () => {
     const inv = await s.expectInvariants(40_000);
     expect(inv.applied).toBe(N);
     for (const p of [a, b, ...workers]) expect(p.alive, `${p.name} survived`).toBe(true);
+    const elected = () => [a, b].flatMap((p) => p.lines.filter((l) => l.msg === 'became leader').map((l) => Number(l['epoch'])));
+    await waitUntil('an election after the stall', async () => Math.max(...elected()) > Number(first['epoch']), 20_000);
     const epochs = [a, b].flatMap((p) => p.lines.filter((l) => l.msg === 'became leader').map((l) => ({ who: p.name, epoch: Number(l['epoch']) })));
     // The lock outlived by the stall: someone was elected again with a higher epoch.
     expect(Math.max(...epochs.map((e) => e.epoch))).toBeGreaterThan(Number(first['epoch']));

@@ -54,7 +54,9 @@ describe('batch form of a SQL handler', () => {
       `SELECT biz_id FROM timeout_center.all_timeouts WHERE result = 'skipped' ORDER BY biz_id::int`,
     );
     expect(results.map((r) => r.biz_id)).toEqual(['4', '8', '12']);
-    expect(rows[0].lateness).toHaveLength(15);
+    // Lateness per timeout, in whole milliseconds (int4[]): 15 values, each about 1 s.
+    expect(rows[0].lateness_ms).toHaveLength(15);
+    expect(rows[0].lateness_ms.every((ms: number) => ms >= 900 && ms < 60_000)).toBe(true);
     const { rows: orders } = await pool.query(`SELECT status, count(*)::int AS n FROM orders GROUP BY status ORDER BY status`);
     expect(orders).toEqual([
       { status: 'closed', n: 12 },
