@@ -138,6 +138,8 @@ async function insertTimeouts(pool: pg.Pool, from: number, to: number, dueAt: Da
 export interface TcSettings {
   workers: number;
   concurrency: number;
+  /** worker.databaseConcurrency: same-database SQL shards at once per worker */
+  databaseConcurrency: number;
   shardSize: number;
   claimChunk: number;
   maxInFlightShards: number;
@@ -145,7 +147,7 @@ export interface TcSettings {
 }
 
 /** The product's defaults (src/config.ts), written out so the settings table shows them. */
-export const TC_DEFAULTS: TcSettings = { workers: 1, concurrency: 4, shardSize: 500, claimChunk: 50_000, maxInFlightShards: 64, minTickIntervalMs: 20 };
+export const TC_DEFAULTS: TcSettings = { workers: 1, concurrency: 4, databaseConcurrency: 2, shardSize: 500, claimChunk: 50_000, maxInFlightShards: 64, minTickIntervalMs: 20 };
 
 class TimeoutCenterDriver implements Driver {
   readonly timeoutsTable: 'ours' | 'minimal' | undefined = 'ours';
@@ -169,7 +171,7 @@ class TimeoutCenterDriver implements Driver {
       redisKeyPrefix: this.ctx.redisPrefix,
       kinds: { [KIND]: { shardSize: this.s.shardSize, handler: { type: 'sql', sql: CLOSE_MANY_SQL } } },
       coordinator: { claimChunk: this.s.claimChunk, maxInFlightShards: this.s.maxInFlightShards, minTickIntervalMs: this.s.minTickIntervalMs },
-      worker: { concurrency: this.s.concurrency },
+      worker: { concurrency: this.s.concurrency, databaseConcurrency: this.s.databaseConcurrency },
       // A flood must not page anyone: the lag alert is not what is measured.
       alerts: { lagSlaMs: 3_600_000 },
       // BENCH_TC_LOG_LEVEL=debug: each shard's phases (lease, claim + handler, finish, commit) are

@@ -5,11 +5,12 @@ import { TC_DEFAULTS, type Variant } from './systems.ts';
 
 /** timeout-center's best settings found on the reference box (2 cores, one shared PostgreSQL):
  *  see `npm run bench -- --tune` and the tuning table in docs/benchmarks.md. */
-export const TC_BEST = { ...TC_DEFAULTS, shardSize: 20_000, concurrency: 2, claimChunk: 100_000, maxInFlightShards: 4 };
+export const TC_BEST = { ...TC_DEFAULTS, shardSize: 20_000, concurrency: 2, databaseConcurrency: 2, claimChunk: 100_000, maxInFlightShards: 4 };
 
 export const VARIANTS: Variant[] = [
   { id: 'tc-default', system: 'timeout-center', label: 'timeout-center (default)', settings: { ...TC_DEFAULTS } },
-  { id: 'tc-c2', system: 'timeout-center', label: 'timeout-center (defaults, concurrency 2)', settings: { ...TC_DEFAULTS, concurrency: 2 } },
+  // The defaults before worker.databaseConcurrency: four same-database shards at once.
+  { id: 'tc-db4', system: 'timeout-center', label: 'timeout-center (defaults, 4 database shards at once)', settings: { ...TC_DEFAULTS, databaseConcurrency: 4 } },
   { id: 'tc-best', system: 'timeout-center', label: 'timeout-center (old best: shard 20,000 × 2, 4 in flight)', settings: { ...TC_BEST } },
   // The physical reference: the limit statement on the minimal schema (bench/lib/limit.ts), two
   // connections, both spellings, several k. The best of these is the "× minimal limit" reference.
@@ -79,7 +80,8 @@ export const TC_TUNE: Variant[] = [
   { id: 'tune-s20000-c3', settings: { ...TC_DEFAULTS, shardSize: 20_000, concurrency: 3, claimChunk: 100_000, maxInFlightShards: 5 } },
   { id: 'tune-s10000-c4', settings: { ...TC_DEFAULTS, shardSize: 10_000, concurrency: 4, claimChunk: 100_000, maxInFlightShards: 8 } },
   { id: 'tune-2w-s5000-c2', settings: { ...TC_DEFAULTS, workers: 2, concurrency: 2, shardSize: 5000, claimChunk: 50_000, maxInFlightShards: 8 } },
-].map((v) => ({ ...v, system: 'timeout-center' as const, label: v.id }));
+  // A tuned concurrency is the number of shards at once: same-database shards included.
+].map((v) => ({ ...v, settings: v.id === 'tune-default' ? v.settings : { ...v.settings, databaseConcurrency: v.settings.concurrency }, system: 'timeout-center' as const, label: v.id }));
 
 /** The smoke run: timeout-center, the minimal limit and one variant of each peer, small (the
  *  limit on our schema and pg-boss per job are left to full runs, to keep CI under a minute). */
