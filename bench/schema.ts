@@ -17,8 +17,9 @@ import { pino } from 'pino';
 // dist/: npm run bench:schema builds first.
 import { migrate } from '../dist/db/migrate.js';
 import { startBenchServer, type BenchServer } from './lib/server.ts';
-import { KIND, ORDERS_DDL } from './lib/orders.ts';
-import { printUsage } from './lib/usage.ts';
+import { drainLoop, expectDrained } from './lib/drain-loop.ts';
+import { insertOrders, KIND, ORDERS_DDL } from './lib/orders.ts';
+import { failUsage, positiveCounts, printUsage } from './lib/usage.ts';
 
 const { values: args } = parseArgs({
   options: {
@@ -35,18 +36,8 @@ if (args.help) {
   printUsage(import.meta.url);
   process.exit(0);
 }
-function usage(message: string): never {
-  console.error(`bench:schema: ${message} (see --help)`);
-  process.exit(2);
-}
-const num = (v: string | undefined, d: number) => (v === undefined ? d : Number(v.replace(/_/g, '')));
-const N = num(args.n, 200_000);
-const K = num(args.k, 5000);
-const C = num(args.connections, 2);
-const ROUNDS = num(args.rounds, 3);
-for (const [name, v] of Object.entries({ n: N, k: K, connections: C, rounds: ROUNDS })) {
-  if (!Number.isSafeInteger(v) || v < 1) usage(`--${name} must be a positive integer, got ${String(v)}`);
-}
+const usage = (message: string): never => failUsage('bench:schema', message);
+const { n: N, k: K, connections: C, rounds: ROUNDS } = positiveCounts('bench:schema', args, { n: 200_000, k: 5000, connections: 2, rounds: 3 });
 
 /** One table to drain: how to build and fill it, and the limit statement on it ($1 = k). */
 interface Variant {
@@ -205,7 +196,7 @@ if (unknown.length > 0) usage(`unknown variant(s) ${unknown.join(', ')}; known: 
 
 async function fill(pool: pg.Pool, v: Variant): Promise<void> {
   await pool.query(ORDERS_DDL);
-  await pool.query(`INSERT INTO orders (id, status, due_at) SELECT i, CASE WHEN i % 10 = 0 THEN 'paid' ELSE 'unpaid' END, now() FROM generate_series(1, $1::int) i`, [N]);
+  await insertOrders(pool, 1, N, new Date());
   if (v.name.startsWith('ours')) {
     await pool.query(`INSERT INTO timeout_center.timeouts (kind, biz_id, due_at) SELECT $2, i::text, now() - interval '1 s' FROM generate_series(1, $1::int) i`, [N, KIND]);
     return;
@@ -229,26 +220,9 @@ async function once(server: BenchServer, v: Variant): Promise<Run> {
     await pool.query('VACUUM ANALYZE');
     await pool.query('CHECKPOINT');
     const lsn0 = (await pool.query<{ l: string }>('SELECT pg_current_wal_lsn()::text AS l')).rows[0]!.l;
-    let total = 0;
-    const started = performance.now();
-    await Promise.all(
-      Array.from({ length: C }, async () => {
-        const client = await pool.connect();
-        try {
-          for (;;) {
-            const n = Number((await client.query(v.statement, [K])).rows[0].n);
-            total += n;
-            if (n === 0) break;
-          }
-        } finally {
-          client.release();
-        }
-      }),
-    );
-    const seconds = (performance.now() - started) / 1000;
+    const { total, seconds } = await drainLoop(pool, C, async (client) => Number((await client.query(v.statement, [K])).rows[0].n));
     const wal = (await pool.query<{ b: string }>('SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), $1::pg_lsn)::text AS b', [lsn0])).rows[0]!.b;
-    const { rows } = await pool.query(`SELECT count(*)::int AS open FROM orders WHERE status = 'unpaid'`);
-    if (total !== N || rows[0].open !== 0) throw new Error(`${v.name}: drained ${total} of ${N}, ${rows[0].open} unpaid left`);
+    await expectDrained(pool, v.name, N, total);
     return { rate: total / seconds, walPerTimeout: Number(wal) / N };
   } finally {
     await pool.end();

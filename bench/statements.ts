@@ -26,8 +26,9 @@ import { migrate } from '../dist/db/migrate.js';
 import { pino } from 'pino';
 import { startBenchServer, type BenchServer } from './lib/server.ts';
 import { MINIMAL_DDL, MINIMAL_INSERT, pureSqlStatement } from './lib/limit.ts';
-import { CLOSE_MANY_SQL, KIND, ORDERS_DDL } from './lib/orders.ts';
-import { printUsage } from './lib/usage.ts';
+import { drainLoop, expectDrained } from './lib/drain-loop.ts';
+import { CLOSE_MANY_SQL, insertOrders, KIND, ORDERS_DDL } from './lib/orders.ts';
+import { failUsage, positiveCounts, printUsage } from './lib/usage.ts';
 
 const { values: args } = parseArgs({
   options: {
@@ -43,18 +44,8 @@ if (args.help) {
   printUsage(import.meta.url);
   process.exit(0);
 }
-/** Bad input: one line saying what is wrong, exit 2, nothing created. */
-function usage(message: string): never {
-  console.error(`bench:statements: ${message} (see --help)`);
-  process.exit(2);
-}
-const num = (v: string | undefined, d: number) => (v === undefined ? d : Number(v.replace(/_/g, '')));
-const N = num(args.n, 200_000);
-const K = num(args.k, 5000);
-const C = num(args.connections, 2);
-for (const [name, v] of Object.entries({ n: N, k: K, connections: C })) {
-  if (!Number.isSafeInteger(v) || v < 1) usage(`--${name} must be a positive integer, got ${String(v)}`);
-}
+const usage = (message: string): never => failUsage('bench:statements', message);
+const { n: N, k: K, connections: C } = positiveCounts('bench:statements', args, { n: 200_000, k: 5000, connections: 2 });
 const VARIANTS = ['minimal-in', 'minimal-array', 'limit-in', 'limit-array', 'worker-batch', 'worker-plain'];
 const names = args.only ? args.only.split(',').map((s) => s.trim()) : VARIANTS;
 const unknown = names.filter((n) => !VARIANTS.includes(n));
@@ -104,7 +95,7 @@ async function prepare(server: BenchServer, minimal: boolean): Promise<{ pool: p
   await migrate(pool, pino({ level: 'silent' }));
   await pool.query(`INSERT INTO timeout_center.kinds (kind, shard_size) VALUES ($1, $2)`, [KIND, Math.min(K, 100_000)]);
   await pool.query(ORDERS_DDL);
-  await pool.query(`INSERT INTO orders (id, status, due_at) SELECT i, CASE WHEN i % 10 = 0 THEN 'paid' ELSE 'unpaid' END, now() FROM generate_series(1, $1::int) i`, [N]);
+  await insertOrders(pool, 1, N, new Date());
   if (minimal) {
     await pool.query(MINIMAL_DDL);
     await pool.query(MINIMAL_INSERT, [1, N, new Date(Date.now() - 1000)]);
@@ -132,26 +123,8 @@ async function drain(server: BenchServer): Promise<void> {
     const { pool, drop } = await prepare(server, name.startsWith('minimal-'));
     try {
       const step = (await variants(pool))[name]!;
-      let shard = 0;
-      let total = 0;
-      const started = performance.now();
-      await Promise.all(
-        Array.from({ length: C }, async () => {
-          const client = await pool.connect();
-          try {
-            for (;;) {
-              const n = await step(client, ++shard);
-              total += n;
-              if (n === 0) break;
-            }
-          } finally {
-            client.release();
-          }
-        }),
-      );
-      const seconds = (performance.now() - started) / 1000;
-      const { rows } = await pool.query(`SELECT count(*)::int AS open FROM orders WHERE status = 'unpaid'`);
-      if (total !== N || rows[0].open !== 0) throw new Error(`${name}: drained ${total} of ${N}, ${rows[0].open} unpaid left`);
+      const { total, seconds } = await drainLoop(pool, C, step);
+      await expectDrained(pool, name, N, total);
       console.log(`${name.padEnd(13)} ${Math.round(total / seconds).toLocaleString('en').padStart(9)} timeouts/s  (${seconds.toFixed(2)} s)`);
     } finally {
       await drop();

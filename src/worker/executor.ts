@@ -38,7 +38,8 @@ class LeaseLostError extends Error {
   override name = 'LeaseLostError';
 }
 
-interface Lease {
+/** The lease a worker took on a shard (take_lease.sql); both executors run under it. */
+export interface Lease {
   id: number;
   scan_id: number;
   kind: string;

@@ -24,18 +24,10 @@ import { deleteMarker, fenceForSplit, readMarker, writeMarker, type BusinessData
 import { BatchFailure, describeError, HandlerTimeoutError, isBatchLevel, UnknownOutcomeError } from './failures.js';
 import { normalizeResult, PermanentError, type ExternalTarget, type ResolvedHandler, type ShardItem } from './handlers.js';
 import { splitPinned } from './isolate.js';
+import type { Lease } from './executor.js';
 
 const here = new URL('.', import.meta.url);
 
-/** The lease the shard executor took (take_lease.sql). */
-export interface ExternalLease {
-  id: number;
-  scan_id: number;
-  kind: string;
-  lease_token: string;
-  attempts: number;
-  claim_limit: number;
-}
 
 export type ExternalOutcome =
   | { status: 'done'; done: number; skipped: number; failed: number; retried: number }
@@ -66,7 +58,7 @@ export class ExternalExecutor {
     private readonly metrics: Metrics,
   ) {}
 
-  async run(lease: ExternalLease, handler: ResolvedHandler & { external: ExternalTarget }, log: Logger): Promise<ExternalOutcome> {
+  async run(lease: Lease, handler: ResolvedHandler & { external: ExternalTarget }, log: Logger): Promise<ExternalOutcome> {
     const started = performance.now();
     const claimed = await this.claim(lease, handler.external);
     if (!claimed) return { status: 'not-ours', reason: `lease on shard ${lease.id} was lost before its claim` };
@@ -146,7 +138,7 @@ export class ExternalExecutor {
    * happens; the tombstone is deleted once the split committed, as a marker is after its record.
    * Returns undefined to run the shard as usual.
    */
-  private async isolate(lease: ExternalLease, external: ExternalTarget, claimed: Claimed, log: Logger): Promise<ExternalOutcome | undefined> {
+  private async isolate(lease: Lease, external: ExternalTarget, claimed: Claimed, log: Logger): Promise<ExternalOutcome | undefined> {
     let fenced: pg.Pool | undefined;
     if (external.via !== 'http') {
       const database = external.database ?? (external.via === 'sql' ? (claimed.target ?? undefined) : undefined);
@@ -173,7 +165,7 @@ export class ExternalExecutor {
   }
 
   /** Step 1: claim and commit (or take back the rows a previous run of the shard holds). */
-  private async claim(lease: ExternalLease, external: ExternalTarget): Promise<Claimed | undefined> {
+  private async claim(lease: Lease, external: ExternalTarget): Promise<Claimed | undefined> {
     const routed = external.via === 'sql' && external.routed;
     const { rows } = await this.pool.query<{ target: string | null; biz_ids: string; payloads: string; lateness: string; fresh: string }>({
       text: query(here, 'external_claim'),
@@ -188,7 +180,7 @@ export class ExternalExecutor {
   }
 
   /** Step 2: the handler where it runs. Throws only batch-level failures. */
-  private async apply(lease: ExternalLease, handler: ResolvedHandler & { external: ExternalTarget }, claimed: Claimed, log: Logger): Promise<Decision> {
+  private async apply(lease: Lease, handler: ResolvedHandler & { external: ExternalTarget }, claimed: Claimed, log: Logger): Promise<Decision> {
     const ext = handler.external;
     if (ext.via === 'http') {
       const controller = new AbortController();
@@ -206,7 +198,7 @@ export class ExternalExecutor {
    * kind's time limit: past it the handler's signal aborts and its connection is destroyed (the
    * transaction rolls back; the handler is not called again on it), a batch-level failure.
    */
-  private async applyInTransaction(where: pg.Pool, lease: ExternalLease, handler: ResolvedHandler, claimed: Claimed, log: Logger): Promise<Decision> {
+  private async applyInTransaction(where: pg.Pool, lease: Lease, handler: ResolvedHandler, claimed: Claimed, log: Logger): Promise<Decision> {
     const { items } = claimed;
     let client: pg.PoolClient;
     try {
@@ -293,7 +285,7 @@ export class ExternalExecutor {
   private async applySplitting(
     client: pg.PoolClient,
     handler: ResolvedHandler,
-    lease: ExternalLease,
+    lease: Lease,
     items: ShardItem[],
     applied: Set<string>,
     failed: Map<string, { error: string; permanent: boolean }>,
@@ -324,7 +316,7 @@ export class ExternalExecutor {
   /** The record survives a short loss of the center's connection (deadlock, restart): the marker
    *  would make a re-run safe anyway, but it would wait for the lease to run out. */
   private async recordWithRetry(
-    lease: ExternalLease,
+    lease: Lease,
     handler: ResolvedHandler,
     decision: Decision | { retryInMs: number; error: string },
     log: Logger,
@@ -342,7 +334,7 @@ export class ExternalExecutor {
 
   /** Step 3: the outcome in the center. Undefined when the lease is no longer ours. */
   private async record(
-    lease: ExternalLease,
+    lease: Lease,
     handler: ResolvedHandler,
     decision: Decision | { retryInMs: number; error: string },
   ): Promise<{ done: number; skipped: number; failed: number; retried: number } | undefined> {
