@@ -1,5 +1,6 @@
 // Prometheus metrics of one process. Names are stable: the Grafana dashboard in deploy/ reads them.
 import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom-client';
+import { BulkHistogram } from './bulk-histogram.js';
 
 export class Metrics {
   readonly registry = new Registry();
@@ -16,7 +17,8 @@ export class Metrics {
     labelNames: ['kind', 'outcome'] as const,
     registers: [this.registry],
   });
-  readonly lateness = new Histogram({
+  /** Observed a shard at a time (observeMany): see bulk-histogram.ts. */
+  readonly lateness = new BulkHistogram({
     name: 'tc_lateness_seconds',
     help: 'Applied time minus due time of each finished timeout (PostgreSQL clock)',
     labelNames: ['kind'] as const,

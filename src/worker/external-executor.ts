@@ -122,8 +122,7 @@ export class ExternalExecutor {
     this.metrics.shards.inc({ kind, outcome: 'done' });
     this.metrics.shardDuration.observe({ kind }, (performance.now() - started) / 1000);
     if (!('retryInMs' in decision)) {
-      const lateness = this.metrics.lateness.labels({ kind });
-      for (const l of claimed.lateness) lateness.observe(Math.max(0, l));
+      this.metrics.lateness.observeMany({ kind }, claimed.lateness);
     }
     return { status: 'done', ...recorded };
   }

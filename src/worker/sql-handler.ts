@@ -21,50 +21,62 @@ export interface BatchSqlHandler {
 }
 
 /**
- * Replaces the positional parameter $n outside string literals, quoted identifiers, comments and
- * dollar-quoted bodies. Returns undefined when $n does not occur.
+ * Where each positional parameter ($1, $2, ...) occurs outside string literals, quoted
+ * identifiers, comments and dollar-quoted bodies, in text order: one pass over the statement.
  */
-export function replaceParameter(sql: string, n: number, replacement: string): string | undefined {
-  const token = `$${n}`;
-  let out = '';
-  let found = false;
+export function parameterPositions(sql: string): { start: number; end: number; n: number }[] {
+  const found: { start: number; end: number; n: number }[] = [];
   let i = 0;
   while (i < sql.length) {
     const c = sql[i]!;
-    const rest = sql.slice(i);
-    let skip = 0;
     if (c === "'" || c === '"') {
       // '' and "" escape the quote inside; a backslash never ends the literal in standard strings.
       let j = i + 1;
       while (j < sql.length && !(sql[j] === c && sql[j + 1] !== c)) j += sql[j] === c ? 2 : 1;
-      skip = j + 1 - i;
-    } else if (rest.startsWith('--')) {
+      i = j + 1;
+    } else if (c === '-' && sql[i + 1] === '-') {
       const end = sql.indexOf('\n', i);
-      skip = (end < 0 ? sql.length : end) - i;
-    } else if (rest.startsWith('/*')) {
+      i = end < 0 ? sql.length : end;
+    } else if (c === '/' && sql[i + 1] === '*') {
       const end = sql.indexOf('*/', i + 2);
-      skip = (end < 0 ? sql.length : end + 2) - i;
+      i = end < 0 ? sql.length : end + 2;
     } else if (c === '$') {
-      const tag = /^\$([A-Za-z_][A-Za-z0-9_]*)?\$/.exec(rest);
-      if (tag) {
-        const end = sql.indexOf(tag[0], i + tag[0].length);
-        skip = (end < 0 ? sql.length : end + tag[0].length) - i;
-      } else if (rest.startsWith(token) && !/[0-9]/.test(sql[i + token.length] ?? '')) {
-        out += replacement;
-        found = true;
-        i += token.length;
+      const tag = /\$(?:[A-Za-z_][A-Za-z0-9_]*)?\$/y;
+      tag.lastIndex = i;
+      const quote = tag.exec(sql);
+      if (quote) {
+        const end = sql.indexOf(quote[0], i + quote[0].length);
+        i = end < 0 ? sql.length : end + quote[0].length;
         continue;
       }
-    }
-    if (skip > 0) {
-      out += sql.slice(i, i + skip);
-      i += skip;
+      const number = /\$([0-9]+)/y;
+      number.lastIndex = i;
+      const param = number.exec(sql);
+      if (param) {
+        found.push({ start: i, end: i + param[0].length, n: Number(param[1]) });
+        i += param[0].length;
+      } else {
+        i += 1;
+      }
     } else {
-      out += c;
       i += 1;
     }
   }
-  return found ? out : undefined;
+  return found;
+}
+
+/** Replaces the positional parameter $n (as parameterPositions finds it) with replacement.
+ *  Returns undefined when $n does not occur. */
+export function replaceParameter(sql: string, n: number, replacement: string): string | undefined {
+  const at = parameterPositions(sql).filter((p) => p.n === n);
+  if (at.length === 0) return undefined;
+  let out = '';
+  let from = 0;
+  for (const p of at) {
+    out += sql.slice(from, p.start) + replacement;
+    from = p.end;
+  }
+  return out + sql.slice(from);
 }
 
 /** Prepares a statement to learn the parameter types PostgreSQL infers for it (ids = ANY($1)

@@ -36,7 +36,9 @@ export class Worker {
   private executor: ShardExecutor | undefined;
   private businessDatabases: BusinessDatabases | undefined;
   private breakers: CircuitBreakers | undefined;
-  private readonly active = new Set<Promise<void>>();
+  private readonly active = new Set<Promise<boolean>>();
+  /** ACKs sent and not yet answered: a stop waits for them. */
+  private readonly acks = new Set<Promise<void>>();
   private readonly backlog: ShardDelivery[] = [];
   private loop: Promise<void> | undefined;
   private stopping = false;
@@ -50,9 +52,9 @@ export class Worker {
   private wakeSlot: (() => void) | undefined;
   /** Shard id of each running task, and the backend pid of each pool connection checked out
    *  now: what a drain that runs out of time rolls back and releases. */
-  private readonly activeShards = new Map<Promise<void>, number>();
+  private readonly activeShards = new Map<Promise<boolean>, number>();
   /** Running shards whose handler runs in the center's PostgreSQL (worker.databaseConcurrency). */
-  private readonly activeInDatabase = new Set<Promise<void>>();
+  private readonly activeInDatabase = new Set<Promise<boolean>>();
   /** Kinds whose handler runs in the center's PostgreSQL (not external). */
   private inDatabaseKinds = new Set<string>();
   private readonly busyBackends = new Map<pg.PoolClient, number>();
@@ -164,39 +166,47 @@ export class Worker {
   }
 
   private startShard(delivery: ShardDelivery): void {
-    const { channel, logger, metrics } = this.deps;
+    const { logger, metrics } = this.deps;
     const shardId = delivery.message.shardId;
     const task = (async () => {
       try {
         const outcome = await this.executor!.run(shardId);
         if (outcome.status === 'not-ours') logger.debug({ shardId, reason: outcome.reason }, 'dropped duplicate shard delivery');
         if (outcome.status === 'held') logger.debug({ shardId, reason: outcome.reason }, 'shard held back by flow control; it stays queued');
+        return true;
       } catch (err) {
         // Not acknowledged: the lease runs out and the reaper (or XAUTOCLAIM) hands it on.
         logger.error({ err, shardId }, 'shard failed; it will be retried after its lease expires');
-        return;
-      }
-      try {
-        await channel.ack([delivery]);
-      } catch (err) {
-        // The outcome is committed; only the ACK is lost (Redis unreachable). The redelivery finds
-        // the shard final and is dropped, or the entry vanished with Redis's data.
-        logger.warn({ err, shardId }, 'shard committed, but its ACK failed; a redelivery will be dropped as a duplicate');
+        return false;
       }
     })();
     this.active.add(task);
     this.activeShards.set(task, shardId);
     if (this.inDatabaseKinds.has(delivery.message.kind)) this.activeInDatabase.add(task);
     metrics.workerBusy.set(this.active.size);
-    void task.finally(() => {
+    void task.then((ran) => {
       this.active.delete(task);
       this.activeShards.delete(task);
       this.activeInDatabase.delete(task);
       metrics.workerBusy.set(this.active.size);
+      // The slot's next shard starts before this one's ACK: the outcome is committed, and the
+      // ACK's round trip to Redis need not delay the next lease.
       this.startFromBacklog();
       this.wakeSlot?.();
       this.wakeSlot = undefined;
+      if (ran) this.acknowledge(delivery);
     });
+  }
+
+  /** ACKs a delivery whose shard committed (or turned out not to be this worker's). */
+  private acknowledge(delivery: ShardDelivery): void {
+    const ack = this.deps.channel.ack([delivery]).catch((err: unknown) => {
+      // The outcome is committed; only the ACK is lost (Redis unreachable). The redelivery finds
+      // the shard final and is dropped, or the entry vanished with Redis's data.
+      this.deps.logger.warn({ err, shardId: delivery.message.shardId }, 'shard committed, but its ACK failed; a redelivery will be dropped as a duplicate');
+    });
+    this.acks.add(ack);
+    void ack.finally(() => this.acks.delete(ack));
   }
 
   private async heartbeat(): Promise<void> {
@@ -303,6 +313,7 @@ export class Worker {
     if (this.heartbeatTimer) clearInterval(this.heartbeatTimer);
     this.leaseKeeper?.stopAll();
     await this.loop?.catch(() => {});
+    await Promise.all([...this.acks]);
     await this.handBack();
     await pool
       .query('UPDATE timeout_center.workers SET stopped_at = now(), last_seen_at = now() WHERE worker_id = $1', [this.id])

@@ -30,3 +30,14 @@ describe('replaceParameter', () => {
     expect(replaceParameter('SELECT 1', 1, R)).toBeUndefined();
   });
 });
+
+describe('bindLiterals', () => {
+  it('binds every occurrence of each parameter, leaves $10 to the tenth value and quotes, comments alone', async () => {
+    const { bindLiterals } = await import('../../src/worker/executor.js');
+    const sql = "-- $1 in a comment\nSELECT $1, $2, '$1', $1::int, $3 /* $2 */";
+    expect(bindLiterals(sql, [7, "it's", [1, null]])).toBe(`-- $1 in a comment\nSELECT 7, 'it''s', '$1', 7::int, '{"1",NULL}' /* $2 */`);
+    // The same text again (the split is cached) with other values, and a parameter with no value.
+    expect(bindLiterals(sql, [8, 'b'])).toBe(`-- $1 in a comment\nSELECT 8, 'b', '$1', 8::int, $3 /* $2 */`);
+    expect(bindLiterals('SELECT $1, $10', [1, 2, 3, 4, 5, 6, 7, 8, 9, 10])).toBe('SELECT 1, 10');
+  });
+});
