@@ -4,7 +4,7 @@
 // the peers through bench/runner.ts, so the bench process (loader + monitor) never shares a
 // heap or an event loop with the system it measures.
 import { spawn } from 'node:child_process';
-import { readFileSync } from 'node:fs';
+import { appendFileSync, readFileSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 import { Redis } from 'ioredis';
 import pg from 'pg';
@@ -201,6 +201,10 @@ class TimeoutCenterDriver implements Driver {
       const keys = ['leaseMs', 'claimApplyMs', 'finishMs', 'commitMs'] as const;
       const sum = Object.fromEntries(keys.map((k) => [k, Math.round(phases.reduce((a, l) => a + Number(l[k] ?? 0), 0))]));
       process.stderr.write(`PHASES ${phases.length} shards, total ms ${JSON.stringify(sum)}\n`);
+    }
+    if (process.env.BENCH_TC_LOG_DUMP) {
+      const all = this.processes.flatMap((p) => p.lines.map((l) => JSON.stringify({ proc: p.name, ...l })));
+      appendFileSync(process.env.BENCH_TC_LOG_DUMP, all.join('\n') + '\n');
     }
     return stopAll(this.processes);
   }

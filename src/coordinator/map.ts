@@ -12,9 +12,9 @@ export interface PlannedScan {
   shards: ShardMessage[];
   /** Due timeouts the new shards may claim in all. */
   capacity: number;
-  /** Per kind that got shards: its uncovered rows, what the new shards cover, and whether the
-   *  rows were counted now (or taken from the credit). */
-  byKind: Map<string, { uncovered: number; planned: number; counted: boolean }>;
+  /** Per kind that got shards: its uncovered rows, what the new shards cover, whether the rows
+   *  were counted now (or taken from the credit), and whether that count saw the last due row. */
+  byKind: Map<string, { uncovered: number; planned: number; counted: boolean; complete: boolean }>;
   /** Per business database that got shards: what the new shards cover (for its rate budget). */
   byTarget: Map<string, number>;
 }
@@ -37,7 +37,7 @@ export async function planScan(
     targetBudget: Record<string, number>;
   },
 ): Promise<PlannedScan | undefined> {
-  type Row = { id: number; scan_id: number; kind: string; target: string | null; claim_limit: number; uncovered: string; counted: boolean };
+  type Row = { id: number; scan_id: number; kind: string; target: string | null; claim_limit: number; uncovered: string; counted: boolean; complete: boolean };
   const { rows } = await fencedTransaction(pool, epoch, (client) =>
     client.query<Row>(query(new URL('.', import.meta.url), 'plan_shards'), [
       args.cutoff,
@@ -53,11 +53,11 @@ export async function planScan(
   );
   if (rows.length === 0) return undefined;
   const scanId = Number(rows[0]!.scan_id);
-  const byKind = new Map<string, { uncovered: number; planned: number; counted: boolean }>();
+  const byKind = new Map<string, { uncovered: number; planned: number; counted: boolean; complete: boolean }>();
   // A kind routed over several business databases has one uncovered count per target.
   const targetsSeen = new Set<string>();
   for (const r of rows) {
-    const k = byKind.get(r.kind) ?? { uncovered: 0, planned: 0, counted: r.counted };
+    const k = byKind.get(r.kind) ?? { uncovered: 0, planned: 0, counted: r.counted, complete: r.complete };
     const key = `${r.kind}\u0000${r.target ?? ''}`;
     if (!targetsSeen.has(key)) {
       targetsSeen.add(key);

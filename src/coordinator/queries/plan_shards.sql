@@ -21,7 +21,8 @@
 -- "[per target]" below (CTE target_flow, the need filter, the shard size in candidates, and the
 -- kind_allowed -> target_ranked -> planned steps). Same-database shards (target NULL) have none.
 -- Returns the new shards (id, scan_id, kind, target, claim_limit) with their (kind, target)'s
--- uncovered rows and whether they were counted now; none when nothing new was due.
+-- uncovered rows, whether they were counted now, and whether that count saw the last due row
+-- (complete); none when nothing new was due.
 WITH live_target AS (
   SELECT sh.kind, sh.target, sum(sh.claim_limit)::bigint AS capacity, count(*)::int AS shards
     FROM timeout_center.shards sh
@@ -70,17 +71,20 @@ WITH live_target AS (
   -- holds back now is not counted. A kind whose handler runs in one business database gets that
   -- database as its shards' target.
   SELECT f.kind, r.databases[1] AS target, f.shard_size, f.shard_room, f.row_room, cr.credit IS NULL AS counted,
-         coalesce(cr.credit,
-                  greatest((SELECT count(*)
-                              FROM (SELECT 1 FROM timeout_center.timeouts t
-                                     WHERE t.kind = f.kind AND t.state = 'pending' AND t.available_at <= $1
-                                     ORDER BY t.available_at
-                                     LIMIT coalesce(l.capacity, 0) + $4) d)
-                           - coalesce(l.capacity, 0), 0)) AS uncovered
+         coalesce(cr.credit, greatest(cnt.n - coalesce(l.capacity, 0), 0)) AS uncovered,
+         -- complete: the count stopped short of its bound, so it saw the last due row
+         coalesce(cnt.n < coalesce(l.capacity, 0) + $4, false) AS complete
     FROM flow f
     LEFT JOIN live l ON l.kind = f.kind
     LEFT JOIN timeout_center.kind_routes r ON r.kind = f.kind
    CROSS JOIN LATERAL (SELECT ($7::jsonb ->> f.kind)::bigint AS credit) cr
+   CROSS JOIN LATERAL (SELECT CASE WHEN cr.credit IS NULL THEN
+                                (SELECT count(*)
+                                   FROM (SELECT 1 FROM timeout_center.timeouts t
+                                          WHERE t.kind = f.kind AND t.state = 'pending' AND t.available_at <= $1
+                                          ORDER BY t.available_at
+                                          LIMIT coalesce(l.capacity, 0) + $4) d)
+                              END AS n) cnt
    WHERE coalesce(f.shard_room, 1) > 0 AND coalesce(f.row_room, 1) > 0
      AND (r.kind IS NULL OR r.route_by = 'database')
      -- [per target] a kind whose one database has no room now is not counted either
@@ -90,7 +94,7 @@ WITH live_target AS (
   -- counted per target with the routing rule in SQL (timeout_center.route_target, the predicate
   -- the external claim filters by), less what that target's shards in flight cover. Always
   -- counted (the credit is per kind).
-  SELECT f.kind, c.target, f.shard_size, f.shard_room, f.row_room, true, greatest(c.n - coalesce(lt.capacity, 0), 0)
+  SELECT f.kind, c.target, f.shard_size, f.shard_room, f.row_room, true, greatest(c.n - coalesce(lt.capacity, 0), 0), false
     FROM flow f
     JOIN timeout_center.kind_routes r ON r.kind = f.kind AND r.route_by <> 'database'
     LEFT JOIN live l ON l.kind = f.kind
@@ -108,30 +112,47 @@ WITH live_target AS (
   -- carry its row_room (NULL: no target limit) and what the kind has in flight against it.
   -- Adaptive shard size (issue 11; bench/analysis.md): `base` (the kind's shard size, or flow
   -- control's smaller one) when few are due, so a shard starts as soon as its rows are due;
-  -- larger in a flood so that per-shard overheads (lease, lock, finish, the stream round trip) are
-  -- paid per thousands of rows: the uncovered rows in about 8 shards, never above 20,000 rows,
-  -- which bounds how long a shard holds its row locks (a cancel waits for it) to well under a
-  -- second. Only for a same-database SQL handler without flow control (no cap, no rate limit: an
-  -- operator who limits a kind keeps its configured size); code, HTTP and business-database
-  -- handlers get their configured size (one call per shard). When nothing of
-  -- the kind is in flight (a flood begins), its first shard keeps `base`, so the first closes
-  -- commit one small shard after the due instant rather than one large one.
-  SELECT n.kind, n.target, g.i AS turn, n.shard_room, n.row_room, tf.row_room AS target_row_room,
-         coalesce(lt.capacity, 0) AS target_in_flight,
-         (CASE WHEN g.i = 1 THEN least(sz.first, n.uncovered)
-               ELSE least(sz.size, n.uncovered - sz.first - (g.i - 2) * sz.size) END)::int AS claim_limit
+  -- larger in a flood so that per-shard overheads (lease, lock, commit, the stream round trip) are
+  -- paid per thousands of rows: a quarter of the uncovered rows, never above 20,000 rows, which
+  -- bounds how long a shard holds its row locks (a cancel waits for it) to well under a second.
+  -- When the count saw the end of the due rows (complete), the last shards halve (size/2,
+  -- size/4, ... down to size/8), so the workers' last shards end close together instead of one
+  -- slot running a whole large shard alone at the end of the flood. Only for a same-database SQL
+  -- handler without flow control (no cap, no rate limit: an operator who limits a kind keeps its
+  -- configured size); code, HTTP and business-database handlers get their configured size (one
+  -- call per shard). When nothing of the kind is in flight (a flood begins), its first shard keeps
+  -- `base`, so the first closes commit one small shard after the due instant rather than one
+  -- large one.
+  SELECT n.kind, n.target, 1 + p.turn AS turn, n.shard_room, n.row_room, tf.row_room AS target_row_room,
+         coalesce(lt.capacity, 0) AS target_in_flight, p.claim_limit::int AS claim_limit
     FROM need n
     LEFT JOIN target_flow tf ON tf.target = n.target
     LEFT JOIN live_target lt ON lt.kind = n.kind AND lt.target = n.target
    CROSS JOIN LATERAL (SELECT least(n.shard_size, coalesce(tf.shard_size, n.shard_size))::bigint AS base) b
-   CROSS JOIN LATERAL (SELECT CASE WHEN n.target IS NULL AND n.row_room IS NULL AND n.shard_room IS NULL
-                                     AND (SELECT k.handler_type FROM timeout_center.kinds k WHERE k.kind = n.kind) = 'sql'
-                                   THEN greatest(b.base, least(20000, ceil(n.uncovered / 4.0)::bigint))
+   CROSS JOIN LATERAL (SELECT n.target IS NULL AND n.row_room IS NULL AND n.shard_room IS NULL
+                              AND (SELECT k.handler_type FROM timeout_center.kinds k WHERE k.kind = n.kind) = 'sql' AS adaptive) a
+   CROSS JOIN LATERAL (SELECT CASE WHEN a.adaptive THEN greatest(b.base, least(20000, ceil(n.uncovered / 4.0)::bigint))
                                    ELSE b.base END AS size) ad
    CROSS JOIN LATERAL (SELECT ad.size,
                               CASE WHEN EXISTS (SELECT 1 FROM live l WHERE l.kind = n.kind) THEN ad.size
-                                   ELSE least(ad.size, b.base) END AS first) sz
-   CROSS JOIN LATERAL generate_series(1, 1 + ceil(greatest(n.uncovered - sz.first, 0)::numeric / sz.size)::int) AS g (i)
+                                   ELSE least(ad.size, b.base) END AS first,
+                              -- the smallest shard of the halving end (equal shards: size)
+                              CASE WHEN a.adaptive AND n.complete THEN least(ad.size, greatest(b.base, ceil(ad.size / 8.0)::bigint))
+                                   ELSE ad.size END AS smallest) sz
+   CROSS JOIN LATERAL (
+     -- turn 0: the first shard; then the rest (rest rows) counted from the end: the kth shard from
+     -- the end holds smallest * 2^(k-1) rows, at most size, and the one farthest from the end what
+     -- is left over.
+     SELECT 0 AS turn, least(sz.first, n.uncovered) AS claim_limit
+     UNION ALL
+     SELECT count(*) OVER () - e.k + 1,
+            CASE WHEN e.k = count(*) OVER () THEN e.rest - e.before ELSE e.s END
+       FROM (SELECT g.k, x.s, x.rest, sum(x.s) OVER (ORDER BY g.k) - x.s AS before
+               FROM (SELECT greatest(n.uncovered - sz.first, 0) AS rest) r0
+              CROSS JOIN LATERAL generate_series(1, ceil(r0.rest::numeric / sz.size)::int + 4) AS g (k)
+              CROSS JOIN LATERAL (SELECT least(sz.size, sz.smallest << least(g.k - 1, 40)::int) AS s, r0.rest) x) e
+      WHERE e.before < e.rest
+   ) p
    WHERE n.uncovered > 0
 ), ranked AS (
   -- Per kind over all its targets: the nth new shard and the rows up to it, in turn order.
@@ -174,6 +195,6 @@ WITH live_target AS (
     FROM planned p
   RETURNING id, scan_id, kind, target, claim_limit
 )
-SELECT s.id, s.scan_id, s.kind, s.target, s.claim_limit, n.uncovered, n.counted
+SELECT s.id, s.scan_id, s.kind, s.target, s.claim_limit, n.uncovered, n.counted, n.complete
   FROM new_shards s JOIN need n ON n.kind = s.kind AND n.target IS NOT DISTINCT FROM s.target
  ORDER BY s.id
