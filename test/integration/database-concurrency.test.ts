@@ -4,6 +4,7 @@
 // visible in timeout_center.shards; the test samples them while 1,000 timeouts drain.
 import { afterAll, describe, expect, it } from 'vitest';
 import { Scenario } from '../faults/harness.js';
+import { killAll } from '../helpers/processes.js';
 
 const SLOW_CLOSE =
   "UPDATE orders SET status = 'closed', closed_at = now() WHERE id = ANY($1) AND status = 'unpaid' AND (SELECT pg_sleep(0.3)) IS NOT NULL RETURNING id";
@@ -31,7 +32,11 @@ async function drainSampling(s: Scenario, n: number): Promise<{ maxRunning: numb
 describe('worker.databaseConcurrency', () => {
   const scenarios: Scenario[] = [];
   afterAll(async () => {
+    // Every process it started goes, or it would keep polling (and loading the box) after the file.
+    for (const s of scenarios) await s.stopAll();
+    const leaked = await killAll();
     for (const s of scenarios) await s.close();
+    expect(leaked, 'processes still running after the test').toEqual([]);
   });
 
   it('runs at most 2 same-database shards at once by default, with worker.concurrency 6', async () => {
