@@ -153,6 +153,7 @@ class TimeoutCenterDriver implements Driver {
   readonly timeoutsTable: 'ours' | 'minimal' | undefined = 'ours';
   readonly scheduleCostUs = 15;
   processes: CliProcess[] = [];
+  private reported = false;
   private configPath = '';
   protected readonly ctx: DriverContext;
   private readonly s: TcSettings;
@@ -189,6 +190,7 @@ class TimeoutCenterDriver implements Driver {
   async endLoading() {}
 
   async start() {
+    this.reported = false;
     const coordinator = spawnCli('tc coordinator', ['coordinator', '-c', this.configPath], this.env);
     const workers = Array.from({ length: this.s.workers }, (_, i) => spawnCli(`tc worker ${i + 1}`, ['worker', '-c', this.configPath], this.env));
     this.processes = [coordinator, ...workers];
@@ -196,6 +198,9 @@ class TimeoutCenterDriver implements Driver {
   }
 
   stop() {
+    // stop() runs again in the bench's cleanup: report (and dump) each run's lines once.
+    if (this.reported) return stopAll(this.processes);
+    this.reported = true;
     const phases = this.processes.flatMap((p) => p.lines.filter((l) => l.msg === 'shard done'));
     if (phases.length > 0) {
       const keys = ['leaseMs', 'claimApplyMs', 'finishMs', 'commitMs'] as const;
