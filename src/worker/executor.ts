@@ -21,7 +21,7 @@ import {
 } from './handlers.js';
 import { splitPinned } from './isolate.js';
 import type { KeptLease, LeaseKeeper } from './lease-keeper.js';
-import { parameterPositions, type BatchSqlHandler } from './sql-handler.js';
+import { joinParameters, splitAtParameters, type BatchSqlHandler, type SplitStatement } from './sql-handler.js';
 import type { ExternalExecutor } from './external-executor.js';
 
 const here = new URL('.', import.meta.url);
@@ -403,27 +403,16 @@ function literal(value: unknown): string {
 
 /** Each statement text split at its parameters, once: the worker binds the same few files for
  *  every shard, and scanning a commented file per shard cost more CPU than the claim's parsing. */
-const splitStatements = new Map<string, { parts: string[]; params: number[] }>();
+const splitStatements = new Map<string, SplitStatement>();
 
-/** The statement with $1..$n replaced by literals of values. */
+/** The statement with $1..$n replaced by literals of values (a parameter with no value is left
+ *  as written). */
 export function bindLiterals(sql: string, values: unknown[]): string {
   let split = splitStatements.get(sql);
   if (!split) {
-    split = { parts: [], params: [] };
-    let from = 0;
-    for (const p of parameterPositions(sql)) {
-      split.parts.push(sql.slice(from, p.start));
-      split.params.push(p.n);
-      from = p.end;
-    }
-    split.parts.push(sql.slice(from));
+    split = splitAtParameters(sql);
     if (splitStatements.size < 1000) splitStatements.set(sql, split);
   }
   const literals = values.map(literal);
-  let out = split.parts[0]!;
-  split.params.forEach((n, i) => {
-    // A parameter with no value here is left as written.
-    out += (n >= 1 && n <= literals.length ? literals[n - 1]! : `$${n}`) + split.parts[i + 1]!;
-  });
-  return out;
+  return joinParameters(split, (n) => literals[n - 1]);
 }

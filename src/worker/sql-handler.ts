@@ -65,18 +65,40 @@ export function parameterPositions(sql: string): { start: number; end: number; n
   return found;
 }
 
+/** A statement cut at its parameters: parts[i] is the text before the ith parameter (numbered
+ *  params[i]), and the last part the text after the last one. */
+export interface SplitStatement {
+  parts: string[];
+  params: number[];
+}
+
+export function splitAtParameters(sql: string): SplitStatement {
+  const split: SplitStatement = { parts: [], params: [] };
+  let from = 0;
+  for (const p of parameterPositions(sql)) {
+    split.parts.push(sql.slice(from, p.start));
+    split.params.push(p.n);
+    from = p.end;
+  }
+  split.parts.push(sql.slice(from));
+  return split;
+}
+
+/** The statement with each parameter $n replaced by valueOf(n); undefined leaves $n as written. */
+export function joinParameters(split: SplitStatement, valueOf: (n: number) => string | undefined): string {
+  let out = split.parts[0]!;
+  split.params.forEach((n, i) => {
+    out += (valueOf(n) ?? `$${n}`) + split.parts[i + 1]!;
+  });
+  return out;
+}
+
 /** Replaces the positional parameter $n (as parameterPositions finds it) with replacement.
  *  Returns undefined when $n does not occur. */
 export function replaceParameter(sql: string, n: number, replacement: string): string | undefined {
-  const at = parameterPositions(sql).filter((p) => p.n === n);
-  if (at.length === 0) return undefined;
-  let out = '';
-  let from = 0;
-  for (const p of at) {
-    out += sql.slice(from, p.start) + replacement;
-    from = p.end;
-  }
-  return out + sql.slice(from);
+  const split = splitAtParameters(sql);
+  if (!split.params.includes(n)) return undefined;
+  return joinParameters(split, (m) => (m === n ? replacement : undefined));
 }
 
 /** Prepares a statement to learn the parameter types PostgreSQL infers for it (ids = ANY($1)
