@@ -14,7 +14,7 @@ import type { Metrics } from '../observability/metrics.js';
 import type { ShardChannel, ShardMessage } from '../transport/channel.js';
 import { FencedError } from './fence.js';
 import type { Leadership } from './leadership.js';
-import { planScan, type PlannedScan } from './map.js';
+import { countAhead, planScan, type PlannedScan } from './map.js';
 import { reap } from './reaper.js';
 import { consecutiveFailedScans, reduceScans, type ReducedScan } from './reduce.js';
 
@@ -24,6 +24,9 @@ const CREDIT_TTL_MS = 1000;
 /** How long "every due row is covered by shards in flight" is trusted without a new count. */
 const COVERED_TTL_MS = 5000;
 const BACKPRESSURE_RECHECK_MS = 100;
+/** With nothing in flight, the coordinator wakes this long before the next due instant to count
+ *  what will be due at it (count_ahead.sql), so a flood's plan at the instant needs no count. */
+const COUNT_AHEAD_MS = 500;
 /** The largest adaptive shard plan_shards.sql writes (same-database SQL handlers in a flood). */
 const MAX_ADAPTIVE_SHARD = 20_000;
 
@@ -57,12 +60,16 @@ export class Coordinator {
   /** Shards written but not yet published (Redis refused): retried first on the next tick. */
   private unpublished: ShardMessage[] = [];
   private lastReapAt = 0;
-  /** Per kind: due rows a count found beyond the shards in flight that the room did not take yet.
-   *  Only shards of this leader's plans claim them, so the next plans use this instead of
-   *  counting the same rows again (at most CREDIT_TTL_MS old). */
-  private credit = new Map<string, { rows: number; at: number }>();
+  /** Per kind: due rows a count found beyond the shards in flight that no shard covers yet (the
+   *  room did not take them, or they were counted ahead of their due instant). Only shards of
+   *  this leader's plans claim them, so the next plans use this instead of counting the same rows
+   *  again (at most CREDIT_TTL_MS old). complete: that count saw the last row due by its cutoff
+   *  (database clock, ms). */
+  private credit = new Map<string, Credit>();
   /** When a count last found every due row covered by the shards in flight (see tick). */
   private coveredAt: { cutoff: Date; at: number } | undefined;
+  /** The due instant (cutoff) last counted ahead: counted once, whatever the ticks before it. */
+  private countedAheadFor: number | undefined;
   private lastLagCheckAt = 0;
   private lastLagAlertAt = 0;
   /** Flow control: the kinds' controls as gauges, and the rate limits' token buckets. */
@@ -79,12 +86,14 @@ export class Coordinator {
       deps.metrics.epoch.set(epoch);
       this.lastReapAt = 0; // a new leader recovers at once
       this.credit.clear();
+      this.countedAheadFor = undefined;
       this.coveredAt = undefined;
       this.flow.reset();
       this.requestTick();
     });
     deps.leadership.on('deposed', () => {
       this.credit.clear();
+      this.countedAheadFor = undefined;
       this.coveredAt = undefined;
       deps.metrics.leader.set(0);
       deps.metrics.epoch.set(0);
@@ -206,6 +215,7 @@ export class Coordinator {
       [this.kinds],
     );
     const clock = rows[0]!;
+    const clockReadAt = Date.now();
     const flow = this.flow.tick(clock.controls, clock.now.getTime(), clock.target_controls);
     let inFlight = clock.in_flight;
     const nextDue = clock.next_due;
@@ -227,6 +237,7 @@ export class Coordinator {
     const covered = !flow.limited && this.coveredAt !== undefined && Date.now() - this.coveredAt.at < COVERED_TTL_MS && (clock.latest_due === null || clock.latest_due <= this.coveredAt.cutoff);
     let planned: PlannedScan | undefined;
     if (due && room >= minRoom && !covered) {
+      const credit = this.usableCredit(clock.now);
       await failpoint('coordinator.before-plan');
       const planStarted = performance.now();
       planned = await planScan(pool, epoch, {
@@ -239,16 +250,21 @@ export class Coordinator {
         // (adaptive shards reach MAX_ADAPTIVE_SHARD rows), so a flood is covered in one more count
         // instead of one per claimChunk, each walking the rows already covered again.
         maxRows: Math.max(cfg.claimChunk, room * (inFlight === 0 ? this.maxShardSize : Math.max(this.maxShardSize, MAX_ADAPTIVE_SHARD))),
-        credit: this.usableCredit(),
+        credit: Object.fromEntries([...credit].map(([kind, c]) => [kind, [c.rows, c.complete]])),
         rateBudget: flow.rateBudget,
         targetBudget: flow.targetBudget,
       });
       if (planned) this.flow.planned(planned.byKind, planned.byTarget);
-      this.updateCredit(planned);
-      // Nothing new due (no plan), or a plan that saw the last due row of every kind it counted
-      // and planned all of them: the due rows as of this cutoff are covered, and the next ticks
-      // need not count them again (one count of the whole flood saved).
-      this.coveredAt = !planned || coversAll(planned, room) ? { cutoff: clock.now, at: Date.now() } : undefined;
+      this.updateCredit(planned, credit, clock.now);
+      // Nothing new due (no plan), or a plan whose counts (now, or the credit's) saw the last due
+      // row of every kind and planned all of them: the due rows as of the earliest of those
+      // counts' cutoffs are covered, and the next ticks need not count them again (one count of
+      // the whole flood saved).
+      this.coveredAt = !planned
+        ? { cutoff: clock.now, at: Date.now() }
+        : coversAll(planned, room)
+          ? { cutoff: coveredCutoff(planned, credit, clock.now), at: Date.now() }
+          : undefined;
       if (planned) {
         inFlight += planned.shards.length;
         metrics.planned.inc(planned.capacity);
@@ -274,25 +290,54 @@ export class Coordinator {
     // or when the next rows become due if that is sooner (a steady stream of due instants must
     // not wait out the recheck: the next tick sees them past the covered cutoff and plans them).
     if (due) return clock.next_after ? Math.min(BACKPRESSURE_RECHECK_MS, untilDue(clock.next_after, clock.now)) : BACKPRESSURE_RECHECK_MS;
-    // Nothing is due: sleep until the next claimable time, measured on the database clock.
-    return nextDue ? untilDue(nextDue, clock.now) : undefined;
+    if (!nextDue) return undefined;
+    // Nothing is due: sleep until the next claimable time, measured on the database clock. With
+    // nothing in flight, first wake COUNT_AHEAD_MS before it and count what will be due then, so
+    // that a flood's first shards go out at the instant instead of after a count of the flood.
+    const until = untilDue(nextDue, clock.now);
+    if (inFlight > 0 || this.unpublished.length > 0) return until;
+    if (until > COUNT_AHEAD_MS) return until - COUNT_AHEAD_MS;
+    await this.countAhead(nextDue, room);
+    return Math.max(1, until - (Date.now() - clockReadAt));
   }
 
-  private usableCredit(): Record<string, number> {
-    const now = Date.now();
-    const out: Record<string, number> = {};
+  /** Counts what will be due at the next due instant (once per instant) into the credit. */
+  private async countAhead(nextDue: Date, room: number): Promise<void> {
+    // next_due comes in whole milliseconds; a row due within that millisecond belongs to it. The
+    // plan uses this credit only once the database clock has passed this cutoff.
+    const cutoff = nextDue.getTime() + 1;
+    if (this.countedAheadFor === cutoff) return;
+    this.countedAheadFor = cutoff;
+    const started = performance.now();
+    const counts = await countAhead(this.deps.pool, {
+      kinds: this.kinds,
+      cutoff: new Date(cutoff),
+      maxRows: room * Math.max(this.maxShardSize, MAX_ADAPTIVE_SHARD),
+    });
+    const at = Date.now();
+    for (const [kind, c] of counts) this.credit.set(kind, { rows: c.uncovered, complete: c.complete, cutoff, at });
+    if (counts.size > 0) {
+      this.deps.logger.debug({ cutoff: new Date(cutoff), kinds: Object.fromEntries(counts), countMs: Math.round(performance.now() - started) }, 'counted ahead of the due instant');
+    }
+  }
+
+  /** The credit a plan at this database time may use instead of counting. */
+  private usableCredit(now: Date): Map<string, Credit> {
+    const out = new Map<string, Credit>();
     for (const [kind, c] of this.credit) {
       // Less than a full shard left: count again rather than plan a part-empty shard on trust.
-      if (now - c.at < CREDIT_TTL_MS && c.rows >= (this.config.kinds[kind]?.shardSize ?? Infinity)) out[kind] = c.rows;
+      // Counted ahead for an instant not reached yet: rows between now and it are not due.
+      if (Date.now() - c.at < CREDIT_TTL_MS && c.cutoff <= now.getTime() && c.rows >= (this.config.kinds[kind]?.shardSize ?? Infinity)) out.set(kind, c);
     }
     return out;
   }
 
-  private updateCredit(planned: PlannedScan | undefined): void {
-    const next = new Map<string, { rows: number; at: number }>();
+  private updateCredit(planned: PlannedScan | undefined, used: Map<string, Credit>, now: Date): void {
+    const next = new Map<string, Credit>();
     for (const [kind, k] of planned?.byKind ?? []) {
       const left = k.uncovered - k.planned;
-      if (left > 0) next.set(kind, { rows: left, at: k.counted ? Date.now() : (this.credit.get(kind)?.at ?? Date.now()) });
+      const earlier = k.counted ? undefined : used.get(kind);
+      if (left > 0) next.set(kind, { rows: left, complete: k.complete, cutoff: earlier?.cutoff ?? now.getTime(), at: earlier?.at ?? Date.now() });
     }
     this.credit = next;
   }
@@ -394,10 +439,27 @@ export class Coordinator {
   }
 }
 
-/** Whether a plan left nothing due uncovered: every kind's count saw its last due row and all of
- *  it went into shards (the plan did not fill the room, so no kind was cut short). */
+interface Credit {
+  rows: number;
+  complete: boolean;
+  /** The count's cutoff on the database clock (ms): rows due up to it were counted. */
+  cutoff: number;
+  /** When it was counted (this process's clock), for CREDIT_TTL_MS. */
+  at: number;
+}
+
+/** Whether a plan left nothing due uncovered: every kind's count (now, or the credit's) saw its
+ *  last due row and all of it went into shards (the plan did not fill the room, so no kind was
+ *  cut short). */
 function coversAll(planned: PlannedScan, room: number): boolean {
   if (planned.shards.length >= room) return false;
-  for (const k of planned.byKind.values()) if (!k.counted || !k.complete || k.planned < k.uncovered) return false;
+  for (const k of planned.byKind.values()) if (!k.complete || k.planned < k.uncovered) return false;
   return true;
+}
+
+/** The cutoff up to which a covering plan covered the due rows: the earliest of its counts'. */
+function coveredCutoff(planned: PlannedScan, credit: Map<string, Credit>, now: Date): Date {
+  let cutoff = now.getTime();
+  for (const [kind, k] of planned.byKind) if (!k.counted) cutoff = Math.min(cutoff, credit.get(kind)?.cutoff ?? cutoff);
+  return new Date(cutoff);
 }

@@ -30,7 +30,8 @@ export async function planScan(
     kinds: string[];
     maxShards: number;
     maxRows: number;
-    credit: Record<string, number>;
+    /** Per kind: [uncovered rows counted earlier, whether that count saw the last due row]. */
+    credit: Record<string, [number, boolean]>;
     /** Per rate-limited kind: timeouts its token bucket allows now (src/flow/rate-budget.ts). */
     rateBudget: Record<string, number>;
     /** Per rate-limited business database (target): timeouts its token bucket allows now. */
@@ -75,4 +76,19 @@ export async function planScan(
     byKind,
     byTarget,
   };
+}
+
+/** Counts, before a due instant, what will be due at it beyond the shards in flight, for the kinds
+ *  a plan sizes to the backlog (count_ahead.sql): the plan at the instant then writes its shards
+ *  from this count instead of counting the flood while the first shards wait. */
+export async function countAhead(
+  pool: pg.Pool,
+  args: { kinds: string[]; cutoff: Date; maxRows: number },
+): Promise<Map<string, { uncovered: number; complete: boolean }>> {
+  const { rows } = await pool.query<{ kind: string; uncovered: string; complete: boolean }>(query(new URL('.', import.meta.url), 'count_ahead'), [
+    args.kinds,
+    args.cutoff,
+    args.maxRows,
+  ]);
+  return new Map(rows.map((r) => [r.kind, { uncovered: Number(r.uncovered), complete: r.complete }]));
 }

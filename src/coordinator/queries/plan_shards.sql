@@ -4,12 +4,14 @@
 -- in the shard's transaction (worker/queries/claim.sql), so a timeout is written once on its way
 -- to done. Counting stops at the live capacity plus $4 rows, so a large backlog costs a bounded
 -- read; what a count found but the room did not take is the coordinator's credit, passed back in
--- $7 for the next scans instead of counting the same rows again. The scan and all its shards are
+-- $7 for the next scans instead of counting the same rows again (as is a flood counted before
+-- its due instant: count_ahead.sql). The scan and all its shards are
 -- written by this one statement, so the scan is mapped at once; a tick with nothing new writes
 -- nothing. Runs inside the coordinator's fenced transaction.
 --   $1 cutoff (timestamptz)   $2 kinds served (text[])   $3 max new shards
 --   $4 max rows counted per kind beyond the live capacity   $5 epoch   $6 coordinator id
---   $7 credit: {"kind": uncovered rows counted earlier} (jsonb; a kind in it is not counted)
+--   $7 credit: {"kind": [uncovered rows counted earlier, whether that count saw the last due
+--      row]} (jsonb; a kind in it is not counted)
 --   $8 rate budget: {"kind": timeouts the coordinator's token bucket allows now} (jsonb; a
 --      rate-limited kind missing from it gets nothing this time: see the flow CTE)
 --   $9 target rate budget: {"target": timeouts the token bucket of that business database allows
@@ -72,12 +74,13 @@ WITH live_target AS (
   -- database as its shards' target.
   SELECT f.kind, r.databases[1] AS target, f.shard_size, f.shard_room, f.row_room, cr.credit IS NULL AS counted,
          coalesce(cr.credit, greatest(cnt.n - coalesce(l.capacity, 0), 0)) AS uncovered,
-         -- complete: the count stopped short of its bound, so it saw the last due row
-         coalesce(cnt.n < coalesce(l.capacity, 0) + $4, false) AS complete
+         -- complete: the count (now, or the credit's) stopped short of its bound, so it saw the
+         -- last due row
+         coalesce(cnt.n < coalesce(l.capacity, 0) + $4, cr.complete, false) AS complete
     FROM flow f
     LEFT JOIN live l ON l.kind = f.kind
     LEFT JOIN timeout_center.kind_routes r ON r.kind = f.kind
-   CROSS JOIN LATERAL (SELECT ($7::jsonb ->> f.kind)::bigint AS credit) cr
+   CROSS JOIN LATERAL (SELECT ($7::jsonb -> f.kind ->> 0)::bigint AS credit, ($7::jsonb -> f.kind ->> 1)::boolean AS complete) cr
    CROSS JOIN LATERAL (SELECT CASE WHEN cr.credit IS NULL THEN
                                 (SELECT count(*)
                                    FROM (SELECT 1 FROM timeout_center.timeouts t
