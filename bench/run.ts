@@ -120,8 +120,9 @@ async function main(): Promise<number> {
     return 0;
   }
   const variants = pick();
-  status.set('starting the bench PostgreSQL');
-  const srv = await startBenchServer();
+  status.set(smoke ? 'starting the bench PostgreSQL' : 'starting the bench PostgreSQL and writing its WAL warm-up');
+  // A smoke run writes little WAL: no warm-up (see warmWal in lib/server.ts).
+  const srv = await startBenchServer({ walWarmupBytes: smoke ? 0 : undefined });
   server = srv;
   const v = await versions(srv.adminUrl);
   const results: Results = {
