@@ -265,6 +265,10 @@ export class Coordinator {
         : coversAll(planned, room)
           ? { cutoff: coveredCutoff(planned, credit, clock.now), at: Date.now() }
           : undefined;
+      // The plan of a flood counted ahead became due at this instant: nothing of it is late yet,
+      // and the lag check reads every due row (about 150 ms at 1,000,000) while the first shards
+      // claim. The next lag check comes one lagCheckIntervalMs later.
+      if (planned && inFlight === 0 && [...credit.values()].some((c) => c.cutoff === this.countedAheadFor)) this.lastLagCheckAt = Date.now();
       if (planned) {
         inFlight += planned.shards.length;
         metrics.planned.inc(planned.capacity);
