@@ -328,10 +328,11 @@ export class Coordinator {
   /** The credit a plan at this database time may use instead of counting. */
   private usableCredit(now: Date): Map<string, Credit> {
     const out = new Map<string, Credit>();
+    const local = Date.now();
     for (const [kind, c] of this.credit) {
       // Less than a full shard left: count again rather than plan a part-empty shard on trust.
       // Counted ahead for an instant not reached yet: rows between now and it are not due.
-      if (Date.now() - c.at < CREDIT_TTL_MS && c.cutoff <= now.getTime() && c.rows >= (this.config.kinds[kind]?.shardSize ?? Infinity)) out.set(kind, c);
+      if (local - c.at < CREDIT_TTL_MS && c.cutoff <= now.getTime() && c.rows >= (this.config.kinds[kind]?.shardSize ?? Infinity)) out.set(kind, c);
     }
     return out;
   }

@@ -5,9 +5,9 @@
 -- to done. Counting stops at the live capacity plus $4 rows, so a large backlog costs a bounded
 -- read; what a count found but the room did not take is the coordinator's credit, passed back in
 -- $7 for the next scans instead of counting the same rows again (as is a flood counted before
--- its due instant: count_ahead.sql). The scan and all its shards are
--- written by this one statement, so the scan is mapped at once; a tick with nothing new writes
--- nothing. Runs inside the coordinator's fenced transaction.
+-- its due instant: count_ahead.sql). The scan and all its shards are written by this one
+-- statement, so the scan is mapped at once; a tick with nothing new writes nothing. Runs inside
+-- the coordinator's fenced transaction.
 --   $1 cutoff (timestamptz)   $2 kinds served (text[])   $3 max new shards
 --   $4 max rows counted per kind beyond the live capacity   $5 epoch   $6 coordinator id
 --   $7 credit: {"kind": [uncovered rows counted earlier, whether that count saw the last due
