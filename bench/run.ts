@@ -155,8 +155,11 @@ async function main(): Promise<number> {
     const byVariant = new Map<string, BurstResult[]>();
     for (let round = 1; round <= rounds; round++) {
       // Repeated: the systems the targets compare (timeout-center, the limit, pg-boss's batch
-      // mode). The per-job peers are an order of magnitude slower: one round tells.
-      for (const variant of round === 1 ? variants : variants.filter((x) => REPEATED.has(x.system))) {
+      // mode). The per-job peers are an order of magnitude slower: one round tells. Even rounds
+      // run the systems in reverse order, so that no system always runs right after the same one
+      // (or first, on a server that has just started).
+      const repeated = round === 1 ? variants : variants.filter((x) => REPEATED.has(x.system));
+      for (const variant of round % 2 === 0 ? [...repeated].reverse() : repeated) {
         steps.push({
           name: `burst ${burstN.toLocaleString('en')} · ${variant.label}${rounds > 1 && REPEATED.has(variant.system) ? ` · round ${round}/${rounds}` : ''}`,
           run: async () => {

@@ -70,6 +70,9 @@ export class Coordinator {
   private coveredAt: { cutoff: Date; at: number } | undefined;
   /** The due instant (cutoff) last counted ahead: counted once, whatever the ticks before it. */
   private countedAheadFor: number | undefined;
+  /** The kinds whose rows due by cutoff (database clock, ms) went into shards written ahead of
+   *  that instant (planAhead): the plan at the instant does not count them again. */
+  private plannedAhead: { cutoff: number; kinds: Set<string>; at: number } | undefined;
   private lastLagCheckAt = 0;
   private lastLagAlertAt = 0;
   /** Flow control: the kinds' controls as gauges, and the rate limits' token buckets. */
@@ -87,6 +90,7 @@ export class Coordinator {
       this.lastReapAt = 0; // a new leader recovers at once
       this.credit.clear();
       this.countedAheadFor = undefined;
+      this.plannedAhead = undefined;
       this.coveredAt = undefined;
       this.flow.reset();
       this.requestTick();
@@ -94,6 +98,7 @@ export class Coordinator {
     deps.leadership.on('deposed', () => {
       this.credit.clear();
       this.countedAheadFor = undefined;
+      this.plannedAhead = undefined;
       this.coveredAt = undefined;
       deps.metrics.leader.set(0);
       deps.metrics.epoch.set(0);
@@ -231,13 +236,17 @@ export class Coordinator {
     // displaces (the last covered row) is counted again after COVERED_TTL_MS, or as soon as
     // nothing is in flight, whatever is due then being uncovered. (At 1,000,000 due, a count
     // every second re-read the covered rows for 4 % of all statement time.)
-    if (inFlight === 0) this.coveredAt = undefined;
+    if (inFlight === 0) {
+      this.coveredAt = undefined;
+      this.plannedAhead = undefined;
+    }
     // (Never while a kind is capped or rate-limited: a plan that gave nothing may have held back
     // rows that are due, not found them covered.)
     const covered = !flow.limited && this.coveredAt !== undefined && Date.now() - this.coveredAt.at < COVERED_TTL_MS && (clock.latest_due === null || clock.latest_due <= this.coveredAt.cutoff);
     let planned: PlannedScan | undefined;
     if (due && room >= minRoom && !covered) {
       const credit = this.usableCredit(clock.now);
+      const aheadCredit = this.plannedAheadCredit(clock.now, clock.latest_due, credit);
       await failpoint('coordinator.before-plan');
       const planStarted = performance.now();
       planned = await planScan(pool, epoch, {
@@ -250,7 +259,7 @@ export class Coordinator {
         // (adaptive shards reach MAX_ADAPTIVE_SHARD rows), so a flood is covered in one more count
         // instead of one per claimChunk, each walking the rows already covered again.
         maxRows: Math.max(cfg.claimChunk, room * (inFlight === 0 ? this.maxShardSize : Math.max(this.maxShardSize, MAX_ADAPTIVE_SHARD))),
-        credit: Object.fromEntries([...credit].map(([kind, c]) => [kind, [c.rows, c.complete]])),
+        credit: { ...aheadCredit, ...Object.fromEntries([...credit].map(([kind, c]) => [kind, [c.rows, c.complete]])) },
         rateBudget: flow.rateBudget,
         targetBudget: flow.targetBudget,
       });
@@ -301,16 +310,76 @@ export class Coordinator {
     const until = untilDue(nextDue, clock.now);
     if (inFlight > 0 || this.unpublished.length > 0) return until;
     if (until > COUNT_AHEAD_MS) return until - COUNT_AHEAD_MS;
-    await this.countAhead(nextDue, room);
+    if (await this.countAhead(nextDue, room)) await this.planAhead(epoch, room, until - (Date.now() - clockReadAt));
     return Math.max(1, until - (Date.now() - clockReadAt));
   }
 
-  /** Counts what will be due at the next due instant (once per instant) into the credit. */
-  private async countAhead(nextDue: Date, room: number): Promise<void> {
+  /**
+   * Right after a count ahead: writes and publishes the counted rows' shards now, each claimed no
+   * earlier than the due instant (shards.not_before, sql/0011). The workers take their first
+   * shards' leases before the instant and claim at it, instead of waiting for a plan, a publish
+   * and a lease after it. Only kinds whose count is this instant's (count_ahead.sql: no flow
+   * control, one database); what the room did not take stays credit for the plan at the instant.
+   */
+  private async planAhead(epoch: number, room: number, untilMs: number): Promise<void> {
+    const cutoff = this.countedAheadFor;
+    const credit = new Map([...this.credit].filter(([, c]) => c.cutoff === cutoff && c.rows > 0));
+    if (cutoff === undefined || credit.size === 0) return;
+    const { pool, logger, metrics } = this.deps;
+    await failpoint('coordinator.before-plan');
+    const planStarted = performance.now();
+    const planned = await planScan(pool, epoch, {
+      coordinatorId: this.deps.coordinatorId,
+      cutoff: new Date(cutoff),
+      kinds: [...credit.keys()],
+      maxShards: room,
+      maxRows: this.config.coordinator.claimChunk,
+      credit: Object.fromEntries([...credit].map(([kind, c]) => [kind, [c.rows, c.complete]])),
+      rateBudget: {},
+      targetBudget: {},
+      notBefore: new Date(cutoff),
+    });
+    if (!planned) return;
+    this.flow.planned(planned.byKind, planned.byTarget);
+    this.updateCredit(planned, credit, new Date(cutoff));
+    this.plannedAhead = { cutoff, kinds: new Set(planned.byKind.keys()), at: Date.now() };
+    // Nothing of this flood is late before its instant; the lag check (which reads every due row)
+    // comes one lagCheckIntervalMs after it, not while the first shards claim.
+    this.lastLagCheckAt = Date.now() + Math.max(0, untilMs);
+    metrics.planned.inc(planned.capacity);
+    metrics.plannedDeprecated.inc(planned.capacity);
+    await failpoint('coordinator.before-publish');
+    this.unpublished.push(...planned.shards);
+    await this.flushUnpublished();
+    logger.debug(
+      { scanId: planned.scanId, shards: planned.shards.length, capacity: planned.capacity, notBefore: new Date(cutoff), planMs: Math.round(performance.now() - planStarted) },
+      'scan mapped ahead of its due instant',
+    );
+  }
+
+  /** For the plan at an instant whose rows went into shards ahead of it: the kinds planned ahead
+   *  count as covered ([0 uncovered, complete]) while nothing has become due past that instant and
+   *  no credit is left for them; other kinds are counted as usual. */
+  private plannedAheadCredit(now: Date, latestDue: Date | null, credit: Map<string, Credit>): Record<string, [number, boolean]> {
+    const ahead = this.plannedAhead;
+    if (!ahead) return {};
+    if (Date.now() - ahead.at >= COVERED_TTL_MS || (latestDue !== null && latestDue.getTime() > ahead.cutoff)) {
+      this.plannedAhead = undefined;
+      return {};
+    }
+    if (ahead.cutoff > now.getTime()) return {};
+    const out: Record<string, [number, boolean]> = {};
+    for (const kind of ahead.kinds) if (!credit.has(kind) && !this.credit.has(kind)) out[kind] = [0, true];
+    return out;
+  }
+
+  /** Counts what will be due at the next due instant (once per instant) into the credit. Returns
+   *  whether it counted now. */
+  private async countAhead(nextDue: Date, room: number): Promise<boolean> {
     // next_due comes in whole milliseconds; a row due within that millisecond belongs to it. The
     // plan uses this credit only once the database clock has passed this cutoff.
     const cutoff = nextDue.getTime() + 1;
-    if (this.countedAheadFor === cutoff) return;
+    if (this.countedAheadFor === cutoff) return false;
     this.countedAheadFor = cutoff;
     const started = performance.now();
     const counts = await countAhead(this.deps.pool, {
@@ -323,6 +392,7 @@ export class Coordinator {
     if (counts.size > 0) {
       this.deps.logger.debug({ cutoff: new Date(cutoff), kinds: Object.fromEntries(counts), countMs: Math.round(performance.now() - started) }, 'counted ahead of the due instant');
     }
+    return true;
   }
 
   /** The credit a plan at this database time may use instead of counting. */

@@ -36,6 +36,9 @@ export async function planScan(
     rateBudget: Record<string, number>;
     /** Per rate-limited business database (target): timeouts its token bucket allows now. */
     targetBudget: Record<string, number>;
+    /** A plan written ahead of its rows' due instant (from a count ahead): its shards are claimed
+     *  no earlier than this time on the database clock (shards.not_before, sql/0011). */
+    notBefore?: Date;
   },
 ): Promise<PlannedScan | undefined> {
   type Row = { id: number; scan_id: number; kind: string; target: string | null; claim_limit: number; uncovered: string; counted: boolean; complete: boolean };
@@ -50,6 +53,7 @@ export async function planScan(
       JSON.stringify(args.credit),
       JSON.stringify(args.rateBudget),
       JSON.stringify(args.targetBudget),
+      args.notBefore ?? null,
     ]),
   );
   if (rows.length === 0) return undefined;

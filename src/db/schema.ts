@@ -120,6 +120,8 @@ export interface ShardsTable {
   created_at: Generated<Timestamp>;
   started_at: Timestamp | null;
   finished_at: Timestamp | null;
+  /** Planned ahead of its rows' due instant (sql/0011): no worker claims before this time. */
+  not_before: Timestamp | null;
 }
 
 export interface CoordinatorLeaseTable {

@@ -1,7 +1,8 @@
-// A flood due at one instant is counted before that instant (count_ahead.sql), and the plan at
-// the instant writes its shards from that count: every due row covered by the first scan, none
-// closed twice, none left behind, including a row inserted after the count and one due within
-// the instant's millisecond.
+// A flood due at one instant is counted before that instant (count_ahead.sql), and its shards are
+// written and leased before it too (planAhead, shards.not_before: sql/0011), their claims waiting
+// for the instant: every due row covered by that first scan, none closed before it was due, none
+// closed twice, none left behind, including a row inserted after the count and one due within the
+// instant's millisecond.
 import pg from 'pg';
 import { afterAll, beforeAll, expect, it } from 'vitest';
 import { checkInvariants, CLOSE_SQL, createOrdersSchema, writeConfig } from '../helpers/orders.js';
@@ -33,7 +34,7 @@ afterAll(async () => {
   await tearDown({ pool, db });
 });
 
-it('counts a flood before its due instant and plans all of it at the instant from that count', async () => {
+it('counts and plans a flood before its due instant, and claims it at the instant', async () => {
   runner = spawnCli('run', ['run'], env);
   await runner.waitForMsg('became leader', 20_000);
   const dueAt = new Date(Date.now() + 3000);
@@ -59,10 +60,26 @@ it('counts a flood before its due instant and plans all of it at the instant fro
   }
   expect(closed).toBe(N + 2);
 
-  // The first scan, mapped at the instant, covers every row the count saw.
-  const mapped = runner.lines.filter((l) => l.msg === 'scan mapped');
-  expect(mapped[0]!['capacity']).toBe(N + 1);
-  expect(new Date(String(mapped[0]!['time'])).getTime()).toBeGreaterThanOrEqual(dueAt.getTime());
+  // The first scan, mapped before the instant, covers every row the count saw; its shards were
+  // leased before the instant and wait for it (database clock).
+  const ahead = runner.lines.filter((l) => l.msg === 'scan mapped ahead of its due instant');
+  expect(ahead).toHaveLength(1);
+  expect(ahead[0]!['capacity']).toBe(N + 1);
+  expect(new Date(String(ahead[0]!['time'])).getTime()).toBeLessThan(dueAt.getTime());
+  const { rows: first } = await pool.query<{ claimed: number; not_before_ok: boolean; leased_early: number }>(
+    `SELECT sum(size)::int AS claimed, bool_and(not_before = $2::timestamptz + interval '1 millisecond') AS not_before_ok,
+            count(*) FILTER (WHERE started_at < $2)::int AS leased_early
+       FROM timeout_center.shards WHERE scan_id = $1`,
+    [ahead[0]!['scanId'], dueAt],
+  );
+  expect(first[0]!.not_before_ok).toBe(true);
+  expect(first[0]!.leased_early).toBeGreaterThan(0);
+  // A shard leased early waited for the instant: the scan's shards claimed all they were planned
+  // for (an early claim finds nothing due and claims nothing).
+  expect(first[0]!.claimed).toBe(N + 1);
+  // No row closed before it was due: each done row's claim ran at or after the instant.
+  const { rows: early } = await pool.query<{ n: number }>(`SELECT count(*)::int AS n FROM timeout_center.done_timeouts WHERE finished_at < due_at`);
+  expect(early[0]!.n).toBe(0);
   const { rows } = await pool.query<{ not_done: number; done: number }>(
     `SELECT (SELECT count(*) FROM timeout_center.shards WHERE state <> 'done')::int AS not_done,
             (SELECT count(*) FROM timeout_center.all_timeouts WHERE state = 'done')::int AS done`,

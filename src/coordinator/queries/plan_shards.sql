@@ -16,6 +16,8 @@
 --      rate-limited kind missing from it gets nothing this time: see the flow CTE)
 --   $9 target rate budget: {"target": timeouts the token bucket of that business database allows
 --      now} (jsonb; a rate-limited target missing from it gets nothing: see target_flow)
+--   $10 not before (timestamptz, or NULL): a plan written ahead of its rows' due instant, from a
+--      count ahead (sql/0011); workers claim no earlier than it
 -- Shards carry a target (a business database name, or NULL): the map counts per (kind, target),
 -- so one shard's handler runs against exactly one database (sql/0005_business_databases.sql).
 -- Flow control (pause, cap, rate) is per kind, over all of its targets; and a rate limit per
@@ -193,8 +195,8 @@ WITH live_target AS (
    WHERE EXISTS (SELECT 1 FROM planned)
   RETURNING id
 ), new_shards AS (
-  INSERT INTO timeout_center.shards (scan_id, kind, target, seq, size, claim_limit, published_at, publish_count)
-  SELECT (SELECT id FROM new_scan), p.kind, p.target, row_number() OVER (ORDER BY p.turn, p.kind, p.target) - 1, 0, p.claim_limit, now(), 1
+  INSERT INTO timeout_center.shards (scan_id, kind, target, seq, size, claim_limit, published_at, publish_count, not_before)
+  SELECT (SELECT id FROM new_scan), p.kind, p.target, row_number() OVER (ORDER BY p.turn, p.kind, p.target) - 1, 0, p.claim_limit, now(), 1, $10::timestamptz
     FROM planned p
   RETURNING id, scan_id, kind, target, claim_limit
 )

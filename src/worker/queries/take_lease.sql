@@ -9,6 +9,9 @@
 -- Flow control (sql/0006): nothing of a paused kind starts, and a capped kind never has more
 -- than max_running_shards running (a cap lowered while shards are queued); the check runs after
 -- lock_kind.sql, in the same transaction, so two workers cannot both take the last place.
+-- wait_ms: a shard planned ahead of its rows' due instant (shards.not_before, sql/0011) is leased
+-- early; the worker waits this long, measured here on the database clock, before it claims. Rounded
+-- up, so the claim's statement_timestamp() is past not_before.
 -- No row: the shard is final, another worker holds it (a duplicate delivery: acknowledge it), or
 -- flow control holds it back (hold_shard.sql then leaves it queued, unpublished).
 UPDATE timeout_center.shards sh
@@ -25,4 +28,5 @@ UPDATE timeout_center.shards sh
    AND k.kind = sh.kind AND NOT k.paused
    AND (k.max_running_shards IS NULL OR sh.state = 'running'
         OR (SELECT count(*) FROM timeout_center.shards r WHERE r.kind = sh.kind AND r.state = 'running') < k.max_running_shards)
-RETURNING sh.id, sh.scan_id, sh.kind, sh.lease_token, sh.attempts, sh.claim_limit
+RETURNING sh.id, sh.scan_id, sh.kind, sh.lease_token, sh.attempts, sh.claim_limit,
+          greatest(ceil(extract(epoch FROM sh.not_before - clock_timestamp()) * 1000), 0)::int AS wait_ms
