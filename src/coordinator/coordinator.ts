@@ -250,7 +250,7 @@ export class Coordinator {
     let planned: PlannedScan | undefined;
     if (due && room >= minRoom && !covered) {
       const credit = this.usableCredit(clock.now);
-      const aheadCredit = this.plannedAheadCredit(clock.now, clock.latest_due, credit);
+      const aheadCredit = this.plannedAheadCredit(clock.now, clock.latest_due);
       await failpoint('coordinator.before-plan');
       const planStarted = performance.now();
       planned = await planScan(pool, epoch, {
@@ -263,11 +263,10 @@ export class Coordinator {
         // (adaptive shards reach MAX_ADAPTIVE_SHARD rows), so a flood is covered in one more count
         // instead of one per claimChunk, each walking the rows already covered again.
         maxRows: Math.max(cfg.claimChunk, room * (inFlight === 0 ? this.maxShardSize : Math.max(this.maxShardSize, MAX_ADAPTIVE_SHARD))),
-        credit: { ...aheadCredit, ...Object.fromEntries([...credit].map(([kind, c]) => [kind, [c.rows, c.complete]])) },
+        credit: { ...aheadCredit, ...creditParam(credit) },
         rateBudget: flow.rateBudget,
         targetBudget: flow.targetBudget,
       });
-      if (planned) this.flow.planned(planned.byKind, planned.byTarget);
       this.updateCredit(planned, credit, clock.now);
       // Nothing new due (no plan), or a plan whose counts (now, or the credit's) saw the last due
       // row of every kind and planned all of them: the due rows as of the earliest of those
@@ -283,11 +282,7 @@ export class Coordinator {
       if (planned && inFlight === 0 && [...credit.values()].some((c) => c.cutoff === this.countedAheadFor)) this.deferLagCheck(0);
       if (planned) {
         inFlight += planned.shards.length;
-        metrics.planned.inc(planned.capacity);
-        metrics.plannedDeprecated.inc(planned.capacity);
-        await failpoint('coordinator.before-publish');
-        this.unpublished.push(...planned.shards);
-        await this.flushUnpublished();
+        await this.publishPlanned(planned);
         logger.debug({ scanId: planned.scanId, shards: planned.shards.length, capacity: planned.capacity, inFlight, planMs: Math.round(performance.now() - planStarted) }, 'scan mapped');
       } else {
         logger.debug({ room, inFlight, planMs: Math.round(performance.now() - planStarted) }, 'nothing new to map');
@@ -331,7 +326,7 @@ export class Coordinator {
     // the median but 6-12 ms later at p99 (5,000/s; bench/analysis.md, fifth pass).
     const credit = new Map([...this.credit].filter(([kind, c]) => c.cutoff === cutoff && c.rows >= 2 * (this.config.kinds[kind]?.shardSize ?? Infinity)));
     if (cutoff === undefined || credit.size === 0) return;
-    const { pool, logger, metrics } = this.deps;
+    const { pool, logger } = this.deps;
     await failpoint('coordinator.before-plan');
     const planStarted = performance.now();
     const planned = await planScan(pool, epoch, {
@@ -340,22 +335,17 @@ export class Coordinator {
       kinds: [...credit.keys()],
       maxShards: room,
       maxRows: this.config.coordinator.claimChunk,
-      credit: Object.fromEntries([...credit].map(([kind, c]) => [kind, [c.rows, c.complete]])),
+      credit: creditParam(credit),
       rateBudget: {},
       targetBudget: {},
       notBefore: new Date(cutoff),
     });
     if (!planned) return;
-    this.flow.planned(planned.byKind, planned.byTarget);
     this.updateCredit(planned, credit, new Date(cutoff));
     this.plannedAhead = { cutoff, kinds: new Set(planned.byKind.keys()), at: Date.now() };
     // Nothing of this flood is late before its instant (lag-schedule.ts).
     this.deferLagCheck(Math.max(0, untilMs));
-    metrics.planned.inc(planned.capacity);
-    metrics.plannedDeprecated.inc(planned.capacity);
-    await failpoint('coordinator.before-publish');
-    this.unpublished.push(...planned.shards);
-    await this.flushUnpublished();
+    await this.publishPlanned(planned);
     logger.debug(
       { scanId: planned.scanId, shards: planned.shards.length, capacity: planned.capacity, notBefore: new Date(cutoff), planMs: Math.round(performance.now() - planStarted) },
       'scan mapped ahead of its due instant',
@@ -365,7 +355,7 @@ export class Coordinator {
   /** For the plan at an instant whose rows went into shards ahead of it: the kinds planned ahead
    *  count as covered ([0 uncovered, complete]) while nothing has become due past that instant and
    *  no credit is left for them; other kinds are counted as usual. */
-  private plannedAheadCredit(now: Date, latestDue: Date | null, credit: Map<string, Credit>): Record<string, [number, boolean]> {
+  private plannedAheadCredit(now: Date, latestDue: Date | null): Record<string, [number, boolean]> {
     const ahead = this.plannedAhead;
     if (!ahead) return {};
     if (Date.now() - ahead.at >= COVERED_TTL_MS || (latestDue !== null && latestDue.getTime() > ahead.cutoff)) {
@@ -374,7 +364,7 @@ export class Coordinator {
     }
     if (ahead.cutoff > now.getTime()) return {};
     const out: Record<string, [number, boolean]> = {};
-    for (const kind of ahead.kinds) if (!credit.has(kind) && !this.credit.has(kind)) out[kind] = [0, true];
+    for (const kind of ahead.kinds) if (!this.credit.has(kind)) out[kind] = [0, true];
     return out;
   }
 
@@ -420,6 +410,17 @@ export class Coordinator {
       if (left > 0) next.set(kind, { rows: left, complete: k.complete, cutoff: earlier?.cutoff ?? now.getTime(), at: earlier?.at ?? Date.now() });
     }
     this.credit = next;
+  }
+
+  /** A plan's shards go to flow control's books and the metrics, then to Redis (kept for the next
+   *  tick if Redis refuses). */
+  private async publishPlanned(planned: PlannedScan): Promise<void> {
+    this.flow.planned(planned.byKind, planned.byTarget);
+    this.deps.metrics.planned.inc(planned.capacity);
+    this.deps.metrics.plannedDeprecated.inc(planned.capacity);
+    await failpoint('coordinator.before-publish');
+    this.unpublished.push(...planned.shards);
+    await this.flushUnpublished();
   }
 
   private async flushUnpublished(): Promise<void> {
@@ -532,6 +533,11 @@ interface Credit {
   cutoff: number;
   /** When it was counted (this process's clock), for CREDIT_TTL_MS. */
   at: number;
+}
+
+/** The credit as plan_shards takes it ($7): {"kind": [rows, complete]}. */
+function creditParam(credit: Map<string, Credit>): Record<string, [number, boolean]> {
+  return Object.fromEntries([...credit].map(([kind, c]) => [kind, [c.rows, c.complete]]));
 }
 
 /** Whether a plan left nothing due uncovered: every kind's count (now, or the credit's) saw its

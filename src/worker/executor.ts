@@ -46,10 +46,9 @@ export interface Lease {
   lease_token: string;
   attempts: number;
   claim_limit: number;
-  /** How long to wait before claiming: a shard planned ahead of its rows' due instant
-   *  (shards.not_before, sql/0011), measured on the database clock; 0 for any other. */
-  wait_ms: number;
-  /** When (performance.now()) that wait ends: the claim may start. */
+  /** When (performance.now()) the claim may start: for a shard planned ahead of its rows' due
+   *  instant (shards.not_before, sql/0011), the lease's time plus take_lease.sql's wait_ms,
+   *  measured on the database clock; for any other, the lease's time. */
   claimAt: number;
 }
 
@@ -189,19 +188,18 @@ export class ShardExecutor {
     const bind = (name: string) => bindLiterals(query(here, name), values);
     const results = (await this.pool.query(
       `BEGIN; SET LOCAL synchronous_commit = off; ${bind('lock_kind')}; ${bind('take_lease')}; COMMIT`,
-    )) as unknown as pg.QueryResult<Lease>[];
+    )) as unknown as pg.QueryResult<Omit<Lease, 'claimAt'> & { wait_ms: number }>[];
     const row = results[3]?.rows[0];
-    return row
-      ? {
-          ...row,
-          id: Number(row.id),
-          scan_id: Number(row.scan_id),
-          attempts: Number(row.attempts),
-          claim_limit: Number(row.claim_limit),
-          wait_ms: Number(row.wait_ms),
-          claimAt: performance.now() + Number(row.wait_ms),
-        }
-      : undefined;
+    if (!row) return undefined;
+    const { wait_ms, ...lease } = row;
+    return {
+      ...lease,
+      id: Number(row.id),
+      scan_id: Number(row.scan_id),
+      attempts: Number(row.attempts),
+      claim_limit: Number(row.claim_limit),
+      claimAt: performance.now() + Number(wait_ms),
+    };
   }
 
   /**
