@@ -219,7 +219,7 @@ export class Coordinator {
 
     // Map: one statement writes a scan with shards for what is due beyond the shards in flight,
     // while they stay under the bound.
-    const { rows } = await pool.query<{ now: Date; next_due: Date | null; latest_due: Date | null; next_after: Date | null; in_flight: number; controls: ControlsColumn | null; target_controls: TargetControlsColumn | null }>(
+    const { rows } = await pool.query<{ now: Date; latest_due: Date | null; next_after: Date | null; in_flight: number; controls: ControlsColumn | null; target_controls: TargetControlsColumn | null }>(
       query(new URL('.', import.meta.url), 'next_due'),
       [this.kinds],
     );
@@ -227,9 +227,8 @@ export class Coordinator {
     const clockReadAt = Date.now();
     const flow = this.flow.tick(clock.controls, clock.now.getTime(), clock.target_controls);
     let inFlight = clock.in_flight;
-    const nextDue = clock.next_due;
     const room = cfg.maxInFlightShards - inFlight;
-    const due = nextDue !== null && nextDue <= clock.now;
+    const due = clock.latest_due !== null;
     // Each plan counts the rows the shards in flight already cover: under a backlog, wait until a
     // quarter of the bound is free instead of counting again for every finished shard.
     const minRoom = inFlight === 0 ? 1 : Math.max(1, Math.floor(cfg.maxInFlightShards / 4));
@@ -301,6 +300,7 @@ export class Coordinator {
     // or when the next rows become due if that is sooner (a steady stream of due instants must
     // not wait out the recheck: the next tick sees them past the covered cutoff and plans them).
     if (due) return clock.next_after ? Math.min(BACKPRESSURE_RECHECK_MS, untilDue(clock.next_after, clock.now)) : BACKPRESSURE_RECHECK_MS;
+    const nextDue = clock.next_after;
     if (!nextDue) return undefined;
     // Nothing is due: sleep until the next claimable time, measured on the database clock. With
     // nothing in flight, first wake COUNT_AHEAD_MS before it and count what will be due then, so
@@ -371,8 +371,8 @@ export class Coordinator {
   /** Counts what will be due at the next due instant (once per instant) into the credit. Returns
    *  whether it counted now. */
   private async countAhead(nextDue: Date, room: number): Promise<boolean> {
-    // next_due comes in whole milliseconds; a row due within that millisecond belongs to it. The
-    // plan uses this credit only once the database clock has passed this cutoff.
+    // next_after comes in whole milliseconds (a Date); a row due within that millisecond belongs
+    // to it. The plan uses this credit only once the database clock has passed this cutoff.
     const cutoff = nextDue.getTime() + 1;
     if (this.countedAheadFor === cutoff) return false;
     this.countedAheadFor = cutoff;

@@ -22,3 +22,9 @@ export function parseMillisArray(text: string): number[] {
   if (text.length <= 2) return [];
   return text.slice(1, -1).split(',').map((v) => Number(v) / 1000);
 }
+
+/** Numbers from an int4[] ({3,1,20000}), by the same split. */
+export function parseIntArray(text: string): number[] {
+  if (text.length <= 2) return [];
+  return text.slice(1, -1).split(',').map(Number);
+}

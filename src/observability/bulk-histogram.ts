@@ -41,29 +41,38 @@ export class BulkHistogram<L extends string> {
 
   /**
    * Adds observations: each value times `scale` (e.g. 0.001 for milliseconds to seconds), negative
-   * ones counted as 0 (clock skew between PostgreSQL sessions).
+   * ones counted as 0 (clock skew between PostgreSQL sessions). `times`, when given, says how many
+   * observations each value stands for (a shard's lateness per distinct due time: claim.sql).
    */
-  observeMany(labels: Record<L, string>, values: ArrayLike<number>, scale = 1): void {
+  observeMany(labels: Record<L, string>, values: ArrayLike<number>, scale = 1, times?: ArrayLike<number>): void {
     if (values.length === 0) return;
+    if (times && times.length !== values.length) throw new RangeError(`${this.name}: ${values.length} values but ${times.length} counts`);
+    // Bounds in the values' own unit: one multiplication per bucket, not per value.
+    const bounds = this.buckets.map((b) => b / scale);
+    // Counted apart first: a bad value throws before the series changes.
+    const added = new Float64Array(this.buckets.length + 1);
+    let sum = 0;
+    let count = 0;
+    for (let i = 0; i < values.length; i += 1) {
+      const v = Math.max(0, values[i]!);
+      if (!Number.isFinite(v)) throw new TypeError(`${this.name}: not a finite number: ${String(values[i])}`);
+      const n = times ? times[i]! : 1;
+      if (!Number.isInteger(n) || n < 0) throw new TypeError(`${this.name}: not a count: ${String(n)}`);
+      let b = 0;
+      while (b < bounds.length && v > bounds[b]!) b += 1;
+      added[b]! += n;
+      sum += v * n;
+      count += n;
+    }
     const key = JSON.stringify(labels);
     let s = this.series.get(key);
     if (!s) {
       s = { labels: { ...labels }, counts: new Float64Array(this.buckets.length + 1), sum: 0, count: 0 };
       this.series.set(key, s);
     }
-    // Bounds in the values' own unit: one multiplication per bucket, not per value.
-    const bounds = this.buckets.map((b) => b / scale);
-    let sum = 0;
-    for (let i = 0; i < values.length; i += 1) {
-      const v = Math.max(0, values[i]!);
-      if (!Number.isFinite(v)) throw new TypeError(`${this.name}: not a finite number: ${String(values[i])}`);
-      let b = 0;
-      while (b < bounds.length && v > bounds[b]!) b += 1;
-      s.counts[b]! += 1;
-      sum += v;
-    }
+    for (let b = 0; b < added.length; b += 1) s.counts[b]! += added[b]!;
     s.sum += sum * scale;
-    s.count += values.length;
+    s.count += count;
   }
 
   async get(): Promise<{ name: string; help: string; type: 'histogram'; values: Sample[]; aggregator: 'sum' }> {

@@ -8,7 +8,7 @@ import pg from 'pg';
 import type { Logger } from 'pino';
 import { isConnectionError, isRetryableConflict } from '../db/pool.js';
 import { query } from '../db/queries.js';
-import { AS_TEXT, parseInt8Array, parseJsonbArray, parseMillisArray, parseTextArray } from '../db/pg-text.js';
+import { AS_TEXT, parseInt8Array, parseIntArray, parseJsonbArray, parseMillisArray, parseTextArray } from '../db/pg-text.js';
 import { failpoint } from '../failpoints.js';
 import type { Metrics } from '../observability/metrics.js';
 import {
@@ -61,6 +61,9 @@ interface Taken {
   payloads: string | null;
   skipped: string;
   lateness_ms: string;
+  /** Batch form: how many rows each lateness_ms stands for (one per distinct due time); plain
+   *  form: null (one lateness per row). */
+  lateness_n: string | null;
 }
 
 interface Outcome {
@@ -74,7 +77,13 @@ interface Outcome {
   skipped: string[];
   failed: string[];
   failures: { error: string; permanent: boolean }[];
-  lateness: number[];
+  lateness: Lateness;
+}
+
+/** A shard's lateness in seconds; `times[i]` rows had `seconds[i]` (none: one row each). */
+interface Lateness {
+  seconds: number[];
+  times?: number[];
 }
 
 
@@ -214,7 +223,7 @@ export class ShardExecutor {
     const client = await this.pool.connect();
     let broken = false;
     let open = false;
-    let result: { done: number; skipped: number; failed: number; retried: number; lateness: number[] };
+    let result: { done: number; skipped: number; failed: number; retried: number; lateness: Lateness };
     try {
       const batch = handler.batch;
       const savepoint = batch
@@ -286,7 +295,7 @@ export class ShardExecutor {
     this.metrics.timeouts.inc({ kind, outcome: 'retried' }, result.retried);
     this.metrics.shards.inc({ kind, outcome: 'done' });
     // In seconds: parseMillisArray already divided the milliseconds PostgreSQL sent.
-    this.metrics.lateness.observeMany({ kind }, result.lateness);
+    this.metrics.lateness.observeMany({ kind }, result.lateness.seconds, 1, result.lateness.times);
     if (result.failed > 0 || result.retried > 0) log.warn({ ...result, lateness: undefined }, 'shard finished with failing timeouts');
     else log.debug({ done: result.done, skipped: result.skipped, ...phases }, 'shard done');
     return { status: 'done', done: result.done, skipped: result.skipped, failed: result.failed, retried: result.retried };
@@ -303,7 +312,8 @@ export class ShardExecutor {
     try {
       const { rows } = await client.query<Taken>({ name: batch.name, text: batch.sql, values: [lease.id, lease.kind, lease.claim_limit, true], types: AS_TEXT });
       const taken = rows[0]!;
-      return { n: Number(taken.n), skippedMarked: Number(taken.skipped), claimed: [], skipped: [], failed: [], failures: [], lateness: parseMillisArray(taken.lateness_ms) };
+      const lateness = { seconds: parseMillisArray(taken.lateness_ms), times: parseIntArray(taken.lateness_n ?? '{}') };
+      return { n: Number(taken.n), skippedMarked: Number(taken.skipped), claimed: [], skipped: [], failed: [], failures: [], lateness };
     } catch (err) {
       // The connection or the transaction itself is gone: no row is to blame, retry the shard.
       if (isConnectionError(err) || isRetryableConflict(err)) throw err;
@@ -318,7 +328,7 @@ export class ShardExecutor {
   private async claimThenApply(client: pg.PoolClient, handler: ResolvedHandler, lease: Lease): Promise<Outcome> {
     const { rows } = await client.query<Taken>({ text: query(here, 'claim'), values: [lease.id, lease.kind, lease.claim_limit, false], types: AS_TEXT });
     const taken = rows[0]!;
-    const out: Outcome = { n: Number(taken.n), skippedMarked: 0, claimed: [], skipped: [], failed: [], failures: [], lateness: [] };
+    const out: Outcome = { n: Number(taken.n), skippedMarked: 0, claimed: [], skipped: [], failed: [], failures: [], lateness: { seconds: [] } };
     if (out.n === 0) return out;
     const ids = parseInt8Array(taken.ids!);
     out.claimed = ids;
@@ -335,7 +345,7 @@ export class ShardExecutor {
         out.failed.push(ids[i]!);
         out.failures.push(failure);
       } else {
-        out.lateness.push(lateness[i]!);
+        out.lateness.seconds.push(lateness[i]!);
         if (!split.applied.has(bizId)) out.skipped.push(ids[i]!);
       }
     });

@@ -2,6 +2,7 @@
 // one statement claims, applies and reports the skipped ids exactly as the plain form would.
 import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { query } from '../../src/db/queries.js';
 import { batchSqlHandler, sqlHandlerForm } from '../../src/worker/sql-handler.js';
 import { CLOSE_SQL, createOrdersSchema, writeConfig } from '../helpers/orders.js';
 import { runCli } from '../helpers/processes.js';
@@ -38,12 +39,18 @@ describe('batch form of a SQL handler', () => {
 
   it('claims the shard, applies the handler and writes each timeout once with its result, in one statement', async () => {
     await pool.query(`INSERT INTO orders (id, status) SELECT g, CASE WHEN g % 4 = 0 THEN 'paid' ELSE 'unpaid' END FROM generate_series(1, 20) g`);
-    await pool.query(`INSERT INTO timeout_center.timeouts (kind, biz_id, due_at) SELECT 'order.unpaid', g::text, now() - interval '1 s' FROM generate_series(1, 20) g`);
+    // Two due times: ids 1-8 two seconds ago, the rest one second ago.
+    await pool.query(
+      `INSERT INTO timeout_center.timeouts (kind, biz_id, due_at)
+       SELECT 'order.unpaid', g::text, now() - CASE WHEN g <= 8 THEN interval '2 s' ELSE interval '1 s' END FROM generate_series(1, 20) g`,
+    );
     const { rows: scan } = await pool.query(`INSERT INTO timeout_center.scans (epoch, coordinator, cutoff) VALUES (1, 'test', now()) RETURNING id`);
     const { rows: shard } = await pool.query(
       `INSERT INTO timeout_center.shards (scan_id, kind, seq, size, claim_limit) VALUES ($1, 'order.unpaid', 0, 0, 15) RETURNING id`,
       [scan[0].id],
     );
+    const { rows: ids } = await pool.query<{ id: string; biz_id: string }>(`SELECT id, biz_id FROM timeout_center.timeouts`);
+    const idsByBiz = new Map(ids.map((r) => [r.biz_id, r.id]));
     const batch = (await batchSqlHandler(pool, CLOSE_SQL, 1000))!;
     const { rows } = await pool.query(batch.sql, [shard[0].id, 'order.unpaid', 15, true]);
     expect(rows[0].n).toBe(15);
@@ -54,9 +61,13 @@ describe('batch form of a SQL handler', () => {
       `SELECT biz_id FROM timeout_center.all_timeouts WHERE result = 'skipped' ORDER BY biz_id::int`,
     );
     expect(results.map((r) => r.biz_id)).toEqual(['4', '8', '12']);
-    // Lateness per timeout, in whole milliseconds (int4[]): 15 values, each about 1 s.
-    expect(rows[0].lateness_ms).toHaveLength(15);
-    expect(rows[0].lateness_ms.every((ms: number) => ms >= 900 && ms < 60_000)).toBe(true);
+    // Lateness per distinct due time, in whole milliseconds (int4[]), with how many rows had it:
+    // 8 rows about 2 s late, 7 about 1 s.
+    const pairs = (rows[0].lateness_ms as number[]).map((ms, i) => [ms, (rows[0].lateness_n as number[])[i]!] as const).sort((a, b) => a[0] - b[0]);
+    expect(pairs.map(([, n]) => n)).toEqual([7, 8]);
+    expect(pairs[0]![0]).toBeGreaterThanOrEqual(900);
+    expect(pairs[1]![0]).toBeGreaterThanOrEqual(1900);
+    expect(pairs[1]![0]).toBeLessThan(60_000);
     const { rows: orders } = await pool.query(`SELECT status, count(*)::int AS n FROM orders GROUP BY status ORDER BY status`);
     expect(orders).toEqual([
       { status: 'closed', n: 12 },
@@ -68,6 +79,16 @@ describe('batch form of a SQL handler', () => {
       { state: 'done', n: 15 },
       { state: 'pending', n: 5 },
     ]);
+    // claim.sql's plain form (the rows only locked): one lateness per row, no counts, the arrays
+    // in id order.
+    const claim = query(new URL('../../src/worker/', import.meta.url), 'claim');
+    const { rows: plain } = await pool.query(claim, [shard[0].id, 'order.unpaid', 3, false]);
+    expect(plain[0].n).toBe(3);
+    expect(plain[0].ids).toEqual(['16', '17', '18'].map((b) => idsByBiz.get(b)));
+    expect(plain[0].biz_ids).toEqual(['16', '17', '18']);
+    expect(plain[0].lateness_ms).toHaveLength(3);
+    expect(plain[0].lateness_n).toBeNull();
+    expect(plain[0].skipped).toBe(0);
   });
 
   it('keeps $$, $& and $1-like text of the handler as written (a replacer, not a replacement string)', async () => {

@@ -1,10 +1,12 @@
--- next_due: the database clock, the earliest time a pending timeout becomes claimable, the latest
--- claimable time among those already due (one index probe each way per kind on
--- timeouts_due_by_kind), the earliest claimable time still to come (next_after: when the due
--- rows are all covered by shards in flight, the coordinator wakes then rather than polling), the
--- shards in flight, and the kinds' flow controls.
+-- next_due: the database clock, the latest claimable time among the timeouts already due (NULL:
+-- nothing is due), the earliest claimable time still to come (next_after: when nothing is due the
+-- coordinator sleeps until then, and when the due rows are all covered by shards in flight it
+-- wakes then rather than polling), the shards in flight, and the kinds' flow controls. One index
+-- probe each way per kind on timeouts_due_by_kind, both starting at now(): neither walks past a
+-- flood's rows from its oldest on, which shards are claiming (locked) or have just taken (dead
+-- until vacuum), at every tick of the flood.
 --   $1 kinds this coordinator serves (text[])
--- Flow control (sql/0006): a paused kind is left out of next_due / latest_due (nothing of it is
+-- Flow control (sql/0006): a paused kind is left out of latest_due / next_after (nothing of it is
 -- due for the map), and its queued shards are left out of in_flight (they wait for the resume
 -- and must not take the room of other kinds). controls: {"kind": [paused, max_running_shards,
 -- rate_limit, has_due]} for every served kind (the rate budget and the gauges; a handful of
@@ -14,12 +16,6 @@
 -- database; has_due: some unpaused served kind routed to it has a timeout due (for a kind routed
 -- over several databases this cannot say which: the bucket may then save up its burst cap).
 SELECT now() AS now,
-       (SELECT min(d.available_at)
-          FROM unnest($1::text[]) AS k (kind)
-          JOIN timeout_center.kinds kc ON kc.kind = k.kind AND NOT kc.paused
-         CROSS JOIN LATERAL (SELECT t.available_at FROM timeout_center.timeouts t
-                              WHERE t.kind = k.kind AND t.state = 'pending'
-                              ORDER BY t.available_at LIMIT 1) d) AS next_due,
        (SELECT max(d.available_at)
           FROM unnest($1::text[]) AS k (kind)
           JOIN timeout_center.kinds kc ON kc.kind = k.kind AND NOT kc.paused

@@ -19,8 +19,11 @@
 -- against a scan of the whole table). A DELETE adds no index entry to the hot table; the history
 -- row gets one, in done_timeouts' primary key.
 --   $1 shard id   $2 kind   $3 claim limit   $4 batch form (boolean)
--- Returns n, skipped (how many the handler did not change; batch form), lateness_ms (int4[]),
--- and in the plain form ids (bigint[]), biz_ids (text[]), payloads (jsonb[]).
+-- Returns n, skipped (how many the handler did not change; batch form), lateness_ms (int4[]) and
+-- lateness_n (int4[]): in the batch form one lateness per distinct due time and how many rows had
+-- it (a flood's rows share a few due times: a shard sends a few pairs, not one number per row,
+-- and its worker parses a few); in the plain form one lateness per row, lateness_n NULL, and ids
+-- (bigint[]), biz_ids (text[]), payloads (jsonb[]), all in id order.
 WITH pinned AS MATERIALIZED (
   SELECT p.id, p.biz_id, p.payload, p.due_at FROM timeout_center.timeouts p
    WHERE p.shard_id = $1 AND p.state = 'dispatched'
@@ -46,18 +49,23 @@ WITH pinned AS MATERIALIZED (
   INSERT INTO timeout_center.done_timeouts (id, kind, biz_id, due_at, payload, attempts, shard_id, result, last_error, created_at, finished_at)
   SELECT id, kind, biz_id, due_at, payload, attempts + 1, $1, result, last_error, created_at, statement_timestamp()
     FROM taken
-), rows AS (
-  SELECT id, biz_id, payload, due_at, result FROM taken
-  UNION ALL
-  (SELECT id, biz_id, payload, due_at, NULL FROM due WHERE NOT $4 ORDER BY id)
 )
--- The arrays are aggregated from the same rows in the same pass, so they line up; the plain
--- form's come in id order. Lateness in whole milliseconds (int4: cheap to print and parse for a
--- histogram whose smallest bucket is 50 ms).
-SELECT count(*)::int AS n,
-       count(*) FILTER (WHERE result = 'skipped')::int AS skipped,
-       CASE WHEN NOT $4 THEN coalesce(array_agg(id), '{}') END AS ids,
-       CASE WHEN NOT $4 THEN coalesce(array_agg(biz_id), '{}') END AS biz_ids,
-       CASE WHEN NOT $4 THEN coalesce(array_agg(payload), '{}') END AS payloads,
-       coalesce(array_agg((date_part('epoch', statement_timestamp() - due_at) * 1000)::int4), '{}') AS lateness_ms
-  FROM rows
+-- Batch form: counted per distinct due time of the rows moved, then summed. HAVING: one row in
+-- this form, none in the other.
+SELECT coalesce(sum(g.n), 0)::int AS n,
+       coalesce(sum(g.skipped), 0)::int AS skipped,
+       NULL::bigint[] AS ids, NULL::text[] AS biz_ids, NULL::jsonb[] AS payloads,
+       coalesce(array_agg((date_part('epoch', statement_timestamp() - g.due_at) * 1000)::int4), '{}') AS lateness_ms,
+       coalesce(array_agg(g.n), '{}') AS lateness_n
+  FROM (SELECT due_at, count(*)::int AS n, count(*) FILTER (WHERE result = 'skipped')::int AS skipped
+          FROM taken WHERE $4 GROUP BY due_at) g
+HAVING $4
+UNION ALL
+-- Plain form: the rows locked, in id order; their arrays are aggregated in the same pass, so they
+-- line up. Lateness in whole milliseconds (int4: cheap to print and parse).
+SELECT count(*)::int, 0,
+       coalesce(array_agg(d.id), '{}'), coalesce(array_agg(d.biz_id), '{}'), coalesce(array_agg(d.payload), '{}'),
+       coalesce(array_agg((date_part('epoch', statement_timestamp() - d.due_at) * 1000)::int4), '{}'),
+       NULL
+  FROM (SELECT id, biz_id, payload, due_at FROM due WHERE NOT $4 ORDER BY id) d
+HAVING NOT $4
