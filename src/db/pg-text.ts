@@ -16,15 +16,18 @@ export const parseTextArray = arrayParser<string>(1009);
 export const parseJsonbArray = arrayParser<unknown>(3807);
 export const parseFloat8Array = arrayParser<number>(1022);
 
-/** Seconds from an int4[] of milliseconds ({12,-3,40}): integers need no quoting rules, so a split
- *  does (a shard's lateness, thousands of values). */
-export function parseMillisArray(text: string): number[] {
-  if (text.length <= 2) return [];
-  return text.slice(1, -1).split(',').map((v) => Number(v) / 1000);
+/** The items of an int4[] literal ({12,-3,40}): integers need no quoting rules, so a split does
+ *  (a shard's lateness, thousands of values). */
+function intArrayItems(text: string): string[] {
+  return text.length <= 2 ? [] : text.slice(1, -1).split(',');
 }
 
-/** Numbers from an int4[] ({3,1,20000}), by the same split. */
+/** Seconds from an int4[] of milliseconds. */
+export function parseMillisArray(text: string): number[] {
+  return intArrayItems(text).map((v) => Number(v) / 1000);
+}
+
+/** Numbers from an int4[] ({3,1,20000}). */
 export function parseIntArray(text: string): number[] {
-  if (text.length <= 2) return [];
-  return text.slice(1, -1).split(',').map(Number);
+  return intArrayItems(text).map(Number);
 }

@@ -312,7 +312,7 @@ export class ShardExecutor {
     try {
       const { rows } = await client.query<Taken>({ name: batch.name, text: batch.sql, values: [lease.id, lease.kind, lease.claim_limit, true], types: AS_TEXT });
       const taken = rows[0]!;
-      const lateness = { seconds: parseMillisArray(taken.lateness_ms), times: parseIntArray(taken.lateness_n ?? '{}') };
+      const lateness = { seconds: parseMillisArray(taken.lateness_ms), times: taken.lateness_n === null ? undefined : parseIntArray(taken.lateness_n) };
       return { n: Number(taken.n), skippedMarked: Number(taken.skipped), claimed: [], skipped: [], failed: [], failures: [], lateness };
     } catch (err) {
       // The connection or the transaction itself is gone: no row is to blame, retry the shard.
