@@ -74,6 +74,21 @@ async function ours(pool: pg.Pool): Promise<void> {
   await pool.query(`INSERT INTO timeout_center.kinds (kind) VALUES ($1)`, [KIND]);
 }
 
+/** The limit on our schema as the worker writes it: the done row moved to the history (sql/0010). */
+const OURS_MOVE = `
+WITH due AS (
+  DELETE FROM timeout_center.timeouts t
+   WHERE t.id = ANY (ARRAY(SELECT id FROM timeout_center.timeouts WHERE kind = '${KIND}' AND state = 'pending' AND available_at <= now()
+                            ORDER BY available_at LIMIT $1 FOR UPDATE SKIP LOCKED))
+  RETURNING t.id, t.kind, t.biz_id, t.due_at, t.payload, t.attempts, t.last_error, t.created_at
+), moved AS (
+  INSERT INTO timeout_center.done_timeouts (id, kind, biz_id, due_at, payload, attempts, shard_id, result, last_error, created_at, finished_at)
+  SELECT id, kind, biz_id, due_at, payload, attempts + 1, 1, 'applied', last_error, created_at, clock_timestamp() FROM due
+), closed AS (
+  ${CLOSE} WHERE id IN (SELECT biz_id::bigint FROM due) AND status = 'unpaid' RETURNING id
+)
+SELECT (SELECT count(*) FROM due)::int AS n`;
+
 const VARIANTS: Variant[] = [
   {
     name: 'minimal',
@@ -171,22 +186,29 @@ SELECT (SELECT count(*) FROM due)::int AS n`,
     statement: limit({ ...OURS, set: OURS_SET }),
   },
   {
+    name: 'ours-history-no-brin',
+    what: 'ours without the history\'s BRIN index on finished_at (retention and the console read by it)',
+    setup: async (pool) => {
+      await ours(pool);
+      await pool.query('DROP INDEX timeout_center.done_timeouts_finished');
+    },
+    statement: OURS_MOVE,
+  },
+  {
+    name: 'ours-history-bare',
+    what: 'ours with no index on the history (neither its primary key nor the BRIN index)',
+    setup: async (pool) => {
+      await ours(pool);
+      await pool.query('DROP INDEX timeout_center.done_timeouts_finished');
+      await pool.query('ALTER TABLE timeout_center.done_timeouts DROP CONSTRAINT done_timeouts_pkey');
+    },
+    statement: OURS_MOVE,
+  },
+  {
     name: 'ours',
     what: 'timeout_center.timeouts as migrated, the done row moved to timeout_center.done_timeouts (sql/0010; what the worker does)',
     setup: ours,
-    statement: `
-WITH due AS (
-  DELETE FROM timeout_center.timeouts t
-   WHERE t.id = ANY (ARRAY(SELECT id FROM timeout_center.timeouts WHERE kind = '${KIND}' AND state = 'pending' AND available_at <= now()
-                            ORDER BY available_at LIMIT $1 FOR UPDATE SKIP LOCKED))
-  RETURNING t.id, t.kind, t.biz_id, t.due_at, t.payload, t.attempts, t.last_error, t.created_at
-), moved AS (
-  INSERT INTO timeout_center.done_timeouts (id, kind, biz_id, due_at, payload, attempts, shard_id, result, last_error, created_at, finished_at)
-  SELECT id, kind, biz_id, due_at, payload, attempts + 1, 1, 'applied', last_error, created_at, clock_timestamp() FROM due
-), closed AS (
-  ${CLOSE} WHERE id IN (SELECT biz_id::bigint FROM due) AND status = 'unpaid' RETURNING id
-)
-SELECT (SELECT count(*) FROM due)::int AS n`,
+    statement: OURS_MOVE,
   },
 ];
 
