@@ -21,7 +21,7 @@ import {
 } from './handlers.js';
 import { splitPinned } from './isolate.js';
 import type { KeptLease, LeaseKeeper } from './lease-keeper.js';
-import { joinParameters, splitAtParameters, type BatchSqlHandler, type SplitStatement } from './sql-handler.js';
+import { joinParameters, splitAtParameters, type BatchSqlHandler, type BatchStatement, type SplitStatement } from './sql-handler.js';
 import type { ExternalExecutor } from './external-executor.js';
 
 const here = new URL('.', import.meta.url);
@@ -46,6 +46,9 @@ export interface Lease {
   lease_token: string;
   attempts: number;
   claim_limit: number;
+  /** Every other shard of a flood mapped ahead claims the flood's newest rows first
+   *  (take_lease.sql; BatchSqlHandler.newest). */
+  from_newest: boolean;
   /** When (performance.now()) the claim may start: for a shard planned ahead of its rows' due
    *  instant (shards.not_before, sql/0011), the lease's time plus take_lease.sql's wait_ms,
    *  measured on the database clock; for any other, the lease's time. */
@@ -237,7 +240,7 @@ export class ShardExecutor {
         // that this session has the tables, indexes and statistics it reads loaded when the
         // instant comes, then wait for it. A first claim on a new session otherwise spends
         // 15-30 ms on that at the instant.
-        await client.query({ text: `EXPLAIN ${batch.sql}`, values: [lease.id, lease.kind, lease.claim_limit, true] });
+        await client.query({ text: `EXPLAIN ${claimStatement(batch, lease).sql}`, values: [lease.id, lease.kind, lease.claim_limit, true] });
         await untilClaimAt(lease);
         t.begin = performance.now();
       }
@@ -310,7 +313,8 @@ export class ShardExecutor {
    */
   private async claimAndApply(client: pg.PoolClient, batch: BatchSqlHandler, lease: Lease, log: Logger): Promise<Outcome | undefined> {
     try {
-      const { rows } = await client.query<Taken>({ name: batch.name, text: batch.sql, values: [lease.id, lease.kind, lease.claim_limit, true], types: AS_TEXT });
+      const claim = claimStatement(batch, lease);
+      const { rows } = await client.query<Taken>({ name: claim.name, text: claim.sql, values: [lease.id, lease.kind, lease.claim_limit, true], types: AS_TEXT });
       const taken = rows[0]!;
       const lateness = { seconds: parseMillisArray(taken.lateness_ms), times: taken.lateness_n === null ? undefined : parseIntArray(taken.lateness_n) };
       return { n: Number(taken.n), skippedMarked: Number(taken.skipped), claimed: [], skipped: [], failed: [], failures: [], lateness };
@@ -413,6 +417,12 @@ export class ShardExecutor {
     );
     this.metrics.shards.inc({ kind: lease.kind, outcome: 'released' });
   }
+}
+
+/** The batch statement a shard claims with: newest first for every other shard of a flood mapped
+ *  ahead, oldest first otherwise. */
+function claimStatement(batch: BatchSqlHandler, lease: Lease): BatchStatement {
+  return lease.from_newest ? batch.newest : batch;
 }
 
 function describe(err: unknown): string {

@@ -11,13 +11,32 @@ import { query } from '../db/queries.js';
 const here = new URL('.', import.meta.url);
 /** The line of claim.sql the handler replaces. */
 const HANDLER_SLOT = /^.*-- tc:handler\b.*$/m;
+/** The line of claim.sql that orders a first run's claim (oldest due first). */
+const CLAIM_ORDER = /^.*-- tc:claim-order\b.*$/m;
+/** Newest due first, among the rows due by the flood's instant (the shard's not_before). */
+const NEWEST_FIRST =
+  '     AND d.available_at <= (SELECT s.not_before FROM timeout_center.shards s WHERE s.id = $1)\n' +
+  '   ORDER BY d.available_at DESC';
 
-export interface BatchSqlHandler {
+/** A form of the batch statement: its text and its prepared-statement name. */
+export interface BatchStatement {
+  sql: string;
+  /** Derived from the text (a connection plans it once). */
+  name: string;
+}
+
+export interface BatchSqlHandler extends BatchStatement {
   /** claim.sql with the handler inside: $1 shard id, $2 kind, $3 claim limit, $4 true. */
   sql: string;
-  /** Prepared-statement name, derived from the text (a connection plans it once). */
-  name: string;
+  /** The same, claiming the newest rows due by the flood's instant first: for every other shard
+   *  of a flood mapped ahead (take_lease.sql from_newest), so that two shards running side by
+   *  side do not pass over each other's locked rows. */
+  newest: BatchStatement;
   timeLimitMs: number;
+}
+
+function batchStatement(sql: string): BatchStatement {
+  return { sql, name: `tc_claim_${createHash('sha1').update(sql).digest('hex').slice(0, 20)}` };
 }
 
 /**
@@ -146,14 +165,18 @@ export async function sqlHandlerForm(
   // A replacer function, not a replacement string: `$$`, `$&` and `$1` in the handler (a
   // dollar-quoted literal, say) must reach PostgreSQL as written.
   const sql = query(here, 'claim').replace(HANDLER_SLOT, () => `  ${inner}`);
+  const newest = sql.replace(CLAIM_ORDER, NEWEST_FIRST);
   try {
     await sqlParameterTypes(pool, sql); // PostgreSQL accepts the combined statement
   } catch (err) {
     if (isConnectionError(err)) throw err;
     return { form: 'plain', reason: `it cannot stand inside the claim statement: ${(err as Error).message}` };
   }
-  const name = `tc_claim_${createHash('sha1').update(sql).digest('hex').slice(0, 20)}`;
-  return { form: 'batch', batch: { sql, name, timeLimitMs }, reason: 'it takes only an array $1 and returns the ids it changed' };
+  return {
+    form: 'batch',
+    batch: { ...batchStatement(sql), newest: batchStatement(newest), timeLimitMs },
+    reason: 'it takes only an array $1 and returns the ids it changed',
+  };
 }
 
 /** The batch form of the handler, or undefined when it must run as written (see sqlHandlerForm). */

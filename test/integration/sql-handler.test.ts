@@ -91,6 +91,43 @@ describe('batch form of a SQL handler', () => {
     expect(plain[0].skipped).toBe(0);
   });
 
+  it('has a newest-first form for a flood mapped ahead: the latest rows due by its instant first, none due after it', async () => {
+    // Orders 101-120: 101-108 due 3 s ago, 109-116 2 s ago (the flood's instant, not_before, is
+    // 1.5 s ago), 117-120 1 s ago, after the instant.
+    await pool.query(`DELETE FROM timeout_center.timeouts`);
+    await pool.query(`INSERT INTO orders (id, status) SELECT g, 'unpaid' FROM generate_series(101, 120) g`);
+    await pool.query(
+      `INSERT INTO timeout_center.timeouts (kind, biz_id, due_at)
+       SELECT 'order.unpaid', g::text, now() - CASE WHEN g <= 108 THEN interval '3 s' WHEN g <= 116 THEN interval '2 s' ELSE interval '1 s' END
+         FROM generate_series(101, 120) g`,
+    );
+    const { rows: scan } = await pool.query(`INSERT INTO timeout_center.scans (epoch, coordinator, cutoff) VALUES (1, 'test', now()) RETURNING id`);
+    const { rows: shards } = await pool.query<{ id: string }>(
+      `INSERT INTO timeout_center.shards (scan_id, kind, seq, size, claim_limit, not_before)
+       SELECT $1, 'order.unpaid', s, 0, 10, now() - interval '1.5 s' FROM generate_series(0, 1) s RETURNING id`,
+      [scan[0].id],
+    );
+    const batch = (await batchSqlHandler(pool, CLOSE_SQL, 1000))!;
+    expect(batch.newest.name).not.toBe(batch.name);
+    const newest = await pool.query(batch.newest.sql, [shards[1]!.id, 'order.unpaid', 10, true]);
+    expect(newest.rows[0].n).toBe(10);
+    const moved = async (shardId: string) =>
+      (await pool.query<{ b: number }>(`SELECT biz_id::int AS b FROM timeout_center.done_timeouts WHERE shard_id = $1 ORDER BY 1`, [shardId])).rows.map((r) => r.b);
+    const fromNewest = await moved(shards[1]!.id);
+    // All eight due at 2 s, then two of those due at 3 s; nothing due after the instant.
+    expect(fromNewest.filter((b) => b >= 109 && b <= 116)).toHaveLength(8);
+    expect(fromNewest.filter((b) => b <= 108)).toHaveLength(2);
+    expect(fromNewest.filter((b) => b >= 117)).toEqual([]);
+    // The oldest-first form takes the rest in due order: the six left of 101-108, then 117-120.
+    const oldest = await pool.query(batch.sql, [shards[0]!.id, 'order.unpaid', 10, true]);
+    expect(oldest.rows[0].n).toBe(10);
+    expect((await moved(shards[0]!.id)).sort((a, b) => a - b)).toEqual(
+      [...Array.from({ length: 8 }, (_, i) => 101 + i).filter((b) => !fromNewest.includes(b)), 117, 118, 119, 120],
+    );
+    const { rows: open } = await pool.query(`SELECT count(*)::int AS n FROM orders WHERE id BETWEEN 101 AND 120 AND status = 'unpaid'`);
+    expect(open[0].n).toBe(0);
+  });
+
   it('keeps $$, $& and $1-like text of the handler as written (a replacer, not a replacement string)', async () => {
     // Literals that String.replace's replacement patterns would rewrite: $$ -> $, $& -> the matched line.
     const sql = "UPDATE orders SET status = $t$cl$$o$&sed$t$ || '$$' WHERE id = ANY($1) AND status = 'unpaid' RETURNING id";

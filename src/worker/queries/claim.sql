@@ -14,6 +14,13 @@
 -- below (worker/sql-handler.ts, its $1 being the claimed business ids) and runs before the rows
 -- are written, so each row is moved once with its final result, and only the counts and the
 -- lateness come back.
+-- Two shards of a flood mapped ahead run side by side from opposite ends of the due index: the
+-- batch form has a newest-first variant (sql-handler.ts), used by every other shard of such a
+-- flood (take_lease.sql's from_newest), which claims the latest rows due by the flood's instant
+-- (shards.not_before) first. Claiming from the same end, each claim passes over the rows the
+-- other holds locked (SKIP LOCKED): 6-10 % of the drain (bench/analysis.md, seventh pass).
+-- Rows due after the instant are left to oldest-first claims, so due order holds outside the
+-- flood.
 -- The rows are locked first (pinned, fresh) and moved last (taken, moved); ARRAY(...) makes that
 -- DELETE probe the primary key for exactly those ids (with IN (...) the planner may hash-join them
 -- against a scan of the whole table). A DELETE adds no index entry to the hot table; the history
@@ -32,7 +39,7 @@ WITH pinned AS MATERIALIZED (
   SELECT d.id, d.biz_id, d.payload, d.due_at FROM timeout_center.timeouts d
    WHERE d.kind = $2 AND d.state = 'pending' AND d.available_at <= statement_timestamp()
      AND NOT EXISTS (SELECT 1 FROM timeout_center.timeouts p WHERE p.shard_id = $1 AND p.state = 'dispatched')
-   ORDER BY d.available_at
+   ORDER BY d.available_at -- tc:claim-order (sql-handler.ts: the newest-first form of a flood's shard)
    LIMIT $3
      FOR UPDATE SKIP LOCKED
 ), due AS MATERIALIZED (

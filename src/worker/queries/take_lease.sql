@@ -12,6 +12,8 @@
 -- wait_ms: a shard planned ahead of its rows' due instant (shards.not_before, sql/0011) is leased
 -- early; the worker waits this long, measured here on the database clock, before it claims. Rounded
 -- up, so the claim's statement_timestamp() is past not_before.
+-- from_newest: every other shard of a flood mapped ahead claims the flood's newest rows first
+-- (claim.sql), so two shards running side by side start from opposite ends.
 -- No row: the shard is final, another worker holds it (a duplicate delivery: acknowledge it), or
 -- flow control holds it back (hold_shard.sql then leaves it queued, unpublished).
 UPDATE timeout_center.shards sh
@@ -29,4 +31,5 @@ UPDATE timeout_center.shards sh
    AND (k.max_running_shards IS NULL OR sh.state = 'running'
         OR (SELECT count(*) FROM timeout_center.shards r WHERE r.kind = sh.kind AND r.state = 'running') < k.max_running_shards)
 RETURNING sh.id, sh.scan_id, sh.kind, sh.lease_token, sh.attempts, sh.claim_limit,
-          greatest(ceil(extract(epoch FROM sh.not_before - clock_timestamp()) * 1000), 0)::int AS wait_ms
+          greatest(ceil(extract(epoch FROM sh.not_before - clock_timestamp()) * 1000), 0)::int AS wait_ms,
+          (sh.not_before IS NOT NULL AND sh.seq % 2 = 1) AS from_newest
