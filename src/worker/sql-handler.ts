@@ -25,9 +25,8 @@ export interface BatchStatement {
   name: string;
 }
 
+/** claim.sql with the handler inside (sql: $1 shard id, $2 kind, $3 claim limit, $4 true). */
 export interface BatchSqlHandler extends BatchStatement {
-  /** claim.sql with the handler inside: $1 shard id, $2 kind, $3 claim limit, $4 true. */
-  sql: string;
   /** The same, claiming the newest rows due by the flood's instant first: for every other shard
    *  of a flood mapped ahead (take_lease.sql from_newest), so that two shards running side by
    *  side do not pass over each other's locked rows. */
@@ -166,6 +165,7 @@ export async function sqlHandlerForm(
   // dollar-quoted literal, say) must reach PostgreSQL as written.
   const sql = query(here, 'claim').replace(HANDLER_SLOT, () => `  ${inner}`);
   const newest = sql.replace(CLAIM_ORDER, NEWEST_FIRST);
+  if (newest === sql) throw new Error('claim.sql has no "-- tc:claim-order" line for the newest-first form');
   try {
     await sqlParameterTypes(pool, sql); // PostgreSQL accepts the combined statement
   } catch (err) {
