@@ -247,17 +247,9 @@ export class Coordinator {
     // rows that are due, not found them covered.)
     const covered = !flow.limited && this.coveredAt !== undefined && Date.now() - this.coveredAt.at < COVERED_TTL_MS && (clock.latest_due === null || clock.latest_due <= this.coveredAt.cutoff);
     let planned: PlannedScan | undefined;
-    const mayPlan = due && room >= minRoom && !covered;
-    const aheadCredit = mayPlan ? this.plannedAheadCredit(clock.now, clock.latest_due) : {};
-    if (mayPlan && this.kinds.length > 0 && this.kinds.every((kind) => isCoveredCredit(aheadCredit[kind]))) {
-      // A flood's instant whose plan ahead covered every kind this coordinator serves: a plan now
-      // would count nothing and write nothing (plan_shards takes each kind as covered), yet it
-      // costs 20-40 ms of a core while the flood's first claims start (bench/analysis.md, eighth
-      // pass). Rows inserted after the count sort among the covered ones, as for any covered tick.
-      this.coveredAt = { cutoff: clock.now, at: Date.now() };
-      logger.debug({ inFlight }, 'flood covered by its plan ahead: nothing to map at its instant');
-    } else if (mayPlan) {
+    if (due && room >= minRoom && !covered) {
       const credit = this.usableCredit(clock.now);
+      const aheadCredit = this.plannedAheadCredit(clock.now, clock.latest_due);
       await failpoint('coordinator.before-plan');
       const planStarted = performance.now();
       planned = await planScan(pool, epoch, {
@@ -551,11 +543,6 @@ function creditParam(credit: Map<string, Credit>): Record<string, [number, boole
 /** Whether a plan left nothing due uncovered: every kind's count (now, or the credit's) saw its
  *  last due row and all of it went into shards (the plan did not fill the room, so no kind was
  *  cut short). */
-/** A kind's credit from the plan ahead that says its due rows are all in shards in flight. */
-function isCoveredCredit(credit: [number, boolean] | undefined): boolean {
-  return credit !== undefined && credit[0] === 0 && credit[1];
-}
-
 function coversAll(planned: PlannedScan, room: number): boolean {
   if (planned.shards.length >= room) return false;
   for (const k of planned.byKind.values()) if (!k.complete || k.planned < k.uncovered) return false;
