@@ -40,6 +40,7 @@ interface PlanNode {
   'Relation Name'?: string;
   'CTE Name'?: string;
   'Subplan Name'?: string;
+  'Actual Rows': number;
   Plans?: PlanNode[];
 }
 interface Explained {
@@ -56,6 +57,13 @@ function ownTimes(node: PlanNode, out: Map<string, number>, path: string): void 
   const label = `${where}/${node['Node Type']}${node['Relation Name'] ? `:${node['Relation Name']}` : ''}${node['CTE Name'] ? `[${node['CTE Name']}]` : ''}`;
   out.set(label, (out.get(label) ?? 0) + Math.max(0, own));
   for (const k of kids) ownTimes(k, out, where);
+}
+
+/** Rows the plan's writes to the timeouts table took (delete or update): every run must take K,
+ *  or the profile is of some other work. */
+function rowsTaken(node: PlanNode): number {
+  const own = node['Node Type'] === 'ModifyTable' && node['Relation Name'] === 'timeouts' ? node['Actual Rows'] : 0;
+  return Math.max(own, ...(node.Plans ?? []).map(rowsTaken));
 }
 
 interface Statement {
@@ -109,6 +117,8 @@ async function main(): Promise<void> {
             const { rows } = await c.query<{ 'QUERY PLAN': Explained[] }>({ text: `EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) ${s.sql}`, values: s.values });
             await c.query('ROLLBACK');
             const plan = rows[0]!['QUERY PLAN'][0]!;
+            const taken = rowsTaken(plan.Plan);
+            if (taken !== K) throw new Error(`${s.name} took ${taken} rows, not ${K}: the bench's setup is wrong`);
             const nodes = new Map<string, number>();
             ownTimes(plan.Plan, nodes, '');
             const r = runs.get(s.name) ?? { exec: [], nodes: [] };

@@ -73,4 +73,17 @@ describe('bench --smoke', () => {
     expect(code, output).toBe(0);
     for (const v of ['minimal-in', 'minimal-array', 'limit-in', 'limit-array', 'worker-batch', 'worker-plain']) expect(output).toMatch(new RegExp(`^${v} +[\\d,]+ timeouts/s`, 'm'));
   });
+
+  it('bench:explain profiles the worker claim and both limits (each run checks it took its k rows)', { timeout: 60_000 }, async () => {
+    const child = spawn(process.execPath, ['--experimental-transform-types', '--no-warnings', 'bench/explain.ts', '--n', '3000', '--k', '500', '--rounds', '1'], {
+      cwd: root,
+      stdio: ['ignore', 'pipe', 'pipe'],
+    });
+    let output = '';
+    child.stdout.setEncoding('utf8').on('data', (c: string) => (output += c));
+    child.stderr.setEncoding('utf8').on('data', (c: string) => (output += c));
+    const code = await new Promise<number | null>((resolve) => child.on('exit', (c) => resolve(c)));
+    expect(code, output).toBe(0);
+    for (const v of ['worker batch claim', 'limit, our schema', 'limit, minimal schema']) expect(output).toMatch(new RegExp(`^${v}: [\\d /]+ ms, median`, 'm'));
+  });
 });
