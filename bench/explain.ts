@@ -13,14 +13,12 @@
 //   --rounds <r>         runs of each statement (default 6)
 //   --help               this text
 import { parseArgs } from 'node:util';
-import pg from 'pg';
-import { pino } from 'pino';
 // dist/: npm run bench:explain builds first.
 import { batchSqlHandler } from '../dist/worker/sql-handler.js';
-import { migrate } from '../dist/db/migrate.js';
 import { startBenchServer, type BenchServer } from './lib/server.ts';
-import { MINIMAL_DDL, MINIMAL_INSERT, pureSqlStatement } from './lib/limit.ts';
-import { CLOSE_MANY_SQL, insertOrders, KIND, ORDERS_DDL } from './lib/orders.ts';
+import { pureSqlStatement } from './lib/limit.ts';
+import { dueDatabase } from './lib/due-database.ts';
+import { CLOSE_MANY_SQL, KIND } from './lib/orders.ts';
 import { positiveCounts, printUsage } from './lib/usage.ts';
 
 const { values: args } = parseArgs({
@@ -74,20 +72,11 @@ interface Statement {
 }
 
 async function prepare(server: BenchServer, schema: 'ours' | 'minimal') {
-  const db = await server.createDatabase('bench_explain');
-  const pool = new pg.Pool({ connectionString: db.url, max: 2 });
-  pool.on('error', () => {});
-  await migrate(pool, pino({ level: 'silent' }));
-  await pool.query(`INSERT INTO timeout_center.kinds (kind, shard_size) VALUES ($1, $2)`, [KIND, K]);
-  await pool.query(ORDERS_DDL);
-  await insertOrders(pool, 1, N, new Date());
+  const { pool, drop } = await dueDatabase(server, { label: 'bench_explain', n: N, schema, shardSize: K, poolMax: 2 });
   const statements: Statement[] = [];
   if (schema === 'minimal') {
-    await pool.query(MINIMAL_DDL);
-    await pool.query(MINIMAL_INSERT, [1, N, new Date(Date.now() - 1000)]);
     statements.push({ name: 'limit, minimal schema', sql: pureSqlStatement('array', KIND, 'minimal'), values: [K], vacuum: 'VACUUM timeouts, orders' });
   } else {
-    await pool.query(`INSERT INTO timeout_center.timeouts (kind, biz_id, due_at) SELECT $2, i::text, now() - interval '1 s' FROM generate_series(1, $1::int) i`, [N, KIND]);
     // The worker's claim reads its shard (pinned rows): one shard row for it to read.
     const scan = await pool.query<{ id: string }>(`INSERT INTO timeout_center.scans (epoch, coordinator, cutoff, state, shard_count, mapped_at) VALUES (1, 'bench', now(), 'mapped', 1, now()) RETURNING id::text`);
     const shard = await pool.query<{ id: string }>(`INSERT INTO timeout_center.shards (scan_id, kind, seq, size, claim_limit) VALUES ($1, $2, 0, 0, $3) RETURNING id::text`, [scan.rows[0]!.id, KIND, K]);
@@ -97,8 +86,7 @@ async function prepare(server: BenchServer, schema: 'ours' | 'minimal') {
     statements.push({ name: 'worker batch claim', sql: batch.sql, values: [Number(shard.rows[0]!.id), KIND, K, true], vacuum });
     statements.push({ name: 'limit, our schema', sql: pureSqlStatement('array', KIND, 'ours'), values: [K], vacuum });
   }
-  await pool.query('VACUUM ANALYZE');
-  return { pool, statements, drop: async () => { await pool.end(); await db.drop(); } };
+  return { pool, statements, drop };
 }
 
 async function main(): Promise<void> {

@@ -22,12 +22,11 @@ import { parseArgs } from 'node:util';
 import pg from 'pg';
 // dist/: npm run bench:statements builds first, and src/ cannot be loaded without compiling.
 import { batchSqlHandler } from '../dist/worker/sql-handler.js';
-import { migrate } from '../dist/db/migrate.js';
-import { pino } from 'pino';
 import { startBenchServer, type BenchServer } from './lib/server.ts';
-import { MINIMAL_DDL, MINIMAL_INSERT, pureSqlStatement } from './lib/limit.ts';
+import { pureSqlStatement } from './lib/limit.ts';
+import { dueDatabase } from './lib/due-database.ts';
 import { drainLoop, expectDrained } from './lib/drain-loop.ts';
-import { CLOSE_MANY_SQL, insertOrders, KIND, ORDERS_DDL } from './lib/orders.ts';
+import { CLOSE_MANY_SQL, KIND } from './lib/orders.ts';
 import { failUsage, positiveCounts, printUsage } from './lib/usage.ts';
 
 const { values: args } = parseArgs({
@@ -88,25 +87,6 @@ async function variants(pool: pg.Pool): Promise<Record<string, Step>> {
   };
 }
 
-async function prepare(server: BenchServer, minimal: boolean): Promise<{ pool: pg.Pool; drop: () => Promise<void> }> {
-  const db = await server.createDatabase('bench_statements');
-  const pool = new pg.Pool({ connectionString: db.url, max: C + 1 });
-  pool.on('error', () => {});
-  await migrate(pool, pino({ level: 'silent' }));
-  await pool.query(`INSERT INTO timeout_center.kinds (kind, shard_size) VALUES ($1, $2)`, [KIND, Math.min(K, 100_000)]);
-  await pool.query(ORDERS_DDL);
-  await insertOrders(pool, 1, N, new Date());
-  if (minimal) {
-    await pool.query(MINIMAL_DDL);
-    await pool.query(MINIMAL_INSERT, [1, N, new Date(Date.now() - 1000)]);
-  } else {
-    await pool.query(`INSERT INTO timeout_center.timeouts (kind, biz_id, due_at) SELECT $2, i::text, now() - interval '1 s' FROM generate_series(1, $1::int) i`, [N, KIND]);
-  }
-  await pool.query('VACUUM ANALYZE');
-  await pool.query('CHECKPOINT');
-  return { pool, drop: async () => { await pool.end(); await db.drop(); } };
-}
-
 async function main(): Promise<void> {
   // The same PostgreSQL settings as npm run bench (its own instance; BENCH_DATABASE_URL to use another).
   const server = await startBenchServer();
@@ -120,7 +100,7 @@ async function main(): Promise<void> {
 async function drain(server: BenchServer): Promise<void> {
   console.log(`${N.toLocaleString('en')} timeouts, ${K.toLocaleString('en')} per statement, ${C} connections`);
   for (const name of names) {
-    const { pool, drop } = await prepare(server, name.startsWith('minimal-'));
+    const { pool, drop } = await dueDatabase(server, { label: 'bench_statements', n: N, schema: name.startsWith('minimal-') ? 'minimal' : 'ours', shardSize: K, poolMax: C + 1 });
     try {
       const step = (await variants(pool))[name]!;
       const { total, seconds } = await drainLoop(pool, C, step);

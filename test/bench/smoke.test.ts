@@ -20,17 +20,10 @@ interface Checked {
 describe('bench --smoke', () => {
   it('runs every system and workload with correctness checks passing', { timeout: 150_000 }, async () => {
     const out = mkdtempSync(join(tmpdir(), 'tc-bench-smoke-'));
-    const child = spawn(process.execPath, ['--experimental-transform-types', '--no-warnings', 'bench/run.ts', '--smoke', '--out', out], {
-      cwd: root,
+    const { code, output } = await runBenchScript('bench/run.ts', ['--smoke', '--out', out], {
       env: { ...process.env, BENCH_REDIS_URL: process.env['TEST_REDIS_URL'] ?? 'redis://127.0.0.1:6379' },
-      stdio: ['ignore', 'pipe', 'pipe'],
+      killAfterMs: 140_000,
     });
-    let output = '';
-    child.stdout.setEncoding('utf8').on('data', (c: string) => (output += c));
-    child.stderr.setEncoding('utf8').on('data', (c: string) => (output += c));
-    const timer = setTimeout(() => child.kill('SIGKILL'), 140_000);
-    const code = await new Promise<number | null>((resolve) => child.on('exit', (c) => resolve(c)));
-    clearTimeout(timer);
     expect(code, output.slice(-4000)).toBe(0);
 
     const results = JSON.parse(readFileSync(join(out, 'bench', 'results.json'), 'utf8')) as {
@@ -62,28 +55,35 @@ describe('bench --smoke', () => {
   });
 
   it('bench:statements drains with every statement variant (each checks its own drain)', { timeout: 60_000 }, async () => {
-    const child = spawn(process.execPath, ['--experimental-transform-types', '--no-warnings', 'bench/statements.ts', '--n', '3000', '--k', '500'], {
-      cwd: root,
-      stdio: ['ignore', 'pipe', 'pipe'],
-    });
-    let output = '';
-    child.stdout.setEncoding('utf8').on('data', (c: string) => (output += c));
-    child.stderr.setEncoding('utf8').on('data', (c: string) => (output += c));
-    const code = await new Promise<number | null>((resolve) => child.on('exit', (c) => resolve(c)));
+    const { code, output } = await runBenchScript('bench/statements.ts', ['--n', '3000', '--k', '500']);
     expect(code, output).toBe(0);
     for (const v of ['minimal-in', 'minimal-array', 'limit-in', 'limit-array', 'worker-batch', 'worker-plain']) expect(output).toMatch(new RegExp(`^${v} +[\\d,]+ timeouts/s`, 'm'));
   });
 
   it('bench:explain profiles the worker claim and both limits (each run checks it took its k rows)', { timeout: 60_000 }, async () => {
-    const child = spawn(process.execPath, ['--experimental-transform-types', '--no-warnings', 'bench/explain.ts', '--n', '3000', '--k', '500', '--rounds', '1'], {
-      cwd: root,
-      stdio: ['ignore', 'pipe', 'pipe'],
-    });
-    let output = '';
-    child.stdout.setEncoding('utf8').on('data', (c: string) => (output += c));
-    child.stderr.setEncoding('utf8').on('data', (c: string) => (output += c));
-    const code = await new Promise<number | null>((resolve) => child.on('exit', (c) => resolve(c)));
+    const { code, output } = await runBenchScript('bench/explain.ts', ['--n', '3000', '--k', '500', '--rounds', '1']);
     expect(code, output).toBe(0);
     for (const v of ['worker batch claim', 'limit, our schema', 'limit, minimal schema']) expect(output).toMatch(new RegExp(`^${v}: [\\d /]+ ms, median`, 'm'));
   });
 });
+
+/** Runs a bench script to its end (killed after killAfterMs, if given); its exit code and its
+ *  stdout and stderr together. */
+async function runBenchScript(
+  script: string,
+  args: string[],
+  options: { env?: NodeJS.ProcessEnv; killAfterMs?: number } = {},
+): Promise<{ code: number | null; output: string }> {
+  const child = spawn(process.execPath, ['--experimental-transform-types', '--no-warnings', script, ...args], {
+    cwd: root,
+    ...(options.env ? { env: options.env } : {}),
+    stdio: ['ignore', 'pipe', 'pipe'],
+  });
+  let output = '';
+  child.stdout.setEncoding('utf8').on('data', (c: string) => (output += c));
+  child.stderr.setEncoding('utf8').on('data', (c: string) => (output += c));
+  const timer = options.killAfterMs === undefined ? undefined : setTimeout(() => child.kill('SIGKILL'), options.killAfterMs);
+  const code = await new Promise<number | null>((resolve) => child.on('exit', (c) => resolve(c)));
+  clearTimeout(timer);
+  return { code, output };
+}
