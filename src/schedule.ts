@@ -116,14 +116,17 @@ export async function schedule(db: Executor, input: ScheduleInput): Promise<Sche
   }
 }
 
-/** Cancels the live timeout of (kind, bizId). Returns false when there was none (never
- *  scheduled, already applied, failed or cancelled). Call it in the transaction that makes the
- *  timeout moot (e.g. the payment): a timeout cancelled before its shard commits never acts. */
+/** Cancels the pending timeout of (kind, bizId); a cancelled timeout never acts. Returns false
+ *  when it came too late or there was nothing to cancel: the timeout is in a worker's hands
+ *  (dispatched: its shard may be closing the order right now, in another database), already
+ *  applied, failed or cancelled, or was never scheduled. On false the payment's guarded UPDATE
+ *  (`... AND status = 'unpaid'`) decides. A timeout a shard is applying in this database is
+ *  row-locked: this waits for that commit, then returns false. Call it before touching the order. */
 export async function cancel(db: Executor, kind: string, bizId: ScheduleInput['bizId']): Promise<boolean> {
   const rows = await run(
     db,
     `UPDATE timeout_center.timeouts SET state = 'cancelled', finished_at = now()
-      WHERE kind = $1 AND biz_id = $2 AND state IN ('pending', 'dispatched') RETURNING id`,
+      WHERE kind = $1 AND biz_id = $2 AND state = 'pending' RETURNING id`,
     [checkKind(kind), bizIdText(bizId)],
   );
   return rows.length > 0;

@@ -290,7 +290,7 @@ export async function startConsole(options: ConsoleOptions): Promise<ConsoleServ
       if (!kind || !bizId) throw new HttpError(400, 'give a kind and a business id (bizId)');
       if (r.path === '/timeouts/cancel') {
         const done = await cancelAudited(db, kind, bizId, r.actor);
-        if (!done) throw new HttpError(409, `${kind} ${bizId} has no live timeout (never scheduled, or already done, failed or cancelled)`);
+        if (!done) throw new HttpError(409, `${kind} ${bizId} has no pending timeout to cancel (too late: a worker holds it, or it is already done, failed or cancelled; or never scheduled)`);
         return { json: { kind, bizId, cancelled: true }, text: `cancelled the live ${kind} timeout of ${bizId}` };
       }
       const dueText = one(p, 'dueAt')?.trim() ?? '';

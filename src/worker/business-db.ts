@@ -15,6 +15,9 @@ export function redactDbUrl(url: string): string {
 export interface Marker {
   applied: string[];
   failed: { bizId: string; error: string; permanent: boolean }[];
+  /** The biz_ids the run handled (applied, failed or skipped); undefined: a marker written by an
+   *  older version, which covers every row its shard holds. */
+  ran?: string[] | undefined;
 }
 
 export class BusinessDatabases {
@@ -56,24 +59,46 @@ export class BusinessDatabases {
   }
 }
 
-/** The marker a run of this shard left, if any. */
-export async function readMarker(client: pg.ClientBase, shardId: number): Promise<Marker | undefined> {
-  const { rows } = await client.query<{ applied: string[]; failed_ids: string[]; failed_errors: string[]; failed_permanent: boolean[] }>(
-    'SELECT applied, failed_ids, failed_errors, failed_permanent FROM timeout_center.markers WHERE shard_id = $1 AND lease_token <> $2',
-    [shardId, SPLIT_TOMBSTONE],
+/** What a run of this shard left in the target: its marker, the split's tombstone, or nothing. */
+export async function readMarker(client: pg.ClientBase, shardId: number): Promise<Marker | 'split' | undefined> {
+  const { rows } = await client.query<{ lease_token: string; applied: string[]; failed_ids: string[]; failed_errors: string[]; failed_permanent: boolean[]; ran: string[] | null }>(
+    'SELECT lease_token, applied, failed_ids, failed_errors, failed_permanent, ran FROM timeout_center.markers WHERE shard_id = $1',
+    [shardId],
   );
   const r = rows[0];
   if (!r) return undefined;
-  return { applied: r.applied, failed: r.failed_ids.map((bizId, i) => ({ bizId, error: r.failed_errors[i] ?? '', permanent: r.failed_permanent[i] ?? false })) };
+  if (r.lease_token === SPLIT_TOMBSTONE) return 'split';
+  return {
+    applied: r.applied,
+    failed: r.failed_ids.map((bizId, i) => ({ bizId, error: r.failed_errors[i] ?? '', permanent: r.failed_permanent[i] ?? false })),
+    ran: r.ran ?? undefined,
+  };
 }
 
-/** Written in the handler's transaction: commits with its effect or not at all. */
-export async function writeMarker(client: pg.ClientBase, shardId: number, leaseToken: string, marker: Marker): Promise<void> {
+/**
+ * The first statement of a run's transaction in the target, before the handler: the marker's key
+ * is the shard's id, so while this run's transaction is open every other run of the shard waits
+ * here, and once it committed every other run fails here (23505, markers_pkey) and records what it
+ * did instead of applying again. A run that cannot insert never touches the orders.
+ */
+export async function insertMarker(client: pg.ClientBase, shardId: number, leaseToken: string, ran: string[]): Promise<void> {
   await client.query(
-    `INSERT INTO timeout_center.markers (shard_id, lease_token, applied, failed_ids, failed_errors, failed_permanent)
-     VALUES ($1, $2, $3::text[], $4::text[], $5::text[], $6::boolean[])`,
-    [shardId, leaseToken, marker.applied, marker.failed.map((f) => f.bizId), marker.failed.map((f) => f.error), marker.failed.map((f) => f.permanent)],
+    `INSERT INTO timeout_center.markers (shard_id, lease_token, applied, ran) VALUES ($1, $2, '{}', $3::text[])`,
+    [shardId, leaseToken, ran],
   );
+}
+
+/** The run's outcome into its marker, in the same transaction as the handler's effect. */
+export async function completeMarker(client: pg.ClientBase, shardId: number, marker: Marker): Promise<void> {
+  await client.query(
+    `UPDATE timeout_center.markers SET applied = $2::text[], failed_ids = $3::text[], failed_errors = $4::text[], failed_permanent = $5::boolean[]
+      WHERE shard_id = $1`,
+    [shardId, marker.applied, marker.failed.map((f) => f.bizId), marker.failed.map((f) => f.error), marker.failed.map((f) => f.permanent)],
+  );
+}
+
+export function isMarkerConflict(err: unknown): boolean {
+  return (err as { code?: string } | undefined)?.code === '23505' && /markers_pkey/.test((err as Error).message);
 }
 
 /** The lease token of a split's tombstone marker (external-executor.ts, isolate): no run of a

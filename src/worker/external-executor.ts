@@ -2,15 +2,20 @@
 // database, an HTTP service, a code handler). The center never holds its timeout rows locked
 // across that call:
 //   1. claim (external_claim.sql): due rows of the shard's kind and target -> dispatched, committed;
-//   2. apply: the handler in the target's own transaction, which also writes a marker row
-//      (timeout_center.markers there, keyed by shard id) with the applied and failed ids; commit;
-//      an HTTP handler posts once, with an idempotency key, instead;
-//   3. record (external_record.sql): the outcome in the center (done / skipped / failed, shard
-//      counts), then delete the marker.
-// A re-run after a crash between the commits of 2 and 3 finds the marker and records what the
-// first run did, without applying again. Batch-level failures (failures.ts) retry the whole shard
-// later behind a circuit breaker per kind and target (breakers.ts); row-level failures are split
-// and isolated inside the business transaction, in savepoints.
+//      a re-run takes back only the rows it holds and never claims fresh ones;
+//   2. apply: in the target's own transaction, first the marker row (timeout_center.markers there,
+//      keyed by shard id: every other run of the shard waits or fails on that key), then the
+//      handler, then the marker's outcome; an HTTP handler posts once, with an idempotency key;
+//   3. commit, fenced: the center's transaction takes the shard's row lock with the lease token
+//      (lock_shard.sql) before the target's COMMIT and keeps it until the record, so a run whose
+//      lease was lost (frozen, drained, requeued) rolls back instead of committing, and no later
+//      run can start between the two commits;
+//   4. record (external_record.sql): the outcome in the center (done / skipped / failed, shard
+//      counts) in that same transaction, then delete the marker.
+// A re-run after a crash between the commits of 3 and 4 fails on the marker's key and records what
+// the first run did, without applying again. Batch-level failures (failures.ts) retry the whole
+// shard later behind a circuit breaker per kind and target (breakers.ts); row-level failures are
+// split and isolated inside the business transaction, in savepoints.
 import { BrokenCircuitError } from 'cockatiel';
 import pg from 'pg';
 import type { Logger } from 'pino';
@@ -20,7 +25,7 @@ import { AS_TEXT, parseFloat8Array, parseJsonbArray, parseTextArray } from '../d
 import { failpoint } from '../failpoints.js';
 import type { Metrics } from '../observability/metrics.js';
 import type { CircuitBreakers } from './breakers.js';
-import { deleteMarker, fenceForSplit, readMarker, writeMarker, type BusinessDatabases, type Marker } from './business-db.js';
+import { completeMarker, deleteMarker, fenceForSplit, insertMarker, isMarkerConflict, readMarker, type BusinessDatabases, type Marker } from './business-db.js';
 import { BatchFailure, describeError, HandlerTimeoutError, isBatchLevel, UnknownOutcomeError } from './failures.js';
 import { normalizeResult, PermanentError, type ExternalTarget, type ResolvedHandler, type ShardItem } from './handlers.js';
 import { splitPinned } from './isolate.js';
@@ -48,7 +53,44 @@ interface Claimed {
 }
 
 /** What a run decided, in biz_ids: the record writes it. */
-type Decision = Marker & { fromMarker: boolean; where: pg.Pool | undefined };
+type Decision = Marker & {
+  fromMarker: boolean;
+  where: pg.Pool | undefined;
+  /** The center's transaction holding the shard's row lock since before the target's commit
+   *  (step 3): the record goes in it. */
+  center?: CenterLock | undefined;
+};
+
+/** The run found its lease gone (or the shard split by a later run): nothing was committed. */
+type Lost = { lost: string };
+
+/** A transaction on the center's database that holds the shard's row (lock_shard.sql, FOR KEY
+ *  SHARE): the reaper, a drain's release and another worker's take_lease all skip or wait for it,
+ *  while the lease keeper can still renew. */
+class CenterLock {
+  private done = false;
+  constructor(readonly client: pg.PoolClient) {}
+
+  async commit(): Promise<void> {
+    if (this.done) return;
+    this.done = true;
+    try {
+      await this.client.query('COMMIT');
+      this.client.release();
+    } catch (err) {
+      this.client.release(true);
+      throw err;
+    }
+  }
+
+  async rollback(): Promise<void> {
+    if (this.done) return;
+    this.done = true;
+    let broken = false;
+    await this.client.query('ROLLBACK').catch(() => (broken = true));
+    this.client.release(broken);
+  }
+}
 
 export class ExternalExecutor {
   constructor(
@@ -62,6 +104,7 @@ export class ExternalExecutor {
     const started = performance.now();
     const claimed = await this.claim(lease, handler.external);
     if (!claimed) return { status: 'not-ours', reason: `lease on shard ${lease.id} was lost before its claim` };
+    await failpoint('external.after-claim');
     const { items } = claimed;
     const kc = handler.config;
     const target = claimed.target ?? handler.external.via;
@@ -70,7 +113,7 @@ export class ExternalExecutor {
       const split = await this.isolate(lease, handler.external, claimed, shardLog);
       if (split) return split;
     }
-    let decision: Decision | { retryInMs: number; error: string };
+    let decision: Decision | Lost | { retryInMs: number; error: string };
     if (items.length === 0) {
       decision = { applied: [], failed: [], fromMarker: false, where: undefined };
     } else if (claimed.target === UNROUTABLE) {
@@ -87,6 +130,7 @@ export class ExternalExecutor {
         decision = { retryInMs: this.breakers.retryDelayMs(lease.kind, target, kc.backoffMs, retryAfter), error: describeError(err) };
       }
     }
+    if ('lost' in decision) return { status: 'not-ours', reason: decision.lost };
     if ('retryInMs' in decision && handler.external.via !== 'http' && !claimed.markerKnown) {
       // An earlier run of these rows may have committed in the target (or our COMMIT's fate is
       // unknown): only its marker can tell, and the target cannot be read now. Recording a retry
@@ -102,7 +146,9 @@ export class ExternalExecutor {
       return { status: 'not-ours', reason: deferred.rowCount ? 'deferred until the target answers' : 'lease lost' };
     }
     await failpoint('external.before-record');
-    const recorded = await this.recordWithRetry(lease, handler, decision, shardLog);
+    const recorded = 'center' in decision && decision.center
+      ? await this.recordFenced(decision.center, lease, handler, decision, shardLog)
+      : await this.recordWithRetry(lease, handler, decision, shardLog);
     if (!recorded) return { status: 'not-ours', reason: `lease on shard ${lease.id} was lost before its record; the shard's next run reads the marker` };
     if ('where' in decision && decision.where) {
       const where = decision.where;
@@ -179,7 +225,7 @@ export class ExternalExecutor {
   }
 
   /** Step 2: the handler where it runs. Throws only batch-level failures. */
-  private async apply(lease: Lease, handler: ResolvedHandler & { external: ExternalTarget }, claimed: Claimed, log: Logger): Promise<Decision> {
+  private async apply(lease: Lease, handler: ResolvedHandler & { external: ExternalTarget }, claimed: Claimed, log: Logger): Promise<Decision | Lost> {
     const ext = handler.external;
     if (ext.via === 'http') {
       const controller = new AbortController();
@@ -193,11 +239,14 @@ export class ExternalExecutor {
   }
 
   /**
-   * The handler and the marker in one transaction on the target database. The whole run has the
-   * kind's time limit: past it the handler's signal aborts and its connection is destroyed (the
-   * transaction rolls back; the handler is not called again on it), a batch-level failure.
+   * The marker, the handler and the marker's outcome in one transaction on the target database,
+   * committed only while the center holds the shard's row under this run's lease (step 3). The
+   * whole run has the kind's time limit: past it the handler's signal aborts and its connection is
+   * destroyed (the transaction rolls back; the handler is not called again on it), a batch-level
+   * failure, except while the run waits for the marker (another run of the shard holds it: its
+   * outcome is unknown) or commits: then the shard waits and its next run reads the marker.
    */
-  private async applyInTransaction(where: pg.Pool, lease: Lease, handler: ResolvedHandler, claimed: Claimed, log: Logger): Promise<Decision> {
+  private async applyInTransaction(where: pg.Pool, lease: Lease, handler: ResolvedHandler, claimed: Claimed, log: Logger): Promise<Decision | Lost> {
     const { items } = claimed;
     let client: pg.PoolClient;
     try {
@@ -214,7 +263,10 @@ export class ExternalExecutor {
     const limit = handler.config.timeLimitMs;
     const controller = new AbortController();
     let timer: NodeJS.Timeout | undefined;
-    let commitSent = false;
+    // Where the run is when the time limit falls (an object: the closure below moves it on).
+    const at: { phase: 'marker' | 'handler' | 'commit' } = { phase: 'marker' };
+    let center: CenterLock | undefined;
+    let settled = false;
     const timedOut = new Promise<never>((_, reject) => {
       timer = setTimeout(() => {
         controller.abort(new HandlerTimeoutError(`handler of ${handler.kind} ran past its ${limit} ms time limit`));
@@ -224,48 +276,75 @@ export class ExternalExecutor {
       }, limit + 250);
     });
     timedOut.catch(() => {});
-    const work = (async (): Promise<Decision> => {
-      if (!claimed.fresh) {
-        const marker = await readMarker(client, lease.id);
-        if (marker) return { ...marker, fromMarker: true, where };
-        claimed.markerKnown = true;
-      }
+    const work = (async (): Promise<Decision | Lost> => {
       await client.query(`BEGIN; SET LOCAL statement_timeout = ${Math.floor(limit)}`);
+      const ran = items.map((i) => i.bizId);
+      try {
+        await insertMarker(client, lease.id, lease.lease_token, ran);
+      } catch (err) {
+        if (isMarkerConflict(err)) {
+          // An earlier run of this shard committed here (its worker died before its record, or
+          // its lease ran out while it worked): record what it did; never apply again.
+          await client.query('ROLLBACK');
+          const found = await readMarker(client, lease.id);
+          if (found === 'split') return { lost: `shard ${lease.id} was split by a later run (its tombstone is in the target)` };
+          if (!found) return { lost: `another run of shard ${lease.id} committed and recorded it meanwhile` };
+          log.warn('an earlier run of this shard committed in the target; recording its outcome');
+          return { ...found, fromMarker: true, where };
+        }
+        if (pgErrorCode(err) === '57014' || pgErrorCode(err) === '55P03') {
+          claimed.markerKnown = false;
+          throw new UnknownOutcomeError(`another run of shard ${lease.id} holds its marker in the target (a stopped or still committing worker): this run waits for it`, { cause: err });
+        }
+        throw err;
+      }
+      claimed.markerKnown = true;
+      at.phase = 'handler';
       const applied = new Set<string>();
       const failed = new Map<string, { error: string; permanent: boolean }>();
       await this.applySplitting(client, handler, lease, items, applied, failed, controller.signal, 0);
-      const marker: Marker = { applied: [...applied], failed: [...failed].map(([bizId, f]) => ({ bizId, ...f })) };
-      await writeMarker(client, lease.id, lease.lease_token, marker);
-      commitSent = true;
+      await failpoint('external.after-apply');
+      const marker: Marker = { applied: [...applied], failed: [...failed].map(([bizId, f]) => ({ bizId, ...f })), ran };
+      await completeMarker(client, lease.id, marker);
+      const lock = await this.lockLease(lease);
+      if (!lock) {
+        await client.query('ROLLBACK');
+        return { lost: `lease on shard ${lease.id} was lost before its commit in the target (requeued or taken over): rolled back, nothing applied` };
+      }
+      if (settled || controller.signal.aborted) {
+        await lock.rollback();
+        throw controller.signal.reason ?? new HandlerTimeoutError(`handler of ${handler.kind} ran past its ${limit} ms time limit`);
+      }
+      center = lock;
+      await failpoint('external.before-business-commit');
+      at.phase = 'commit';
       await client.query('COMMIT');
       await failpoint('external.after-apply-commit');
-      return { ...marker, fromMarker: false, where };
+      return { ...marker, fromMarker: false, where, center: lock };
     })();
     try {
       return await Promise.race([work, timedOut]);
     } catch (err) {
-      work.catch(() => {}); // the timed-out handler may still fail later
-      if (err instanceof HandlerTimeoutError && commitSent) {
-        // The limit fell while COMMIT was on its way: the commit may have happened.
+      settled = true;
+      // The timed-out handler may still fail later, or come back holding the center's lock.
+      work.then((late) => ('center' in late ? late.center?.rollback() : undefined)).catch(() => {});
+      await center?.rollback();
+      if (err instanceof HandlerTimeoutError && at.phase !== 'handler') {
+        // The limit fell while waiting for another run's marker (that run may commit) or while
+        // COMMIT was on its way (ours may have happened).
         claimed.markerKnown = false;
-        throw new UnknownOutcomeError(`shard ${lease.id} reached its time limit while committing in the target: the shard's next run reads its marker`, { cause: err });
+        throw new UnknownOutcomeError(
+          at.phase === 'commit'
+            ? `shard ${lease.id} reached its time limit while committing in the target: the shard's next run reads its marker`
+            : `shard ${lease.id} reached its time limit waiting for another run's marker in the target: the shard waits for it`,
+          { cause: err },
+        );
       }
-      if (err instanceof HandlerTimeoutError) throw err;
-      if (commitSent && isConnectionError(err)) {
+      if (err instanceof HandlerTimeoutError || err instanceof UnknownOutcomeError) throw err;
+      if (at.phase === 'commit' && isConnectionError(err)) {
         claimed.markerKnown = false;
         release(true);
         throw new UnknownOutcomeError(`the connection broke while committing shard ${lease.id} in the target: the shard's next run reads its marker`, { cause: err });
-      }
-      if (pgErrorCode(err) === '23505' && /markers_pkey/.test((err as Error).message)) {
-        // Another run of this shard committed first (its lease ran out while it worked): ours
-        // rolls back; record what that run did.
-        await client.query('ROLLBACK').catch(() => {});
-        const marker = await readMarker(client, lease.id);
-        release(false);
-        if (marker) {
-          log.warn('another run of this shard committed first; recording its outcome');
-          return { ...marker, fromMarker: true, where };
-        }
       }
       const broken = isConnectionError(err);
       if (!broken && !released) await client.query('ROLLBACK').catch(() => release(true));
@@ -274,8 +353,28 @@ export class ExternalExecutor {
       // Not batch-level yet not isolated by splitting (e.g. the marker insert failed): the batch.
       throw new BatchFailure(`shard ${lease.id} failed in the target: ${describeError(err)}`, undefined, { cause: err });
     } finally {
+      settled = true;
       clearTimeout(timer);
       release(false);
+    }
+  }
+
+  /** Step 3's fence: the shard's row, under this run's lease, in an open center transaction.
+   *  Undefined when the lease is no longer ours. */
+  private async lockLease(lease: Lease): Promise<CenterLock | undefined> {
+    const client = await this.pool.connect();
+    try {
+      await client.query('BEGIN');
+      const { rowCount } = await client.query(query(here, 'lock_shard'), [lease.id, lease.lease_token]);
+      const lock = new CenterLock(client);
+      if (rowCount === 0) {
+        await lock.rollback();
+        return undefined;
+      }
+      return lock;
+    } catch (err) {
+      client.release(true);
+      throw err;
     }
   }
 
@@ -331,15 +430,31 @@ export class ExternalExecutor {
     }
   }
 
-  /** Step 3: the outcome in the center. Undefined when the lease is no longer ours. */
+  /** Step 4 in the transaction that fenced the commit. If the center fails there, the marker is
+   *  committed: the record is retried on its own, as a re-run would. */
+  private async recordFenced(center: CenterLock, lease: Lease, handler: ResolvedHandler, decision: Decision, log: Logger): ReturnType<ExternalExecutor['record']> {
+    try {
+      const recorded = await this.record(lease, handler, decision, center.client);
+      await center.commit();
+      return recorded;
+    } catch (err) {
+      await center.rollback();
+      if (!(isConnectionError(err) || isRetryableConflict(err))) throw err;
+      log.warn({ err }, 'recording the external shard failed on a transient error; retrying');
+      return this.recordWithRetry(lease, handler, decision, log);
+    }
+  }
+
+  /** Step 4: the outcome in the center. Undefined when the lease is no longer ours. */
   private async record(
     lease: Lease,
     handler: ResolvedHandler,
     decision: Decision | { retryInMs: number; error: string },
+    db: pg.Pool | pg.PoolClient = this.pool,
   ): Promise<{ done: number; skipped: number; failed: number; retried: number } | undefined> {
     const batch = 'retryInMs' in decision;
     const failed = batch ? [] : decision.failed;
-    const { rows } = await this.pool.query<{ done: number; skipped: number; failed: number; retried: number }>(query(here, 'external_record'), [
+    const { rows } = await db.query<{ done: number; skipped: number; failed: number; retried: number }>(query(here, 'external_record'), [
       lease.id,
       lease.lease_token,
       batch ? [] : decision.applied,
@@ -350,6 +465,7 @@ export class ExternalExecutor {
       handler.config.backoffMs,
       batch ? Math.round(decision.retryInMs) : null,
       batch ? decision.error : null,
+      batch ? null : (decision.ran ?? null),
     ]);
     return rows[0];
   }

@@ -278,7 +278,7 @@ describe('operator CLI against a real database', () => {
     const r = await cli(['cancel', 'order.unshipped', '9001', '9002', '9002', '424242']);
     expect(r.code, r.stderr).toBe(0);
     expect(out(r)).toBe(
-      'cancelled 2 order.unshipped timeouts: 9001, 9002\nno live timeout (never scheduled, or already done, failed or cancelled): 424242',
+      'cancelled 2 order.unshipped timeouts: 9001, 9002\nnot cancelled (too late: a worker holds it, or it is already done, failed or cancelled; or never scheduled): 424242',
     );
     const { rows } = await pool.query(
       `SELECT biz_id, state, finished_at IS NOT NULL AS finished FROM timeout_center.all_timeouts WHERE kind = 'order.unshipped' ORDER BY biz_id`,

@@ -1,6 +1,6 @@
-// `timeout-center cancel <kind> <bizId...>`: cancels the live (pending or dispatched) timeout of
-// each business object, through the same cancel() the business API uses, in one transaction. A
-// timeout cancelled before its shard commits never acts.
+// `timeout-center cancel <kind> <bizId...>`: cancels the pending timeout of each business object,
+// through the same cancel() the business API uses, in one transaction. A cancelled timeout never
+// acts; a dispatched one (in a worker's hands) cannot be cancelled any more.
 import type { Command } from 'commander';
 import { cancel, TimeoutInputError } from '../../schedule.js';
 import { assertKind, databaseOption, inputError, jsonOption, print, printJson, withDatabase, type DbOptions } from './common.js';
@@ -8,7 +8,7 @@ import { assertKind, databaseOption, inputError, jsonOption, print, printJson, w
 export function registerCancel(program: Command): void {
   program
     .command('cancel')
-    .description('cancel the live timeout of each business object (e.g. an order paid outside the normal path)')
+    .description('cancel the pending timeout of each business object (e.g. an order paid outside the normal path)')
     .argument('<kind>', 'timeout kind, e.g. order.unpaid')
     .argument('<bizId...>', 'business object id(s)')
     .addOption(databaseOption())
@@ -40,7 +40,7 @@ export function registerCancel(program: Command): void {
         const lines = [`cancelled ${outcome.cancelled.length} ${kind} timeout${outcome.cancelled.length === 1 ? '' : 's'}`];
         if (outcome.cancelled.length > 0) lines[0] += `: ${outcome.cancelled.join(', ')}`;
         if (outcome.notLive.length > 0) {
-          lines.push(`no live timeout (never scheduled, or already done, failed or cancelled): ${outcome.notLive.join(', ')}`);
+          lines.push(`not cancelled (too late: a worker holds it, or it is already done, failed or cancelled; or never scheduled): ${outcome.notLive.join(', ')}`);
         }
         print(lines.join('\n'));
       });
