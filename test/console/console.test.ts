@@ -4,7 +4,7 @@
 // opens every page (screenshots, see SHOTS), pauses and resumes a kind, retries a
 // failed timeout and sees it done, reruns a shard, finds an order by id and moves and cancels its
 // timeout, and checks auth, CSRF, read-only and the refusal to serve open on a public address.
-import { existsSync, mkdirSync, mkdtempSync } from 'node:fs';
+import { mkdirSync, mkdtempSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import net from 'node:net';
@@ -15,10 +15,11 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { CLOSE_SQL, createOrdersSchema, writeConfig } from '../helpers/orders.js';
 import { runCli, spawnCli, type CliProcess } from '../helpers/processes.js';
 import { createTestDatabase, testKeyPrefix, TEST_REDIS_URL, type TestDatabase } from '../helpers/services.js';
+import { requireTools, toolCommand } from '../helpers/system-tools.js';
 import { tearDown } from '../helpers/teardown.js';
 
-
-const CHROMIUM = process.env['CHROMIUM_PATH'] ?? '/usr/bin/chromium';
+// Debian's chromium on PATH, or CHROMIUM_PATH.
+const browserTool = requireTools('chromium');
 // Screenshots of every page: into docs/console/ (embedded in docs/console.md) when
 // UPDATE_CONSOLE_SCREENSHOTS=1, else into a temporary directory so a test run leaves the tree clean.
 const SHOTS = process.env['UPDATE_CONSOLE_SCREENSHOTS'] === '1'
@@ -50,7 +51,7 @@ async function until<T>(what: string, fn: () => Promise<T | undefined | false>, 
   }
 }
 
-describe.skipIf(!existsSync(CHROMIUM))('console in a real browser', () => {
+describe.skipIf(browserTool.skip)(browserTool.title('console in a real browser'), () => {
   let db: TestDatabase;
   let pool: pg.Pool;
   let runner: CliProcess;
@@ -110,7 +111,7 @@ describe.skipIf(!existsSync(CHROMIUM))('console in a real browser', () => {
     // Two minutes late, over the 30 s SLA, and nobody serves its kind.
     await pool.query(`INSERT INTO timeout_center.timeouts (kind, biz_id, due_at) VALUES ('order.unrefunded', '7001', now() - interval '2 minutes')`);
 
-    browser = await chromium.launch({ executablePath: CHROMIUM, args: ['--no-sandbox', '--disable-dev-shm-usage'] });
+    browser = await chromium.launch({ executablePath: toolCommand('chromium')[0], args: ['--no-sandbox', '--disable-dev-shm-usage'] });
     const context = await browser.newContext({ httpCredentials: { username: USER, password: PASSWORD }, viewport: { width: 1280, height: 800 } });
     page = await context.newPage();
     const roContext = await browser.newContext({ extraHTTPHeaders: { authorization: `Bearer ${TOKEN}` }, viewport: { width: 1280, height: 800 } });

@@ -2,12 +2,12 @@
 // processes), coordinator and worker skewed in opposite directions. Nothing may close early
 // (a node 30 s ahead reading its own clock would close everything at once) or late (30 s behind
 // would wait 30 s): every due time is compared with PostgreSQL's now().
-import { existsSync } from 'node:fs';
 import { afterEach, describe, expect, it } from 'vitest';
 import { killAll, type CliProcess } from '../helpers/processes.js';
+import { requireTools, toolCommand } from '../helpers/system-tools.js';
 import { report, Scenario, waitUntil } from './harness.js';
 
-const LIBFAKETIME = ['/usr/lib/x86_64-linux-gnu/faketime/libfaketimeMT.so.1', '/usr/lib/faketime/libfaketimeMT.so.1'].find((p) => existsSync(p));
+const faketime = requireTools('faketime');
 const N = 1000;
 let s: Scenario | undefined;
 
@@ -18,8 +18,7 @@ afterEach(async () => {
 });
 
 function skewed(offset: string): Record<string, string> {
-  if (!LIBFAKETIME) throw new Error('libfaketime is not installed: apt-get install -y faketime (see .ci/run)');
-  return { LD_PRELOAD: LIBFAKETIME, FAKETIME: offset, FAKETIME_DONT_RESET: '1' };
+  return { LD_PRELOAD: toolCommand('faketime')[0], FAKETIME: offset, FAKETIME_DONT_RESET: '1' };
 }
 
 /** The process's own clock minus ours, from the pino time of a log line it just wrote. */
@@ -28,10 +27,10 @@ async function measuredSkewMs(p: CliProcess, msg: string): Promise<number> {
   return Date.parse(String(line['time'])) - Date.now();
 }
 
-describe.each([
+describe.skipIf(faketime.skip).each([
   { coordinatorSkew: '+30s', workerSkew: '-30s' },
   { coordinatorSkew: '-30s', workerSkew: '+30s' },
-])('clock skew: coordinator $coordinatorSkew, worker $workerSkew', ({ coordinatorSkew, workerSkew }) => {
+])(faketime.title('clock skew: coordinator $coordinatorSkew, worker $workerSkew'), ({ coordinatorSkew, workerSkew }) => {
   it('nothing closes before its due time or 30 s late: time comes from PostgreSQL', async () => {
     s = await Scenario.create(`fault-clock-${coordinatorSkew}`);
     const worker = s.worker('worker', { env: skewed(workerSkew) });

@@ -1,9 +1,14 @@
 // Runs once before all test files: makes sure PostgreSQL and Redis answer. Where they do not and
 // Docker is available, starts them with testcontainers and hands their URLs to the test files.
+// At the end it prints the one line naming the system tools tests were skipped for (system-tools.ts).
 import { execFileSync } from 'node:child_process';
+import { mkdtempSync, rmSync } from 'node:fs';
 import net from 'node:net';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import type { TestProject } from 'vitest/node';
 import { ADMIN_DATABASE_URL, START_POSTGRES, START_REDIS, TEST_REDIS_URL } from './services.js';
+import { SKIPPED_TOOLS_FILE_ENV, skippedToolsLine } from './system-tools.js';
 
 function reachable(url: string, defaultPort: number): Promise<boolean> {
   const u = new URL(url);
@@ -48,7 +53,14 @@ export default async function setup(project: TestProject): Promise<() => Promise
     if (!redisOk) missing.push(`Redis is not answering at ${TEST_REDIS_URL} (TEST_REDIS_URL). Start it with:\n    ${START_REDIS}`);
     if (missing.length > 0) throw new Error(`test services unreachable and no Docker engine for testcontainers:\n  ${missing.join('\n  ')}`);
   }
+  // Workers inherit this environment; each appends the tools it skipped on (system-tools.ts).
+  const skippedDir = mkdtempSync(join(tmpdir(), 'tc-skipped-tools-'));
+  const skippedFile = join(skippedDir, 'tools');
+  process.env[SKIPPED_TOOLS_FILE_ENV] = skippedFile;
   return async () => {
     for (const stop of stops) await stop().catch(() => {});
+    const line = skippedToolsLine(skippedFile);
+    rmSync(skippedDir, { recursive: true, force: true });
+    if (line) console.log(line);
   };
 }
