@@ -7,6 +7,6 @@ export type { Config, ConfigInput, LoadedConfig, KindConfig } from './config.js'
 export { startRuntime } from './runtime.js';
 export type { Runtime, RuntimeOptions } from './runtime.js';
 export { migrate } from './db/migrate.js';
-export { PermanentError, BatchFailure } from './worker/handlers.js';
-export type { ShardHandler, ShardItem, HandlerContext, HandlerResult } from './worker/handlers.js';
+export { PermanentError, BatchFailure } from './worker/handler-contract.js';
+export type { ShardHandler, ShardItem, HandlerContext, HandlerResult } from './worker/handler-contract.js';
 export type { ShardChannel, ShardMessage, ShardDelivery } from './transport/channel.js';

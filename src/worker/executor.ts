@@ -4,55 +4,29 @@
 // caller ACKs after commit. A re-run after a worker died pins its rows first (pin.sql).
 // A failing batch is split in halves (each try inside a savepoint) until the failing ids are
 // isolated, so one bad row never holds back the rest of its shard.
-import pg from 'pg';
+import type pg from 'pg';
 import type { Logger } from 'pino';
 import { isConnectionError, isRetryableConflict } from '../db/pool.js';
 import { query } from '../db/queries.js';
 import { AS_TEXT, parseInt8Array, parseIntArray, parseJsonbArray, parseMillisArray, parseTextArray } from '../db/pg-text.js';
 import { failpoint } from '../failpoints.js';
 import type { Metrics } from '../observability/metrics.js';
-import {
-  HANDLER_LOCK_TIMEOUT_MS,
-  HandlerTimeoutError,
-  normalizeResult,
-  PermanentError,
-  type ResolvedHandler,
-  type ShardItem,
-} from './handlers.js';
-import { splitPinned } from './isolate.js';
-import type { KeptLease, LeaseKeeper } from './lease-keeper.js';
-import { joinParameters, splitAtParameters, type BatchSqlHandler, type BatchStatement, type SplitStatement } from './sql-handler.js';
+import { applyIsolating, type RowFailure } from './batch-isolation.js';
+import { bindLiterals } from './bind-literals.js';
 import type { ExternalExecutor } from './external-executor.js';
+import type { ShardItem } from './handler-contract.js';
+import { HANDLER_LOCK_TIMEOUT_MS, type ResolvedHandler } from './handlers.js';
+import { splitPinned } from './isolate.js';
+import { holdShard, releaseLease, takeLease, untilClaimAt, type Lease } from './lease.js';
+import type { KeptLease, LeaseKeeper } from './lease-keeper.js';
+import { recordOutcome, type Lateness, type ShardCounts, type ShardOutcome } from './outcome.js';
+import type { BatchSqlHandler, BatchStatement } from './sql-handler.js';
+import { withTimeLimit } from './time-limit.js';
 
 const here = new URL('.', import.meta.url);
 
-export type ShardOutcome =
-  | { status: 'done'; done: number; skipped: number; failed: number; retried: number }
-  /** Not ours to run: already final, held by another worker, or the lease was lost. */
-  | { status: 'not-ours'; reason: string }
-  /** Flow control holds it back (kind paused or at its cap): it stays queued, unpublished, and
-   *  the coordinator publishes it again when the kind may run it (hold_shard.sql). */
-  | { status: 'held'; reason: string };
-
 class LeaseLostError extends Error {
   override name = 'LeaseLostError';
-}
-
-/** The lease a worker took on a shard (take_lease.sql); both executors run under it. */
-export interface Lease {
-  id: number;
-  scan_id: number;
-  kind: string;
-  lease_token: string;
-  attempts: number;
-  claim_limit: number;
-  /** Every other shard of a flood mapped ahead claims the flood's newest rows first
-   *  (take_lease.sql; BatchSqlHandler.newest). */
-  from_newest: boolean;
-  /** When (performance.now()) the claim may start: for a shard planned ahead of its rows' due
-   *  instant (shards.not_before, sql/0011), the lease's time plus take_lease.sql's wait_ms,
-   *  measured on the database clock; for any other, the lease's time. */
-  claimAt: number;
 }
 
 /** What claim.sql returns, as PostgreSQL's text (arrays as literals such as {1,2,3}); ids,
@@ -79,53 +53,52 @@ interface Outcome {
   /** Timeout ids finish.sql must mark skipped (plain form). */
   skipped: string[];
   failed: string[];
-  failures: { error: string; permanent: boolean }[];
+  failures: RowFailure[];
   lateness: Lateness;
 }
 
-/** A shard's lateness in seconds; `times[i]` rows had `seconds[i]` (none: one row each). */
-interface Lateness {
-  seconds: number[];
-  times?: number[];
-}
-
-
-interface SplitResult {
-  applied: Set<string>;
-  failed: Map<string, { error: string; permanent: boolean }>;
+export interface ShardExecutorOptions {
+  pool: pg.Pool;
+  handlers: Map<string, ResolvedHandler>;
+  workerId: string;
+  leaseMs: number;
+  metrics: Metrics;
+  logger: Logger;
+  /** Renews the lease of each running shard (lease-keeper.ts); none: the lease is never extended. */
+  leaseKeeper?: LeaseKeeper | undefined;
+  /** Runs the kinds whose handler lives outside this database (business databases, HTTP, code). */
+  external?: ExternalExecutor | undefined;
 }
 
 export class ShardExecutor {
-  constructor(
-    private readonly pool: pg.Pool,
-    private readonly handlers: Map<string, ResolvedHandler>,
-    private readonly workerId: string,
-    private readonly leaseMs: number,
-    private readonly metrics: Metrics,
-    private readonly logger: Logger,
-    /** Renews the lease of each running shard (lease-keeper.ts); none: the lease is never extended. */
-    private readonly leaseKeeper?: LeaseKeeper,
-    /** Runs the kinds whose handler lives outside this database (business databases, HTTP, code). */
-    private readonly external?: ExternalExecutor,
-  ) {}
+  private readonly pool: pg.Pool;
+  private readonly handlers: Map<string, ResolvedHandler>;
+  private readonly leaseMs: number;
+  private readonly metrics: Metrics;
+  private readonly logger: Logger;
+
+  constructor(private readonly options: ShardExecutorOptions) {
+    ({ pool: this.pool, handlers: this.handlers, leaseMs: this.leaseMs, metrics: this.metrics, logger: this.logger } = options);
+  }
 
   async run(shardId: number): Promise<ShardOutcome> {
     const leaseStarted = performance.now();
-    const lease = await this.takeLease(shardId);
+    const lease = await takeLease(this.pool, shardId, this.options.workerId, this.leaseMs);
     const leaseMs = performance.now() - leaseStarted;
     if (!lease) {
       // Rare path (one more round trip): tell flow control's hold from a duplicate delivery.
-      const { rows: held } = await this.pool.query<{ kind: string }>(query(here, 'hold_shard'), [shardId]);
-      if (held[0]) {
-        this.metrics.shards.inc({ kind: held[0].kind, outcome: 'held' });
-        return { status: 'held', reason: `kind ${held[0].kind} is paused or at its max running shards` };
+      const heldKind = await holdShard(this.pool, shardId);
+      if (heldKind) {
+        this.metrics.shards.inc({ kind: heldKind, outcome: 'held' });
+        return { status: 'held', reason: `kind ${heldKind} is paused or at its max running shards` };
       }
       return { status: 'not-ours', reason: 'shard is final or leased by another worker' };
     }
     const handler = this.handlers.get(lease.kind);
     if (!handler) {
       // This worker does not serve the kind (kinds filter): leave it for one that does.
-      await this.release(lease);
+      await releaseLease(this.pool, lease);
+      this.metrics.shards.inc({ kind: lease.kind, outcome: 'released' });
       return { status: 'not-ours', reason: `kind ${lease.kind} is not served by this worker` };
     }
     const log = this.logger.child({ shardId, scanId: lease.scan_id, kind: lease.kind });
@@ -134,11 +107,12 @@ export class ShardExecutor {
     // all of them.) The batch form waits inside its transaction, its claim ready (runTransaction).
     if (!handler.batch || handler.external) await untilClaimAt(lease);
     await failpoint('worker.after-lease');
-    if (handler.external && this.external) {
+    const { external, leaseKeeper } = this.options;
+    if (handler.external && external) {
       // The external path renews its lease too: a slow target must not lose a running shard.
-      const keptExternal = this.leaseKeeper?.keep(lease.id, lease.lease_token);
+      const keptExternal = leaseKeeper?.keep(lease.id, lease.lease_token);
       try {
-        return await this.external.run(lease, { ...handler, external: handler.external }, log);
+        return await external.run(lease, { ...handler, external: handler.external }, log);
       } finally {
         keptExternal?.stop();
       }
@@ -157,7 +131,7 @@ export class ShardExecutor {
         return { status: 'done', done: 0, skipped: 0, failed: 0, retried: 0 };
       }
     }
-    const kept = this.leaseKeeper?.keep(lease.id, lease.lease_token);
+    const kept = leaseKeeper?.keep(lease.id, lease.lease_token);
     try {
       return await this.runLeased(lease, handler, log, leaseMs, kept);
     } finally {
@@ -172,9 +146,9 @@ export class ShardExecutor {
     const deadline = Date.now() + this.leaseMs * 0.8;
     for (let attempt = 1; ; attempt += 1) {
       try {
-        const outcome = await this.runTransaction(lease, handler, log, leaseMs, kept);
-        this.metrics.shardDuration.observe({ kind: lease.kind }, (performance.now() - started) / 1000);
-        return outcome;
+        const { lateness, ...counts } = await this.runTransaction(lease, handler, log, leaseMs, kept);
+        recordOutcome(this.metrics, lease.kind, counts, performance.now() - started, lateness);
+        return { status: 'done', ...counts };
       } catch (err) {
         if (err instanceof LeaseLostError) return { status: 'not-ours', reason: err.message };
         const transient = isRetryableConflict(err) || isConnectionError(err);
@@ -187,46 +161,18 @@ export class ShardExecutor {
   }
 
   /**
-   * take_lease.sql in a transaction of its own that does not wait for the WAL flush
-   * (synchronous_commit off): one round trip, no fsync per shard. A lease lost in a PostgreSQL crash
-   * only means the shard is taken again; the shard's own transaction, which applies the timeouts,
-   * commits durably. The parameters are numbers and one escaped literal (a multi-statement string
-   * cannot carry bind parameters). lock_kind.sql goes first in the same transaction: it locks
-   * only for a kind with a cap on running shards (flow control), so the cap check is atomic.
-   */
-  private async takeLease(shardId: number): Promise<Lease | undefined> {
-    if (!Number.isSafeInteger(shardId) || shardId <= 0) throw new Error(`invalid shard id in a delivery: ${String(shardId)}`);
-    const values = [shardId, this.workerId, Math.floor(this.leaseMs)];
-    const bind = (name: string) => bindLiterals(query(here, name), values);
-    const results = (await this.pool.query(
-      `BEGIN; SET LOCAL synchronous_commit = off; ${bind('lock_kind')}; ${bind('take_lease')}; COMMIT`,
-    )) as unknown as pg.QueryResult<Omit<Lease, 'claimAt'> & { wait_ms: number }>[];
-    const row = results[3]?.rows[0];
-    if (!row) return undefined;
-    const { wait_ms, ...lease } = row;
-    return {
-      ...lease,
-      id: Number(row.id),
-      scan_id: Number(row.scan_id),
-      attempts: Number(row.attempts),
-      claim_limit: Number(row.claim_limit),
-      claimAt: performance.now() + Number(wait_ms),
-    };
-  }
-
-  /**
    * The shard transaction. Its statements go in as few round trips as the protocol allows, since a
    * round trip costs the most when PostgreSQL's cores are busy with the other shards' claims: on
    * the batch form's path, three (BEGIN + lock + savepoint; claim; release + finish + COMMIT).
    * Statements without bind parameters there are multi-statement strings with literal values.
    */
-  private async runTransaction(lease: Lease, handler: ResolvedHandler, log: Logger, leaseMs: number, kept?: KeptLease): Promise<ShardOutcome> {
+  private async runTransaction(lease: Lease, handler: ResolvedHandler, log: Logger, leaseMs: number, kept?: KeptLease): Promise<ShardCounts & { lateness: Lateness }> {
     // Where a shard's time goes (debug log): lease, claim + handler, finish, commit.
     const t = { begin: performance.now(), applied: 0, finished: 0 };
     const client = await this.pool.connect();
     let broken = false;
     let open = false;
-    let result: { done: number; skipped: number; failed: number; retried: number; lateness: Lateness };
+    let result: ShardCounts & { lateness: Lateness };
     try {
       const batch = handler.batch;
       const savepoint = batch
@@ -291,17 +237,9 @@ export class ShardExecutor {
     const ms = (x: number) => Math.round(x * 10) / 10;
     const phases = { leaseMs: ms(leaseMs), claimApplyMs: ms(t.applied - t.begin), finishMs: ms(t.finished - t.applied), commitMs: ms(performance.now() - t.finished) };
     await failpoint('worker.after-commit');
-    const kind = lease.kind;
-    this.metrics.timeouts.inc({ kind, outcome: 'applied' }, result.done);
-    this.metrics.timeouts.inc({ kind, outcome: 'skipped' }, result.skipped);
-    this.metrics.timeouts.inc({ kind, outcome: 'failed' }, result.failed);
-    this.metrics.timeouts.inc({ kind, outcome: 'retried' }, result.retried);
-    this.metrics.shards.inc({ kind, outcome: 'done' });
-    // In seconds: parseMillisArray already divided the milliseconds PostgreSQL sent.
-    this.metrics.lateness.observeMany({ kind }, result.lateness.seconds, 1, result.lateness.times);
     if (result.failed > 0 || result.retried > 0) log.warn({ ...result, lateness: undefined }, 'shard finished with failing timeouts');
     else log.debug({ done: result.done, skipped: result.skipped, ...phases }, 'shard done');
-    return { status: 'done', done: result.done, skipped: result.skipped, failed: result.failed, retried: result.retried };
+    return result;
   }
 
   /**
@@ -340,8 +278,13 @@ export class ShardExecutor {
     const payloads = parseJsonbArray(taken.payloads!);
     const lateness = parseMillisArray(taken.lateness_ms);
     const items: ShardItem[] = bizIds.map((bizId, i) => ({ bizId, payload: payloads[i] }));
-    const split: SplitResult = { applied: new Set(), failed: new Map() };
-    await this.applySplitting(client, handler, lease.id, items, split, 0);
+    const split = await applyIsolating(
+      client,
+      items,
+      (batch) => this.callHandler(client, handler, lease.id, batch),
+      // The connection or the transaction itself is gone: no row is to blame, retry the shard.
+      (err) => isConnectionError(err) || isRetryableConflict(err),
+    );
     // Ids the handler did not return were skipped (nothing to change, e.g. already paid).
     bizIds.forEach((bizId, i) => {
       const failure = split.failed.get(bizId);
@@ -356,66 +299,11 @@ export class ShardExecutor {
     return out;
   }
 
-  /** Runs the handler on items inside a savepoint; on failure splits them in halves. */
-  private async applySplitting(
-    client: pg.PoolClient,
-    handler: ResolvedHandler,
-    shardId: number,
-    items: ShardItem[],
-    out: SplitResult,
-    depth: number,
-  ): Promise<void> {
-    const savepoint = `tc_split_${depth}`;
-    await client.query(`SAVEPOINT ${savepoint}`);
-    try {
-      const result = normalizeResult(await this.callHandler(client, handler, shardId, items));
-      await client.query(`RELEASE SAVEPOINT ${savepoint}`);
-      for (const id of result.applied) out.applied.add(id);
-      for (const f of result.failed ?? []) out.failed.set(String(f.bizId), { error: f.error, permanent: false });
-      return;
-    } catch (err) {
-      // The connection or the transaction itself is gone: no row is to blame, retry the shard.
-      if (isConnectionError(err) || isRetryableConflict(err)) throw err;
-      await client.query(`ROLLBACK TO SAVEPOINT ${savepoint}`);
-      await client.query(`RELEASE SAVEPOINT ${savepoint}`);
-      const message = describe(err);
-      // Split even on a PermanentError: it condemns the id that caused it, not its batch mates.
-      if (items.length === 1) {
-        for (const item of items) out.failed.set(item.bizId, { error: message, permanent: err instanceof PermanentError });
-        return;
-      }
-      const mid = Math.ceil(items.length / 2);
-      await this.applySplitting(client, handler, shardId, items.slice(0, mid), out, depth + 1);
-      await this.applySplitting(client, handler, shardId, items.slice(mid), out, depth + 1);
-    }
-  }
-
-  private async callHandler(client: pg.PoolClient, handler: ResolvedHandler, shardId: number, items: ShardItem[]) {
-    const controller = new AbortController();
-    const limit = handler.config.timeLimitMs;
-    let timer: NodeJS.Timeout | undefined;
-    const timeout = new Promise<never>((_, reject) => {
-      timer = setTimeout(() => {
-        controller.abort();
-        reject(new HandlerTimeoutError(`handler of ${handler.kind} ran past its ${limit} ms time limit`));
-      }, limit + 50);
-    });
-    try {
-      return await Promise.race([handler.run(items, { kind: handler.kind, shardId, client, signal: controller.signal }), timeout]);
-    } finally {
-      clearTimeout(timer);
-    }
-  }
-
-  /** Gives a lease back so another worker can take the shard at once. */
-  private async release(lease: Lease): Promise<void> {
-    await this.pool.query(
-      `UPDATE timeout_center.shards SET state = 'queued', owner = NULL, lease_token = NULL, lease_expires_at = NULL,
-              attempts = attempts - 1, published_at = NULL
-        WHERE id = $1 AND lease_token = $2`,
-      [lease.id, lease.lease_token],
+  /** The handler on one batch, under the kind's time limit (its signal aborts after it). */
+  private callHandler(client: pg.PoolClient, handler: ResolvedHandler, shardId: number, items: ShardItem[]) {
+    return withTimeLimit({ what: `handler of ${handler.kind}`, limitMs: handler.config.timeLimitMs, graceMs: 50 }, (signal) =>
+      handler.run(items, { kind: handler.kind, shardId, client, signal }),
     );
-    this.metrics.shards.inc({ kind: lease.kind, outcome: 'released' });
   }
 }
 
@@ -423,49 +311,4 @@ export class ShardExecutor {
  *  ahead, oldest first otherwise. */
 function claimStatement(batch: BatchSqlHandler, lease: Lease): BatchStatement {
   return lease.from_newest ? batch.newest : batch;
-}
-
-function describe(err: unknown): string {
-  if (!(err instanceof Error)) return String(err);
-  const code = (err as { code?: string }).code;
-  return (code ? `${code}: ` : '') + err.message.slice(0, 1000);
-}
-
-/** SQL literal of a statement parameter: numbers as written, strings quoted, arrays as array
- *  literals. For multi-statement strings, which cannot carry bind parameters. */
-function literal(value: unknown): string {
-  if (typeof value === 'number') {
-    if (!Number.isFinite(value)) throw new Error(`not a finite number: ${String(value)}`);
-    return String(value);
-  }
-  if (typeof value === 'boolean') return value ? 'true' : 'false';
-  if (typeof value === 'string') return pg.escapeLiteral(value);
-  if (Array.isArray(value)) {
-    const items = value.map((v) => (v === null ? 'NULL' : `"${String(v).replace(/\\/g, '\\\\').replace(/"/g, '\\"')}"`));
-    return pg.escapeLiteral(`{${items.join(',')}}`);
-  }
-  throw new Error(`no literal for ${typeof value}`);
-}
-
-/** Each statement text split at its parameters, once: the worker binds the same few files for
- *  every shard, and scanning a commented file per shard cost more CPU than the claim's parsing. */
-const splitStatements = new Map<string, SplitStatement>();
-
-/** Waits until a lease's claim may start (a shard planned ahead of its rows' due instant). One
- *  millisecond more: a timer may fire up to a millisecond before its delay by performance.now(). */
-async function untilClaimAt(lease: Lease): Promise<void> {
-  const ms = lease.claimAt - performance.now();
-  if (ms > 0) await new Promise((r) => setTimeout(r, Math.ceil(ms) + 1));
-}
-
-/** The statement with $1..$n replaced by literals of values (a parameter with no value is left
- *  as written). */
-export function bindLiterals(sql: string, values: unknown[]): string {
-  let split = splitStatements.get(sql);
-  if (!split) {
-    split = splitAtParameters(sql);
-    if (splitStatements.size < 1000) splitStatements.set(sql, split);
-  }
-  const literals = values.map(literal);
-  return joinParameters(split, (n) => literals[n - 1]);
 }

@@ -26,17 +26,18 @@ import { failpoint } from '../failpoints.js';
 import type { Metrics } from '../observability/metrics.js';
 import type { CircuitBreakers } from './breakers.js';
 import { completeMarker, deleteMarker, fenceForSplit, insertMarker, isMarkerConflict, readMarker, type BusinessDatabases, type Marker } from './business-db.js';
-import { BatchFailure, describeError, HandlerTimeoutError, isBatchLevel, UnknownOutcomeError } from './failures.js';
-import { normalizeResult, PermanentError, type ExternalTarget, type ResolvedHandler, type ShardItem } from './handlers.js';
+import { applyIsolating } from './batch-isolation.js';
+import { describeError, isBatchLevel, UnknownOutcomeError } from './failures.js';
+import { BatchFailure, HandlerTimeoutError, normalizeResult, type ShardItem } from './handler-contract.js';
+import type { ExternalTarget, ResolvedHandler } from './handlers.js';
 import { splitPinned } from './isolate.js';
-import type { Lease } from './executor.js';
+import type { Lease } from './lease.js';
+import { recordOutcome, type ShardCounts, type ShardOutcome } from './outcome.js';
+import { withTimeLimit } from './time-limit.js';
 
 const here = new URL('.', import.meta.url);
 
-
-export type ExternalOutcome =
-  | { status: 'done'; done: number; skipped: number; failed: number; retried: number }
-  | { status: 'not-ours'; reason: string };
+export type ExternalOutcome = Exclude<ShardOutcome, { status: 'held' }>;
 
 /** A target that no business database name can be: biz_ids the routing rule cannot place. */
 const UNROUTABLE = '-unroutable';
@@ -161,15 +162,7 @@ export class ExternalExecutor {
     } else if (decision.fromMarker) {
       shardLog.warn({ applied: recorded.done, skipped: recorded.skipped }, 'a run of this shard had committed in the target before its worker stopped: recorded what it did from its marker');
     }
-    this.metrics.timeouts.inc({ kind, outcome: 'applied' }, recorded.done);
-    this.metrics.timeouts.inc({ kind, outcome: 'skipped' }, recorded.skipped);
-    this.metrics.timeouts.inc({ kind, outcome: 'failed' }, recorded.failed);
-    this.metrics.timeouts.inc({ kind, outcome: 'retried' }, recorded.retried);
-    this.metrics.shards.inc({ kind, outcome: 'done' });
-    this.metrics.shardDuration.observe({ kind }, (performance.now() - started) / 1000);
-    if (!('retryInMs' in decision)) {
-      this.metrics.lateness.observeMany({ kind }, claimed.lateness);
-    }
+    recordOutcome(this.metrics, kind, recorded, performance.now() - started, 'retryInMs' in decision ? undefined : { seconds: claimed.lateness });
     return { status: 'done', ...recorded };
   }
 
@@ -228,6 +221,7 @@ export class ExternalExecutor {
   private async apply(lease: Lease, handler: ResolvedHandler & { external: ExternalTarget }, claimed: Claimed, log: Logger): Promise<Decision | Lost> {
     const ext = handler.external;
     if (ext.via === 'http') {
+      // The HTTP handler keeps its own time limit (http-handler.ts) and needs no client.
       const controller = new AbortController();
       const result = normalizeResult(await handler.run(claimed.items, { kind: lease.kind, shardId: lease.id, attempt: lease.attempts, signal: controller.signal, client: undefined as unknown as pg.PoolClient }));
       return { applied: result.applied, failed: (result.failed ?? []).map((f) => ({ bizId: String(f.bizId), error: f.error, permanent: false })), fromMarker: false, where: undefined };
@@ -261,22 +255,10 @@ export class ExternalExecutor {
       client.release(destroy);
     };
     const limit = handler.config.timeLimitMs;
-    const controller = new AbortController();
-    let timer: NodeJS.Timeout | undefined;
     // Where the run is when the time limit falls (an object: the closure below moves it on).
     const at: { phase: 'marker' | 'handler' | 'commit' } = { phase: 'marker' };
     let center: CenterLock | undefined;
-    let settled = false;
-    const timedOut = new Promise<never>((_, reject) => {
-      timer = setTimeout(() => {
-        controller.abort(new HandlerTimeoutError(`handler of ${handler.kind} ran past its ${limit} ms time limit`));
-        // The handler may still hold the connection: destroy it rather than reuse it.
-        release(new Error('handler time limit: connection destroyed'));
-        reject(new HandlerTimeoutError(`handler of ${handler.kind} ran past its ${limit} ms time limit; its connection was destroyed`));
-      }, limit + 250);
-    });
-    timedOut.catch(() => {});
-    const work = (async (): Promise<Decision | Lost> => {
+    const work = async (signal: AbortSignal): Promise<Decision | Lost> => {
       await client.query(`BEGIN; SET LOCAL statement_timeout = ${Math.floor(limit)}`);
       const ran = items.map((i) => i.bizId);
       try {
@@ -300,9 +282,11 @@ export class ExternalExecutor {
       }
       claimed.markerKnown = true;
       at.phase = 'handler';
-      const applied = new Set<string>();
-      const failed = new Map<string, { error: string; permanent: boolean }>();
-      await this.applySplitting(client, handler, lease, items, applied, failed, controller.signal, 0);
+      const call = (batch: ShardItem[]) => {
+        if (signal.aborted) throw signal.reason;
+        return handler.run(batch, { kind: handler.kind, shardId: lease.id, attempt: lease.attempts, client, signal });
+      };
+      const { applied, failed } = await applyIsolating(client, items, call, (err) => isBatchLevel(err) || signal.aborted);
       await failpoint('external.after-apply');
       const marker: Marker = { applied: [...applied], failed: [...failed].map(([bizId, f]) => ({ bizId, ...f })), ran };
       await completeMarker(client, lease.id, marker);
@@ -311,9 +295,9 @@ export class ExternalExecutor {
         await client.query('ROLLBACK');
         return { lost: `lease on shard ${lease.id} was lost before its commit in the target (requeued or taken over): rolled back, nothing applied` };
       }
-      if (settled || controller.signal.aborted) {
+      if (signal.aborted) {
         await lock.rollback();
-        throw controller.signal.reason ?? new HandlerTimeoutError(`handler of ${handler.kind} ran past its ${limit} ms time limit`);
+        throw signal.reason;
       }
       center = lock;
       await failpoint('external.before-business-commit');
@@ -321,13 +305,21 @@ export class ExternalExecutor {
       await client.query('COMMIT');
       await failpoint('external.after-apply-commit');
       return { ...marker, fromMarker: false, where, center: lock };
-    })();
+    };
     try {
-      return await Promise.race([work, timedOut]);
+      return await withTimeLimit<Decision | Lost>(
+        {
+          what: `handler of ${handler.kind}`,
+          limitMs: limit,
+          graceMs: 250,
+          // The handler may still hold the connection: destroy it rather than reuse it.
+          onExpire: () => release(new Error('handler time limit: connection destroyed')),
+          // A run that comes back after its limit holding the center's lock lets it go.
+          onLate: (late) => void ('center' in late ? late.center?.rollback() : undefined),
+        },
+        work,
+      );
     } catch (err) {
-      settled = true;
-      // The timed-out handler may still fail later, or come back holding the center's lock.
-      work.then((late) => ('center' in late ? late.center?.rollback() : undefined)).catch(() => {});
       await center?.rollback();
       if (err instanceof HandlerTimeoutError && at.phase !== 'handler') {
         // The limit fell while waiting for another run's marker (that run may commit) or while
@@ -353,8 +345,6 @@ export class ExternalExecutor {
       // Not batch-level yet not isolated by splitting (e.g. the marker insert failed): the batch.
       throw new BatchFailure(`shard ${lease.id} failed in the target: ${describeError(err)}`, undefined, { cause: err });
     } finally {
-      settled = true;
-      clearTimeout(timer);
       release(false);
     }
   }
@@ -378,39 +368,6 @@ export class ExternalExecutor {
     }
   }
 
-  /** Calls the handler on items in a savepoint; a row-level failure splits them in halves until
-   *  the failing ids are isolated; a batch-level one ends the run. */
-  private async applySplitting(
-    client: pg.PoolClient,
-    handler: ResolvedHandler,
-    lease: Lease,
-    items: ShardItem[],
-    applied: Set<string>,
-    failed: Map<string, { error: string; permanent: boolean }>,
-    signal: AbortSignal,
-    depth: number,
-  ): Promise<void> {
-    if (signal.aborted) throw signal.reason;
-    const savepoint = `tc_split_${depth}`;
-    await client.query(`SAVEPOINT ${savepoint}`);
-    try {
-      const result = normalizeResult(await handler.run(items, { kind: handler.kind, shardId: lease.id, attempt: lease.attempts, client, signal }));
-      await client.query(`RELEASE SAVEPOINT ${savepoint}`);
-      for (const id of result.applied) applied.add(id);
-      for (const f of result.failed ?? []) failed.set(String(f.bizId), { error: f.error, permanent: false });
-    } catch (err) {
-      if (isBatchLevel(err) || signal.aborted) throw err;
-      await client.query(`ROLLBACK TO SAVEPOINT ${savepoint}; RELEASE SAVEPOINT ${savepoint}`);
-      if (items.length === 1) {
-        failed.set(items[0]!.bizId, { error: describeError(err), permanent: err instanceof PermanentError });
-        return;
-      }
-      const mid = Math.ceil(items.length / 2);
-      await this.applySplitting(client, handler, lease, items.slice(0, mid), applied, failed, signal, depth + 1);
-      await this.applySplitting(client, handler, lease, items.slice(mid), applied, failed, signal, depth + 1);
-    }
-  }
-
   /** The record survives a short loss of the center's connection (deadlock, restart): the marker
    *  would make a re-run safe anyway, but it would wait for the lease to run out. */
   private async recordWithRetry(
@@ -418,7 +375,7 @@ export class ExternalExecutor {
     handler: ResolvedHandler,
     decision: Decision | { retryInMs: number; error: string },
     log: Logger,
-  ): ReturnType<ExternalExecutor['record']> {
+  ): Promise<ShardCounts | undefined> {
     for (let attempt = 1; ; attempt += 1) {
       try {
         return await this.record(lease, handler, decision);
@@ -432,7 +389,7 @@ export class ExternalExecutor {
 
   /** Step 4 in the transaction that fenced the commit. If the center fails there, the marker is
    *  committed: the record is retried on its own, as a re-run would. */
-  private async recordFenced(center: CenterLock, lease: Lease, handler: ResolvedHandler, decision: Decision, log: Logger): ReturnType<ExternalExecutor['record']> {
+  private async recordFenced(center: CenterLock, lease: Lease, handler: ResolvedHandler, decision: Decision, log: Logger): Promise<ShardCounts | undefined> {
     try {
       const recorded = await this.record(lease, handler, decision, center.client);
       await center.commit();
@@ -451,10 +408,10 @@ export class ExternalExecutor {
     handler: ResolvedHandler,
     decision: Decision | { retryInMs: number; error: string },
     db: pg.Pool | pg.PoolClient = this.pool,
-  ): Promise<{ done: number; skipped: number; failed: number; retried: number } | undefined> {
+  ): Promise<ShardCounts | undefined> {
     const batch = 'retryInMs' in decision;
     const failed = batch ? [] : decision.failed;
-    const { rows } = await db.query<{ done: number; skipped: number; failed: number; retried: number }>(query(here, 'external_record'), [
+    const { rows } = await db.query<ShardCounts>(query(here, 'external_record'), [
       lease.id,
       lease.lease_token,
       batch ? [] : decision.applied,

@@ -3,25 +3,7 @@
 // behind a circuit breaker, and no timeout fails for good because of it. Only a row-level failure
 // (a handler that names failed ids, a statement failing on one row's data) is split and isolated.
 import { isConnectionError, isRetryableConflict, pgErrorCode } from '../db/pool.js';
-
-/** Throw from a code handler (or raised by the HTTP handler) when the whole batch failed for a
- *  reason no single row explains: the shard is retried later with backoff. */
-export class BatchFailure extends Error {
-  override name = 'BatchFailure';
-  constructor(
-    message: string,
-    /** The target asked us to wait this long (Retry-After). */
-    readonly retryAfterMs?: number,
-    options?: ErrorOptions,
-  ) {
-    super(message, options);
-  }
-}
-
-/** The handler ran past its time limit; its connection was destroyed. */
-export class HandlerTimeoutError extends BatchFailure {
-  override name = 'HandlerTimeoutError';
-}
+import { BatchFailure } from './handler-contract.js';
 
 /** The business commit may or may not have happened (the connection broke while COMMIT was in
  *  flight): only the marker can tell, so the shard is left to its lease and a re-run reads it. */

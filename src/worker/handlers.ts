@@ -9,52 +9,7 @@ import type pg from 'pg';
 import type { HandlerConfig, KindConfig, LoadedConfig } from '../config.js';
 import { sqlHandlerForm, sqlParameterTypes, type BatchSqlHandler } from './sql-handler.js';
 import { postShard } from './http-handler.js';
-import { BatchFailure, HandlerTimeoutError } from './failures.js';
-
-export { BatchFailure, HandlerTimeoutError };
-
-export interface ShardItem {
-  bizId: string;
-  payload: unknown;
-}
-
-export interface HandlerContext {
-  kind: string;
-  shardId: number;
-  /** A connection inside a transaction that commits with the handler's result: the shard's own
-   *  transaction on the same-database path; on the external path (code handlers), a transaction
-   *  of its own on the kind's business database (or the center's), which also writes the marker.
-   *  After the time limit it is destroyed: a handler must not keep using it. */
-  client: pg.PoolClient;
-  /** Aborted when the kind's time limit passes. */
-  signal: AbortSignal;
-  /** The shard's attempt (its lease), from 1. */
-  attempt?: number;
-}
-
-/** What a handler reports: ids it changed; ids that failed (with why); every other id is skipped. */
-export interface HandlerResult {
-  applied: string[];
-  failed?: { bizId: string; error: string }[];
-}
-
-/** A handler may also just return the applied ids. Throwing fails the whole batch, which the
- *  worker then splits to find the failing ids. Throw PermanentError to skip the remaining
- *  attempts of those ids. */
-export type ShardHandler = (items: ShardItem[], ctx: HandlerContext) => Promise<HandlerResult | string[]>;
-
-/** A failure that retrying cannot fix (bullmq's UnrecoverableError): the ids fail at once. */
-export class PermanentError extends Error {
-  override name = 'PermanentError';
-}
-
-export function normalizeResult(result: HandlerResult | string[] | undefined | null): HandlerResult {
-  if (Array.isArray(result)) return { applied: result.map(String) };
-  if (!result || !Array.isArray(result.applied)) {
-    throw new Error('handler returned neither an array of applied ids nor { applied: [...] }');
-  }
-  return { applied: result.applied.map(String), failed: result.failed ?? [] };
-}
+import type { ShardHandler } from './handler-contract.js';
 
 /**
  * lock_timeout of a SQL handler's statement, well below PostgreSQL's deadlock_timeout (1 s by

@@ -6,8 +6,7 @@
 // attempt) so the service can drop a duplicate.
 import { z } from 'zod';
 import type { HandlerConfig } from '../config.js';
-import { BatchFailure, HandlerTimeoutError } from './failures.js';
-import type { HandlerResult, ShardItem } from './handlers.js';
+import { BatchFailure, HandlerTimeoutError, type HandlerResult, type ShardItem } from './handler-contract.js';
 
 const bizId = z.union([z.string().min(1), z.number()]).transform(String);
 const replySchema = z.object({

@@ -15,7 +15,8 @@ import { BusinessDatabases } from './business-db.js';
 import { ShardExecutor } from './executor.js';
 import { ExternalExecutor } from './external-executor.js';
 import { LeaseKeeper } from './lease-keeper.js';
-import { resolveHandlers, type ShardHandler } from './handlers.js';
+import type { ShardHandler } from './handler-contract.js';
+import { resolveHandlers } from './handlers.js';
 
 /** How often a worker says it is alive (timeout_center.workers.last_seen_at); `status` counts a
  *  worker gone after 15 s without one. */
@@ -100,7 +101,7 @@ export class Worker {
       this.breakers = new CircuitBreakers(config.breaker, pool, this.id, metrics, alerter, log);
       external = new ExternalExecutor(pool, this.businessDatabases, this.breakers, metrics);
     }
-    this.executor = new ShardExecutor(pool, handlers, this.id, config.worker.leaseMs, metrics, log, this.leaseKeeper, external);
+    this.executor = new ShardExecutor({ pool, handlers, workerId: this.id, leaseMs: config.worker.leaseMs, metrics, logger: log, leaseKeeper: this.leaseKeeper, external });
     await channel.init(this.kinds);
     pool.on('acquire', this.onAcquire);
     pool.on('release', this.onRelease);

@@ -9,7 +9,7 @@ import { loadConfig, type ConfigInput } from '../../src/config.js';
 import { migrate } from '../../src/db/migrate.js';
 import { createLogger } from '../../src/observability/logger.js';
 import { startRuntime, type Runtime } from '../../src/runtime.js';
-import { PermanentError, type ShardItem } from '../../src/worker/handlers.js';
+import { PermanentError, type ShardItem } from '../../src/worker/handler-contract.js';
 import { createTestDatabase, testKeyPrefix, TEST_REDIS_URL, type TestDatabase } from '../helpers/services.js';
 
 const logger = createLogger('silent');

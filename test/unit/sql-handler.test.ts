@@ -33,7 +33,7 @@ describe('replaceParameter', () => {
 
 describe('bindLiterals', () => {
   it('binds every occurrence of each parameter, leaves $10 to the tenth value and quotes, comments alone', async () => {
-    const { bindLiterals } = await import('../../src/worker/executor.js');
+    const { bindLiterals } = await import('../../src/worker/bind-literals.js');
     const sql = "-- $1 in a comment\nSELECT $1, $2, '$1', $1::int, $3 /* $2 */";
     expect(bindLiterals(sql, [7, "it's", [1, null]])).toBe(`-- $1 in a comment\nSELECT 7, 'it''s', '$1', 7::int, '{"1",NULL}' /* $2 */`);
     // The same text again (the split is cached) with other values, and a parameter with no value.

@@ -1,0 +1,77 @@
+// A worker's lease on a shard: taken in a transaction of its own before any claim, renewed while
+// the shard runs (lease-keeper.ts), given back when this worker does not serve the shard's kind,
+// and, for a shard planned ahead of its rows' due instant, the wait until it may claim.
+import pg from 'pg';
+import { query } from '../db/queries.js';
+import { bindLiterals } from './bind-literals.js';
+
+const here = new URL('.', import.meta.url);
+
+/** The lease a worker took on a shard (take_lease.sql); both execution paths run under it. */
+export interface Lease {
+  id: number;
+  scan_id: number;
+  kind: string;
+  lease_token: string;
+  attempts: number;
+  claim_limit: number;
+  /** Every other shard of a flood mapped ahead claims the flood's newest rows first
+   *  (take_lease.sql; BatchSqlHandler.newest). */
+  from_newest: boolean;
+  /** When (performance.now()) the claim may start: for a shard planned ahead of its rows' due
+   *  instant (shards.not_before, sql/0011), the lease's time plus take_lease.sql's wait_ms,
+   *  measured on the database clock; for any other, the lease's time. */
+  claimAt: number;
+}
+
+/**
+ * take_lease.sql in a transaction of its own that does not wait for the WAL flush
+ * (synchronous_commit off): one round trip, no fsync per shard. A lease lost in a PostgreSQL crash
+ * only means the shard is taken again; the shard's own transaction, which applies the timeouts,
+ * commits durably. The parameters are numbers and one escaped literal (a multi-statement string
+ * cannot carry bind parameters). lock_kind.sql goes first in the same transaction: it locks
+ * only for a kind with a cap on running shards (flow control), so the cap check is atomic.
+ */
+export async function takeLease(pool: pg.Pool, shardId: number, workerId: string, leaseMs: number): Promise<Lease | undefined> {
+  if (!Number.isSafeInteger(shardId) || shardId <= 0) throw new Error(`invalid shard id in a delivery: ${String(shardId)}`);
+  const values = [shardId, workerId, Math.floor(leaseMs)];
+  const bind = (name: string) => bindLiterals(query(here, name), values);
+  const results = (await pool.query(
+    `BEGIN; SET LOCAL synchronous_commit = off; ${bind('lock_kind')}; ${bind('take_lease')}; COMMIT`,
+  )) as unknown as pg.QueryResult<Omit<Lease, 'claimAt'> & { wait_ms: number }>[];
+  const row = results[3]?.rows[0];
+  if (!row) return undefined;
+  const { wait_ms, ...lease } = row;
+  return {
+    ...lease,
+    id: Number(row.id),
+    scan_id: Number(row.scan_id),
+    attempts: Number(row.attempts),
+    claim_limit: Number(row.claim_limit),
+    claimAt: performance.now() + Number(wait_ms),
+  };
+}
+
+/** After takeLease found nothing: the kind of a shard that flow control holds back (it stays
+ *  queued, unpublished: hold_shard.sql), or undefined for a final shard or another worker's. */
+export async function holdShard(pool: pg.Pool, shardId: number): Promise<string | undefined> {
+  const { rows } = await pool.query<{ kind: string }>(query(here, 'hold_shard'), [shardId]);
+  return rows[0]?.kind;
+}
+
+/** Gives a lease back so another worker can take the shard at once (the attempt not counted). */
+export async function releaseLease(pool: pg.Pool, lease: Lease): Promise<void> {
+  await pool.query(
+    `UPDATE timeout_center.shards SET state = 'queued', owner = NULL, lease_token = NULL, lease_expires_at = NULL,
+            attempts = attempts - 1, published_at = NULL
+      WHERE id = $1 AND lease_token = $2`,
+    [lease.id, lease.lease_token],
+  );
+}
+
+/** Waits until a lease's claim may start (a shard planned ahead of its rows' due instant). One
+ *  millisecond more: a timer may fire up to a millisecond before its delay by performance.now(). */
+export async function untilClaimAt(lease: Lease): Promise<void> {
+  const ms = lease.claimAt - performance.now();
+  if (ms > 0) await new Promise((r) => setTimeout(r, Math.ceil(ms) + 1));
+}

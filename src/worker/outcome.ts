@@ -1,0 +1,38 @@
+// A shard run's outcome, the same on both execution paths, and the one place its metrics are
+// recorded.
+import type { Metrics } from '../observability/metrics.js';
+
+/** What a run wrote: timeouts applied (done), skipped (nothing to change), failed for good, and
+ *  retried (back to pending). */
+export interface ShardCounts {
+  done: number;
+  skipped: number;
+  failed: number;
+  retried: number;
+}
+
+export type ShardOutcome =
+  | ({ status: 'done' } & ShardCounts)
+  /** Not ours to run: already final, held by another worker, or the lease was lost. */
+  | { status: 'not-ours'; reason: string }
+  /** Flow control holds it back (kind paused or at its cap): it stays queued, unpublished, and
+   *  the coordinator publishes it again when the kind may run it (hold_shard.sql). */
+  | { status: 'held'; reason: string };
+
+/** A shard's lateness in seconds; `times[i]` rows had `seconds[i]` (none: one row each). */
+export interface Lateness {
+  seconds: number[];
+  times?: number[] | undefined;
+}
+
+/** Counts, duration and lateness of a shard that ran to its record. Lateness is left out when the
+ *  whole batch failed (nothing closed). */
+export function recordOutcome(metrics: Metrics, kind: string, counts: ShardCounts, durationMs: number, lateness: Lateness | undefined): void {
+  metrics.timeouts.inc({ kind, outcome: 'applied' }, counts.done);
+  metrics.timeouts.inc({ kind, outcome: 'skipped' }, counts.skipped);
+  metrics.timeouts.inc({ kind, outcome: 'failed' }, counts.failed);
+  metrics.timeouts.inc({ kind, outcome: 'retried' }, counts.retried);
+  metrics.shards.inc({ kind, outcome: 'done' });
+  metrics.shardDuration.observe({ kind }, durationMs / 1000);
+  if (lateness) metrics.lateness.observeMany({ kind }, lateness.seconds, 1, lateness.times);
+}
