@@ -1,6 +1,6 @@
-// Assembles a process: connections (checked up front, with errors that say what to do), the
-// coordinator and/or a worker, the health server, and a stop() that runs every cleanup step
-// even when one fails.
+// Assembles a process as a list of services (service.ts): connections (checked up front, with
+// errors that say what to do), the worker and/or the coordinator, the health server; stop() stops
+// them in reverse order, every step even when one fails.
 import { hostname } from 'node:os';
 import type pg from 'pg';
 import type { Logger } from 'pino';
@@ -17,7 +17,7 @@ import { startHealthServer, type HealthServer } from './observability/http.js';
 import { Metrics } from './observability/metrics.js';
 import type { ShardChannel } from './transport/channel.js';
 import { RedisStreamsChannel, redactUrl } from './transport/redis-streams.js';
-import { Retention } from './retention/retention.js';
+import { service, ServiceGroup, type Service } from './service.js';
 import { Worker } from './worker/worker.js';
 
 export class UnreachableError extends Error {
@@ -108,83 +108,72 @@ export async function startRuntime(options: RuntimeOptions): Promise<Runtime> {
     ? undefined
     : new RedisStreamsChannel({ url: config.redisUrl, keyPrefix: config.redisKeyPrefix, logger });
   const channel: ShardChannel = options.embedded?.channel ?? redisChannel!;
-  const cleanups: { name: string; run: () => Promise<unknown> }[] = [];
   let coordinator: Coordinator | undefined;
   let worker: Worker | undefined;
   let health: HealthServer | undefined;
-
   let drainOverride: number | undefined;
-  const stopAll = async () => {
-    // Reverse order of start; every step runs even if another failed.
-    for (const step of cleanups.reverse()) {
-      try {
-        await step.run();
-      } catch (err) {
-        logger.warn({ err, step: step.name }, 'cleanup step failed');
-      }
-    }
-  };
 
-  try {
-    cleanups.push({ name: 'postgres', run: () => endPool(pool, logger) });
-    cleanups.push({ name: redisChannel ? 'redis' : 'channel', run: () => channel.close() });
-    await checkPostgres(pool, config.databaseUrl);
-    if (redisChannel) await checkRedis(redisChannel, config.redisUrl);
-    await assertMigrated(pool);
-    await syncKinds(pool, config.kinds);
-    await syncRoutes(pool, config.kinds);
-    await syncTargets(pool, config.businessDatabases);
-    await channel.init(Object.keys(config.kinds));
-
-    if (options.worker) {
-      worker = new Worker({ config, pool, channel, metrics, logger });
-      options.configureWorker?.(worker);
-      await worker.start();
-      const w = worker;
-      cleanups.push({ name: 'worker', run: () => w.stop(drainOverride ?? config.worker.drainTimeoutMs) });
-    }
-    if (options.coordinator) {
-      const coordinatorId = `${hostname()}-${process.pid}`;
-      const leadership = new Leadership({
-        redis: redisChannel?.redis,
-        lock: options.embedded?.leaderLock,
-        pool,
-        lockKey: `${config.redisKeyPrefix}:coordinator-lock`,
-        ttlMs: config.coordinator.lockTtlMs,
-        coordinatorId,
-        logger,
-      });
-      coordinator = new Coordinator({ config, pool, channel, leadership, metrics, logger, coordinatorId });
-      coordinator.start();
-      const c = coordinator;
-      cleanups.push({ name: 'coordinator', run: () => c.stop() });
-      // Retention runs beside the coordinator, on its own timer, only while it leads; it stops
-      // first (cleanups run in reverse), after the batch in progress.
-      const retention = new Retention({ pool, config: config.retention, logger, metrics, isLeader: () => c.isLeader });
-      retention.start();
-      cleanups.push({ name: 'retention', run: () => retention.stop() });
-    }
-    if (config.httpPort !== undefined) {
-      const c = coordinator;
-      health = await startHealthServer({
-        port: config.httpPort,
-        metrics,
-        logger,
-        checks: {
-          postgres: async () => (await pool.query('SELECT 1'), { ok: true }),
-          ...(redisChannel
-            ? { redis: async () => (await redisChannel.redis.ping(), { ok: true }) }
-            : { channel: async () => ({ ok: true, transport: 'in-process' }) }),
-          ...(c ? { coordinator: async () => ({ ok: true, leader: c.isLeader }) } : {}),
-        },
-      });
-      const h = health;
-      cleanups.push({ name: 'http', run: () => h.close() });
-    }
-  } catch (err) {
-    await stopAll();
-    throw err;
+  // The process as services, started in this order and stopped in reverse (ServiceGroup): each
+  // stop runs even if another fails, and a start that fails stops what already started.
+  const services: Service[] = [
+    service('postgres', () => {}, () => endPool(pool, logger)),
+    service(redisChannel ? 'redis' : 'channel', () => {}, () => channel.close()),
+    service('checks', async () => {
+      await checkPostgres(pool, config.databaseUrl);
+      if (redisChannel) await checkRedis(redisChannel, config.redisUrl);
+      await assertMigrated(pool);
+      await syncKinds(pool, config.kinds);
+      await syncRoutes(pool, config.kinds);
+      await syncTargets(pool, config.businessDatabases);
+      await channel.init(Object.keys(config.kinds));
+    }, () => {}),
+  ];
+  if (options.worker) {
+    const w = new Worker({ config, pool, channel, metrics, logger });
+    options.configureWorker?.(w);
+    worker = w;
+    services.push(service('worker', () => w.start(), () => w.stop(drainOverride ?? config.worker.drainTimeoutMs)));
   }
+  if (options.coordinator) {
+    const coordinatorId = `${hostname()}-${process.pid}`;
+    const leadership = new Leadership({
+      redis: redisChannel?.redis,
+      lock: options.embedded?.leaderLock,
+      pool,
+      lockKey: `${config.redisKeyPrefix}:coordinator-lock`,
+      ttlMs: config.coordinator.lockTtlMs,
+      coordinatorId,
+      logger,
+    });
+    coordinator = new Coordinator({ config, pool, channel, leadership, metrics, logger, coordinatorId });
+    services.push(coordinator);
+  }
+  if (config.httpPort !== undefined) {
+    const c = coordinator;
+    const port = config.httpPort;
+    services.push(
+      service(
+        'http',
+        async () => {
+          health = await startHealthServer({
+            port,
+            metrics,
+            logger,
+            checks: {
+              postgres: async () => (await pool.query('SELECT 1'), { ok: true }),
+              ...(redisChannel
+                ? { redis: async () => (await redisChannel.redis.ping(), { ok: true }) }
+                : { channel: async () => ({ ok: true, transport: 'in-process' }) }),
+              ...(c ? { coordinator: async () => ({ ok: true, leader: c.isLeader }) } : {}),
+            },
+          });
+        },
+        () => health?.close(),
+      ),
+    );
+  }
+  const process_ = new ServiceGroup('timeout-center', services, logger);
+  await process_.start();
 
   let stopping: Promise<void> | undefined;
   return {
@@ -196,7 +185,7 @@ export async function startRuntime(options: RuntimeOptions): Promise<Runtime> {
     health,
     stop(stopOptions) {
       drainOverride = stopOptions?.drainTimeoutMs;
-      stopping ??= stopAll();
+      stopping ??= process_.stop();
       return stopping;
     },
   };

@@ -14,25 +14,26 @@ export interface Service {
 /** The state machine every service shares: subclasses say what starting and stopping do. */
 export abstract class BaseService implements Service {
   abstract readonly name: string;
-  private transition: Promise<void> = Promise.resolve();
-  private running = false;
+  // ECMAScript private fields: subclasses keep their own names (running, stopping, ...).
+  #transition: Promise<void> = Promise.resolve();
+  #running = false;
 
   get isRunning(): boolean {
-    return this.running;
+    return this.#running;
   }
 
   start(): Promise<void> {
-    return this.enqueue(async () => {
-      if (this.running) return;
+    return this.#enqueue(async () => {
+      if (this.#running) return;
       await this.onStart();
-      this.running = true;
+      this.#running = true;
     });
   }
 
   stop(): Promise<void> {
-    return this.enqueue(async () => {
-      if (!this.running) return;
-      this.running = false;
+    return this.#enqueue(async () => {
+      if (!this.#running) return;
+      this.#running = false;
       await this.onStop();
     });
   }
@@ -40,9 +41,9 @@ export abstract class BaseService implements Service {
   protected abstract onStart(): Promise<void>;
   protected abstract onStop(): Promise<void>;
 
-  private enqueue(step: () => Promise<void>): Promise<void> {
-    const next = this.transition.then(step);
-    this.transition = next.catch(() => {});
+  #enqueue(step: () => Promise<void>): Promise<void> {
+    const next = this.#transition.then(step);
+    this.#transition = next.catch(() => {});
     return next;
   }
 }

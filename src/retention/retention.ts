@@ -4,13 +4,14 @@
 // millions of rows a day; the space of deleted rows is reused by new rows once autovacuum has
 // marked it free (see docs/operations.md). Failed timeouts are kept: operators retry them.
 //
-// The leading coordinator runs it every retention.intervalMs (Retention below); operators can run
-// the same purge with `timeout-center purge`.
+// The leading coordinator runs it every retention.intervalMs (Retention below, one of its
+// leader-gated duties); operators can run the same purge with `timeout-center purge`.
 import type pg from 'pg';
 import type { Logger } from 'pino';
 import type { RetentionConfig } from '../config.js';
 import { query } from '../db/queries.js';
 import type { Metrics } from '../observability/metrics.js';
+import { BaseService } from '../service.js';
 
 const here = new URL('.', import.meta.url);
 
@@ -83,26 +84,28 @@ export interface RetentionDeps {
   config: RetentionConfig;
   logger: Logger;
   metrics: Metrics;
-  /** Only the leader purges (two purging at once would be safe, but wasteful). */
-  isLeader: () => boolean;
 }
 
-/** The periodic purge run by the coordinator process while it leads. */
-export class Retention {
+/** The periodic purge: one of the duties that run only while this coordinator leads (two purging
+ *  at once would be safe, but wasteful), started on election and stopped on deposition. */
+export class Retention extends BaseService {
+  readonly name = 'retention';
   private timer: NodeJS.Timeout | undefined;
   private running: Promise<void> | undefined;
-  private stopped = false;
+  private stopping = false;
 
-  constructor(private readonly deps: RetentionDeps) {}
+  constructor(private readonly deps: RetentionDeps) {
+    super();
+  }
 
-  start(): void {
+  protected async onStart(): Promise<void> {
     if (!this.deps.config.enabled) return;
-    this.stopped = false;
+    this.stopping = false;
     this.schedule();
   }
 
   private schedule(): void {
-    if (this.stopped) return;
+    if (this.stopping) return;
     this.timer = setTimeout(() => {
       this.running = this.runOnce()
         .then(() => undefined)
@@ -114,13 +117,12 @@ export class Retention {
     this.timer.unref();
   }
 
-  /** One purge, if this process leads. Errors are logged; the next interval tries again. */
+  /** One purge. Errors are logged; the next interval tries again. */
   async runOnce(): Promise<PurgeResult | undefined> {
-    const { pool, config, logger, metrics, isLeader } = this.deps;
-    if (!isLeader()) return undefined;
+    const { pool, config, logger, metrics } = this.deps;
     try {
       const result = await purge(pool, config, {
-        shouldStop: () => this.stopped || !isLeader(),
+        shouldStop: () => this.stopping,
         onBatch: (table, n) => metrics.purged.inc({ table }, n),
       });
       if (result.workers > 0) metrics.purged.inc({ table: 'workers' }, result.workers);
@@ -134,9 +136,9 @@ export class Retention {
     }
   }
 
-  /** Stops after the batch in progress. Idempotent. */
-  async stop(): Promise<void> {
-    this.stopped = true;
+  /** Stops after the batch in progress. */
+  protected async onStop(): Promise<void> {
+    this.stopping = true;
     if (this.timer) clearTimeout(this.timer);
     await this.running?.catch(() => {});
   }

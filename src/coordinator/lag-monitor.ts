@@ -1,0 +1,66 @@
+// The lag monitor, last in every leader tick: every lagCheckIntervalMs it reads the backlog view
+// into the backlog and lag gauges, and raises lag_sla when the oldest due timeout is later than
+// the SLA. A flood mapped ahead puts the check off past its instant (lag-schedule.ts): nothing of
+// it is late yet, and the check would read every due row while the first shards claim. The gauges
+// are the leader's only: a standby must not keep exporting its last term's values.
+import type pg from 'pg';
+import type { Alerter } from '../alerts/alerter.js';
+import type { AlertsConfig } from '../config.js';
+import type { Metrics } from '../observability/metrics.js';
+import { deferredUntil, lagCheckDue } from './lag-schedule.js';
+
+export class LagMonitor {
+  private lastCheckAt = 0;
+  private notBefore = 0;
+  private lastAlertAt = 0;
+
+  constructor(
+    private readonly pool: pg.Pool,
+    private readonly alerter: Alerter,
+    private readonly metrics: Metrics,
+    private readonly alerts: AlertsConfig,
+    private readonly intervalMs: number,
+  ) {}
+
+  /** A flood due untilMs from now was mapped ahead: check one interval past its instant. */
+  deferFor(untilMs: number): void {
+    this.notBefore = deferredUntil(Date.now(), untilMs, this.intervalMs);
+  }
+
+  async check(): Promise<void> {
+    const now = Date.now();
+    if (!lagCheckDue(now, this.lastCheckAt, this.notBefore, this.intervalMs)) return;
+    this.lastCheckAt = now;
+    const { rows } = await this.pool.query<{ kind: string; pending_due: number; in_flight: number; lag_s: number; paused: boolean }>(
+      `SELECT kind, pending_due, in_flight, extract(epoch FROM oldest_lag)::float8 AS lag_s, paused FROM timeout_center.backlog`,
+    );
+    this.metrics.backlog.reset();
+    this.metrics.oldestLag.reset();
+    let worst: (typeof rows)[number] | undefined;
+    for (const r of rows) {
+      this.metrics.backlog.set({ kind: r.kind, state: 'pending' }, r.pending_due);
+      this.metrics.backlog.set({ kind: r.kind, state: 'in_flight' }, r.in_flight);
+      this.metrics.oldestLag.set({ kind: r.kind }, r.lag_s);
+      if (!worst || r.lag_s > worst.lag_s) worst = r;
+    }
+    const sla = this.alerts.lagSlaMs / 1000;
+    if (worst && worst.lag_s > sla && now - this.lastAlertAt >= this.alerts.lagAlertEveryMs) {
+      this.lastAlertAt = now;
+      void this.alerter.raise({
+        type: 'lag_sla',
+        message: worst.paused
+          ? `oldest due ${worst.kind} timeout is ${worst.lag_s.toFixed(1)} s late (SLA ${sla} s); backlog ${worst.pending_due} waiting: the kind is PAUSED (timeout-center resume ${worst.kind})`
+          : `oldest due ${worst.kind} timeout is ${worst.lag_s.toFixed(1)} s late (SLA ${sla} s); backlog ${worst.pending_due} waiting, ${worst.in_flight} in flight: add workers or look for a slow handler`,
+        details: { kind: worst.kind, lagSeconds: worst.lag_s, slaSeconds: sla, pending: worst.pending_due, inFlight: worst.in_flight, paused: worst.paused },
+      });
+    }
+  }
+
+  /** Off the lead: the backlog, lag and in-flight gauges go to zero (dashboards take the max
+   *  across coordinators). */
+  clearGauges(): void {
+    this.metrics.backlog.reset();
+    this.metrics.oldestLag.reset();
+    this.metrics.shardsInFlight.set(0);
+  }
+}

@@ -1,0 +1,65 @@
+// Recovery, the first step of every leader tick: republish what Redis lost (the channel's marker
+// key is gone) and what dead workers left behind (the reaper: expired leases requeued, shards
+// queued too long republished, shards out of attempts abandoned with an alert). At most once a
+// second, and at once after an election or a Redis loss.
+import type pg from 'pg';
+import type { Logger } from 'pino';
+import type { Alerter } from '../alerts/alerter.js';
+import type { Metrics } from '../observability/metrics.js';
+import type { ShardChannel } from '../transport/channel.js';
+import type { Dispatcher } from './dispatch.js';
+import { reap } from './reaper.js';
+
+const REAP_EVERY_MS = 1000;
+
+export interface RecoveryDeps {
+  pool: pg.Pool;
+  channel: ShardChannel;
+  dispatcher: Dispatcher;
+  alerter: Alerter;
+  metrics: Metrics;
+  logger: Logger;
+  republishAfterMs: number;
+}
+
+export class Recovery {
+  private lastReapAt = 0;
+
+  constructor(private readonly deps: RecoveryDeps) {}
+
+  /** A new leader recovers at once. */
+  reset(): void {
+    this.lastReapAt = 0;
+  }
+
+  /** Reaps when due (or Redis lost its data), then publishes what waits. */
+  async recover(epoch: number): Promise<void> {
+    const { pool, channel, dispatcher, metrics, logger } = this.deps;
+    const channelLost = await channel.checkLostAndMark();
+    if (channelLost || Date.now() - this.lastReapAt >= REAP_EVERY_MS) {
+      this.lastReapAt = Date.now();
+      const reaped = await reap(pool, epoch, { republishAfterMs: this.deps.republishAfterMs, channelLost });
+      if (reaped.republish.length > 0 || reaped.abandoned.length > 0 || reaped.orphanScans > 0) {
+        logger.warn(
+          { requeued: reaped.requeued, stale: reaped.stale, abandoned: reaped.abandoned.length, orphanScans: reaped.orphanScans, channelLost },
+          'reaper recovered shards',
+        );
+        metrics.reclaims.inc({ source: channelLost ? 'channel_lost' : 'stale_queue' }, reaped.stale);
+        metrics.reclaims.inc({ source: 'lease_expired' }, reaped.requeued);
+        metrics.reclaims.inc({ source: 'abandoned' }, reaped.abandoned.length);
+      }
+      for (const a of reaped.abandoned) {
+        // Failed shards and their timeouts show per kind beside the workers' outcomes.
+        metrics.shards.inc({ kind: a.kind, outcome: 'failed' });
+        metrics.timeouts.inc({ kind: a.kind, outcome: 'failed' }, a.failed);
+        void this.deps.alerter.raise({
+          type: 'shard_abandoned',
+          message: `shard ${a.shardId} (${a.kind}, scan ${a.scanId}) was abandoned by its workers too many times; ${a.failed} timeouts marked failed`,
+          details: { ...a },
+        });
+      }
+      dispatcher.add(reaped.republish);
+    }
+    await dispatcher.flush();
+  }
+}
