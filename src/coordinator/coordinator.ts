@@ -26,6 +26,7 @@ import { Mapper } from './mapper.js';
 import { Recovery } from './recovery.js';
 import { Reducer } from './reducer.js';
 import { TickLoop } from './tick-loop.js';
+import { UnservedKinds } from './unserved-kinds.js';
 
 export interface CoordinatorDeps {
   config: LoadedConfig;
@@ -55,7 +56,8 @@ export class Coordinator extends BaseService {
     const dispatcher = new Dispatcher(channel, this.flow, metrics, logger);
     this.lag = new LagMonitor(pool, alerter, metrics, config.alerts, config.coordinator.lagCheckIntervalMs);
     this.recovery = new Recovery({ pool, channel, dispatcher, alerter, metrics, logger, republishAfterMs: config.coordinator.republishAfterMs });
-    this.mapper = new Mapper({ config, pool, flow: this.flow, dispatcher, lag: this.lag, metrics, logger, coordinatorId: deps.coordinatorId });
+    const unserved = new UnservedKinds(alerter, logger);
+    this.mapper = new Mapper({ config, pool, flow: this.flow, dispatcher, lag: this.lag, unserved, metrics, logger, coordinatorId: deps.coordinatorId });
     this.reducer = new Reducer({ pool, alerter, metrics, logger, consecutiveFailed: config.alerts.consecutiveFailedScans });
     this.loop = new TickLoop({
       schedule: config.coordinator.schedule,
@@ -76,10 +78,12 @@ export class Coordinator extends BaseService {
         // A new term starts from nothing: the previous leader's shards may cover anything.
         this.recovery.reset();
         this.mapper.memory.reset();
+        unserved.reset();
         this.flow.reset();
       },
       onDeposed: () => {
         this.mapper.memory.reset();
+        unserved.reset();
         this.flow.reset();
         metrics.leader.set(0);
         metrics.epoch.set(0);

@@ -16,6 +16,7 @@ import type { Dispatcher } from './dispatch.js';
 import type { LagMonitor } from './lag-monitor.js';
 import { countAhead, planScan, type PlannedScan } from './map.js';
 import { creditParam, PlanMemory } from './plan-memory.js';
+import type { UnservedKinds } from './unserved-kinds.js';
 
 const BACKPRESSURE_RECHECK_MS = 100;
 /** With nothing in flight, the coordinator wakes this long before the next due instant to count
@@ -38,6 +39,8 @@ interface Clock {
   in_flight: number;
   controls: ControlsColumn | null;
   target_controls: TargetControlsColumn | null;
+  /** Kinds with work that no live worker serves (sql/0013). */
+  unserved: string[];
 }
 
 export interface MapperDeps {
@@ -46,6 +49,7 @@ export interface MapperDeps {
   flow: LeaderFlow;
   dispatcher: Dispatcher;
   lag: LagMonitor;
+  unserved: UnservedKinds;
   metrics: Metrics;
   logger: Logger;
   coordinatorId: string;
@@ -72,6 +76,7 @@ export class Mapper {
     const { rows } = await pool.query<Clock>(query(new URL('.', import.meta.url), 'next_due'), [this.kinds]);
     const clock = rows[0]!;
     const clockReadAt = Date.now();
+    this.deps.unserved.update(clock.unserved);
     const flow = leaderFlow.tick(clock.controls, clock.now.getTime(), clock.target_controls);
     let inFlight = clock.in_flight;
     const room = cfg.maxInFlightShards - inFlight;

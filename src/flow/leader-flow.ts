@@ -7,8 +7,8 @@ import type { Metrics } from '../observability/metrics.js';
 import { RateBudget } from './rate-budget.js';
 
 /** One kind's controls as next_due.sql returns them: [paused, max_running_shards, rate_limit,
- *  has_due (rate-limited kinds only)]. */
-export type ControlsColumn = Record<string, [boolean, number | null, number | string | null, boolean | null]>;
+ *  has_due (rate-limited kinds only), served (a live worker serves it)]. */
+export type ControlsColumn = Record<string, [boolean, number | null, number | string | null, boolean | null, boolean?]>;
 
 /** One business database's limit as next_due.sql returns it: [rate_limit, has_due]. */
 export type TargetControlsColumn = Record<string, [number | string, boolean]>;
@@ -18,8 +18,8 @@ export interface TickFlow {
   rateBudget: Record<string, number>;
   /** Per rate-limited business database (shards.target): timeouts the map may plan against it now. */
   targetBudget: Record<string, number>;
-  /** Some kind is capped or rate-limited: a plan that gave nothing may have held work back, so
-   *  the coordinator must not take "nothing planned" to mean "everything due is covered". */
+  /** Some kind is capped, rate-limited or unserved: a plan that gave nothing may have held work
+   *  back, so the coordinator must not take "nothing planned" to mean "everything due is covered". */
   limited: boolean;
 }
 
@@ -37,7 +37,7 @@ export class LeaderFlow {
     const idle = new Set<string>();
     let limited = false;
     const seen = new Set<string>();
-    for (const [kind, [paused, cap, rate, hasDue]] of Object.entries(controls ?? {})) {
+    for (const [kind, [paused, cap, rate, hasDue, served]] of Object.entries(controls ?? {})) {
       seen.add(kind);
       this.metrics.kindPaused.set({ kind }, paused ? 1 : 0);
       if (cap === null) this.metrics.kindMaxRunningShards.remove({ kind });
@@ -48,7 +48,8 @@ export class LeaderFlow {
         if (hasDue === false) idle.add(kind);
         this.metrics.kindRateLimit.set({ kind }, Number(rate));
       }
-      if (cap !== null || rate !== null) limited = true;
+      // A kind no live worker serves gets one shard waiting at most (plan_shards.sql): held back.
+      if (cap !== null || rate !== null || served === false) limited = true;
     }
     // A kind no longer served: no series left behind.
     for (const kind of this.exported) if (!seen.has(kind)) this.removeGauges(kind);

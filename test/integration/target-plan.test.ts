@@ -40,6 +40,8 @@ beforeAll(async () => {
   await syncRoutes(pool, config.kinds);
   await syncTargets(pool, config.businessDatabases);
   await pool.query(`UPDATE timeout_center.coordinator_lease SET epoch = $1, holder = 'test' WHERE id = 1`, [EPOCH]);
+  // A live worker serves every kind (a kind no live worker serves gets one shard at most).
+  await pool.query(`INSERT INTO timeout_center.workers (worker_id, host, pid, kinds) VALUES ('test-worker', 'test', 1, $1)`, [Object.keys(config.kinds)]);
   for (const kind of Object.keys(config.kinds)) {
     await pool.query(`INSERT INTO timeout_center.timeouts (kind, biz_id, due_at) SELECT $1, g::text, now() - interval '1 s' FROM generate_series(1, 3000) g`, [kind]);
   }

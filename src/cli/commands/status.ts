@@ -69,6 +69,11 @@ export function registerStatus(program: Command): void {
           failed: failed.reduce((a, b) => a + b.count, 0),
         };
         const leader = lease && lease.epoch > 0 ? { holder: lease.holder, epoch: Number(lease.epoch), acquiredAt: lease.acquired_at } : null;
+        // Kinds with work that no live worker serves: their timeouts wait (sql/0013).
+        const served = new Set(workers.flatMap((w) => w.kinds));
+        const unserved = backlog
+          .filter((b) => !b.paused && !served.has(b.kind) && Number(b.pending_due) + Number(b.in_flight) > 0)
+          .map((b) => b.kind);
         if (opts.json) {
           printJson({
             now: now.rows[0]!.now,
@@ -85,6 +90,7 @@ export function registerStatus(program: Command): void {
             totals,
             leader,
             liveWorkers: workers.map((w) => ({ workerId: w.worker_id, host: w.host, pid: w.pid, kinds: w.kinds, startedAt: w.started_at, lastSeenAt: w.last_seen_at })),
+            unservedKinds: unserved,
             failed: Object.fromEntries(failed.map((f) => [f.kind, f.count])),
             scans: scans.map(scanJson),
             openBreakers: breakers.map((b) => ({ kind: b.kind, target: b.target, worker: b.worker, state: b.state, since: b.changedAt, lastError: b.lastError })),
@@ -103,7 +109,7 @@ export function registerStatus(program: Command): void {
                 { header: 'due waiting', value: (b) => Number(b.pending_due) },
                 { header: 'in flight', value: (b) => Number(b.in_flight) },
                 { header: 'oldest lag', value: (b) => formatSeconds(b.oldest_lag_s), align: 'right' },
-                { header: 'flow', value: (b) => (b.paused ? 'PAUSED' : null) },
+                { header: 'flow', value: (b) => (b.paused ? 'PAUSED' : unserved.includes(b.kind) ? 'NO WORKER' : null) },
               ]),
             ),
           );
@@ -119,6 +125,11 @@ export function registerStatus(program: Command): void {
         );
         out.push('');
         out.push(`Live workers: ${workers.length}`);
+        if (unserved.length > 0) {
+          out.push(
+            `  No live worker serves ${unserved.join(', ')}: its timeouts wait (one shard at most) while the other kinds go on. Start a worker with it in worker.kinds, or pause it.`,
+          );
+        }
         if (workers.length > 0) {
           out.push(
             indent(

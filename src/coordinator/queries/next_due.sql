@@ -8,10 +8,13 @@
 --   $1 kinds this coordinator serves (text[])
 -- Flow control (sql/0006): a paused kind is left out of latest_due / next_after (nothing of it is
 -- due for the map), and its queued shards are left out of in_flight (they wait for the resume
--- and must not take the room of other kinds). controls: {"kind": [paused, max_running_shards,
--- rate_limit, has_due]} for every served kind (the rate budget and the gauges; a handful of
--- rows); has_due (one index probe, rate-limited kinds only, else null) tells the rate budget
--- whether the kind has anything due, so an idle kind saves up no burst.
+-- and must not take the room of other kinds). So are the queued shards of a kind no live worker
+-- serves (sql/0013): they wait for a worker. controls: {"kind": [paused, max_running_shards,
+-- rate_limit, has_due, served]} for every kind this coordinator maps (the rate budget and the
+-- gauges; a handful of rows); has_due (one index probe, rate-limited kinds only, else null) tells
+-- the rate budget whether the kind has anything due, so an idle kind saves up no burst; served:
+-- a live worker serves it. unserved: the kinds, not paused, that no live worker serves while they
+-- have a shard waiting or a timeout due (the coordinator warns and alerts).
 -- target_controls (sql/0009): {"target": [rate_limit, has_due]} for every rate-limited business
 -- database; has_due: some unpaused served kind routed to it has a timeout due (for a kind routed
 -- over several databases this cannot say which: the bucket may then save up its burst cap).
@@ -30,13 +33,22 @@ SELECT now() AS now,
                               ORDER BY t.available_at LIMIT 1) d) AS next_after,
        (SELECT count(*) FROM timeout_center.shards sh
          WHERE sh.state IN ('queued', 'running')
-           AND NOT (sh.state = 'queued' AND EXISTS (SELECT 1 FROM timeout_center.kinds kc WHERE kc.kind = sh.kind AND kc.paused)))::int AS in_flight,
+           AND NOT (sh.state = 'queued' AND EXISTS (SELECT 1 FROM timeout_center.kinds kc WHERE kc.kind = sh.kind AND kc.paused))
+           AND NOT (sh.state = 'queued' AND NOT EXISTS (SELECT 1 FROM timeout_center.live_workers w WHERE sh.kind = ANY (w.kinds))))::int AS in_flight,
        (SELECT coalesce(jsonb_object_agg(kc.kind, jsonb_build_array(kc.paused, kc.max_running_shards, kc.rate_limit,
                  CASE WHEN kc.rate_limit IS NOT NULL
                       THEN EXISTS (SELECT 1 FROM timeout_center.timeouts t
-                                    WHERE t.kind = kc.kind AND t.state = 'pending' AND t.available_at <= now()) END)), '{}')
+                                    WHERE t.kind = kc.kind AND t.state = 'pending' AND t.available_at <= now()) END,
+                 EXISTS (SELECT 1 FROM timeout_center.live_workers w WHERE kc.kind = ANY (w.kinds)))), '{}')
           FROM timeout_center.kinds kc
          WHERE kc.kind = ANY ($1::text[])) AS controls,
+       (SELECT coalesce(array_agg(kc.kind ORDER BY kc.kind), '{}')
+          FROM timeout_center.kinds kc
+         WHERE kc.kind = ANY ($1::text[]) AND NOT kc.paused
+           AND NOT EXISTS (SELECT 1 FROM timeout_center.live_workers w WHERE kc.kind = ANY (w.kinds))
+           AND (EXISTS (SELECT 1 FROM timeout_center.shards sh WHERE sh.kind = kc.kind AND sh.state = 'queued')
+                OR EXISTS (SELECT 1 FROM timeout_center.timeouts t
+                            WHERE t.kind = kc.kind AND t.state = 'pending' AND t.available_at <= now()))) AS unserved,
        (SELECT coalesce(jsonb_object_agg(tg.target, jsonb_build_array(tg.rate_limit,
                  EXISTS (SELECT 1 FROM timeout_center.kind_routes r
                            JOIN timeout_center.kinds kc ON kc.kind = r.kind AND NOT kc.paused

@@ -37,12 +37,16 @@ WITH live_target AS (
 ), flow AS (
   -- Flow control per kind (sql/0006; docs/operations.md "Flow control"), read here so that a
   -- change applies at the next plan. shard_room: new shards the kind may get (none while paused;
+  -- one waiting at most while no live worker serves it;
   -- under a cap, the cap minus its shards queued or running; NULL: unbounded). row_room: rows it
   -- may get under a rate limit: the token bucket's budget ($8), and never more than one second's
   -- worth in flight, so a lowered limit applies within a second (NULL: unbounded). A
   -- rate-limited kind's shards hold a tenth of a second's worth, so its commits come smoothly.
   SELECT k.kind,
          CASE WHEN k.paused THEN 0
+              -- no live worker serves the kind (sql/0013): one shard waiting at most
+              WHEN NOT EXISTS (SELECT 1 FROM timeout_center.live_workers w WHERE k.kind = ANY (w.kinds))
+                THEN greatest(1 - coalesce(l.shards, 0), 0)
               WHEN k.max_running_shards IS NOT NULL THEN greatest(k.max_running_shards - coalesce(l.shards, 0), 0)
          END AS shard_room,
          CASE WHEN k.rate_limit IS NOT NULL
