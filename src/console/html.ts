@@ -1,6 +1,6 @@
 // HTML by template literals with escaping by construction: html`...` escapes every interpolated
 // value unless it is itself an Html (made by html`` or raw()). No template engine, no build step.
-import { formatSeconds as cliFormatSeconds, formatTime as cliFormatTime } from '../cli/commands/common.js';
+import { formatSeconds as cliFormatSeconds, formatTime as cliFormatTime } from '../format.js';
 
 export class Html {
   constructor(readonly text: string) {}

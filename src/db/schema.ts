@@ -3,6 +3,8 @@
 import type { ColumnType, Generated } from 'kysely';
 
 type Timestamp = ColumnType<Date, Date | string, Date | string>;
+/** The type of a timestamptz column, for raw SQL values (now(), now() - ...). */
+export type DbTimestamp = Timestamp;
 
 export type TimeoutState = 'pending' | 'dispatched' | 'done' | 'cancelled' | 'failed';
 export type ShardState = 'queued' | 'running' | 'done' | 'failed';

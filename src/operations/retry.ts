@@ -4,7 +4,7 @@
 // timeout of the same kind is left alone (the one-live-per-object rule), and so is all but the
 // newest failed one per object. Run it inside a transaction (it locks the matched rows).
 import { sql, type ExpressionBuilder, type Kysely } from 'kysely';
-import type { DbTimestamp } from '../cli/commands/common.js';
+import type { DbTimestamp } from '../db/schema.js';
 import type { Database } from '../db/schema.js';
 
 export interface RetrySelector {

@@ -3,7 +3,7 @@
 // exit 2 before anything is written, and the two output styles (aligned tables for people, --json
 // for scripts).
 import { CommanderError, Option } from 'commander';
-import type { ColumnType, Kysely } from 'kysely';
+import type { Kysely } from 'kysely';
 import type pg from 'pg';
 import { assertMigrated } from '../../db/migrate.js';
 import { createKysely } from '../../db/kysely.js';
@@ -21,8 +21,7 @@ export const databaseOption = () =>
   new Option('--database-url <url>', 'PostgreSQL URL of the timeout center').env('DATABASE_URL');
 export const jsonOption = () => new Option('--json', 'print JSON (one document) for scripts instead of a table');
 
-/** The type of a timestamptz column in src/db/schema.ts, for raw SQL values (now(), now() - ...). */
-export type DbTimestamp = ColumnType<Date, Date | string, Date | string>;
+export type { DbTimestamp } from '../../db/schema.js';
 
 export interface DbOptions {
   databaseUrl?: string;
@@ -130,20 +129,4 @@ export function print(text: string): void {
   process.stdout.write(`${text}\n`);
 }
 
-/** "850ms", "12.3s", "4m 05s", "3h 12m", "2d 04h". */
-export function formatSeconds(seconds: number | null | undefined): string | null {
-  if (seconds === null || seconds === undefined || !Number.isFinite(seconds)) return null;
-  const s = Math.max(0, seconds);
-  if (s < 1) return `${Math.round(s * 1000)}ms`;
-  if (s < 60) return `${s.toFixed(1)}s`;
-  if (s < 3600) return `${Math.floor(s / 60)}m ${String(Math.floor(s % 60)).padStart(2, '0')}s`;
-  if (s < 86_400) return `${Math.floor(s / 3600)}h ${String(Math.floor((s % 3600) / 60)).padStart(2, '0')}m`;
-  return `${Math.floor(s / 86_400)}d ${String(Math.floor((s % 86_400) / 3600)).padStart(2, '0')}h`;
-}
-
-/** Local-time-free timestamp for tables: "2026-11-22 22:04:09Z". */
-export function formatTime(d: Date | string | null | undefined): string | null {
-  if (!d) return null;
-  const date = d instanceof Date ? d : new Date(d);
-  return `${date.toISOString().slice(0, 19).replace('T', ' ')}Z`;
-}
+export { formatSeconds, formatTime } from '../../format.js';
