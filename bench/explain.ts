@@ -78,8 +78,13 @@ async function prepare(server: BenchServer, schema: 'ours' | 'minimal') {
     statements.push({ name: 'limit, minimal schema', sql: pureSqlStatement('array', KIND, 'minimal'), values: [K], vacuum: 'VACUUM timeouts, orders' });
   } else {
     // The worker's claim reads its shard (pinned rows): one shard row for it to read.
-    const scan = await pool.query<{ id: string }>(`INSERT INTO timeout_center.scans (epoch, coordinator, cutoff, state, shard_count, mapped_at) VALUES (1, 'bench', now(), 'mapped', 1, now()) RETURNING id::text`);
-    const shard = await pool.query<{ id: string }>(`INSERT INTO timeout_center.shards (scan_id, kind, seq, size, claim_limit) VALUES ($1, $2, 0, 0, $3) RETURNING id::text`, [scan.rows[0]!.id, KIND, K]);
+    const scan = await pool.query<{ id: string }>(
+      `INSERT INTO timeout_center.scans (epoch, coordinator, cutoff, state, shard_count, mapped_at) VALUES (1, 'bench', now(), 'mapped', 1, now()) RETURNING id::text`,
+    );
+    const shard = await pool.query<{ id: string }>(
+      `INSERT INTO timeout_center.shards (scan_id, kind, seq, size, claim_limit) VALUES ($1, $2, 0, 0, $3) RETURNING id::text`,
+      [scan.rows[0]!.id, KIND, K],
+    );
     const batch = await batchSqlHandler(pool, CLOSE_MANY_SQL, 60_000);
     if (!batch) throw new Error('the close statement has no batch form; see src/worker/sql-handler.ts');
     const vacuum = 'VACUUM timeout_center.timeouts, timeout_center.done_timeouts, orders';

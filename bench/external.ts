@@ -112,10 +112,11 @@ async function burst(path: Burst['path'], center: PostgresServer, business: Post
   // Orders and timeouts all due now; the process starts after, so the burst is the whole backlog.
   const due = new Date(Date.now() - 1000);
   await insertOrders(ordersPool, 1, N, due);
-  await centerPool.query(
-    `INSERT INTO timeout_center.timeouts (kind, biz_id, due_at) SELECT $1, g::text, $3 FROM generate_series(1, $2::int) g`,
-    [KIND, N, due],
-  );
+  await centerPool.query(`INSERT INTO timeout_center.timeouts (kind, biz_id, due_at) SELECT $1, g::text, $3 FROM generate_series(1, $2::int) g`, [
+    KIND,
+    N,
+    due,
+  ]);
   await centerPool.query('CHECKPOINT').catch(() => {});
   const walBefore = await walLsn(centerPool);
   const started = performance.now();
@@ -124,7 +125,9 @@ async function burst(path: Burst['path'], center: PostgresServer, business: Post
     stdio: ['ignore', 'ignore', 'inherit'],
   });
   for (;;) {
-    const { rows } = await centerPool.query<{ n: number }>(`SELECT count(*)::int AS n FROM timeout_center.timeouts WHERE state NOT IN ('done', 'cancelled', 'failed')`);
+    const { rows } = await centerPool.query<{ n: number }>(
+      `SELECT count(*)::int AS n FROM timeout_center.timeouts WHERE state NOT IN ('done', 'cancelled', 'failed')`,
+    );
     if (rows[0]!.n === 0) break;
     if (performance.now() - started > 600_000) throw new Error(`${path}: not drained after 10 min`);
     await sleep(10); // commit visibility, polled every 10 ms: the same measure for both paths
@@ -154,7 +157,9 @@ try {
     for (const path of round % 2 ? (['same-database', 'external'] as const) : (['external', 'same-database'] as const)) {
       const r = await burst(path, center, business, round);
       results.push(r);
-      console.log(`round ${round} ${path.padEnd(13)} ${N} timeouts in ${r.seconds.toFixed(2)} s = ${Math.round(r.perSecond)}/s, center WAL ${Math.round(r.centerWalBytesPerTimeout)} B/timeout${r.ok ? '' : ` PROBLEMS: ${r.problems.join('; ')}`}`);
+      console.log(
+        `round ${round} ${path.padEnd(13)} ${N} timeouts in ${r.seconds.toFixed(2)} s = ${Math.round(r.perSecond)}/s, center WAL ${Math.round(r.centerWalBytesPerTimeout)} B/timeout${r.ok ? '' : ` PROBLEMS: ${r.problems.join('; ')}`}`,
+      );
     }
   }
 } finally {

@@ -165,7 +165,8 @@ async function main(): Promise<number> {
           run: async () => {
             const b = await burst(variant, burstN, maxSeconds, env, leadMs);
             byVariant.set(variant.id, [...(byVariant.get(variant.id) ?? []), b]);
-            if (b.overrunMs > 0) results.meta.notes.push(`${variant.label}: loading ran ${b.overrunMs} ms past the due time (burst timing starts at the due time)`);
+            if (b.overrunMs > 0)
+              results.meta.notes.push(`${variant.label}: loading ran ${b.overrunMs} ms past the due time (burst timing starts at the due time)`);
             status.log(
               `burst ${variant.label}: ${Math.round(b.rate).toLocaleString('en')} timeouts/s, ${b.seconds.toFixed(2)} s, lateness p50 ${b.lateness.p50.toFixed(2)} s p99 ${b.lateness.p99.toFixed(2)} s` +
                 `${b.timedOut ? ' (TIMED OUT)' : ''}; correct: ${b.correctness.ok ? 'yes' : b.correctness.problems.join('; ')}`,
@@ -198,9 +199,17 @@ async function main(): Promise<number> {
         // timeout-center in both settings, and each other system in its best burst settings.
         const best = bestBySystem(results);
         // The smoke run keeps to timeout-center and the minimal limit (the peers ran in its burst).
-        const all = variants.filter((x) => x.system === 'timeout-center' || !best.size || best.get(x.system)?.variant === x.id || (!best.has(x.system) && variants.find((y) => y.system === x.system) === x));
+        const all = variants.filter(
+          (x) =>
+            x.system === 'timeout-center' ||
+            !best.size ||
+            best.get(x.system)?.variant === x.id ||
+            (!best.has(x.system) && variants.find((y) => y.system === x.system) === x),
+        );
         const first = smoke ? all.filter((x) => x.system === 'timeout-center' || x.system === 'minimal-sql') : all;
-        const runs = rates.flatMap((rt, i) => (i === 0 ? first : first.filter((x) => x.system === 'timeout-center' || x.system === 'minimal-sql')).map((v) => ({ v, rt })));
+        const runs = rates.flatMap((rt, i) =>
+          (i === 0 ? first : first.filter((x) => x.system === 'timeout-center' || x.system === 'minimal-sql')).map((v) => ({ v, rt })),
+        );
         let i = 0;
         for (const { v: variant, rt } of runs) {
           i += 1;
@@ -237,7 +246,9 @@ async function main(): Promise<number> {
           const reuse = burstN >= memoryN ? results.burst.find((b) => b.variant === variant.id) : undefined;
           const b = reuse ?? (await burst(variant, memoryN, Math.max(maxSeconds, 300), env, leadMs));
           results.memory.push(b);
-          status.log(`flood memory ${variant.label}: ${b.rss.map((p) => `${p.name} ${p.peakRssMb} MB`).join(', ')}; ${Math.round(b.rate).toLocaleString('en')} timeouts/s; correct: ${b.correctness.ok ? 'yes' : b.correctness.problems.join('; ')}`);
+          status.log(
+            `flood memory ${variant.label}: ${b.rss.map((p) => `${p.name} ${p.peakRssMb} MB`).join(', ')}; ${Math.round(b.rate).toLocaleString('en')} timeouts/s; correct: ${b.correctness.ok ? 'yes' : b.correctness.problems.join('; ')}`,
+          );
         },
       });
     }
@@ -263,13 +274,16 @@ async function main(): Promise<number> {
 
   const path = writeReport(results, outDir, 'benchmarks.md', smoke || args.tune ? '' : analysis());
   process.stdout.write(`\n${table(results)}\n\n`);
-  for (const t of targets(results)) process.stdout.write(`${t.met === null ? 'info  ' : t.met ? 'met   ' : 'MISSED'} ${t.name}: ${t.actual} (target ${t.target})\n`);
+  for (const t of targets(results))
+    process.stdout.write(`${t.met === null ? 'info  ' : t.met ? 'met   ' : 'MISSED'} ${t.name}: ${t.actual} (target ${t.target})\n`);
   if (results.tune.length > 0) {
-    for (const t of results.tune) process.stdout.write(`tune ${t.variant}: ${Math.round(t.rate)} /s, p99 ${t.lateness.p99.toFixed(2)} s, correct ${t.correctness.ok}\n`);
+    for (const t of results.tune)
+      process.stdout.write(`tune ${t.variant}: ${Math.round(t.rate)} /s, p99 ${t.lateness.p99.toFixed(2)} s, correct ${t.correctness.ok}\n`);
   }
   process.stdout.write(`\nwrote ${path}\n`);
   const incorrect = [...results.burst, ...results.steady, ...results.memory, ...results.tune].filter((x) => !x.correctness.ok);
-  if (incorrect.length > 0) process.stdout.write(`correctness checks FAILED: ${incorrect.map((x) => `${x.variant}: ${x.correctness.problems.join('; ')}`).join(' | ')}\n`);
+  if (incorrect.length > 0)
+    process.stdout.write(`correctness checks FAILED: ${incorrect.map((x) => `${x.variant}: ${x.correctness.problems.join('; ')}`).join(' | ')}\n`);
   return failed > 0 || incorrect.length > 0 ? 1 : 0;
 }
 

@@ -7,6 +7,7 @@ import { pureSqlStatement } from './lib/limit.ts';
 import { BULL_QUEUE, CLOSE_MANY_SQL, CLOSE_ONE_SQL, KIND, bullConnection, sleep } from './lib/orders.ts';
 
 const [system, json] = process.argv.slice(2);
+// eslint-disable-next-line @typescript-eslint/no-explicit-any -- each peer system reads its own options
 const opts = JSON.parse(json ?? '{}') as Record<string, any>;
 const log = (msg: string, extra: Record<string, unknown> = {}) => process.stdout.write(`${JSON.stringify({ msg, ...extra })}\n`);
 

@@ -93,32 +93,39 @@ const VARIANTS: Variant[] = [
   {
     name: 'minimal',
     what: 'id, biz_id bigint, due_at, state; pk + partial index on due_at',
-    setup: minimalTable(`biz_id bigint NOT NULL, due_at timestamptz NOT NULL, state text NOT NULL DEFAULT 'pending'`,
-      `CREATE INDEX ON timeouts (due_at) WHERE state = 'pending'`),
+    setup: minimalTable(
+      `biz_id bigint NOT NULL, due_at timestamptz NOT NULL, state text NOT NULL DEFAULT 'pending'`,
+      `CREATE INDEX ON timeouts (due_at) WHERE state = 'pending'`,
+    ),
     statement: limit({ table: 'timeouts', kindFilter: '', due: 'due_at', set: `state = 'done'`, biz: 'biz_id' }),
   },
   {
     name: 'text-biz',
     what: '+ biz_id text (cast to the order id in the close)',
-    setup: minimalTable(`biz_id text NOT NULL, due_at timestamptz NOT NULL, state text NOT NULL DEFAULT 'pending'`,
-      `CREATE INDEX ON timeouts (due_at) WHERE state = 'pending'`),
+    setup: minimalTable(
+      `biz_id text NOT NULL, due_at timestamptz NOT NULL, state text NOT NULL DEFAULT 'pending'`,
+      `CREATE INDEX ON timeouts (due_at) WHERE state = 'pending'`,
+    ),
     statement: limit({ table: 'timeouts', kindFilter: '', due: 'due_at', set: `state = 'done'`, biz: 'biz_id::bigint' }),
   },
   {
     name: 'kind',
     what: '+ kind text, index on (kind, due_at)',
-    setup: minimalTable(`kind text NOT NULL, biz_id text NOT NULL, due_at timestamptz NOT NULL, state text NOT NULL DEFAULT 'pending'`,
-      `CREATE INDEX ON timeouts (kind, due_at) WHERE state = 'pending'`),
+    setup: minimalTable(
+      `kind text NOT NULL, biz_id text NOT NULL, due_at timestamptz NOT NULL, state text NOT NULL DEFAULT 'pending'`,
+      `CREATE INDEX ON timeouts (kind, due_at) WHERE state = 'pending'`,
+    ),
     statement: limit({ table: 'timeouts', kindFilter: `kind = '${KIND}' AND`, due: 'due_at', set: `state = 'done'`, biz: 'biz_id::bigint' }),
   },
   {
     name: 'wide',
-    what: "+ our other columns (payload, available_at, attempts, shard_id, result, last_error, created_at, finished_at), written as we write them",
+    what: '+ our other columns (payload, available_at, attempts, shard_id, result, last_error, created_at, finished_at), written as we write them',
     setup: minimalTable(
       `kind text NOT NULL, biz_id text NOT NULL, due_at timestamptz NOT NULL, payload jsonb, state text NOT NULL DEFAULT 'pending',
        available_at timestamptz NOT NULL, attempts integer NOT NULL DEFAULT 0, shard_id bigint, result text, last_error text,
        created_at timestamptz NOT NULL DEFAULT now(), finished_at timestamptz`,
-      `CREATE INDEX ON timeouts (kind, available_at) WHERE state = 'pending'`),
+      `CREATE INDEX ON timeouts (kind, available_at) WHERE state = 'pending'`,
+    ),
     statement: limit({ table: 'timeouts', kindFilter: `kind = '${KIND}' AND`, due: 'available_at', set: OURS_SET, biz: 'biz_id::bigint' }),
   },
   {
@@ -129,7 +136,8 @@ const VARIANTS: Variant[] = [
         `kind text NOT NULL, biz_id text NOT NULL, due_at timestamptz NOT NULL, payload jsonb, state text NOT NULL DEFAULT 'pending',
          available_at timestamptz NOT NULL, attempts integer NOT NULL DEFAULT 0, shard_id bigint, last_error text,
          created_at timestamptz NOT NULL DEFAULT now()`,
-        `CREATE INDEX ON timeouts (kind, available_at) WHERE state = 'pending'`)(pool);
+        `CREATE INDEX ON timeouts (kind, available_at) WHERE state = 'pending'`,
+      )(pool);
       await pool.query(`CREATE TABLE timeouts_done (id bigint PRIMARY KEY, kind text NOT NULL, biz_id text NOT NULL, due_at timestamptz NOT NULL,
         payload jsonb, attempts integer NOT NULL, shard_id bigint, result text, created_at timestamptz NOT NULL, finished_at timestamptz NOT NULL);
         CREATE INDEX ON timeouts_done USING brin (finished_at)`);
@@ -174,7 +182,9 @@ SELECT (SELECT count(*) FROM due)::int AS n`,
     setup: async (pool) => {
       await ours(pool);
       await pool.query('DROP INDEX timeout_center.timeouts_purgeable');
-      const { rows } = await pool.query<{ conname: string }>(`SELECT conname FROM pg_constraint WHERE conrelid = 'timeout_center.timeouts'::regclass AND contype IN ('c', 'f')`);
+      const { rows } = await pool.query<{ conname: string }>(
+        `SELECT conname FROM pg_constraint WHERE conrelid = 'timeout_center.timeouts'::regclass AND contype IN ('c', 'f')`,
+      );
       for (const r of rows) await pool.query(`ALTER TABLE timeout_center.timeouts DROP CONSTRAINT "${r.conname}"`);
     },
     statement: limit({ ...OURS, set: OURS_SET }),
@@ -187,7 +197,7 @@ SELECT (SELECT count(*) FROM due)::int AS n`,
   },
   {
     name: 'ours-history-no-brin',
-    what: 'ours without the history\'s BRIN index on finished_at (retention and the console read by it)',
+    what: "ours without the history's BRIN index on finished_at (retention and the console read by it)",
     setup: async (pool) => {
       await ours(pool);
       await pool.query('DROP INDEX timeout_center.done_timeouts_finished');
@@ -220,17 +230,25 @@ async function fill(pool: pg.Pool, v: Variant): Promise<void> {
   await pool.query(ORDERS_DDL);
   await insertOrders(pool, 1, N, new Date());
   if (v.name.startsWith('ours')) {
-    await pool.query(`INSERT INTO timeout_center.timeouts (kind, biz_id, due_at) SELECT $2, i::text, now() - interval '1 s' FROM generate_series(1, $1::int) i`, [N, KIND]);
+    await pool.query(
+      `INSERT INTO timeout_center.timeouts (kind, biz_id, due_at) SELECT $2, i::text, now() - interval '1 s' FROM generate_series(1, $1::int) i`,
+      [N, KIND],
+    );
     return;
   }
-  const { rows } = await pool.query<{ column_name: string }>(`SELECT column_name FROM information_schema.columns WHERE table_name = 'timeouts' AND table_schema = 'public'`);
+  const { rows } = await pool.query<{ column_name: string }>(
+    `SELECT column_name FROM information_schema.columns WHERE table_name = 'timeouts' AND table_schema = 'public'`,
+  );
   const has = new Set(rows.map((r) => r.column_name));
   const cols = ['biz_id', 'due_at', ...(has.has('kind') ? ['kind'] : []), ...(has.has('available_at') ? ['available_at'] : [])];
   const vals = ['i', `now() - interval '1 s'`, ...(has.has('kind') ? [`'${KIND}'`] : []), ...(has.has('available_at') ? [`now() - interval '1 s'`] : [])];
   await pool.query(`INSERT INTO timeouts (${cols.join(', ')}) SELECT ${vals.join(', ')} FROM generate_series(1, $1::int) i`, [N]);
 }
 
-interface Run { rate: number; walPerTimeout: number }
+interface Run {
+  rate: number;
+  walPerTimeout: number;
+}
 
 async function once(server: BenchServer, v: Variant): Promise<Run> {
   const db = await server.createDatabase('bench_schema');
@@ -264,7 +282,9 @@ async function main(): Promise<void> {
       for (const v of chosen) {
         const run = await once(server, v);
         runs.get(v.name)!.push(run);
-        console.log(`  round ${r} ${v.name.padEnd(18)} ${Math.round(run.rate).toLocaleString('en').padStart(9)}/s  ${run.walPerTimeout.toFixed(0)} WAL B/timeout`);
+        console.log(
+          `  round ${r} ${v.name.padEnd(18)} ${Math.round(run.rate).toLocaleString('en').padStart(9)}/s  ${run.walPerTimeout.toFixed(0)} WAL B/timeout`,
+        );
       }
     }
     const base = median(runs.get(chosen[0]!.name)!.map((x) => x.rate));
@@ -272,7 +292,9 @@ async function main(): Promise<void> {
     for (const v of chosen) {
       const rs = runs.get(v.name)!;
       const rate = median(rs.map((x) => x.rate));
-      console.log(`| ${v.name} | ${Math.round(rate).toLocaleString('en')} | ${(rate / base).toFixed(2)} | ${median(rs.map((x) => x.walPerTimeout)).toFixed(0)} | ${v.what} |`);
+      console.log(
+        `| ${v.name} | ${Math.round(rate).toLocaleString('en')} | ${(rate / base).toFixed(2)} | ${median(rs.map((x) => x.walPerTimeout)).toFixed(0)} | ${v.what} |`,
+      );
     }
   } finally {
     await server.stop();

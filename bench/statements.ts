@@ -100,12 +100,22 @@ async function main(): Promise<void> {
 async function drain(server: BenchServer): Promise<void> {
   console.log(`${N.toLocaleString('en')} timeouts, ${K.toLocaleString('en')} per statement, ${C} connections`);
   for (const name of names) {
-    const { pool, drop } = await dueDatabase(server, { label: 'bench_statements', n: N, schema: name.startsWith('minimal-') ? 'minimal' : 'ours', shardSize: K, poolMax: C + 1 });
+    const { pool, drop } = await dueDatabase(server, {
+      label: 'bench_statements',
+      n: N,
+      schema: name.startsWith('minimal-') ? 'minimal' : 'ours',
+      shardSize: K,
+      poolMax: C + 1,
+    });
     try {
       const step = (await variants(pool))[name]!;
       const { total, seconds } = await drainLoop(pool, C, step);
       await expectDrained(pool, name, N, total);
-      console.log(`${name.padEnd(13)} ${Math.round(total / seconds).toLocaleString('en').padStart(9)} timeouts/s  (${seconds.toFixed(2)} s)`);
+      console.log(
+        `${name.padEnd(13)} ${Math.round(total / seconds)
+          .toLocaleString('en')
+          .padStart(9)} timeouts/s  (${seconds.toFixed(2)} s)`,
+      );
     } finally {
       await drop();
     }

@@ -73,7 +73,10 @@ const businessDatabaseSchema = z
     /** PostgreSQL URL of the business database. */
     url: z.string().min(1).optional(),
     /** Name of an environment variable holding the URL (keeps passwords out of the file). */
-    urlEnv: z.string().regex(/^[A-Za-z_][A-Za-z0-9_]*$/, 'an environment variable name, e.g. ORDERS_0_URL').optional(),
+    urlEnv: z
+      .string()
+      .regex(/^[A-Za-z_][A-Za-z0-9_]*$/, 'an environment variable name, e.g. ORDERS_0_URL')
+      .optional(),
     /** Connections per worker process to this database. */
     poolSize: z.number().int().min(1).max(200).default(4),
     /** At most this many timeouts per second applied against this database, over all kinds whose
@@ -187,10 +190,18 @@ const retentionSchema = z.strictObject({
   enabled: z.boolean().default(true),
   /** Done and cancelled timeouts whose finished_at is older than this are deleted. Failed
    *  timeouts are never purged: operators retry them. Default 7 days. */
-  doneAfterMs: z.number().int().min(0).default(7 * DAY_MS),
+  doneAfterMs: z
+    .number()
+    .int()
+    .min(0)
+    .default(7 * DAY_MS),
   /** Reduced scans (and their shards) older than this are deleted, except scans that still have
    *  failed timeouts. Default 7 days. Stopped workers not seen for this long are forgotten too. */
-  scansAfterMs: z.number().int().min(0).default(7 * DAY_MS),
+  scansAfterMs: z
+    .number()
+    .int()
+    .min(0)
+    .default(7 * DAY_MS),
   /** Timeouts deleted per statement: each batch is one short DELETE, so no lock is held long. */
   batchSize: z.number().int().min(1).max(100_000).default(5000),
   /** Scans deleted per statement (each takes its shards with it). */
@@ -199,42 +210,44 @@ const retentionSchema = z.strictObject({
   intervalMs: z.number().int().min(100).max(DAY_MS).default(60_000),
 });
 
-export const configSchema = z.strictObject({
-  /** PostgreSQL URL; DATABASE_URL wins over the file. */
-  databaseUrl: z.string().min(1).optional(),
-  /** Redis URL; REDIS_URL wins over the file. */
-  redisUrl: z.string().min(1).optional(),
-  /** Prefix of every Redis key, so several centers (or tests) share one Redis. */
-  redisKeyPrefix: z.string().min(1).max(100).default('tc'),
-  /** PostgreSQL pool size per process (workers add their concurrency). */
-  poolSize: z.number().int().min(1).max(200).default(4),
-  kinds: z.record(z.string(), kindSchema).superRefine((kinds, ctx) => {
-    for (const name of Object.keys(kinds)) {
-      if (!KIND_NAME.test(name)) {
-        ctx.addIssue({
-          code: 'custom',
-          path: [name],
-          message: 'kind names are lower-case letters, digits and . _ : - (e.g. order.unpaid), at most 100 characters',
-        });
+export const configSchema = z
+  .strictObject({
+    /** PostgreSQL URL; DATABASE_URL wins over the file. */
+    databaseUrl: z.string().min(1).optional(),
+    /** Redis URL; REDIS_URL wins over the file. */
+    redisUrl: z.string().min(1).optional(),
+    /** Prefix of every Redis key, so several centers (or tests) share one Redis. */
+    redisKeyPrefix: z.string().min(1).max(100).default('tc'),
+    /** PostgreSQL pool size per process (workers add their concurrency). */
+    poolSize: z.number().int().min(1).max(200).default(4),
+    kinds: z.record(z.string(), kindSchema).superRefine((kinds, ctx) => {
+      for (const name of Object.keys(kinds)) {
+        if (!KIND_NAME.test(name)) {
+          ctx.addIssue({
+            code: 'custom',
+            path: [name],
+            message: 'kind names are lower-case letters, digits and . _ : - (e.g. order.unpaid), at most 100 characters',
+          });
+        }
       }
-    }
-    if (Object.keys(kinds).length === 0) ctx.addIssue({ code: 'custom', message: 'declare at least one kind' });
-  }),
-  /** Databases the center does not own where SQL (and code) handlers run, by name. */
-  businessDatabases: z.record(z.string(), businessDatabaseSchema).default({}),
-  /** Circuit breaker and retry of the external path (business databases, HTTP, code handlers). */
-  breaker: breakerSchema.default(breakerSchema.parse({})),
-  coordinator: coordinatorSchema.default(coordinatorSchema.parse({})),
-  worker: workerSchema.default(workerSchema.parse({})),
-  alerts: alertsSchema.default(alertsSchema.parse({})),
-  retention: retentionSchema.default(retentionSchema.parse({})),
-  /** Port of /metrics, /healthz, /readyz; 0 picks a free one, omit to serve nothing. */
-  httpPort: z.number().int().min(0).max(65535).optional(),
-  logLevel: z.enum(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent']).default('info'),
-}).superRefine((config, ctx) => {
-  crossFieldChecks(config, ctx);
-  checkBusinessDatabases(config, ctx);
-});
+      if (Object.keys(kinds).length === 0) ctx.addIssue({ code: 'custom', message: 'declare at least one kind' });
+    }),
+    /** Databases the center does not own where SQL (and code) handlers run, by name. */
+    businessDatabases: z.record(z.string(), businessDatabaseSchema).default({}),
+    /** Circuit breaker and retry of the external path (business databases, HTTP, code handlers). */
+    breaker: breakerSchema.default(breakerSchema.parse({})),
+    coordinator: coordinatorSchema.default(coordinatorSchema.parse({})),
+    worker: workerSchema.default(workerSchema.parse({})),
+    alerts: alertsSchema.default(alertsSchema.parse({})),
+    retention: retentionSchema.default(retentionSchema.parse({})),
+    /** Port of /metrics, /healthz, /readyz; 0 picks a free one, omit to serve nothing. */
+    httpPort: z.number().int().min(0).max(65535).optional(),
+    logLevel: z.enum(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent']).default('info'),
+  })
+  .superRefine((config, ctx) => {
+    crossFieldChecks(config, ctx);
+    checkBusinessDatabases(config, ctx);
+  });
 
 /** Checks that span fields, in the schema itself so that every entry point (parseConfig,
  *  loadConfig, command-line flags merged in before parsing) refuses the same configs. */
@@ -271,13 +284,20 @@ function crossFieldChecks(
 
 /** Cross-field checks of business databases and routes: names exist, ranges are sound. */
 function checkBusinessDatabases(
-  config: { businessDatabases: Record<string, unknown>; kinds: Record<string, { handler: z.output<typeof sqlHandler> | z.output<typeof httpHandler> | z.output<typeof codeHandler> }> },
+  config: {
+    businessDatabases: Record<string, unknown>;
+    kinds: Record<string, { handler: z.output<typeof sqlHandler> | z.output<typeof httpHandler> | z.output<typeof codeHandler> }>;
+  },
   ctx: z.RefinementCtx,
 ): void {
   const declared = Object.keys(config.businessDatabases);
   for (const name of declared) {
     if (!BUSINESS_DATABASE_NAME.test(name)) {
-      ctx.addIssue({ code: 'custom', path: ['businessDatabases', name], message: 'database names are lower-case letters, digits and _, starting with a letter (e.g. orders_0)' });
+      ctx.addIssue({
+        code: 'custom',
+        path: ['businessDatabases', name],
+        message: 'database names are lower-case letters, digits and _, starting with a letter (e.g. orders_0)',
+      });
     }
   }
   const known = (path: (string | number)[], name: string) => {
@@ -300,7 +320,12 @@ function checkBusinessDatabases(
     if (route.by === 'range') {
       route.ranges.forEach((r, i) => {
         known([...base, 'route', 'ranges', i, 'database'], r.database);
-        if (r.from >= r.to) ctx.addIssue({ code: 'custom', path: [...base, 'route', 'ranges', i], message: `from (${r.from}) must be below to (${r.to}): a range is from <= biz_id < to` });
+        if (r.from >= r.to)
+          ctx.addIssue({
+            code: 'custom',
+            path: [...base, 'route', 'ranges', i],
+            message: `from (${r.from}) must be below to (${r.to}): a range is from <= biz_id < to`,
+          });
       });
       const sorted = route.ranges.map((r, i) => ({ ...r, i })).sort((a, b) => a.from - b.from);
       for (let j = 1; j < sorted.length; j += 1) {
@@ -439,7 +464,9 @@ export function loadConfig(options: LoadOptions): LoadedConfig {
   for (const [name, db] of Object.entries(config.businessDatabases)) {
     const url = db.url ?? env[db.urlEnv!];
     if (!url) {
-      throw new ConfigError(source, [`businessDatabases.${name}.urlEnv: the environment variable ${db.urlEnv} is not set (it should hold the URL of business database ${name})`]);
+      throw new ConfigError(source, [
+        `businessDatabases.${name}.urlEnv: the environment variable ${db.urlEnv} is not set (it should hold the URL of business database ${name})`,
+      ]);
     }
     businessDatabaseUrls[name] = url;
   }

@@ -6,12 +6,7 @@
 // Actions: kill (SIGKILL this process: no cleanup runs), exit(code), sleep(ms), error(message),
 // pause (SIGSTOP this process). "N*" limits an action to its first N hits.
 
-type Action =
-  | { type: 'kill' }
-  | { type: 'exit'; code: number }
-  | { type: 'sleep'; ms: number }
-  | { type: 'error'; message: string }
-  | { type: 'pause' };
+type Action = { type: 'kill' } | { type: 'exit'; code: number } | { type: 'sleep'; ms: number } | { type: 'error'; message: string } | { type: 'pause' };
 
 interface Failpoint {
   action: Action;
@@ -25,7 +20,10 @@ export class FailpointError extends Error {
 export function parseFailpoints(spec: string | undefined): Map<string, Failpoint> {
   const points = new Map<string, Failpoint>();
   if (!spec) return points;
-  for (const part of spec.split(';').map((s) => s.trim()).filter(Boolean)) {
+  for (const part of spec
+    .split(';')
+    .map((s) => s.trim())
+    .filter(Boolean)) {
     const m = /^([\w.-]+)=(?:(\d+)\*)?(kill|exit|sleep|error|pause)(?:\((.*)\))?$/.exec(part);
     if (!m) throw new Error(`TC_FAILPOINTS: cannot parse "${part}" (expected name=[N*]kill|exit(code)|sleep(ms)|error(msg)|pause)`);
     const [, name, count, type, arg] = m as unknown as [string, string, string | undefined, string, string | undefined];

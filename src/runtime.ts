@@ -33,10 +33,9 @@ export async function checkPostgres(pool: pg.Pool, url: string): Promise<void> {
   try {
     await pool.query('SELECT 1');
   } catch (err) {
-    throw new UnreachableError(
-      `cannot reach PostgreSQL at ${redactDbUrl(url)}: ${(err as Error).message}. Is the server running and DATABASE_URL right?`,
-      { cause: err },
-    );
+    throw new UnreachableError(`cannot reach PostgreSQL at ${redactDbUrl(url)}: ${(err as Error).message}. Is the server running and DATABASE_URL right?`, {
+      cause: err,
+    });
   }
 }
 
@@ -104,9 +103,7 @@ export async function startRuntime(options: RuntimeOptions): Promise<Runtime> {
     // A paused or hung worker must not hold shard locks forever.
     idleInTransactionTimeoutMs: Math.max(config.worker.leaseMs, 10_000),
   });
-  const redisChannel = options.embedded
-    ? undefined
-    : new RedisStreamsChannel({ url: config.redisUrl, keyPrefix: config.redisKeyPrefix, logger });
+  const redisChannel = options.embedded ? undefined : new RedisStreamsChannel({ url: config.redisUrl, keyPrefix: config.redisKeyPrefix, logger });
   const channel: ShardChannel = options.embedded?.channel ?? redisChannel!;
   let coordinator: Coordinator | undefined;
   let worker: Worker | undefined;
@@ -116,23 +113,41 @@ export async function startRuntime(options: RuntimeOptions): Promise<Runtime> {
   // The process as services, started in this order and stopped in reverse (ServiceGroup): each
   // stop runs even if another fails, and a start that fails stops what already started.
   const services: Service[] = [
-    service('postgres', () => {}, () => endPool(pool, logger)),
-    service(redisChannel ? 'redis' : 'channel', () => {}, () => channel.close()),
-    service('checks', async () => {
-      await checkPostgres(pool, config.databaseUrl);
-      if (redisChannel) await checkRedis(redisChannel, config.redisUrl);
-      await assertMigrated(pool);
-      await syncKinds(pool, config.kinds);
-      await syncRoutes(pool, config.kinds);
-      await syncTargets(pool, config.businessDatabases);
-      await channel.init(Object.keys(config.kinds));
-    }, () => {}),
+    service(
+      'postgres',
+      () => {},
+      () => endPool(pool, logger),
+    ),
+    service(
+      redisChannel ? 'redis' : 'channel',
+      () => {},
+      () => channel.close(),
+    ),
+    service(
+      'checks',
+      async () => {
+        await checkPostgres(pool, config.databaseUrl);
+        if (redisChannel) await checkRedis(redisChannel, config.redisUrl);
+        await assertMigrated(pool);
+        await syncKinds(pool, config.kinds);
+        await syncRoutes(pool, config.kinds);
+        await syncTargets(pool, config.businessDatabases);
+        await channel.init(Object.keys(config.kinds));
+      },
+      () => {},
+    ),
   ];
   if (options.worker) {
     const w = new Worker({ config, pool, channel, metrics, logger });
     options.configureWorker?.(w);
     worker = w;
-    services.push(service('worker', () => w.start(), () => w.stop(drainOverride ?? config.worker.drainTimeoutMs)));
+    services.push(
+      service(
+        'worker',
+        () => w.start(),
+        () => w.stop(drainOverride ?? config.worker.drainTimeoutMs),
+      ),
+    );
   }
   if (options.coordinator) {
     const coordinatorId = `${hostname()}-${process.pid}`;

@@ -135,12 +135,7 @@ export async function cancel(db: Executor, kind: string, bizId: ScheduleInput['b
 /** Moves a pending timeout to a new due time. Returns false when no pending timeout exists (one
  *  pinned to a shard's re-run cannot move; one a shard is applying now is locked, and this
  *  waits for that commit, then finds it done). */
-export async function reschedule(
-  db: Executor,
-  kind: string,
-  bizId: ScheduleInput['bizId'],
-  due: { dueAt: Date } | { delayMs: number },
-): Promise<boolean> {
+export async function reschedule(db: Executor, kind: string, bizId: ScheduleInput['bizId'], due: { dueAt: Date } | { delayMs: number }): Promise<boolean> {
   const [dueAt, delayMs] = dueArgs(due);
   const rows = await run(
     db,

@@ -31,9 +31,18 @@ export async function dueDatabase(
     await pool.query(MINIMAL_DDL);
     await pool.query(MINIMAL_INSERT, [1, args.n, new Date(Date.now() - 1000)]);
   } else {
-    await pool.query(`INSERT INTO timeout_center.timeouts (kind, biz_id, due_at) SELECT $2, i::text, now() - interval '1 s' FROM generate_series(1, $1::int) i`, [args.n, KIND]);
+    await pool.query(
+      `INSERT INTO timeout_center.timeouts (kind, biz_id, due_at) SELECT $2, i::text, now() - interval '1 s' FROM generate_series(1, $1::int) i`,
+      [args.n, KIND],
+    );
   }
   await pool.query('VACUUM ANALYZE');
   await pool.query('CHECKPOINT');
-  return { pool, drop: async () => { await pool.end(); await db.drop(); } };
+  return {
+    pool,
+    drop: async () => {
+      await pool.end();
+      await db.drop();
+    },
+  };
 }

@@ -26,8 +26,7 @@ export const ORDERS_DDL = `
 export const CLOSE_MANY_SQL =
   "UPDATE orders SET status = 'closed', closed_at = clock_timestamp(), closes = closes + 1 WHERE id = ANY($1) AND status = 'unpaid' RETURNING id";
 /** The same close for one order (per-job systems). */
-export const CLOSE_ONE_SQL =
-  "UPDATE orders SET status = 'closed', closed_at = clock_timestamp(), closes = closes + 1 WHERE id = $1 AND status = 'unpaid'";
+export const CLOSE_ONE_SQL = "UPDATE orders SET status = 'closed', closed_at = clock_timestamp(), closes = closes + 1 WHERE id = $1 AND status = 'unpaid'";
 
 /** Inserts orders [from, to]; every 10th is paid. */
 export async function insertOrders(pool: pg.Pool, from: number, to: number, dueAt: Date): Promise<void> {
@@ -86,7 +85,9 @@ export async function lateness(pool: pg.Pool): Promise<Lateness> {
   );
   const r = rows[0]!;
   if (r.count > 0 && r.lastCloseEpoch === null) {
-    throw new Error('no commit timestamps on the closed orders: the server runs with track_commit_timestamp = off (the bench starts its own server with it on; see bench/lib/server.ts)');
+    throw new Error(
+      'no commit timestamps on the closed orders: the server runs with track_commit_timestamp = off (the bench starts its own server with it on; see bench/lib/server.ts)',
+    );
   }
   return r;
 }

@@ -9,7 +9,18 @@ import type { BurstResult, PendingResult, SteadyResult } from './workloads.ts';
 
 export interface Results {
   meta: {
-    date: string; mode: string; node: string; postgres: string; redis: string; cpus: number; args: string[]; burstN: number; rate: number; durationS: number; delayS: number; notes: string[];
+    date: string;
+    mode: string;
+    node: string;
+    postgres: string;
+    redis: string;
+    cpus: number;
+    args: string[];
+    burstN: number;
+    rate: number;
+    durationS: number;
+    delayS: number;
+    notes: string[];
     /** the bench's PostgreSQL settings, read back from the server */
     postgresSettings?: Record<string, string>;
   };
@@ -23,7 +34,7 @@ export interface Results {
 
 const n0 = (v: number) => Math.round(v).toLocaleString('en');
 const s2 = (v: number) => (v >= 100 ? v.toFixed(0) : v >= 10 ? v.toFixed(1) : v.toFixed(2));
-const ms = (s: number) => (s * 1000 >= 10_000 ? `${(s).toFixed(1)} s` : `${Math.round(s * 1000)} ms`);
+const ms = (s: number) => (s * 1000 >= 10_000 ? `${s.toFixed(1)} s` : `${Math.round(s * 1000)} ms`);
 
 function label(r: Results, id: string): string {
   return r.variants.find((v) => v.id === id)?.label ?? id;
@@ -62,28 +73,61 @@ export function targets(r: Results): Target[] {
   const boss = [best.get('pg-boss-batch'), best.get('pg-boss-job')].filter((b): b is BurstResult => !!b).sort((a, b) => b.rate - a.rate)[0];
   if (tc && sql) {
     const x = tc.rate / sql.rate;
-    out.push({ name: `burst ${n0(r.meta.burstN)}: timeout-center's best vs the minimal limit (${label(r, sql.variant)})`, target: '≥ 0.9×', actual: `${x.toFixed(2)}× (${n0(tc.rate)} vs ${n0(sql.rate)} /s)`, met: x >= 0.9 });
+    out.push({
+      name: `burst ${n0(r.meta.burstN)}: timeout-center's best vs the minimal limit (${label(r, sql.variant)})`,
+      target: '≥ 0.9×',
+      actual: `${x.toFixed(2)}× (${n0(tc.rate)} vs ${n0(sql.rate)} /s)`,
+      met: x >= 0.9,
+    });
   }
   if (ours && sql && ours !== sql) {
     const x = ours.rate / sql.rate;
-    out.push({ name: 'the limit on our schema vs on the minimal one (what the schema costs)', target: '(information)', actual: `${x.toFixed(2)}× (${n0(ours.rate)} vs ${n0(sql.rate)} /s)`, met: null });
+    out.push({
+      name: 'the limit on our schema vs on the minimal one (what the schema costs)',
+      target: '(information)',
+      actual: `${x.toFixed(2)}× (${n0(ours.rate)} vs ${n0(sql.rate)} /s)`,
+      met: null,
+    });
   }
   const dflt = r.burst.find((b) => b.variant === 'tc-default');
-  const tuned = r.burst.filter((b) => b.variant !== 'tc-default' && system(r, b.variant) === 'timeout-center' && b.correctness.ok).sort((a, b) => b.rate - a.rate)[0];
+  const tuned = r.burst
+    .filter((b) => b.variant !== 'tc-default' && system(r, b.variant) === 'timeout-center' && b.correctness.ok)
+    .sort((a, b) => b.rate - a.rate)[0];
   if (dflt && tuned) {
     const x = dflt.rate / Math.max(tuned.rate, dflt.rate);
-    out.push({ name: `burst: defaults vs the best tuned settings (${label(r, tuned.variant)})`, target: '≥ 0.85×', actual: `${x.toFixed(2)}× (${n0(dflt.rate)} vs ${n0(tuned.rate)} /s)`, met: x >= 0.85 });
+    out.push({
+      name: `burst: defaults vs the best tuned settings (${label(r, tuned.variant)})`,
+      target: '≥ 0.85×',
+      actual: `${x.toFixed(2)}× (${n0(dflt.rate)} vs ${n0(tuned.rate)} /s)`,
+      met: x >= 0.85,
+    });
   }
   if (tc && boss) {
     const x = tc.rate / boss.rate;
-    out.push({ name: "burst drain vs pg-boss's best", target: '≥ 4×', actual: `${x.toFixed(2)}× (${n0(tc.rate)} vs ${n0(boss.rate)} /s, ${label(r, boss.variant)})`, met: x >= 4 });
+    out.push({
+      name: "burst drain vs pg-boss's best",
+      target: '≥ 4×',
+      actual: `${x.toFixed(2)}× (${n0(tc.rate)} vs ${n0(boss.rate)} /s, ${label(r, boss.variant)})`,
+      met: x >= 4,
+    });
   }
   for (const st of r.steady.filter((s) => system(r, s.variant) === 'timeout-center')) {
     const id = st.variant;
     // The issue's targets, at commit: p99 ≤ 100 ms at 5,000/s and ≤ 250 ms at 20,000/s; p50 ≤ 50 ms at 5,000/s.
     const p99Max = st.rate >= 20_000 ? 0.25 : 0.1;
-    out.push({ name: `steady p99 lateness at ${n0(st.rate)}/s (${label(r, id)})`, target: `≤ ${p99Max * 1000} ms`, actual: ms(st.lateness.p99), met: st.lateness.p99 <= p99Max && st.correctness.ok });
-    if (st.rate <= 5000) out.push({ name: `steady p50 lateness at ${n0(st.rate)}/s (${label(r, id)})`, target: '≤ 50 ms', actual: ms(st.lateness.p50), met: st.lateness.p50 <= 0.05 && st.correctness.ok });
+    out.push({
+      name: `steady p99 lateness at ${n0(st.rate)}/s (${label(r, id)})`,
+      target: `≤ ${p99Max * 1000} ms`,
+      actual: ms(st.lateness.p99),
+      met: st.lateness.p99 <= p99Max && st.correctness.ok,
+    });
+    if (st.rate <= 5000)
+      out.push({
+        name: `steady p50 lateness at ${n0(st.rate)}/s (${label(r, id)})`,
+        target: '≤ 50 ms',
+        actual: ms(st.lateness.p50),
+        met: st.lateness.p50 <= 0.05 && st.correctness.ok,
+      });
   }
   if (r.pending) {
     const p = r.pending;
@@ -106,7 +150,9 @@ export function reference(r: Results): BurstResult | undefined {
 export function table(r: Results): string {
   const sql = reference(r);
   const lines: string[] = [];
-  lines.push(`| system | burst ${n0(r.meta.burstN)}: timeouts/s | × minimal limit | burst lateness p50 / p99 / max | steady ${n0(r.meta.rate)}/s: lateness p50 / p99 / max | steady max backlog | peak RSS (MB) | correct |`);
+  lines.push(
+    `| system | burst ${n0(r.meta.burstN)}: timeouts/s | × minimal limit | burst lateness p50 / p99 / max | steady ${n0(r.meta.rate)}/s: lateness p50 / p99 / max | steady max backlog | peak RSS (MB) | correct |`,
+  );
   lines.push('|---|---:|---:|---|---|---:|---|---|');
   const ids = r.variants.map((v) => v.id).filter((id) => r.burst.some((b) => b.variant === id) || r.steady.some((s) => s.variant === id));
   for (const id of ids) {
@@ -115,7 +161,9 @@ export function table(r: Results): string {
     const rss = [...(b?.rss ?? [])].map((p) => `${p.name.replace(/^tc /, '')} ${p.peakRssMb}`).join(', ');
     const ok = [b, st]
       .filter((x) => x)
-      .map((x) => (x!.timedOut ? `${x === b ? 'burst' : 'steady'} not drained in time` : x!.correctness.ok ? 'yes' : `NO: ${x!.correctness.problems.join('; ')}`));
+      .map((x) =>
+        x!.timedOut ? `${x === b ? 'burst' : 'steady'} not drained in time` : x!.correctness.ok ? 'yes' : `NO: ${x!.correctness.problems.join('; ')}`,
+      );
     const slow = st && st.achievedRate < st.rate * 0.95 ? ` (arrivals reached only ${n0(st.achievedRate)}/s)` : '';
     lines.push(
       `| ${label(r, id)} | ${b ? `${n0(b.rate)}${b.roundRates ? ` (${n0(Math.min(...b.roundRates))}–${n0(Math.max(...b.roundRates))})` : ''}${b.timedOut ? ' (timed out)' : ''}` : '–'} | ${b && sql ? (b.rate / sql.rate).toFixed(2) : '–'} | ${
@@ -139,8 +187,13 @@ function costTable(r: Results): string {
     const cpu = b.dbCpuSeconds !== undefined ? `${((b.dbCpuSeconds / done) * 1e6).toFixed(0)} / ${((app / done) * 1e6).toFixed(0)}` : '–';
     // (rows read is left out: the bench's own progress query reads the whole orders table once a second)
     const c = b.cost;
-    const wal = c.walBytes !== undefined ? `${c.walBytes.toFixed(0)} | ${c.walRecords.toFixed(2)} | ${(c.walFpi * 1000).toFixed(1)} | ${c.nonHotRows.toFixed(2)} | ${c.indexEntriesMax.toFixed(2)} | ${(c.statements * 1000).toFixed(2)} | ${(c.statementMs * 1000).toFixed(1)}` : '– | – | – | – | – | – | –';
-    lines.push(`| ${label(r, b.variant)} | ${wal} | ${b.cost.buffers.toFixed(1)} | ${b.cost.rowsWritten.toFixed(2)} | ${b.cost.transactions.toFixed(3)} | ${cpu} |`);
+    const wal =
+      c.walBytes !== undefined
+        ? `${c.walBytes.toFixed(0)} | ${c.walRecords.toFixed(2)} | ${(c.walFpi * 1000).toFixed(1)} | ${c.nonHotRows.toFixed(2)} | ${c.indexEntriesMax.toFixed(2)} | ${(c.statements * 1000).toFixed(2)} | ${(c.statementMs * 1000).toFixed(1)}`
+        : '– | – | – | – | – | – | –';
+    lines.push(
+      `| ${label(r, b.variant)} | ${wal} | ${b.cost.buffers.toFixed(1)} | ${b.cost.rowsWritten.toFixed(2)} | ${b.cost.transactions.toFixed(3)} | ${cpu} |`,
+    );
   }
   return lines.length > 2 ? lines.join('\n') : '';
 }
@@ -149,7 +202,9 @@ function steadyTable(r: Results): string {
   if (new Set(r.steady.map((s) => s.rate)).size < 2) return '';
   const lines = ['| system | rate | arrivals reached | lateness p50 / p99 / max | max backlog | correct |', '|---|---:|---:|---|---:|---|'];
   for (const st of [...r.steady].sort((a, b) => a.rate - b.rate)) {
-    lines.push(`| ${label(r, st.variant)} | ${n0(st.rate)}/s | ${n0(st.achievedRate)}/s | ${ms(st.lateness.p50)} / ${ms(st.lateness.p99)} / ${ms(st.lateness.max)} | ${n0(st.maxBacklog)} | ${st.timedOut ? 'not drained in time' : st.correctness.ok ? 'yes' : 'NO'} |`);
+    lines.push(
+      `| ${label(r, st.variant)} | ${n0(st.rate)}/s | ${n0(st.achievedRate)}/s | ${ms(st.lateness.p50)} / ${ms(st.lateness.p99)} / ${ms(st.lateness.max)} | ${n0(st.maxBacklog)} | ${st.timedOut ? 'not drained in time' : st.correctness.ok ? 'yes' : 'NO'} |`,
+    );
   }
   return lines.join('\n');
 }
@@ -179,7 +234,9 @@ function statementTable(r: Results): string {
     out.push(`**${label(r, b.variant)}** (top statements by execution time; pg_stat_statements, every process of the system)`, '');
     out.push('| statement | calls | rows | total ms | share | mean ms |', '|---|---:|---:|---:|---:|---:|');
     for (const x of b.statements.slice(0, 6)) {
-      out.push(`| \`${x.query.slice(0, 110).replace(/\|/g, '\\|')}${x.query.length > 110 ? '…' : ''}\` | ${n0(x.calls)} | ${n0(x.rows)} | ${n0(x.totalMs)} | ${((x.totalMs / total) * 100).toFixed(0)} % | ${x.meanMs.toFixed(2)} |`);
+      out.push(
+        `| \`${x.query.slice(0, 110).replace(/\|/g, '\\|')}${x.query.length > 110 ? '…' : ''}\` | ${n0(x.calls)} | ${n0(x.rows)} | ${n0(x.totalMs)} | ${((x.totalMs / total) * 100).toFixed(0)} % | ${x.meanMs.toFixed(2)} |`,
+      );
     }
     out.push('');
   }
@@ -208,11 +265,15 @@ function settingsTable(r: Results): string {
   for (const v of r.variants) {
     const b = r.burst.find((x) => x.variant === v.id);
     const st = r.steady.find((x) => x.variant === v.id && x.rate === r.meta.rate);
-    const settings = Object.entries(v.settings).map(([k, val]) => `${k}=${String(val)}`).join(', ');
+    const settings = Object.entries(v.settings)
+      .map(([k, val]) => `${k}=${String(val)}`)
+      .join(', ');
     lines.push(`| ${v.system} | ${v.label} | ${settings} | ${b ? n0(b.rate) + (b.timedOut ? ' (timed out)' : '') : '–'} | ${st ? ms(st.lateness.p99) : '–'} |`);
   }
   for (const t of r.tune) {
-    const settings = Object.entries(t.settings).map(([k, val]) => `${k}=${String(val)}`).join(', ');
+    const settings = Object.entries(t.settings)
+      .map(([k, val]) => `${k}=${String(val)}`)
+      .join(', ');
     lines.push(`| timeout-center (tuning) | ${t.variant} | ${settings} | ${n0(t.rate)} | – |`);
   }
   return lines.join('\n');
@@ -240,7 +301,10 @@ export function charts(r: Results): Record<string, string> {
       title: `Steady arrivals for ${r.meta.durationS} s, each due ${r.meta.delayS} s later`,
       unit: 'lateness at commit, ms (lower is better)',
       series: ['p50', 'p99', 'max'],
-      rows: r.steady.map((s) => ({ label: `${label(r, s.variant)} @ ${n0(s.rate)}/s`, values: [s.lateness.p50 * 1000, s.lateness.p99 * 1000, s.lateness.max * 1000] })),
+      rows: r.steady.map((s) => ({
+        label: `${label(r, s.variant)} @ ${n0(s.rate)}/s`,
+        values: [s.lateness.p50 * 1000, s.lateness.p99 * 1000, s.lateness.max * 1000],
+      })),
       log: true,
     });
     out['steady-backlog.svg'] = lineChart({
@@ -282,7 +346,11 @@ export function writeReport(r: Results, outDir: string, docName = 'benchmarks.md
   );
   md.push('');
   if (r.meta.postgresSettings) {
-    md.push(`PostgreSQL: ${Object.entries(r.meta.postgresSettings).map(([k, v]) => `${k} = ${v}`).join(', ')}.`);
+    md.push(
+      `PostgreSQL: ${Object.entries(r.meta.postgresSettings)
+        .map(([k, v]) => `${k} = ${v}`)
+        .join(', ')}.`,
+    );
     md.push('');
   }
   const steadyAll = steadyTable(r);
@@ -309,7 +377,7 @@ export function writeReport(r: Results, outDir: string, docName = 'benchmarks.md
     md.push(
       "Between the end of loading and the end of the drain (consumer start-up and the bench's once-a-second progress query included). WAL from the instance's " +
         "pg_current_wal_lsn() and pg_stat_wal (the bench owns the instance); rows, buffers and transactions from pg_stat_database of the system's own database; " +
-        'non-HOT row versions from pg_stat_user_tables (inserts + updates - HOT updates), each of which adds an entry to its table\'s indexes (the bound counts every index, partial ones included); ' +
+        "non-HOT row versions from pg_stat_user_tables (inserts + updates - HOT updates), each of which adds an entry to its table's indexes (the bound counts every index, partial ones included); " +
         "statements and their time from pg_stat_statements (BEGIN/COMMIT counted; the bench's own statements left out). Unlike timings, these counts do not depend on what else the box is doing.",
     );
     md.push('');
@@ -318,9 +386,11 @@ export function writeReport(r: Results, outDir: string, docName = 'benchmarks.md
   }
   const shards = shardTable(r);
   if (shards) {
-    md.push('## Where a shard\'s time goes (timeout-center, burst)');
+    md.push("## Where a shard's time goes (timeout-center, burst)");
     md.push('');
-    md.push('From timeout_center.shards of the drain: written by the map (created_at), leased by a worker (started_at), committed (pg_xact_commit_timestamp of the shard row, written last in the shard transaction).');
+    md.push(
+      'From timeout_center.shards of the drain: written by the map (created_at), leased by a worker (started_at), committed (pg_xact_commit_timestamp of the shard row, written last in the shard transaction).',
+    );
     md.push('');
     md.push(shards);
     md.push('');

@@ -39,7 +39,20 @@ export const BENCH_PG_SETTINGS: Record<string, string> = {
 };
 
 /** The settings reported (read back from the running server, so BENCH_DATABASE_URL is described truthfully). */
-const REPORTED = ['server_version', 'fsync', 'synchronous_commit', 'full_page_writes', 'shared_buffers', 'min_wal_size', 'max_wal_size', 'checkpoint_timeout', 'wal_buffers', 'track_commit_timestamp', 'autovacuum', 'max_connections'];
+const REPORTED = [
+  'server_version',
+  'fsync',
+  'synchronous_commit',
+  'full_page_writes',
+  'shared_buffers',
+  'min_wal_size',
+  'max_wal_size',
+  'checkpoint_timeout',
+  'wal_buffers',
+  'track_commit_timestamp',
+  'autovacuum',
+  'max_connections',
+];
 
 export interface BenchServer {
   /** postgres://…/postgres */
@@ -56,7 +69,10 @@ function pgBinDir(): string {
   const root = '/usr/lib/postgresql';
   const versions = existsSync(root) ? readdirSync(root).filter((v) => existsSync(join(root, v, 'bin', 'initdb'))) : [];
   const v = versions.sort((a, b) => Number(b) - Number(a))[0];
-  if (!v) throw new Error(`no PostgreSQL server binaries under ${root} (apt-get install -y postgresql), or set BENCH_DATABASE_URL to a server with track_commit_timestamp = on`);
+  if (!v)
+    throw new Error(
+      `no PostgreSQL server binaries under ${root} (apt-get install -y postgresql), or set BENCH_DATABASE_URL to a server with track_commit_timestamp = on`,
+    );
   return join(root, v, 'bin');
 }
 
@@ -109,7 +125,9 @@ async function readSettings(adminUrl: string): Promise<{ settings: Record<string
       [REPORTED],
     );
     const settings = Object.fromEntries(REPORTED.map((n) => [n, rows.find((r) => r.name === n)?.v ?? '?']));
-    const pss = await c.query<{ n: number }>(`SELECT count(*)::int AS n FROM pg_settings WHERE name = 'shared_preload_libraries' AND setting LIKE '%pg_stat_statements%'`);
+    const pss = await c.query<{ n: number }>(
+      `SELECT count(*)::int AS n FROM pg_settings WHERE name = 'shared_preload_libraries' AND setting LIKE '%pg_stat_statements%'`,
+    );
     return { settings, hasStatStatements: pss.rows[0]!.n > 0 };
   } finally {
     await c.end();
@@ -159,7 +177,9 @@ export async function startBenchServer(options: { walWarmupBytes?: number } = {}
   if (external) {
     const { settings, hasStatStatements } = await readSettings(external);
     if (settings['track_commit_timestamp'] !== 'on') {
-      throw new Error(`BENCH_DATABASE_URL: track_commit_timestamp is off on that server; the bench reads every end time at commit. Set it on (postgresql.conf, restart) or unset BENCH_DATABASE_URL to let the bench start its own server`);
+      throw new Error(
+        `BENCH_DATABASE_URL: track_commit_timestamp is off on that server; the bench reads every end time at commit. Set it on (postgresql.conf, restart) or unset BENCH_DATABASE_URL to let the bench start its own server`,
+      );
     }
     return { adminUrl: external, owned: false, settings, hasStatStatements, createDatabase: databases(external, hasStatStatements), stop: async () => {} };
   }

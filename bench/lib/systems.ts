@@ -7,7 +7,7 @@ import { spawn } from 'node:child_process';
 import { appendFileSync, readFileSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 import { Redis } from 'ioredis';
-import pg from 'pg';
+import type pg from 'pg';
 import { PgBoss } from 'pg-boss';
 import { makeWorkerUtils, type WorkerUtils } from 'graphile-worker';
 import { Queue } from 'bullmq';
@@ -147,7 +147,15 @@ export interface TcSettings {
 }
 
 /** The product's defaults (src/config.ts), written out so the settings table shows them. */
-export const TC_DEFAULTS: TcSettings = { workers: 1, concurrency: 4, databaseConcurrency: 2, shardSize: 500, claimChunk: 50_000, maxInFlightShards: 64, minTickIntervalMs: 20 };
+export const TC_DEFAULTS: TcSettings = {
+  workers: 1,
+  concurrency: 4,
+  databaseConcurrency: 2,
+  shardSize: 500,
+  claimChunk: 50_000,
+  maxInFlightShards: 64,
+  minTickIntervalMs: 20,
+};
 
 class TimeoutCenterDriver implements Driver {
   readonly timeoutsTable: 'ours' | 'minimal' | undefined = 'ours';
@@ -381,7 +389,6 @@ export interface BullSettings {
   workers: number;
 }
 
-
 class BullDriver implements Driver {
   readonly timeoutsTable = undefined;
   readonly scheduleCostUs = 120;
@@ -413,7 +420,12 @@ class BullDriver implements Driver {
 
   async start() {
     this.processes = Array.from({ length: this.s.workers }, (_, i) =>
-      spawnRunner(`bullmq worker ${i + 1}`, 'bullmq', { databaseUrl: this.ctx.databaseUrl, redisUrl: this.ctx.redisUrl, prefix: this.ctx.redisPrefix, ...this.s }),
+      spawnRunner(`bullmq worker ${i + 1}`, 'bullmq', {
+        databaseUrl: this.ctx.databaseUrl,
+        redisUrl: this.ctx.redisUrl,
+        prefix: this.ctx.redisPrefix,
+        ...this.s,
+      }),
     );
     await Promise.all(this.processes.map((p) => waitReady(p, 'ready')));
   }

@@ -3,13 +3,20 @@ import { readFileSync } from 'node:fs';
 
 export function printUsage(scriptUrl: string): void {
   const lines = readFileSync(new URL(scriptUrl), 'utf8').split('\n');
-  const header = lines.slice(0, lines.findIndex((l) => !l.startsWith('//')));
+  const header = lines.slice(
+    0,
+    lines.findIndex((l) => !l.startsWith('//')),
+  );
   console.log(header.map((l) => l.replace(/^\/\/ ?/, '')).join('\n'));
 }
 
 /** Count options (`--n 200_000`): the given ones parsed, the rest from defaults. Bad input: one
  *  line saying which option and why, exit 2, nothing created. */
-export function positiveCounts<K extends string>(tool: string, given: Partial<Record<NoInfer<K>, string | undefined>>, defaults: Record<K, number>): Record<K, number> {
+export function positiveCounts<K extends string>(
+  tool: string,
+  given: Partial<Record<NoInfer<K>, string | undefined>>,
+  defaults: Record<K, number>,
+): Record<K, number> {
   const out = { ...defaults };
   for (const name of Object.keys(defaults) as K[]) {
     const raw = given[name];

@@ -10,7 +10,12 @@ export const TC_BEST = { ...TC_DEFAULTS, shardSize: 20_000, concurrency: 2, data
 export const VARIANTS: Variant[] = [
   { id: 'tc-default', system: 'timeout-center', label: 'timeout-center (default)', settings: { ...TC_DEFAULTS } },
   // The defaults before worker.databaseConcurrency: four same-database shards at once.
-  { id: 'tc-db4', system: 'timeout-center', label: 'timeout-center (defaults, 4 database shards at once)', settings: { ...TC_DEFAULTS, databaseConcurrency: 4 } },
+  {
+    id: 'tc-db4',
+    system: 'timeout-center',
+    label: 'timeout-center (defaults, 4 database shards at once)',
+    settings: { ...TC_DEFAULTS, databaseConcurrency: 4 },
+  },
   { id: 'tc-best', system: 'timeout-center', label: 'timeout-center (old best: shard 20,000 × 2, 4 in flight)', settings: { ...TC_BEST } },
   // The physical reference: the limit statement on the minimal schema (bench/lib/limit.ts), two
   // connections, both spellings, several k. The best of these is the "× minimal limit" reference.
@@ -81,7 +86,12 @@ export const TC_TUNE: Variant[] = [
   { id: 'tune-s10000-c4', settings: { ...TC_DEFAULTS, shardSize: 10_000, concurrency: 4, claimChunk: 100_000, maxInFlightShards: 8 } },
   { id: 'tune-2w-s5000-c2', settings: { ...TC_DEFAULTS, workers: 2, concurrency: 2, shardSize: 5000, claimChunk: 50_000, maxInFlightShards: 8 } },
   // A tuned concurrency is the number of shards at once: same-database shards included.
-].map((v) => ({ ...v, settings: v.id === 'tune-default' ? v.settings : { ...v.settings, databaseConcurrency: v.settings.concurrency }, system: 'timeout-center' as const, label: v.id }));
+].map((v) => ({
+  ...v,
+  settings: v.id === 'tune-default' ? v.settings : { ...v.settings, databaseConcurrency: v.settings.concurrency },
+  system: 'timeout-center' as const,
+  label: v.id,
+}));
 
 /** The smoke run: timeout-center, the minimal limit and one variant of each peer, small (the
  *  limit on our schema and pg-boss per job are left to full runs, to keep CI under a minute). */

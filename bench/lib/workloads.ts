@@ -190,7 +190,16 @@ export interface StageProfile {
 
 /** The stage profile of a steady run of timeout-center (undefined for other systems). */
 async function stageProfile(pool: pg.Pool): Promise<StageProfile | undefined> {
-  const { rows } = await pool.query<{ shards: number; rows_per_shard: number | null; pl50: number; pl99: number; le50: number; le99: number; co50: number; co99: number }>(
+  const { rows } = await pool.query<{
+    shards: number;
+    rows_per_shard: number | null;
+    pl50: number;
+    pl99: number;
+    le50: number;
+    le99: number;
+    co50: number;
+    co99: number;
+  }>(
     `${BENCH_TAG} SELECT count(DISTINCT sh.id)::int AS shards, (count(*)::float8 / nullif(count(DISTINCT sh.id), 0)) AS rows_per_shard,
             percentile_cont(0.5) WITHIN GROUP (ORDER BY extract(epoch FROM sh.created_at - t.due_at))::float8 AS pl50,
             percentile_cont(0.99) WITHIN GROUP (ORDER BY extract(epoch FROM sh.created_at - t.due_at))::float8 AS pl99,
@@ -205,7 +214,13 @@ async function stageProfile(pool: pg.Pool): Promise<StageProfile | undefined> {
   );
   const r = rows[0];
   if (!r || r.shards === 0) return undefined;
-  return { shards: r.shards, rowsPerShard: r.rows_per_shard ?? 0, planned: { p50: r.pl50, p99: r.pl99 }, leased: { p50: r.le50, p99: r.le99 }, committed: { p50: r.co50, p99: r.co99 } };
+  return {
+    shards: r.shards,
+    rowsPerShard: r.rows_per_shard ?? 0,
+    planned: { p50: r.pl50, p99: r.pl99 },
+    leased: { p50: r.le50, p99: r.le99 },
+    committed: { p50: r.co50, p99: r.co99 },
+  };
 }
 
 interface Env {
@@ -287,7 +302,9 @@ export async function burst(variant: Variant, n: number, maxSeconds: number, env
     for (;;) {
       const p = await progress(pool);
       const elapsed = (Date.now() - t0.getTime()) / 1000;
-      env.status.set(`closed ${p.closed.toLocaleString('en')}/${unpaid.toLocaleString('en')}  ${Math.round(p.closed / Math.max(elapsed, 0.001)).toLocaleString('en')}/s  ${elapsed.toFixed(1)} s`);
+      env.status.set(
+        `closed ${p.closed.toLocaleString('en')}/${unpaid.toLocaleString('en')}  ${Math.round(p.closed / Math.max(elapsed, 0.001)).toLocaleString('en')}/s  ${elapsed.toFixed(1)} s`,
+      );
       if (p.closed >= unpaid) break;
       if (elapsed > maxSeconds) {
         timedOut = true;
@@ -296,7 +313,9 @@ export async function burst(variant: Variant, n: number, maxSeconds: number, env
       await sleep(pollMs);
     }
     if (driver.timeoutsTable && !timedOut) await settleTimeouts(pool, driver.timeoutsTable, 15_000);
-    const backends = await pool.query<{ pid: number }>("SELECT pid FROM pg_stat_activity WHERE datname = current_database() AND application_name <> 'tc-bench'");
+    const backends = await pool.query<{ pid: number }>(
+      "SELECT pid FROM pg_stat_activity WHERE datname = current_database() AND application_name <> 'tc-bench'",
+    );
     const dbCpuSeconds = backends.rows.reduce((sum, r) => sum + cpuSeconds(r.pid), 0);
     const consumerCpuSeconds = consumerCpu() - consumerCpuAtDue;
     const rss = await driver.stop();
@@ -334,7 +353,18 @@ export async function burst(variant: Variant, n: number, maxSeconds: number, env
     };
     const shardResult = shards ? { ...shards, statementsPerShard: statements.reduce((t, x) => t + x.calls, 0) / shards.count } : undefined;
     return {
-      variant: variant.id, n, seconds, rate: done / seconds, lateness: lat, correctness: corr, rss, overrunMs, timedOut, cost, dbCpuSeconds, consumerCpuSeconds,
+      variant: variant.id,
+      n,
+      seconds,
+      rate: done / seconds,
+      lateness: lat,
+      correctness: corr,
+      rss,
+      overrunMs,
+      timedOut,
+      cost,
+      dbCpuSeconds,
+      consumerCpuSeconds,
       ...(shardResult ? { shards: shardResult } : {}),
       statements: statements.slice(0, 10),
     };
@@ -359,7 +389,9 @@ export async function steady(variant: Variant, rate: number, durationS: number, 
           const t = (Date.now() - start) / 1000;
           const p = await progress(samplePool);
           backlog.push({ t: Math.round(t * 10) / 10, n: p.backlog });
-          env.status.set(`${t < durationS ? 'arriving' : 'draining'}: ${(next - 1).toLocaleString('en')} scheduled, ${p.closed.toLocaleString('en')} closed, backlog ${p.backlog}  ${t.toFixed(0)} s`);
+          env.status.set(
+            `${t < durationS ? 'arriving' : 'draining'}: ${(next - 1).toLocaleString('en')} scheduled, ${p.closed.toLocaleString('en')} closed, backlog ${p.backlog}  ${t.toFixed(0)} s`,
+          );
           await sleep(1000 - ((Date.now() - start) % 1000));
         }
       } finally {
@@ -398,7 +430,11 @@ export async function steady(variant: Variant, rate: number, durationS: number, 
     const rss = await driver.stop();
     const lat = await lateness(pool);
     const stages = variant.system === 'timeout-center' ? await stageProfile(pool) : undefined;
-    if (process.env['BENCH_DIAG']) { await flushStats(pool); for (const r of (await statementProfile(pool)).slice(0, 14)) process.stderr.write(`DIAG ${r.calls} calls mean ${r.meanMs.toFixed(2)} ms total ${r.totalMs.toFixed(0)} ${r.query.slice(0, 90)}\n`); }
+    if (process.env['BENCH_DIAG']) {
+      await flushStats(pool);
+      for (const r of (await statementProfile(pool)).slice(0, 14))
+        process.stderr.write(`DIAG ${r.calls} calls mean ${r.meanMs.toFixed(2)} ms total ${r.totalMs.toFixed(0)} ${r.query.slice(0, 90)}\n`);
+    }
     const corr = timedOut ? { ...(await correctness(pool, undefined)), ok: false, problems: ['timed out'] } : await correctness(pool, driver.timeoutsTable);
     return {
       ...(stages ? { stages } : {}),
@@ -483,7 +519,14 @@ async function measureTicks(url: string, configPath: string, ticks: number, spac
       return original(...args);
     };
   });
-  const leadership = new Leadership({ redis: channel.redis, pool: leaderPool, lockKey: `${config.redisKeyPrefix}:coordinator-lock`, ttlMs: 10_000, coordinatorId: 'bench', logger });
+  const leadership = new Leadership({
+    redis: channel.redis,
+    pool: leaderPool,
+    lockKey: `${config.redisKeyPrefix}:coordinator-lock`,
+    ttlMs: 10_000,
+    coordinatorId: 'bench',
+    logger,
+  });
   const coordinator = new Coordinator({ config, pool, channel, leadership, metrics: new Metrics('coordinator'), logger, coordinatorId: 'bench' });
   const elected = once(leadership, 'elected');
   leadership.start();

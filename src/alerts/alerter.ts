@@ -5,14 +5,7 @@ import type { AlertsConfig } from '../config.js';
 import type { Metrics } from '../observability/metrics.js';
 
 export type AlertType =
-  | 'scan_failures'
-  | 'consecutive_failed_scans'
-  | 'lag_sla'
-  | 'shard_abandoned'
-  | 'circuit_open'
-  | 'circuit_closed'
-  | 'kind_unserved'
-  | 'kind_served';
+  'scan_failures' | 'consecutive_failed_scans' | 'lag_sla' | 'shard_abandoned' | 'circuit_open' | 'circuit_closed' | 'kind_unserved' | 'kind_served';
 
 export interface Alert {
   type: AlertType;

@@ -34,10 +34,8 @@ program
   .showHelpAfterError('(run with --help for usage)')
   .exitOverride();
 
-const configOption = () =>
-  new Option('-c, --config <file>', 'config file (YAML or JSON) declaring kinds and handlers').env('TIMEOUT_CENTER_CONFIG');
-const portOption = () =>
-  new Option('-p, --port <port>', 'serve /metrics, /healthz, /readyz on this port (0 = any free port)').argParser(parsePort);
+const configOption = () => new Option('-c, --config <file>', 'config file (YAML or JSON) declaring kinds and handlers').env('TIMEOUT_CENTER_CONFIG');
+const portOption = () => new Option('-p, --port <port>', 'serve /metrics, /healthz, /readyz on this port (0 = any free port)').argParser(parsePort);
 
 function parsePort(value: string): number {
   const n = Number(value);
@@ -49,14 +47,17 @@ function load(opts: { config?: string; port?: number; concurrency?: number }): {
   // Flags go through the config schema with the file (bounds, cross-field checks).
   const config = loadConfig({
     path: opts.config,
-    overrides: { ...(opts.port !== undefined ? { httpPort: opts.port } : {}), ...(opts.concurrency !== undefined ? { worker: { concurrency: opts.concurrency } } : {}) },
+    overrides: {
+      ...(opts.port !== undefined ? { httpPort: opts.port } : {}),
+      ...(opts.concurrency !== undefined ? { worker: { concurrency: opts.concurrency } } : {}),
+    },
   });
   return { config, logger: createLogger(config.logLevel) };
 }
 
 program
   .command('migrate')
-  .description('create or upgrade the timeout_center schema (safe to run from several processes at once), then register the config\'s kinds')
+  .description("create or upgrade the timeout_center schema (safe to run from several processes at once), then register the config's kinds")
   .addOption(configOption())
   .option('--schema-only', 'apply migrations only; do not read a config or register kinds')
   .action(async (opts: { config?: string; schemaOnly?: boolean }) => {

@@ -56,7 +56,9 @@ export function lastHourChart(points: MinutePoint[]): Html {
   for (const i of [0, 15, 30, 45, n - 1]) {
     const p = points[i];
     if (!p) continue;
-    parts.push(`<text x="${x(i) + slot / 2}" y="${H - 8}" text-anchor="middle" font-size="11" fill="#555">${escapeHtml(p.minute.toISOString().slice(11, 16))}Z</text>`);
+    parts.push(
+      `<text x="${x(i) + slot / 2}" y="${H - 8}" text-anchor="middle" font-size="11" fill="#555">${escapeHtml(p.minute.toISOString().slice(11, 16))}Z</text>`,
+    );
   }
   parts.push(`<text x="${PAD.left}" y="11" font-size="11" fill="#2b6cb0">finished / min</text>`);
   parts.push(`<text x="${W - PAD.right}" y="11" text-anchor="end" font-size="11" fill="#c05621">p95 lateness</text>`);

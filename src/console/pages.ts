@@ -52,24 +52,44 @@ const NAV: [string, string][] = [
 
 export function layout(ctx: PageContext, current: string, title: string, body: Html): string {
   return html`<!doctype html>
-<html lang="en"><head><meta charset="utf-8"><meta name="viewport" content="width=device-width, initial-scale=1">
-<title>${title} · timeout-center</title><style>${raw(STYLE)}</style></head>
-<body><header><strong>timeout-center</strong>
-${NAV.map(([path, label]) => html`<a href="${ctx.base}${path || '/'}" class="${path === current ? 'on' : ''}">${label}</a>`)}
-<span class="who">signed in as ${ctx.actor}${ctx.readOnly ? ' · read-only' : ''}</span></header>
-<main>${ctx.readOnly ? html`<div class="ro">Read-only console: actions are refused (started with --read-only).</div>` : ''}
-${ctx.flash ? html`<div class="flash ${ctx.flash.ok ? 'ok' : 'err'}" role="status">${ctx.flash.text}</div>` : ''}
-<h1>${title}</h1>
-${body}</main></body></html>`.text;
+    <html lang="en">
+      <head>
+        <meta charset="utf-8" />
+        <meta name="viewport" content="width=device-width, initial-scale=1" />
+        <title>${title} · timeout-center</title>
+        <style>
+          ${raw(STYLE)}
+        </style>
+      </head>
+      <body>
+        <header>
+          <strong>timeout-center</strong>
+          ${NAV.map(([path, label]) => html`<a href="${ctx.base}${path || '/'}" class="${path === current ? 'on' : ''}">${label}</a>`)}
+          <span class="who">signed in as ${ctx.actor}${ctx.readOnly ? ' · read-only' : ''}</span>
+        </header>
+        <main>
+          ${ctx.readOnly ? html`<div class="ro">Read-only console: actions are refused (started with --read-only).</div>` : ''}
+          ${ctx.flash ? html`<div class="flash ${ctx.flash.ok ? 'ok' : 'err'}" role="status">${ctx.flash.text}</div>` : ''}
+          <h1>${title}</h1>
+          ${body}
+        </main>
+      </body>
+    </html>`.text;
 }
 
 function csrfField(ctx: PageContext): Html {
-  return html`<input type="hidden" name="_csrf" value="${ctx.csrf}">`;
+  return html`<input type="hidden" name="_csrf" value="${ctx.csrf}" />`;
 }
 
 /** A one-button form posting to an action; `back` is where the result is shown. */
 function actionButton(ctx: PageContext, action: string, label: string, back: string, fields: Record<string, string> = {}): Html {
-  return html`<form class="inline" method="post" action="${ctx.base}${action}">${csrfField(ctx)}<input type="hidden" name="back" value="${back}">${Object.entries(fields).map(([k, v]) => html`<input type="hidden" name="${k}" value="${v}">`)}<button type="submit">${label}</button></form>`;
+  return html`<form class="inline" method="post" action="${ctx.base}${action}">
+    ${csrfField(ctx)}<input
+      type="hidden"
+      name="back"
+      value="${back}"
+    />${Object.entries(fields).map(([k, v]) => html`<input type="hidden" name="${k}" value="${v}" />`)}<button type="submit">${label}</button>
+  </form>`;
 }
 
 const num = (v: number | null | undefined) => html`<td class="n">${v ?? ''}</td>`;
@@ -88,33 +108,92 @@ export interface OverviewData {
 
 export function overviewPage(ctx: PageContext, d: OverviewData): string {
   const finished = d.lastHour.reduce((a, p) => a + p.finished, 0);
-  const body = html`
-<h2>Backlog per kind</h2>
-<table id="backlog"><tr><th>kind</th><th>due waiting</th><th>in flight</th><th>oldest lag</th><th>failed</th></tr>
-${d.backlog.map(
-  (b) => html`<tr data-kind="${b.kind}"><td><a href="${ctx.base}/kinds#${b.kind}">${b.kind}</a> ${b.paused ? html`<span class="paused">paused</span>` : ''}</td>${num(b.pendingDue)}${num(b.inFlight)}<td class="n">${formatSeconds(b.oldestLagSeconds)}</td><td class="n">${b.failed > 0 ? html`<a href="${ctx.base}/failed?kind=${encodeURIComponent(b.kind)}">${b.failed}</a>` : '0'}</td></tr>`,
-)}</table>
-<h2>Last hour: ${finished} timeouts finished</h2>
-<div class="card">${lastHourChart(d.lastHour)}</div>
-<h2>Leader</h2>
-<p id="leader">${d.leader ? html`${d.leader.holder ?? '?'} · epoch ${d.leader.epoch} · since ${d.leader.acquiredAt}` : 'none elected yet (no coordinator has run against this database)'}</p>
-<h2>Live workers: ${d.workers.length}</h2>
-${d.workers.length > 0
-  ? html`<table id="workers"><tr><th>worker</th><th>host</th><th>pid</th><th>kinds</th><th>started</th><th>last seen</th></tr>
-${d.workers.map((w) => html`<tr><td>${w.workerId}</td><td>${w.host}</td>${num(w.pid)}<td>${w.kinds.join(', ')}</td><td>${w.startedAt}</td><td class="n">${formatSeconds(w.seenSecondsAgo)} ago</td></tr>`)}</table>`
-  : html`<p class="muted">none seen in the last 15 s</p>`}
-<h2>Open circuit breakers: ${d.breakers.length}</h2>
-${d.breakers.length > 0
-  ? html`<table><tr><th>kind</th><th>target</th><th>worker</th><th>state</th><th>since</th></tr>${d.breakers.map((b) => html`<tr><td>${b.kind}</td><td>${b.target}</td><td>${b.worker}</td><td class="critical">${b.state}</td><td>${b.changedAt}</td></tr>`)}</table>`
-  : html`<p class="muted">none</p>`}
-<h2>Warnings: ${d.warnings.length}</h2>
-${warningList(d.warnings)}<p><a href="${ctx.base}/warnings">details</a></p>`;
+  const body = html` <h2>Backlog per kind</h2>
+    <table id="backlog">
+      <tr>
+        <th>kind</th>
+        <th>due waiting</th>
+        <th>in flight</th>
+        <th>oldest lag</th>
+        <th>failed</th>
+      </tr>
+      ${d.backlog.map(
+        (b) =>
+          html`<tr data-kind="${b.kind}">
+            <td><a href="${ctx.base}/kinds#${b.kind}">${b.kind}</a> ${b.paused ? html`<span class="paused">paused</span>` : ''}</td>
+            ${num(b.pendingDue)}${num(b.inFlight)}
+            <td class="n">${formatSeconds(b.oldestLagSeconds)}</td>
+            <td class="n">${b.failed > 0 ? html`<a href="${ctx.base}/failed?kind=${encodeURIComponent(b.kind)}">${b.failed}</a>` : '0'}</td>
+          </tr>`,
+      )}
+    </table>
+    <h2>Last hour: ${finished} timeouts finished</h2>
+    <div class="card">${lastHourChart(d.lastHour)}</div>
+    <h2>Leader</h2>
+    <p id="leader">
+      ${d.leader ? html`${d.leader.holder ?? '?'} · epoch ${d.leader.epoch} · since ${d.leader.acquiredAt}` : 'none elected yet (no coordinator has run against this database)'}
+    </p>
+    <h2>Live workers: ${d.workers.length}</h2>
+    ${
+      d.workers.length > 0
+        ? html`<table id="workers">
+            <tr>
+              <th>worker</th>
+              <th>host</th>
+              <th>pid</th>
+              <th>kinds</th>
+              <th>started</th>
+              <th>last seen</th>
+            </tr>
+            ${d.workers.map(
+              (w) =>
+                html`<tr>
+                  <td>${w.workerId}</td>
+                  <td>${w.host}</td>
+                  ${num(w.pid)}
+                  <td>${w.kinds.join(', ')}</td>
+                  <td>${w.startedAt}</td>
+                  <td class="n">${formatSeconds(w.seenSecondsAgo)} ago</td>
+                </tr>`,
+            )}
+          </table>`
+        : html`<p class="muted">none seen in the last 15 s</p>`
+    }
+    <h2>Open circuit breakers: ${d.breakers.length}</h2>
+    ${
+      d.breakers.length > 0
+        ? html`<table>
+            <tr>
+              <th>kind</th>
+              <th>target</th>
+              <th>worker</th>
+              <th>state</th>
+              <th>since</th>
+            </tr>
+            ${d.breakers.map(
+              (b) =>
+                html`<tr>
+                  <td>${b.kind}</td>
+                  <td>${b.target}</td>
+                  <td>${b.worker}</td>
+                  <td class="critical">${b.state}</td>
+                  <td>${b.changedAt}</td>
+                </tr>`,
+            )}
+          </table>`
+        : html`<p class="muted">none</p>`
+    }
+    <h2>Warnings: ${d.warnings.length}</h2>
+    ${warningList(d.warnings)}
+    <p><a href="${ctx.base}/warnings">details</a></p>`;
   return layout(ctx, '', 'Overview', body);
 }
 
 function warningList(warnings: Warning[]): Html {
   if (warnings.length === 0) return html`<p class="muted">none</p>`;
-  return html`<ul id="warnings">${warnings.map((w) => html`<li class="${w.severity}">[${w.topic}] ${w.message}</li>`)}</ul>`;
+  return html`<ul id="warnings">
+    ${warnings.map((w) => html`<li class="${w.severity}">[${w.topic}] ${w.message}</li>`)}
+  </ul>`;
 }
 
 // Kinds ---------------------------------------------------------------------------------------------
@@ -129,93 +208,247 @@ export interface KindRow extends KindControls {
 
 export function kindsPage(ctx: PageContext, kinds: KindRow[], databases: TargetControls[] = []): string {
   const back = '/kinds';
-  const body = html`
-<p class="muted">Settings come from the config file; paused and the limits from the config too until changed here, with the CLI
-(<code>timeout-center pause | resume | limit</code>) or in SQL. A change applies fleet-wide within one tick and is audited.</p>
-<table id="kinds"><tr><th>kind</th><th>shard size</th><th>max attempts</th><th>backoff</th><th>handler</th><th>state</th><th>running / queued shards</th><th>max running shards</th><th>rate limit (/s)</th><th>set by</th><th>actions</th></tr>
-${kinds.map(
-  (k) => html`<tr id="${k.kind}" data-kind="${k.kind}"><td><strong>${k.kind}</strong>${k.description ? html`<br><span class="muted">${k.description}</span>` : ''}</td>
-${num(k.shardSize)}${num(k.maxAttempts)}<td class="n">${formatSeconds(k.backoffMs / 1000)}</td><td>${k.handlerType}</td>
-<td class="kind-state">${k.paused ? html`<span class="paused">paused</span>` : 'active'}</td><td class="n">${k.runningShards} / ${k.queuedShards}</td>
-${num(k.maxRunningShards)}${num(k.rateLimit)}<td>${k.source}${k.changedBy ? html`<br><span class="muted">${k.changedBy}, ${k.changedAt}</span>` : ''}</td>
-<td>${k.paused ? actionButton(ctx, `/actions/kinds/${encodeURIComponent(k.kind)}/resume`, 'Resume', back) : actionButton(ctx, `/actions/kinds/${encodeURIComponent(k.kind)}/pause`, 'Pause', back)}
-<form class="inline" method="post" action="${ctx.base}/actions/kinds/${encodeURIComponent(k.kind)}/limit">${csrfField(ctx)}<input type="hidden" name="back" value="${back}">
-<input name="maxRunningShards" size="4" placeholder="shards" value="${k.maxRunningShards ?? ''}" aria-label="max running shards">
-<input name="rateLimit" size="6" placeholder="per s" value="${k.rateLimit ?? ''}" aria-label="rate limit">
-<button type="submit">Set limits</button></form></td></tr>`,
-)}</table>
-<p class="muted">Empty limit fields remove the limit.</p>
-${databases.length === 0 ? '' : databasesTable(ctx, databases, back)}`;
+  const body = html` <p class="muted">
+      Settings come from the config file; paused and the limits from the config too until changed here, with the CLI (<code
+        >timeout-center pause | resume | limit</code
+      >) or in SQL. A change applies fleet-wide within one tick and is audited.
+    </p>
+    <table id="kinds">
+      <tr>
+        <th>kind</th>
+        <th>shard size</th>
+        <th>max attempts</th>
+        <th>backoff</th>
+        <th>handler</th>
+        <th>state</th>
+        <th>running / queued shards</th>
+        <th>max running shards</th>
+        <th>rate limit (/s)</th>
+        <th>set by</th>
+        <th>actions</th>
+      </tr>
+      ${kinds.map(
+        (k) =>
+          html`<tr id="${k.kind}" data-kind="${k.kind}">
+            <td><strong>${k.kind}</strong>${k.description ? html`<br /><span class="muted">${k.description}</span>` : ''}</td>
+            ${num(k.shardSize)}${num(k.maxAttempts)}
+            <td class="n">${formatSeconds(k.backoffMs / 1000)}</td>
+            <td>${k.handlerType}</td>
+            <td class="kind-state">${k.paused ? html`<span class="paused">paused</span>` : 'active'}</td>
+            <td class="n">${k.runningShards} / ${k.queuedShards}</td>
+            ${num(k.maxRunningShards)}${num(k.rateLimit)}
+            <td>${k.source}${k.changedBy ? html`<br /><span class="muted">${k.changedBy}, ${k.changedAt}</span>` : ''}</td>
+            <td>
+              ${k.paused ? actionButton(ctx, `/actions/kinds/${encodeURIComponent(k.kind)}/resume`, 'Resume', back) : actionButton(ctx, `/actions/kinds/${encodeURIComponent(k.kind)}/pause`, 'Pause', back)}
+              <form class="inline" method="post" action="${ctx.base}/actions/kinds/${encodeURIComponent(k.kind)}/limit">
+                ${csrfField(ctx)}<input type="hidden" name="back" value="${back}" />
+                <input name="maxRunningShards" size="4" placeholder="shards" value="${k.maxRunningShards ?? ''}" aria-label="max running shards" />
+                <input name="rateLimit" size="6" placeholder="per s" value="${k.rateLimit ?? ''}" aria-label="rate limit" />
+                <button type="submit">Set limits</button>
+              </form>
+            </td>
+          </tr>`,
+      )}
+    </table>
+    <p class="muted">Empty limit fields remove the limit.</p>
+    ${databases.length === 0 ? '' : databasesTable(ctx, databases, back)}`;
   return layout(ctx, '/kinds', 'Kinds', body);
 }
 
 /** Business databases (sql/0009): the fleet-wide rate limit over all kinds that run there. */
 function databasesTable(ctx: PageContext, databases: TargetControls[], back: string): Html {
   return html`<h2>Business databases</h2>
-<p class="muted">A database's rate limit holds over all kinds whose shards run against it, beside each kind's own limits
-(<code>timeout-center limit --database &lt;name&gt; --rate N|none|--reset</code>).</p>
-<table id="databases"><tr><th>database</th><th>kinds</th><th>running / queued shards</th><th>timeouts in flight</th><th>rate limit (/s)</th><th>config</th><th>set by</th><th>actions</th></tr>
-${databases.map(
-  (d) => html`<tr id="database-${d.target}" data-database="${d.target}"><td><strong>${d.target}</strong></td><td>${d.kinds.join(', ')}</td>
-<td class="n">${d.runningShards} / ${d.queuedShards}</td>${num(d.inFlightLimit)}${num(d.rateLimit)}${num(d.config.rateLimit)}
-<td>${d.source}${d.changedBy ? html`<br><span class="muted">${d.changedBy}, ${d.changedAt}</span>` : ''}</td>
-<td><form class="inline" method="post" action="${ctx.base}/actions/databases/${encodeURIComponent(d.target)}/limit">${csrfField(ctx)}<input type="hidden" name="back" value="${back}">
-<input name="rateLimit" size="6" placeholder="per s" value="${d.rateLimit ?? ''}" aria-label="rate limit of ${d.target}">
-<button type="submit">Set limit</button></form></td></tr>`,
-)}</table>`;
+    <p class="muted">
+      A database's rate limit holds over all kinds whose shards run against it, beside each kind's own limits (<code
+        >timeout-center limit --database &lt;name&gt; --rate N|none|--reset</code
+      >).
+    </p>
+    <table id="databases">
+      <tr>
+        <th>database</th>
+        <th>kinds</th>
+        <th>running / queued shards</th>
+        <th>timeouts in flight</th>
+        <th>rate limit (/s)</th>
+        <th>config</th>
+        <th>set by</th>
+        <th>actions</th>
+      </tr>
+      ${databases.map(
+        (d) =>
+          html`<tr id="database-${d.target}" data-database="${d.target}">
+            <td><strong>${d.target}</strong></td>
+            <td>${d.kinds.join(', ')}</td>
+            <td class="n">${d.runningShards} / ${d.queuedShards}</td>
+            ${num(d.inFlightLimit)}${num(d.rateLimit)}${num(d.config.rateLimit)}
+            <td>${d.source}${d.changedBy ? html`<br /><span class="muted">${d.changedBy}, ${d.changedAt}</span>` : ''}</td>
+            <td>
+              <form class="inline" method="post" action="${ctx.base}/actions/databases/${encodeURIComponent(d.target)}/limit">
+                ${csrfField(ctx)}<input type="hidden" name="back" value="${back}" />
+                <input name="rateLimit" size="6" placeholder="per s" value="${d.rateLimit ?? ''}" aria-label="rate limit of ${d.target}" />
+                <button type="submit">Set limit</button>
+              </form>
+            </td>
+          </tr>`,
+      )}
+    </table>`;
 }
 
 // Scans ---------------------------------------------------------------------------------------------
 
 export function scansPage(ctx: PageContext, scans: ScanSummary[]): string {
-  const body = html`<table id="scans"><tr><th>scan</th><th>state</th><th>claimed</th><th>shards</th><th>done</th><th>skipped</th><th>failed</th><th>retried</th><th>started</th><th>duration</th><th>epoch</th></tr>
-${scans.map(
-  (s) => html`<tr><td><a href="${ctx.base}/scans/${s.scanId}">${s.scanId}</a></td><td>${s.state}</td>${num(s.claimed)}${num(s.shards)}${num(s.done)}${num(s.skipped)}<td class="n ${s.failed ? 'state-failed' : ''}">${s.failed ?? ''}</td>${num(s.retried)}<td>${s.startedAt}</td><td class="n">${formatSeconds(s.durationSeconds)}</td>${num(s.epoch)}</tr>`,
-)}</table>${scans.length === 0 ? html`<p class="muted">no scans yet</p>` : ''}`;
+  const body = html`<table id="scans">
+      <tr>
+        <th>scan</th>
+        <th>state</th>
+        <th>claimed</th>
+        <th>shards</th>
+        <th>done</th>
+        <th>skipped</th>
+        <th>failed</th>
+        <th>retried</th>
+        <th>started</th>
+        <th>duration</th>
+        <th>epoch</th>
+      </tr>
+      ${scans.map(
+        (s) =>
+          html`<tr>
+            <td><a href="${ctx.base}/scans/${s.scanId}">${s.scanId}</a></td>
+            <td>${s.state}</td>
+            ${num(s.claimed)}${num(s.shards)}${num(s.done)}${num(s.skipped)}
+            <td class="n ${s.failed ? 'state-failed' : ''}">${s.failed ?? ''}</td>
+            ${num(s.retried)}
+            <td>${s.startedAt}</td>
+            <td class="n">${formatSeconds(s.durationSeconds)}</td>
+            ${num(s.epoch)}
+          </tr>`,
+      )}
+    </table>
+    ${scans.length === 0 ? html`<p class="muted">no scans yet</p>` : ''}`;
   return layout(ctx, '/scans', 'Scans', body);
 }
 
 export function scanPage(ctx: PageContext, scan: ScanSummary, shards: ShardSummary[]): string {
   const back = `/scans/${scan.scanId}`;
-  const body = html`
-<div class="card">state <strong>${scan.state}</strong> · cutoff ${scan.cutoff} · claimed ${scan.claimed} · ${scan.shards} shards ·
-coordinator ${scan.coordinator} (epoch ${scan.epoch}) · started ${scan.startedAt}${scan.reducedAt ? html` · reduced ${scan.reducedAt}` : ''}</div>
-<table id="shards"><tr><th>shard</th><th>kind</th><th>size</th><th>state</th><th>attempts</th><th>owner</th><th>done</th><th>skipped</th><th>failed</th><th>retried</th><th>duration</th><th>error sample</th><th></th></tr>
-${shards.map(
-  (s) => html`<tr data-shard="${s.shardId}"><td>${s.shardId}</td><td>${s.kind}</td>${num(s.size)}${stateCell(s.state)}${num(s.attempts)}<td>${s.owner}</td>${num(s.done)}${num(s.skipped)}${num(s.failed)}${num(s.retried)}<td class="n">${formatSeconds(s.durationSeconds)}</td><td class="err">${s.errorSample}</td>
-<td>${(s.state === 'done' || s.state === 'failed') && s.failedNow > 0 ? actionButton(ctx, `/actions/shards/${s.shardId}/rerun`, `Rerun this shard (${s.failedNow} failed)`, back) : ''}</td></tr>`,
-)}</table>
-<p class="muted">Rerun puts the shard's failed timeouts back to pending (attempts 0, due now); the next scan applies them in a new shard.</p>`;
+  const body = html` <div class="card">
+      state <strong>${scan.state}</strong> · cutoff ${scan.cutoff} · claimed ${scan.claimed} · ${scan.shards} shards · coordinator ${scan.coordinator} (epoch
+      ${scan.epoch}) · started ${scan.startedAt}${scan.reducedAt ? html` · reduced ${scan.reducedAt}` : ''}
+    </div>
+    <table id="shards">
+      <tr>
+        <th>shard</th>
+        <th>kind</th>
+        <th>size</th>
+        <th>state</th>
+        <th>attempts</th>
+        <th>owner</th>
+        <th>done</th>
+        <th>skipped</th>
+        <th>failed</th>
+        <th>retried</th>
+        <th>duration</th>
+        <th>error sample</th>
+        <th></th>
+      </tr>
+      ${shards.map(
+        (s) =>
+          html`<tr data-shard="${s.shardId}">
+            <td>${s.shardId}</td>
+            <td>${s.kind}</td>
+            ${num(s.size)}${stateCell(s.state)}${num(s.attempts)}
+            <td>${s.owner}</td>
+            ${num(s.done)}${num(s.skipped)}${num(s.failed)}${num(s.retried)}
+            <td class="n">${formatSeconds(s.durationSeconds)}</td>
+            <td class="err">${s.errorSample}</td>
+            <td>
+              ${(s.state === 'done' || s.state === 'failed') && s.failedNow > 0 ? actionButton(ctx, `/actions/shards/${s.shardId}/rerun`, `Rerun this shard (${s.failedNow} failed)`, back) : ''}
+            </td>
+          </tr>`,
+      )}
+    </table>
+    <p class="muted">Rerun puts the shard's failed timeouts back to pending (attempts 0, due now); the next scan applies them in a new shard.</p>`;
   return layout(ctx, '/scans', `Scan ${scan.scanId}`, body);
 }
 
 // Timeouts ------------------------------------------------------------------------------------------
 
-export function timeoutsPage(ctx: PageContext, kinds: string[], query: { kind?: string | undefined; bizId?: string | undefined }, rows: TimeoutHistoryRow[] | null): string {
+export function timeoutsPage(
+  ctx: PageContext,
+  kinds: string[],
+  query: { kind?: string | undefined; bizId?: string | undefined },
+  rows: TimeoutHistoryRow[] | null,
+): string {
   const back = `/timeouts?kind=${encodeURIComponent(query.kind ?? '')}&bizId=${encodeURIComponent(query.bizId ?? '')}`;
   const live = rows?.find((r) => r.state === 'pending' || r.state === 'dispatched');
-  const body = html`
-<form method="get" action="${ctx.base}/timeouts" id="find">
-<select name="kind" aria-label="kind">${kinds.map((k) => html`<option value="${k}" ${k === query.kind ? raw('selected') : ''}>${k}</option>`)}</select>
-<input name="bizId" placeholder="business id, e.g. order 1042" value="${query.bizId ?? ''}" aria-label="business id" size="30">
-<button type="submit">Find</button></form>
-${rows === null
-  ? ''
-  : rows.length === 0
-    ? html`<p id="not-found">No timeout of ${query.kind} for ${query.bizId}: never scheduled, or purged by retention.</p>`
-    : html`<h2>History of ${query.kind} ${query.bizId}</h2>
-<table id="history"><tr><th>timeout</th><th>state</th><th>due</th><th>available</th><th>attempts</th><th>shard</th><th>result</th><th>last error</th><th>created</th><th>finished</th></tr>
-${rows.map(
-  (t) => html`<tr data-timeout="${t.id}"><td>${t.id}</td>${stateCell(t.state)}<td>${t.dueAt}</td><td>${t.availableAt}</td>${num(t.attempts)}<td>${t.shardId !== null ? html`<a href="${ctx.base}/scans/${t.scanId ?? ''}">${t.shardId}</a>` : ''}</td><td>${t.result}</td><td class="err">${t.lastError}</td><td>${t.createdAt}</td><td>${t.finishedAt}</td></tr>`,
-)}</table>
-${live
-  ? html`<div class="card"><strong>Live timeout ${live.id}</strong> (${live.state}):
-${actionButton(ctx, '/actions/timeouts/cancel', 'Cancel', back, { kind: live.kind, bizId: live.bizId })}
-${live.state === 'pending'
-  ? html`<form class="inline" method="post" action="${ctx.base}/actions/timeouts/reschedule">${csrfField(ctx)}<input type="hidden" name="back" value="${back}"><input type="hidden" name="kind" value="${live.kind}"><input type="hidden" name="bizId" value="${live.bizId}">
-new due time (UTC) <input name="dueAt" placeholder="2026-11-23T08:00:00Z" value="${live.dueAt.toISOString()}" aria-label="new due time"><button type="submit">Reschedule</button></form>`
-  : html`<span class="muted">in flight: being applied now, cannot move</span>`}</div>`
-  : ''}`}`;
+  const body = html` <form method="get" action="${ctx.base}/timeouts" id="find">
+      <select name="kind" aria-label="kind">
+        ${kinds.map((k) => html`<option value="${k}" ${k === query.kind ? raw('selected') : ''}>${k}</option>`)}
+      </select>
+      <input name="bizId" placeholder="business id, e.g. order 1042" value="${query.bizId ?? ''}" aria-label="business id" size="30" />
+      <button type="submit">Find</button>
+    </form>
+    ${
+      rows === null
+        ? ''
+        : rows.length === 0
+          ? html`<p id="not-found">No timeout of ${query.kind} for ${query.bizId}: never scheduled, or purged by retention.</p>`
+          : html`<h2>History of ${query.kind} ${query.bizId}</h2>
+              <table id="history">
+                <tr>
+                  <th>timeout</th>
+                  <th>state</th>
+                  <th>due</th>
+                  <th>available</th>
+                  <th>attempts</th>
+                  <th>shard</th>
+                  <th>result</th>
+                  <th>last error</th>
+                  <th>created</th>
+                  <th>finished</th>
+                </tr>
+                ${rows.map(
+                  (t) =>
+                    html`<tr data-timeout="${t.id}">
+                      <td>${t.id}</td>
+                      ${stateCell(t.state)}
+                      <td>${t.dueAt}</td>
+                      <td>${t.availableAt}</td>
+                      ${num(t.attempts)}
+                      <td>${t.shardId !== null ? html`<a href="${ctx.base}/scans/${t.scanId ?? ''}">${t.shardId}</a>` : ''}</td>
+                      <td>${t.result}</td>
+                      <td class="err">${t.lastError}</td>
+                      <td>${t.createdAt}</td>
+                      <td>${t.finishedAt}</td>
+                    </tr>`,
+                )}
+              </table>
+              ${
+                live
+                  ? html`<div class="card">
+                      <strong>Live timeout ${live.id}</strong> (${live.state}):
+                      ${actionButton(ctx, '/actions/timeouts/cancel', 'Cancel', back, { kind: live.kind, bizId: live.bizId })}
+                      ${
+                        live.state === 'pending'
+                          ? html`<form class="inline" method="post" action="${ctx.base}/actions/timeouts/reschedule">
+                              ${csrfField(ctx)}<input type="hidden" name="back" value="${back}" /><input type="hidden" name="kind" value="${live.kind}" /><input
+                                type="hidden"
+                                name="bizId"
+                                value="${live.bizId}"
+                              />
+                              new due time (UTC)
+                              <input name="dueAt" placeholder="2026-11-23T08:00:00Z" value="${live.dueAt.toISOString()}" aria-label="new due time" /><button
+                                type="submit"
+                              >
+                                Reschedule
+                              </button>
+                            </form>`
+                          : html`<span class="muted">in flight: being applied now, cannot move</span>`
+                      }
+                    </div>`
+                  : ''
+              }`
+    }`;
   return layout(ctx, '/timeouts', 'Timeouts', body);
 }
 
@@ -228,24 +461,58 @@ export function failedPage(ctx: PageContext, kinds: string[], filter: FailedFilt
   if (filter.errorContains) qs.set('error', filter.errorContains);
   const back = `/failed${qs.size ? `?${qs}` : ''}`;
   const filterFields = { kind: filter.kind ?? '', scan: filter.scan ? String(filter.scan) : '', error: filter.errorContains ?? '' };
-  const body = html`
-<form method="get" action="${ctx.base}/failed" id="filter">
-<select name="kind" aria-label="kind"><option value="">all kinds</option>${kinds.map((k) => html`<option value="${k}" ${k === filter.kind ? raw('selected') : ''}>${k}</option>`)}</select>
-<input name="scan" placeholder="scan id" size="8" value="${filter.scan ?? ''}" aria-label="scan">
-<input name="error" placeholder="error contains" size="30" value="${filter.errorContains ?? ''}" aria-label="error contains">
-<button type="submit">Filter</button></form>
-<p id="failed-total">${total} failed timeout${total === 1 ? '' : 's'} match${rows.length < total ? html` (showing ${rows.length})` : ''}
-${total > 0 ? actionButton(ctx, '/actions/failed/retry', `Retry all ${total} matching`, back, { ...filterFields, all: '1' }) : ''}</p>
-${rows.length > 0
-  ? html`<form method="post" action="${ctx.base}/actions/failed/retry" id="selection">${csrfField(ctx)}<input type="hidden" name="back" value="${back}">
-<table id="failed"><tr><th></th><th>timeout</th><th>kind</th><th>biz id</th><th>due</th><th>attempts</th><th>failed at</th><th>shard</th><th>scan</th><th>error</th><th></th></tr>
-${rows.map(
-  (t) => html`<tr data-timeout="${t.timeoutId}"><td><input type="checkbox" name="id" value="${t.timeoutId}" aria-label="select ${t.timeoutId}"></td><td>${t.timeoutId}</td><td>${t.kind}</td>
-<td><a href="${ctx.base}/timeouts?kind=${encodeURIComponent(t.kind)}&bizId=${encodeURIComponent(t.bizId)}">${t.bizId}</a></td><td>${t.dueAt}</td>${num(t.attempts)}<td>${t.failedAt}</td>${num(t.shardId)}
-<td>${t.scanId !== null ? html`<a href="${ctx.base}/scans/${t.scanId}">${t.scanId}</a>` : ''}</td><td class="err">${t.lastError}</td>
-<td><button type="submit" name="one" value="${t.timeoutId}">Retry</button></td></tr>`,
-)}</table><button type="submit">Retry selected</button></form>`
-  : ''}`;
+  const body = html` <form method="get" action="${ctx.base}/failed" id="filter">
+      <select name="kind" aria-label="kind">
+        <option value="">all kinds</option>
+        ${kinds.map((k) => html`<option value="${k}" ${k === filter.kind ? raw('selected') : ''}>${k}</option>`)}
+      </select>
+      <input name="scan" placeholder="scan id" size="8" value="${filter.scan ?? ''}" aria-label="scan" />
+      <input name="error" placeholder="error contains" size="30" value="${filter.errorContains ?? ''}" aria-label="error contains" />
+      <button type="submit">Filter</button>
+    </form>
+    <p id="failed-total">
+      ${total} failed timeout${total === 1 ? '' : 's'} match${rows.length < total ? html` (showing ${rows.length})` : ''}
+      ${total > 0 ? actionButton(ctx, '/actions/failed/retry', `Retry all ${total} matching`, back, { ...filterFields, all: '1' }) : ''}
+    </p>
+    ${
+      rows.length > 0
+        ? html`<form method="post" action="${ctx.base}/actions/failed/retry" id="selection">
+            ${csrfField(ctx)}<input type="hidden" name="back" value="${back}" />
+            <table id="failed">
+              <tr>
+                <th></th>
+                <th>timeout</th>
+                <th>kind</th>
+                <th>biz id</th>
+                <th>due</th>
+                <th>attempts</th>
+                <th>failed at</th>
+                <th>shard</th>
+                <th>scan</th>
+                <th>error</th>
+                <th></th>
+              </tr>
+              ${rows.map(
+                (t) =>
+                  html`<tr data-timeout="${t.timeoutId}">
+                    <td><input type="checkbox" name="id" value="${t.timeoutId}" aria-label="select ${t.timeoutId}" /></td>
+                    <td>${t.timeoutId}</td>
+                    <td>${t.kind}</td>
+                    <td><a href="${ctx.base}/timeouts?kind=${encodeURIComponent(t.kind)}&bizId=${encodeURIComponent(t.bizId)}">${t.bizId}</a></td>
+                    <td>${t.dueAt}</td>
+                    ${num(t.attempts)}
+                    <td>${t.failedAt}</td>
+                    ${num(t.shardId)}
+                    <td>${t.scanId !== null ? html`<a href="${ctx.base}/scans/${t.scanId}">${t.scanId}</a>` : ''}</td>
+                    <td class="err">${t.lastError}</td>
+                    <td><button type="submit" name="one" value="${t.timeoutId}">Retry</button></td>
+                  </tr>`,
+              )}
+            </table>
+            <button type="submit">Retry selected</button>
+          </form>`
+        : ''
+    }`;
   return layout(ctx, '/failed', 'Failed timeouts', body);
 }
 
@@ -253,36 +520,111 @@ ${rows.map(
 
 export function warningsPage(ctx: PageContext, report: WarningsReport, lagSlaSeconds: number): string {
   const v = report.vacuum;
-  const body = html`
-${warningList(report.warnings)}
-<h2>Table and index size (bloat estimates)</h2>
-<table id="relations"><tr><th>relation</th><th>kind</th><th>size</th><th>live rows need (est.)</th><th>dead or free (est.)</th></tr>
-${report.relations.map(
-  (r) => html`<tr><td>${r.name}</td><td>${r.kind}</td><td class="n">${formatBytes(r.bytes)}</td><td class="n">${r.expectedBytes === null ? 'not analyzed yet' : formatBytes(r.expectedBytes)}</td><td class="n">${r.bloatRatio === null ? '-' : `${Math.round(r.bloatRatio * 100)} %`}</td></tr>`,
-)}</table>
-<p class="muted">Estimates from pg_stats and reltuples (no pgstattuple); relations under 1 MB are not rated.</p>
-<h2>Autovacuum on timeouts</h2>
-${v
-  ? html`<table id="vacuum"><tr><th>live tuples</th><th>dead tuples</th><th>autovacuum starts at</th><th>last autovacuum</th><th>last vacuum</th><th>last autoanalyze</th><th>autovacuums</th></tr>
-<tr>${num(v.liveTuples)}${num(v.deadTuples)}${num(v.autovacuumThreshold)}<td>${v.lastAutovacuum ?? 'never'}</td><td>${v.lastVacuum ?? 'never'}</td><td>${v.lastAutoanalyze ?? 'never'}</td>${num(v.autovacuumCount)}</tr></table>`
-  : html`<p class="muted">no statistics yet</p>`}
-<h2>xmin horizon (oldest first)</h2>
-${report.xmin.length > 0
-  ? html`<table id="xmin"><tr><th>held by</th><th>name</th><th>xid age</th><th>open for</th></tr>${report.xmin.map((x) => html`<tr><td>${x.source}</td><td>${x.name}</td>${num(x.xidAge)}<td class="n">${formatSeconds(x.seconds)}</td></tr>`)}</table>`
-  : html`<p class="muted">nothing holds it back</p>`}
-<p class="muted">Lag SLA: ${lagSlaSeconds} s (alerts.lagSlaMs in the config, or --lag-sla).</p>`;
+  const body = html` ${warningList(report.warnings)}
+    <h2>Table and index size (bloat estimates)</h2>
+    <table id="relations">
+      <tr>
+        <th>relation</th>
+        <th>kind</th>
+        <th>size</th>
+        <th>live rows need (est.)</th>
+        <th>dead or free (est.)</th>
+      </tr>
+      ${report.relations.map(
+        (r) =>
+          html`<tr>
+            <td>${r.name}</td>
+            <td>${r.kind}</td>
+            <td class="n">${formatBytes(r.bytes)}</td>
+            <td class="n">${r.expectedBytes === null ? 'not analyzed yet' : formatBytes(r.expectedBytes)}</td>
+            <td class="n">${r.bloatRatio === null ? '-' : `${Math.round(r.bloatRatio * 100)} %`}</td>
+          </tr>`,
+      )}
+    </table>
+    <p class="muted">Estimates from pg_stats and reltuples (no pgstattuple); relations under 1 MB are not rated.</p>
+    <h2>Autovacuum on timeouts</h2>
+    ${
+      v
+        ? html`<table id="vacuum">
+            <tr>
+              <th>live tuples</th>
+              <th>dead tuples</th>
+              <th>autovacuum starts at</th>
+              <th>last autovacuum</th>
+              <th>last vacuum</th>
+              <th>last autoanalyze</th>
+              <th>autovacuums</th>
+            </tr>
+            <tr>
+              ${num(v.liveTuples)}${num(v.deadTuples)}${num(v.autovacuumThreshold)}
+              <td>${v.lastAutovacuum ?? 'never'}</td>
+              <td>${v.lastVacuum ?? 'never'}</td>
+              <td>${v.lastAutoanalyze ?? 'never'}</td>
+              ${num(v.autovacuumCount)}
+            </tr>
+          </table>`
+        : html`<p class="muted">no statistics yet</p>`
+    }
+    <h2>xmin horizon (oldest first)</h2>
+    ${
+      report.xmin.length > 0
+        ? html`<table id="xmin">
+            <tr>
+              <th>held by</th>
+              <th>name</th>
+              <th>xid age</th>
+              <th>open for</th>
+            </tr>
+            ${report.xmin.map(
+              (x) =>
+                html`<tr>
+                  <td>${x.source}</td>
+                  <td>${x.name}</td>
+                  ${num(x.xidAge)}
+                  <td class="n">${formatSeconds(x.seconds)}</td>
+                </tr>`,
+            )}
+          </table>`
+        : html`<p class="muted">nothing holds it back</p>`
+    }
+    <p class="muted">Lag SLA: ${lagSlaSeconds} s (alerts.lagSlaMs in the config, or --lag-sla).</p>`;
   return layout(ctx, '/warnings', 'Warnings', body);
 }
 
 // Audit -----------------------------------------------------------------------------------------------
 
 export function auditPage(ctx: PageContext, entries: AuditEntry[]): string {
-  const body = html`<table id="audit"><tr><th>when</th><th>who</th><th>action</th><th>kind</th><th>target</th><th>details</th></tr>
-${entries.map((e) => html`<tr data-action="${e.action}"><td>${formatTime(e.at)}</td><td>${e.actor}</td><td>${e.action}</td><td>${e.kind}</td><td>${e.target}</td><td><code>${JSON.stringify(e.details)}</code></td></tr>`)}</table>
-${entries.length === 0 ? html`<p class="muted">no operator action recorded yet</p>` : ''}`;
+  const body = html`<table id="audit">
+      <tr>
+        <th>when</th>
+        <th>who</th>
+        <th>action</th>
+        <th>kind</th>
+        <th>target</th>
+        <th>details</th>
+      </tr>
+      ${entries.map(
+        (e) =>
+          html`<tr data-action="${e.action}">
+            <td>${formatTime(e.at)}</td>
+            <td>${e.actor}</td>
+            <td>${e.action}</td>
+            <td>${e.kind}</td>
+            <td>${e.target}</td>
+            <td><code>${JSON.stringify(e.details)}</code></td>
+          </tr>`,
+      )}
+    </table>
+    ${entries.length === 0 ? html`<p class="muted">no operator action recorded yet</p>` : ''}`;
   return layout(ctx, '/audit', 'Audit log', body);
 }
 
 export function messagePage(ctx: PageContext, title: string, text: string): string {
-  return layout(ctx, '', title, html`<p id="message">${text}</p><p><a href="${ctx.base}/">back to the overview</a></p>`);
+  return layout(
+    ctx,
+    '',
+    title,
+    html`<p id="message">${text}</p>
+      <p><a href="${ctx.base}/">back to the overview</a></p>`,
+  );
 }

@@ -22,7 +22,19 @@ import { cancelAudited, listFailed, OperationInputError, rescheduleAudited, retr
 import { collectWarnings } from '../operations/warnings.js';
 import { TimeoutInputError } from '../schedule.js';
 import { authenticate, authEnabled, Csrf, isLoopback, sameOrigin, type AuthConfig } from './auth.js';
-import { auditPage, failedPage, kindsPage, messagePage, overviewPage, scanPage, scansPage, timeoutsPage, warningsPage, type KindRow, type PageContext } from './pages.js';
+import {
+  auditPage,
+  failedPage,
+  kindsPage,
+  messagePage,
+  overviewPage,
+  scanPage,
+  scansPage,
+  timeoutsPage,
+  warningsPage,
+  type KindRow,
+  type PageContext,
+} from './pages.js';
 
 export interface ConsoleOptions {
   /** The console's own pool (a few connections; it never shares the worker's). */
@@ -55,7 +67,8 @@ export function normalizeBasePath(value: string): string {
   const trimmed = value.trim().replace(/\/+$/, '');
   if (trimmed === '') return '';
   const path = trimmed.startsWith('/') ? trimmed : `/${trimmed}`;
-  if (!/^(\/[A-Za-z0-9._~-]+)+$/.test(path)) throw new ConsoleConfigError(`--base-path must be a URL path such as /tc (letters, digits, . _ ~ -), got "${value}"`);
+  if (!/^(\/[A-Za-z0-9._~-]+)+$/.test(path))
+    throw new ConsoleConfigError(`--base-path must be a URL path such as /tc (letters, digits, . _ ~ -), got "${value}"`);
   return path;
 }
 
@@ -264,7 +277,12 @@ export async function startConsole(options: ConsoleOptions): Promise<ConsoleServ
       const verb = kindAction[2]!;
       if (verb === 'pause') return { json: await pauseKind(pool, kind, r.actor), text: `paused ${kind}: nothing of it starts until it is resumed` };
       if (verb === 'resume') return { json: await resumeKind(pool, kind, r.actor), text: `resumed ${kind}` };
-      const controls = await setKindLimits(pool, kind, { maxRunningShards: limitValue(one(p, 'maxRunningShards')), rateLimit: limitValue(one(p, 'rateLimit')) }, r.actor);
+      const controls = await setKindLimits(
+        pool,
+        kind,
+        { maxRunningShards: limitValue(one(p, 'maxRunningShards')), rateLimit: limitValue(one(p, 'rateLimit')) },
+        r.actor,
+      );
       return {
         json: controls,
         text: `${kind}: at most ${controls.maxRunningShards ?? 'any number of'} running shards, ${controls.rateLimit === null ? 'no rate limit' : `${controls.rateLimit} timeouts/s`}`,
@@ -276,13 +294,19 @@ export async function startConsole(options: ConsoleOptions): Promise<ConsoleServ
       const rate = limitValue(one(p, 'rateLimit'));
       if (rate === undefined) throw new HttpError(400, 'give rateLimit: timeouts per second, or empty for no limit');
       const controls = await setTargetRateLimit(pool, target, rate, r.actor);
-      return { json: controls, text: `database ${target}: ${controls.rateLimit === null ? 'no rate limit' : `at most ${controls.rateLimit} timeouts/s over all its kinds`}` };
+      return {
+        json: controls,
+        text: `database ${target}: ${controls.rateLimit === null ? 'no rate limit' : `at most ${controls.rateLimit} timeouts/s over all its kinds`}`,
+      };
     }
     const rerun = /^\/shards\/([^/]+)\/rerun$/.exec(r.path);
     if (rerun) {
       const shardId = positiveId(decodeURIComponent(rerun[1]!), 'shard id');
       const result = await rerunShard(db, shardId, r.actor);
-      return { json: result, text: `shard ${shardId}: ${result.retried} failed timeout(s) back to pending${result.left ? `, ${result.left} left alone (a live timeout exists for the object)` : ''}` };
+      return {
+        json: result,
+        text: `shard ${shardId}: ${result.retried} failed timeout(s) back to pending${result.left ? `, ${result.left} left alone (a live timeout exists for the object)` : ''}`,
+      };
     }
     if (r.path === '/timeouts/cancel' || r.path === '/timeouts/reschedule') {
       const kind = one(p, 'kind') ?? '';
@@ -290,7 +314,11 @@ export async function startConsole(options: ConsoleOptions): Promise<ConsoleServ
       if (!kind || !bizId) throw new HttpError(400, 'give a kind and a business id (bizId)');
       if (r.path === '/timeouts/cancel') {
         const done = await cancelAudited(db, kind, bizId, r.actor);
-        if (!done) throw new HttpError(409, `${kind} ${bizId} has no pending timeout to cancel (too late: a worker holds it, or it is already done, failed or cancelled; or never scheduled)`);
+        if (!done)
+          throw new HttpError(
+            409,
+            `${kind} ${bizId} has no pending timeout to cancel (too late: a worker holds it, or it is already done, failed or cancelled; or never scheduled)`,
+          );
         return { json: { kind, bizId, cancelled: true }, text: `cancelled the live ${kind} timeout of ${bizId}` };
       }
       const dueText = one(p, 'dueAt')?.trim() ?? '';
@@ -302,7 +330,10 @@ export async function startConsole(options: ConsoleOptions): Promise<ConsoleServ
     }
     if (r.path === '/failed/retry') {
       const single = one(p, 'one');
-      const ids = (single ? [single] : many(p, 'id')).flatMap((v) => v.split(',')).filter((v) => v.trim() !== '').map((v) => positiveId(v, 'timeout id'));
+      const ids = (single ? [single] : many(p, 'id'))
+        .flatMap((v) => v.split(','))
+        .filter((v) => v.trim() !== '')
+        .map((v) => positiveId(v, 'timeout id'));
       let selector;
       if (ids.length > 0) selector = { id: ids };
       // A form says "all matching" explicitly; an API call names its filter (kind, scan, error).
@@ -360,8 +391,15 @@ export async function startConsole(options: ConsoleOptions): Promise<ConsoleServ
     const api = path.startsWith('/api/') || path === '/api';
     const auth = authenticate(req, options.auth);
     if (!auth.ok) {
-      const challenge: Record<string, string> = options.auth.user !== undefined ? { 'www-authenticate': 'Basic realm="timeout-center console", charset="UTF-8"' } : {};
-      return send(res, 401, api ? 'application/json' : 'text/plain; charset=utf-8', api ? JSON.stringify({ error: auth.reason }) : `401: ${auth.reason}\n`, challenge);
+      const challenge: Record<string, string> =
+        options.auth.user !== undefined ? { 'www-authenticate': 'Basic realm="timeout-center console", charset="UTF-8"' } : {};
+      return send(
+        res,
+        401,
+        api ? 'application/json' : 'text/plain; charset=utf-8',
+        api ? JSON.stringify({ error: auth.reason }) : `401: ${auth.reason}\n`,
+        challenge,
+      );
     }
     const ctx: PageContext = { base, actor: auth.actor, csrf: csrf.token(auth.actor), readOnly: options.readOnly };
     const flashId = url.searchParams.get('done');
@@ -370,7 +408,9 @@ export async function startConsole(options: ConsoleOptions): Promise<ConsoleServ
       if (f) ctx.flash = { ok: f.ok, text: f.text };
     }
     const fail = (status: number, message: string) =>
-      api ? send(res, status, 'application/json', JSON.stringify({ error: message })) : send(res, status, 'text/html; charset=utf-8', messagePage(ctx, status === 403 ? 'Refused' : 'Error', message));
+      api
+        ? send(res, status, 'application/json', JSON.stringify({ error: message }))
+        : send(res, status, 'text/html; charset=utf-8', messagePage(ctx, status === 403 ? 'Refused' : 'Error', message));
 
     try {
       if (method === 'GET' || method === 'HEAD') {
@@ -394,7 +434,8 @@ export async function startConsole(options: ConsoleOptions): Promise<ConsoleServ
         body = jsonParams(text);
       } else {
         body = formParams(text);
-        if (!csrf.valid(auth.actor, one(body, '_csrf'))) return fail(403, 'refused: the form is stale or did not come from this console (CSRF check); reload the page and try again');
+        if (!csrf.valid(auth.actor, one(body, '_csrf')))
+          return fail(403, 'refused: the form is stale or did not come from this console (CSRF check); reload the page and try again');
       }
       const back = one(body, 'back');
       const backPath = back && back.startsWith('/') && !back.startsWith('//') ? back : '/';
@@ -433,7 +474,11 @@ export async function startConsole(options: ConsoleOptions): Promise<ConsoleServ
   });
   await new Promise<void>((resolve, reject) => {
     server.once('error', (err: NodeJS.ErrnoException) =>
-      reject(new ConsoleConfigError(`cannot serve the console on ${options.host}:${options.port}: ${err.code === 'EADDRINUSE' ? 'the port is in use' : err.message}`)),
+      reject(
+        new ConsoleConfigError(
+          `cannot serve the console on ${options.host}:${options.port}: ${err.code === 'EADDRINUSE' ? 'the port is in use' : err.message}`,
+        ),
+      ),
     );
     server.listen(options.port, options.host, () => resolve());
   });

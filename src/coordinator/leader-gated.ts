@@ -20,7 +20,9 @@ export class LeaderGated extends BaseService {
 
   private readonly elected = (epoch: number): void => {
     this.options.onElected(epoch);
-    this.options.group.start().catch((err: unknown) => this.options.logger.error({ err }, 'could not start the leader duties; they start again at the next election'));
+    this.options.group
+      .start()
+      .catch((err: unknown) => this.options.logger.error({ err }, 'could not start the leader duties; they start again at the next election'));
   };
 
   private readonly deposed = (): void => {

@@ -115,7 +115,10 @@ export class Mapper {
       if (planned) {
         inFlight += planned.shards.length;
         await dispatcher.publishPlanned(planned);
-        logger.debug({ scanId: planned.scanId, shards: planned.shards.length, capacity: planned.capacity, inFlight, planMs: Math.round(performance.now() - planStarted) }, 'scan mapped');
+        logger.debug(
+          { scanId: planned.scanId, shards: planned.shards.length, capacity: planned.capacity, inFlight, planMs: Math.round(performance.now() - planStarted) },
+          'scan mapped',
+        );
       } else {
         logger.debug({ room, inFlight, planMs: Math.round(performance.now() - planStarted) }, 'nothing new to map');
       }
@@ -155,7 +158,10 @@ export class Mapper {
     });
     this.memory.countedAhead(cutoff, counts);
     if (counts.size > 0) {
-      this.deps.logger.debug({ cutoff: new Date(cutoff), kinds: Object.fromEntries(counts), countMs: Math.round(performance.now() - started) }, 'counted ahead of the due instant');
+      this.deps.logger.debug(
+        { cutoff: new Date(cutoff), kinds: Object.fromEntries(counts), countMs: Math.round(performance.now() - started) },
+        'counted ahead of the due instant',
+      );
     }
     return true;
   }
@@ -192,7 +198,13 @@ export class Mapper {
     this.deps.lag.deferFor(Math.max(0, untilMs));
     await this.deps.dispatcher.publishPlanned(planned);
     this.deps.logger.debug(
-      { scanId: planned.scanId, shards: planned.shards.length, capacity: planned.capacity, notBefore: new Date(cutoff), planMs: Math.round(performance.now() - planStarted) },
+      {
+        scanId: planned.scanId,
+        shards: planned.shards.length,
+        capacity: planned.capacity,
+        notBefore: new Date(cutoff),
+        planMs: Math.round(performance.now() - planStarted),
+      },
       'scan mapped ahead of its due instant',
     );
   }

@@ -21,11 +21,7 @@ export interface ReapResult {
 type ShardRow = { id: number; scan_id: number; kind: string };
 const toMessage = (r: ShardRow): ShardMessage => ({ shardId: r.id, scanId: r.scan_id, kind: r.kind });
 
-export async function reap(
-  pool: pg.Pool,
-  epoch: number,
-  options: { republishAfterMs: number; channelLost: boolean },
-): Promise<ReapResult> {
+export async function reap(pool: pg.Pool, epoch: number, options: { republishAfterMs: number; channelLost: boolean }): Promise<ReapResult> {
   return fencedTransaction(pool, epoch, async (client) => {
     const abandoned = await client.query<{ id: number; kind: string; scan_id: number; failed_count: number }>(query(here, 'abandon_shards'), [BATCH]);
     const requeued = await client.query<ShardRow>(query(here, 'requeue_expired'), [BATCH]);

@@ -32,7 +32,15 @@ export class Reducer {
       metrics.scanDuration.observe(scan.duration_s);
       metrics.scans.inc({ result: scan.failed > 0 ? 'failed' : 'ok' });
       logger.info(
-        { scanId: scan.id, claimed: scan.claimed, done: scan.done, skipped: scan.skipped, failed: scan.failed, retried: scan.retried, shards: scan.shard_count },
+        {
+          scanId: scan.id,
+          claimed: scan.claimed,
+          done: scan.done,
+          skipped: scan.skipped,
+          failed: scan.failed,
+          retried: scan.retried,
+          shards: scan.shard_count,
+        },
         'scan reduced',
       );
       if (scan.failed > 0) {

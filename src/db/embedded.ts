@@ -143,6 +143,7 @@ function claimDataDir(dataDir: string): () => void {
     } catch (e) {
       alive = (e as NodeJS.ErrnoException).code === 'EPERM';
     }
+    // eslint-disable-next-line preserve-caught-error -- not a symptom of the caught error: the probe's answer
     if (alive) throw new Error(`the embedded PostgreSQL in ${dataDir} is in use by process ${pid}; stop it or pick another --data-dir`);
     writeFileSync(file, String(process.pid));
   }

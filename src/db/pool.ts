@@ -65,9 +65,7 @@ export function createPool(options: PoolOptions): pg.Pool {
     keepAlive: true,
     types: typeParsers,
     Client: jitOffClient(options.logger),
-    ...(options.idleInTransactionTimeoutMs
-      ? { idle_in_transaction_session_timeout: options.idleInTransactionTimeoutMs }
-      : {}),
+    ...(options.idleInTransactionTimeoutMs ? { idle_in_transaction_session_timeout: options.idleInTransactionTimeoutMs } : {}),
   });
   pool.on('error', (err) => {
     options.logger.warn({ err: describePgError(err) }, 'PostgreSQL connection lost (idle client); the pool will reconnect');
@@ -104,7 +102,9 @@ export function isConnectionError(err: unknown): boolean {
   const code = pgErrorCode(err);
   if (code) return code.startsWith('08') || code === '57P01' || code === '57P02' || code === '57P03' || code === '53300';
   const msg = err instanceof Error ? err.message : '';
-  return /Connection terminated|ECONNREFUSED|ECONNRESET|EPIPE|timeout exceeded when trying to connect|Client has encountered a connection error|not queryable/i.test(msg);
+  return /Connection terminated|ECONNREFUSED|ECONNRESET|EPIPE|timeout exceeded when trying to connect|Client has encountered a connection error|not queryable/i.test(
+    msg,
+  );
 }
 
 /** Deadlock, serialization failure or a lock wait that ran out (lock_timeout, 55P03: a handler
@@ -126,7 +126,10 @@ export async function withTransaction<T>(pool: pg.Pool, fn: (client: pg.PoolClie
     return result;
   } catch (err) {
     broken = isConnectionError(err);
-    if (!broken) await client.query('ROLLBACK').catch(() => { broken = true; });
+    if (!broken)
+      await client.query('ROLLBACK').catch(() => {
+        broken = true;
+      });
     throw err;
   } finally {
     client.release(broken);

@@ -22,8 +22,7 @@ import { InProcessChannel } from '../transport/in-process.js';
 import { redactUrl } from '../transport/redis-streams.js';
 
 export const DEMO_KIND = 'demo.order.unpaid';
-export const DEMO_CLOSE_SQL =
-  "UPDATE demo_orders SET status = 'closed', closed_at = now() WHERE id = ANY($1) AND status = 'unpaid' RETURNING id";
+export const DEMO_CLOSE_SQL = "UPDATE demo_orders SET status = 'closed', closed_at = now() WHERE id = ANY($1) AND status = 'unpaid' RETURNING id";
 
 export interface DemoOptions {
   orders: number;

@@ -80,18 +80,24 @@ export async function listKindControls(db: Queryable): Promise<KindControls[]> {
 }
 
 export function checkActor(actor: string): void {
-  if (actor.trim().length === 0 || actor.length > 200) throw new ControlInputError('actor must be 1 to 200 characters (who made the change, for the audit log)');
+  if (actor.trim().length === 0 || actor.length > 200)
+    throw new ControlInputError('actor must be 1 to 200 characters (who made the change, for the audit log)');
 }
 
 function checkLimits(change: LimitChange): void {
   const { maxRunningShards, rateLimit } = change;
-  if (maxRunningShards !== undefined && maxRunningShards !== null && !(Number.isInteger(maxRunningShards) && maxRunningShards > 0 && maxRunningShards <= 100_000)) {
+  if (
+    maxRunningShards !== undefined &&
+    maxRunningShards !== null &&
+    !(Number.isInteger(maxRunningShards) && maxRunningShards > 0 && maxRunningShards <= 100_000)
+  ) {
     throw new ControlInputError(`max running shards must be a whole number from 1 to 100000 (or none), got ${String(maxRunningShards)}`);
   }
   if (rateLimit !== undefined && rateLimit !== null && !(Number.isFinite(rateLimit) && rateLimit > 0 && rateLimit <= 10_000_000)) {
     throw new ControlInputError(`rate limit must be a number of timeouts per second above 0 (at most 10000000), or none; got ${String(rateLimit)}`);
   }
-  if (maxRunningShards === undefined && rateLimit === undefined) throw new ControlInputError('nothing to change: give a max running shards and/or a rate limit');
+  if (maxRunningShards === undefined && rateLimit === undefined)
+    throw new ControlInputError('nothing to change: give a max running shards and/or a rate limit');
 }
 
 /**
@@ -112,13 +118,15 @@ async function updateControls(
   try {
     await client.query('BEGIN');
     await client.query(`SELECT set_config('timeout_center.actor', $1, true)`, [actor]);
-    const { rowCount } = await client.query(
-      `UPDATE timeout_center.kinds SET ${[...sets, `controls_source = '${source}'`].join(', ')} WHERE kind = $1`,
-      [kind, ...values],
-    );
+    const { rowCount } = await client.query(`UPDATE timeout_center.kinds SET ${[...sets, `controls_source = '${source}'`].join(', ')} WHERE kind = $1`, [
+      kind,
+      ...values,
+    ]);
     if (rowCount === 0) {
       const { rows } = await client.query<{ kind: string }>('SELECT kind FROM timeout_center.kinds ORDER BY kind');
-      throw new ControlInputError(`unknown kind ${JSON.stringify(kind)}; known kinds: ${rows.map((r) => r.kind).join(', ') || '(none: run timeout-center migrate)'}`);
+      throw new ControlInputError(
+        `unknown kind ${JSON.stringify(kind)}; known kinds: ${rows.map((r) => r.kind).join(', ') || '(none: run timeout-center migrate)'}`,
+      );
     }
     const { rows } = await client.query<ControlRow>('SELECT * FROM timeout_center.kind_controls WHERE kind = $1', [kind]);
     await client.query('COMMIT');

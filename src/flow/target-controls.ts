@@ -70,13 +70,23 @@ function checkRate(rateLimit: number | null): void {
 
 /** One audited UPDATE of a target's row in its own transaction. Throws ControlInputError for an
  *  unknown business database. `set` is built here from fixed column names only. */
-async function updateTarget(pool: pg.Pool, target: string, actor: string, set: string, values: unknown[], source: 'config' | 'operator'): Promise<TargetControls> {
+async function updateTarget(
+  pool: pg.Pool,
+  target: string,
+  actor: string,
+  set: string,
+  values: unknown[],
+  source: 'config' | 'operator',
+): Promise<TargetControls> {
   checkActor(actor);
   const client = await pool.connect();
   try {
     await client.query('BEGIN');
     await client.query(`SELECT set_config('timeout_center.actor', $1, true)`, [actor]);
-    const { rowCount } = await client.query(`UPDATE timeout_center.targets SET ${set}, controls_source = '${source}', updated_at = now() WHERE target = $1`, [target, ...values]);
+    const { rowCount } = await client.query(`UPDATE timeout_center.targets SET ${set}, controls_source = '${source}', updated_at = now() WHERE target = $1`, [
+      target,
+      ...values,
+    ]);
     if (rowCount === 0) {
       const { rows } = await client.query<{ target: string }>('SELECT target FROM timeout_center.targets ORDER BY target');
       throw new ControlInputError(

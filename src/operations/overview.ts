@@ -67,9 +67,7 @@ export async function kindBacklog(db: Queryable): Promise<KindBacklog[]> {
 }
 
 export async function leader(db: Queryable): Promise<Leader | null> {
-  const { rows } = await db.query<Leader>(
-    `SELECT holder, epoch, acquired_at AS "acquiredAt" FROM timeout_center.coordinator_lease WHERE id = 1 AND epoch > 0`,
-  );
+  const { rows } = await db.query<Leader>(`SELECT holder, epoch, acquired_at AS "acquiredAt" FROM timeout_center.coordinator_lease WHERE id = 1 AND epoch > 0`);
   return rows[0] ?? null;
 }
 

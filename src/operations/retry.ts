@@ -46,13 +46,7 @@ export async function retryFailed(db: Kysely<Database>, opts: RetrySelector): Pr
     }
     return eb.and(conds);
   };
-  const matched = await db
-    .selectFrom('timeout_center.timeouts')
-    .select('id')
-    .where(selected)
-    .orderBy('id')
-    .forUpdate()
-    .execute();
+  const matched = await db.selectFrom('timeout_center.timeouts').select('id').where(selected).orderBy('id').forUpdate().execute();
   // The newest failed timeout per (kind, biz_id), unless that object has a live timeout already.
   const eligible = db
     .selectFrom('timeout_center.timeouts')

@@ -96,7 +96,8 @@ export async function rerunShard(db: Kysely<Database>, shardId: number, actor: s
       throw new RerunRefused(`shard ${shardId} is ${shard.state}: it is being worked on; rerun it once it is done or failed`);
     }
     const result = await retryFailed(trx, { shard: [shardId] });
-    if (result.matched === 0) throw new RerunRefused(`shard ${shardId} has no failed timeouts: nothing to rerun (its timeouts are done, skipped or already retried)`);
+    if (result.matched === 0)
+      throw new RerunRefused(`shard ${shardId} has no failed timeouts: nothing to rerun (its timeouts are done, skipped or already retried)`);
     await recordAudit(queryable(trx), {
       actor,
       action: 'rerun_shard',

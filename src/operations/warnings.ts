@@ -67,8 +67,7 @@ export const LIMITS = {
   transactionSeconds: [300, 3600],
 } as const;
 
-const level = (value: number, [warn, crit]: readonly [number, number]): Severity | null =>
-  value >= crit ? 'critical' : value >= warn ? 'warning' : null;
+const level = (value: number, [warn, crit]: readonly [number, number]): Severity | null => (value >= crit ? 'critical' : value >= warn ? 'warning' : null);
 
 async function relations(db: Queryable): Promise<RelationStats[]> {
   // Table: live tuples x (row header 24 + item pointer 4 + average data width), at 100 % fill.

@@ -50,7 +50,7 @@ export class InProcessChannel implements ShardChannel {
       });
     }
     const taken: { id: string; message: ShardMessage }[] = [];
-    for (let i = 0; i < this.waiting.length && taken.length < count; ) {
+    for (let i = 0; i < this.waiting.length && taken.length < count;) {
       if (served.has(this.waiting[i]!.message.kind)) taken.push(...this.waiting.splice(i, 1));
       else i += 1;
     }

@@ -164,7 +164,12 @@ export class RedisStreamsChannel implements ShardChannel {
         throw err;
       }
       const entries = Array.isArray(reply) && Array.isArray(reply[1]) ? (reply[1] as RawEntry[]) : [];
-      out.push(...(await this.toDeliveries(entries.map((e) => [kind, e] as const), true)));
+      out.push(
+        ...(await this.toDeliveries(
+          entries.map((e) => [kind, e] as const),
+          true,
+        )),
+      );
     }
     return out;
   }

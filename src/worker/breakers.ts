@@ -42,7 +42,7 @@ export class CircuitBreakers {
 
   private entry(kind: string, target: string): Entry {
     const key = `${kind}\u0000${target}`;
-    let entry = this.entries.get(key);
+    const entry = this.entries.get(key);
     if (entry) return entry;
     const policy = circuitBreaker(handleWhen(isBatchLevel), {
       halfOpenAfter: this.config.halfOpenAfterMs,

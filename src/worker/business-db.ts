@@ -61,10 +61,14 @@ export class BusinessDatabases {
 
 /** What a run of this shard left in the target: its marker, the split's tombstone, or nothing. */
 export async function readMarker(client: pg.ClientBase, shardId: number): Promise<Marker | 'split' | undefined> {
-  const { rows } = await client.query<{ lease_token: string; applied: string[]; failed_ids: string[]; failed_errors: string[]; failed_permanent: boolean[]; ran: string[] | null }>(
-    'SELECT lease_token, applied, failed_ids, failed_errors, failed_permanent, ran FROM timeout_center.markers WHERE shard_id = $1',
-    [shardId],
-  );
+  const { rows } = await client.query<{
+    lease_token: string;
+    applied: string[];
+    failed_ids: string[];
+    failed_errors: string[];
+    failed_permanent: boolean[];
+    ran: string[] | null;
+  }>('SELECT lease_token, applied, failed_ids, failed_errors, failed_permanent, ran FROM timeout_center.markers WHERE shard_id = $1', [shardId]);
   const r = rows[0];
   if (!r) return undefined;
   if (r.lease_token === SPLIT_TOMBSTONE) return 'split';
@@ -82,10 +86,7 @@ export async function readMarker(client: pg.ClientBase, shardId: number): Promis
  * did instead of applying again. A run that cannot insert never touches the orders.
  */
 export async function insertMarker(client: pg.ClientBase, shardId: number, leaseToken: string, ran: string[]): Promise<void> {
-  await client.query(
-    `INSERT INTO timeout_center.markers (shard_id, lease_token, applied, ran) VALUES ($1, $2, '{}', $3::text[])`,
-    [shardId, leaseToken, ran],
-  );
+  await client.query(`INSERT INTO timeout_center.markers (shard_id, lease_token, applied, ran) VALUES ($1, $2, '{}', $3::text[])`, [shardId, leaseToken, ran]);
 }
 
 /** The run's outcome into its marker, in the same transaction as the handler's effect. */

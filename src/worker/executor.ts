@@ -166,7 +166,13 @@ export class ShardExecutor {
    * the batch form's path, three (BEGIN + lock + savepoint; claim; release + finish + COMMIT).
    * Statements without bind parameters there are multi-statement strings with literal values.
    */
-  private async runTransaction(lease: Lease, handler: ResolvedHandler, log: Logger, leaseMs: number, kept?: KeptLease): Promise<ShardCounts & { lateness: Lateness }> {
+  private async runTransaction(
+    lease: Lease,
+    handler: ResolvedHandler,
+    log: Logger,
+    leaseMs: number,
+    kept?: KeptLease,
+  ): Promise<ShardCounts & { lateness: Lateness }> {
     // Where a shard's time goes (debug log): lease, claim + handler, finish, commit.
     const t = { begin: performance.now(), applied: 0, finished: 0 };
     const client = await this.pool.connect();
@@ -179,7 +185,9 @@ export class ShardExecutor {
         ? `; SAVEPOINT tc_batch; SET LOCAL statement_timeout = ${Math.floor(batch.timeLimitMs)}; SET LOCAL lock_timeout = ${HANDLER_LOCK_TIMEOUT_MS}`
         : '';
       open = true;
-      const begun = (await client.query(`BEGIN; ${bindLiterals(query(here, 'lock_shard'), [lease.id, lease.lease_token])}${savepoint}`)) as unknown as pg.QueryResult[];
+      const begun = (await client.query(
+        `BEGIN; ${bindLiterals(query(here, 'lock_shard'), [lease.id, lease.lease_token])}${savepoint}`,
+      )) as unknown as pg.QueryResult[];
       if (begun[1]!.rowCount === 0) throw new LeaseLostError(`lease on shard ${lease.id} was lost (the reaper requeued it)`);
       if (batch && lease.claimAt > performance.now()) {
         // Leased ahead of the due instant: plan the claim now (EXPLAIN executes nothing), so
@@ -226,7 +234,13 @@ export class ShardExecutor {
         await client.query('COMMIT');
         open = false;
       }
-      result = { done: Number(done.done), skipped: Number(done.skipped), failed: Number(done.failed), retried: Number(done.retried), lateness: outcome.lateness };
+      result = {
+        done: Number(done.done),
+        skipped: Number(done.skipped),
+        failed: Number(done.failed),
+        retried: Number(done.retried),
+        lateness: outcome.lateness,
+      };
     } catch (err) {
       broken = isConnectionError(err);
       if (open && !broken) await client.query('ROLLBACK').catch(() => (broken = true));
@@ -235,7 +249,12 @@ export class ShardExecutor {
       client.release(broken);
     }
     const ms = (x: number) => Math.round(x * 10) / 10;
-    const phases = { leaseMs: ms(leaseMs), claimApplyMs: ms(t.applied - t.begin), finishMs: ms(t.finished - t.applied), commitMs: ms(performance.now() - t.finished) };
+    const phases = {
+      leaseMs: ms(leaseMs),
+      claimApplyMs: ms(t.applied - t.begin),
+      finishMs: ms(t.finished - t.applied),
+      commitMs: ms(performance.now() - t.finished),
+    };
     await failpoint('worker.after-commit');
     if (result.failed > 0 || result.retried > 0) log.warn({ ...result, lateness: undefined }, 'shard finished with failing timeouts');
     else log.debug({ done: result.done, skipped: result.skipped, ...phases }, 'shard done');
@@ -252,7 +271,12 @@ export class ShardExecutor {
   private async claimAndApply(client: pg.PoolClient, batch: BatchSqlHandler, lease: Lease, log: Logger): Promise<Outcome | undefined> {
     try {
       const claim = claimStatement(batch, lease);
-      const { rows } = await client.query<Taken>({ name: claim.name, text: claim.sql, values: [lease.id, lease.kind, lease.claim_limit, true], types: AS_TEXT });
+      const { rows } = await client.query<Taken>({
+        name: claim.name,
+        text: claim.sql,
+        values: [lease.id, lease.kind, lease.claim_limit, true],
+        types: AS_TEXT,
+      });
       const taken = rows[0]!;
       const lateness = { seconds: parseMillisArray(taken.lateness_ms), times: taken.lateness_n === null ? undefined : parseIntArray(taken.lateness_n) };
       return { n: Number(taken.n), skippedMarked: Number(taken.skipped), claimed: [], skipped: [], failed: [], failures: [], lateness };

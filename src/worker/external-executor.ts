@@ -17,7 +17,7 @@
 // shard later behind a circuit breaker per kind and target (breakers.ts); row-level failures are
 // split and isolated inside the business transaction, in savepoints.
 import { BrokenCircuitError } from 'cockatiel';
-import pg from 'pg';
+import type pg from 'pg';
 import type { Logger } from 'pino';
 import { isConnectionError, isRetryableConflict, pgErrorCode } from '../db/pool.js';
 import { query } from '../db/queries.js';
@@ -41,7 +41,6 @@ export type ExternalOutcome = Exclude<ShardOutcome, { status: 'held' }>;
 
 /** A target that no business database name can be: biz_ids the routing rule cannot place. */
 const UNROUTABLE = '-unroutable';
-
 
 interface Claimed {
   target: string | null;
@@ -143,24 +142,36 @@ export class ExternalExecutor {
         [lease.id, lease.lease_token, Math.round(decision.retryInMs)],
       );
       this.metrics.batchFailures.inc({ kind: lease.kind, target });
-      shardLog.warn({ retryInMs: decision.retryInMs, error: decision.error }, 'external shard waits: the target cannot say yet whether an earlier run committed');
+      shardLog.warn(
+        { retryInMs: decision.retryInMs, error: decision.error },
+        'external shard waits: the target cannot say yet whether an earlier run committed',
+      );
       return { status: 'not-ours', reason: deferred.rowCount ? 'deferred until the target answers' : 'lease lost' };
     }
     await failpoint('external.before-record');
-    const recorded = 'center' in decision && decision.center
-      ? await this.recordFenced(decision.center, lease, handler, decision, shardLog)
-      : await this.recordWithRetry(lease, handler, decision, shardLog);
+    const recorded =
+      'center' in decision && decision.center
+        ? await this.recordFenced(decision.center, lease, handler, decision, shardLog)
+        : await this.recordWithRetry(lease, handler, decision, shardLog);
     if (!recorded) return { status: 'not-ours', reason: `lease on shard ${lease.id} was lost before its record; the shard's next run reads the marker` };
     if ('where' in decision && decision.where) {
       const where = decision.where;
-      await deleteMarker(where, lease.id).catch((err: unknown) => shardLog.warn({ err }, 'could not delete the marker of a recorded shard (harmless: it is never read again)'));
+      await deleteMarker(where, lease.id).catch((err: unknown) =>
+        shardLog.warn({ err }, 'could not delete the marker of a recorded shard (harmless: it is never read again)'),
+      );
     }
     const kind = lease.kind;
     if ('retryInMs' in decision) {
       this.metrics.batchFailures.inc({ kind, target });
-      shardLog.warn({ retryInMs: decision.retryInMs, error: decision.error, timeouts: items.length }, 'external batch failed as a whole; its timeouts are retried later (none failed for good)');
+      shardLog.warn(
+        { retryInMs: decision.retryInMs, error: decision.error, timeouts: items.length },
+        'external batch failed as a whole; its timeouts are retried later (none failed for good)',
+      );
     } else if (decision.fromMarker) {
-      shardLog.warn({ applied: recorded.done, skipped: recorded.skipped }, 'a run of this shard had committed in the target before its worker stopped: recorded what it did from its marker');
+      shardLog.warn(
+        { applied: recorded.done, skipped: recorded.skipped },
+        'a run of this shard had committed in the target before its worker stopped: recorded what it did from its marker',
+      );
     }
     recordOutcome(this.metrics, kind, recorded, performance.now() - started, 'retryInMs' in decision ? undefined : { seconds: claimed.lateness });
     return { status: 'done', ...recorded };
@@ -196,7 +207,8 @@ export class ExternalExecutor {
     if (children.length === 0) return undefined;
     // The split is committed: the tombstone has done its job (as a run's marker after its record;
     // a crash right here leaves it behind, which is harmless: no run of this shard comes again).
-    if (fenced) await deleteMarker(fenced, lease.id).catch((err: unknown) => log.warn({ err: describeError(err) }, 'could not delete the split tombstone (harmless)'));
+    if (fenced)
+      await deleteMarker(fenced, lease.id).catch((err: unknown) => log.warn({ err: describeError(err) }, 'could not delete the split tombstone (harmless)'));
     log.warn({ attempt: lease.attempts, into: children }, 'shard split in two to isolate a row that may kill workers');
     this.metrics.shards.inc({ kind: lease.kind, outcome: 'split' });
     return { status: 'done', done: 0, skipped: 0, failed: 0, retried: 0 };
@@ -214,7 +226,13 @@ export class ExternalExecutor {
     if (!row) return undefined;
     const bizIds = parseTextArray(row.biz_ids);
     const payloads = parseJsonbArray(row.payloads);
-    return { target: row.target, fresh: row.fresh === 't', markerKnown: row.fresh === 't', items: bizIds.map((bizId, i) => ({ bizId, payload: payloads[i] })), lateness: parseFloat8Array(row.lateness) };
+    return {
+      target: row.target,
+      fresh: row.fresh === 't',
+      markerKnown: row.fresh === 't',
+      items: bizIds.map((bizId, i) => ({ bizId, payload: payloads[i] })),
+      lateness: parseFloat8Array(row.lateness),
+    };
   }
 
   /** Step 2: the handler where it runs. Throws only batch-level failures. */
@@ -223,8 +241,21 @@ export class ExternalExecutor {
     if (ext.via === 'http') {
       // The HTTP handler keeps its own time limit (http-handler.ts) and needs no client.
       const controller = new AbortController();
-      const result = normalizeResult(await handler.run(claimed.items, { kind: lease.kind, shardId: lease.id, attempt: lease.attempts, signal: controller.signal, client: undefined as unknown as pg.PoolClient }));
-      return { applied: result.applied, failed: (result.failed ?? []).map((f) => ({ bizId: String(f.bizId), error: f.error, permanent: false })), fromMarker: false, where: undefined };
+      const result = normalizeResult(
+        await handler.run(claimed.items, {
+          kind: lease.kind,
+          shardId: lease.id,
+          attempt: lease.attempts,
+          signal: controller.signal,
+          client: undefined as unknown as pg.PoolClient,
+        }),
+      );
+      return {
+        applied: result.applied,
+        failed: (result.failed ?? []).map((f) => ({ bizId: String(f.bizId), error: f.error, permanent: false })),
+        fromMarker: false,
+        where: undefined,
+      };
     }
     const database = ext.database ?? (ext.via === 'sql' ? (claimed.target ?? undefined) : undefined);
     if (ext.via === 'sql' && !database) throw new BatchFailure(`shard ${lease.id} of ${lease.kind} has no target database`);
@@ -276,7 +307,10 @@ export class ExternalExecutor {
         }
         if (pgErrorCode(err) === '57014' || pgErrorCode(err) === '55P03') {
           claimed.markerKnown = false;
-          throw new UnknownOutcomeError(`another run of shard ${lease.id} holds its marker in the target (a stopped or still committing worker): this run waits for it`, { cause: err });
+          throw new UnknownOutcomeError(
+            `another run of shard ${lease.id} holds its marker in the target (a stopped or still committing worker): this run waits for it`,
+            { cause: err },
+          );
         }
         throw err;
       }
@@ -336,7 +370,9 @@ export class ExternalExecutor {
       if (at.phase === 'commit' && isConnectionError(err)) {
         claimed.markerKnown = false;
         release(true);
-        throw new UnknownOutcomeError(`the connection broke while committing shard ${lease.id} in the target: the shard's next run reads its marker`, { cause: err });
+        throw new UnknownOutcomeError(`the connection broke while committing shard ${lease.id} in the target: the shard's next run reads its marker`, {
+          cause: err,
+        });
       }
       const broken = isConnectionError(err);
       if (!broken && !released) await client.query('ROLLBACK').catch(() => release(true));

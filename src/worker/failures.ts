@@ -22,7 +22,15 @@ export function isBatchLevelPgError(err: unknown): boolean {
   if (isConnectionError(err) || isRetryableConflict(err)) return true;
   const code = pgErrorCode(err);
   if (!code) return false;
-  return code === '57014' || code.startsWith('57P') || code.startsWith('53') || code.startsWith('42') || code.startsWith('28') || code.startsWith('3D') || code.startsWith('08');
+  return (
+    code === '57014' ||
+    code.startsWith('57P') ||
+    code.startsWith('53') ||
+    code.startsWith('42') ||
+    code.startsWith('28') ||
+    code.startsWith('3D') ||
+    code.startsWith('08')
+  );
 }
 
 /** Whether an error from applying a batch retries the whole batch (true) or may be split. */

@@ -38,7 +38,12 @@ function httpHandler(config: Extract<HandlerConfig, { type: 'http' }>, timeLimit
   return (items, ctx) => postShard(config, items, { kind: ctx.kind, shardId: ctx.shardId, attempt: ctx.attempt ?? 1, signal: ctx.signal, timeLimitMs });
 }
 
-async function codeHandler(kind: string, config: Extract<HandlerConfig, { type: 'code' }>, baseDir: string, registered: Map<string, ShardHandler>): Promise<ShardHandler> {
+async function codeHandler(
+  kind: string,
+  config: Extract<HandlerConfig, { type: 'code' }>,
+  baseDir: string,
+  registered: Map<string, ShardHandler>,
+): Promise<ShardHandler> {
   const fn = registered.get(kind);
   if (fn) return fn;
   if (!config.module) {
@@ -108,7 +113,12 @@ export async function resolveHandlers(
       // Its tables live in the business databases, which may be down right now: PostgreSQL
       // checks the statement there at its first shard.
       run = sqlHandler(kc.handler.sql, kc.timeLimitMs);
-      form = { form: 'external', reason: kc.handler.database ? `in business database ${kc.handler.database}` : `in the business database its route picks per shard (${kc.handler.route?.by})` };
+      form = {
+        form: 'external',
+        reason: kc.handler.database
+          ? `in business database ${kc.handler.database}`
+          : `in the business database its route picks per shard (${kc.handler.route?.by})`,
+      };
     } else if (kc.handler.type === 'sql') {
       const parameterTypes = await checkSql(pool, kind, kc.handler.sql);
       run = sqlHandler(kc.handler.sql, kc.timeLimitMs);
@@ -120,7 +130,10 @@ export async function resolveHandlers(
       form = { form: 'external', reason: 'one POST per shard, after a claim that commits first' };
     } else {
       run = await codeHandler(kind, kc.handler, config.baseDir, registered);
-      form = { form: 'external', reason: `a code function${kc.handler.type === 'code' && kc.handler.database ? ` in business database ${kc.handler.database}` : ''}, after a claim that commits first` };
+      form = {
+        form: 'external',
+        reason: `a code function${kc.handler.type === 'code' && kc.handler.database ? ` in business database ${kc.handler.database}` : ''}, after a claim that commits first`,
+      };
     }
     out.set(kind, { kind, config: kc, run, form, ...(batch ? { batch } : {}), ...(external ? { external } : {}) });
   }

@@ -50,9 +50,12 @@ export async function postShard(config: Extract<HandlerConfig, { type: 'http' }>
     });
     text = await res.text();
   } catch (err) {
-    if (limit.aborted || ctx.signal.aborted) throw new HandlerTimeoutError(`HTTP handler ${config.url} did not answer within its ${ctx.timeLimitMs} ms time limit`, undefined, { cause: err });
+    if (limit.aborted || ctx.signal.aborted)
+      throw new HandlerTimeoutError(`HTTP handler ${config.url} did not answer within its ${ctx.timeLimitMs} ms time limit`, undefined, { cause: err });
     const cause = (err as { cause?: { code?: string; message?: string } }).cause;
-    throw new BatchFailure(`HTTP handler ${config.url} unreachable: ${cause?.code ?? ''} ${cause?.message ?? (err as Error).message}`.trim(), undefined, { cause: err });
+    throw new BatchFailure(`HTTP handler ${config.url} unreachable: ${cause?.code ?? ''} ${cause?.message ?? (err as Error).message}`.trim(), undefined, {
+      cause: err,
+    });
   }
   if (!res.ok) {
     const hint = res.status === 401 || res.status === 403 ? ' (check the credentials in handler.headers)' : res.status === 404 ? ' (check handler.url)' : '';
@@ -66,7 +69,9 @@ export async function postShard(config: Extract<HandlerConfig, { type: 'http' }>
   }
   const parsed = replySchema.safeParse(body);
   if (!parsed.success) {
-    throw new BatchFailure(`HTTP handler ${config.url} replied ${text.slice(0, 200)}: expected {"applied": [bizId...], "failed": [{"bizId", "error"}]} (${parsed.error.issues[0]?.message ?? ''})`);
+    throw new BatchFailure(
+      `HTTP handler ${config.url} replied ${text.slice(0, 200)}: expected {"applied": [bizId...], "failed": [{"bizId", "error"}]} (${parsed.error.issues[0]?.message ?? ''})`,
+    );
   }
   return { applied: parsed.data.applied, failed: parsed.data.failed ?? [] };
 }

@@ -1,7 +1,7 @@
 // A worker's lease on a shard: taken in a transaction of its own before any claim, renewed while
 // the shard runs (lease-keeper.ts), given back when this worker does not serve the shard's kind,
 // and, for a shard planned ahead of its rows' due instant, the wait until it may claim.
-import pg from 'pg';
+import type pg from 'pg';
 import { query } from '../db/queries.js';
 import { bindLiterals } from './bind-literals.js';
 

@@ -14,9 +14,7 @@ const HANDLER_SLOT = /^.*-- tc:handler\b.*$/m;
 /** The line of claim.sql that orders a first run's claim (oldest due first). */
 const CLAIM_ORDER = /^.*-- tc:claim-order\b.*$/m;
 /** Newest due first, among the rows due by the flood's instant (the shard's not_before). */
-const NEWEST_FIRST =
-  '     AND d.available_at <= (SELECT s.not_before FROM timeout_center.shards s WHERE s.id = $1)\n' +
-  '   ORDER BY d.available_at DESC';
+const NEWEST_FIRST = '     AND d.available_at <= (SELECT s.not_before FROM timeout_center.shards s WHERE s.id = $1)\n' + '   ORDER BY d.available_at DESC';
 
 /** A form of the batch statement: its text and its prepared-statement name. */
 export interface BatchStatement {
@@ -139,19 +137,12 @@ export async function sqlParameterTypes(pool: pg.Pool, sql: string): Promise<str
 }
 
 /** Which form a SQL handler runs in, and why: logged per kind at start. */
-export type SqlHandlerForm =
-  | { form: 'batch'; batch: BatchSqlHandler; reason: string }
-  | { form: 'plain'; reason: string };
+export type SqlHandlerForm = { form: 'batch'; batch: BatchSqlHandler; reason: string } | { form: 'plain'; reason: string };
 
 /** The batch form of the handler, or the plain form with the reason it cannot be batched.
  *  parameterTypes: what sqlParameterTypes returned for the handler, when the caller already asked.
  *  Connection errors are thrown (the worker cannot start), not taken for a reason to run plain. */
-export async function sqlHandlerForm(
-  pool: pg.Pool,
-  handlerSql: string,
-  timeLimitMs: number,
-  parameterTypes?: string[],
-): Promise<SqlHandlerForm> {
+export async function sqlHandlerForm(pool: pg.Pool, handlerSql: string, timeLimitMs: number, parameterTypes?: string[]): Promise<SqlHandlerForm> {
   if (/\$(?:[2-9]|\d{2,})/.test(handlerSql)) return { form: 'plain', reason: 'it takes payloads ($2) or more parameters' };
   const body = handlerSql.trim().replace(/;\s*$/, '');
   const types = parameterTypes ?? (await sqlParameterTypes(pool, body));
@@ -180,12 +171,7 @@ export async function sqlHandlerForm(
 }
 
 /** The batch form of the handler, or undefined when it must run as written (see sqlHandlerForm). */
-export async function batchSqlHandler(
-  pool: pg.Pool,
-  handlerSql: string,
-  timeLimitMs: number,
-  parameterTypes?: string[],
-): Promise<BatchSqlHandler | undefined> {
+export async function batchSqlHandler(pool: pg.Pool, handlerSql: string, timeLimitMs: number, parameterTypes?: string[]): Promise<BatchSqlHandler | undefined> {
   const form = await sqlHandlerForm(pool, handlerSql, timeLimitMs, parameterTypes);
   return form.form === 'batch' ? form.batch : undefined;
 }

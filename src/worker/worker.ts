@@ -84,7 +84,8 @@ export class Worker {
     const { config, pool, channel, metrics, logger } = this.deps;
     const handlers = await resolveHandlers(config, this.kinds, this.registered, pool);
     this.inDatabaseKinds = new Set([...handlers.values()].filter((h) => !h.external).map((h) => h.kind));
-    for (const h of handlers.values()) logger.info({ kind: h.kind, form: h.form.form, reason: h.form.reason }, `kind ${h.kind}: handler runs in the ${h.form.form} form`);
+    for (const h of handlers.values())
+      logger.info({ kind: h.kind, form: h.form.form, reason: h.form.reason }, `kind ${h.kind}: handler runs in the ${h.form.form} form`);
     const log = logger.child({ workerId: this.id });
     this.housekeepingPool = createPool({
       connectionString: config.databaseUrl,
@@ -101,7 +102,16 @@ export class Worker {
       this.breakers = new CircuitBreakers(config.breaker, pool, this.id, metrics, alerter, log);
       external = new ExternalExecutor(pool, this.businessDatabases, this.breakers, metrics);
     }
-    this.executor = new ShardExecutor({ pool, handlers, workerId: this.id, leaseMs: config.worker.leaseMs, metrics, logger: log, leaseKeeper: this.leaseKeeper, external });
+    this.executor = new ShardExecutor({
+      pool,
+      handlers,
+      workerId: this.id,
+      leaseMs: config.worker.leaseMs,
+      metrics,
+      logger: log,
+      leaseKeeper: this.leaseKeeper,
+      external,
+    });
     await channel.init(this.kinds);
     pool.on('acquire', this.onAcquire);
     pool.on('release', this.onRelease);
@@ -111,7 +121,10 @@ export class Worker {
         logger.warn({ err, workerId: this.id }, 'PostgreSQL: worker heartbeat failed (timeout_center.workers not updated); retrying in 5 s');
       });
     }, HEARTBEAT_EVERY_MS);
-    logger.info({ workerId: this.id, kinds: this.kinds, concurrency: config.worker.concurrency, databaseConcurrency: config.worker.databaseConcurrency }, 'worker started');
+    logger.info(
+      { workerId: this.id, kinds: this.kinds, concurrency: config.worker.concurrency, databaseConcurrency: config.worker.databaseConcurrency },
+      'worker started',
+    );
     this.loop = this.run();
   }
 
@@ -280,10 +293,7 @@ export class Worker {
     const left = this.backlog.splice(0);
     const shardIds = left.map((d) => d.message.shardId);
     try {
-      await this.deps.pool.query(
-        `UPDATE timeout_center.shards SET published_at = NULL WHERE id = ANY($1::int8[]) AND state = 'queued'`,
-        [shardIds],
-      );
+      await this.deps.pool.query(`UPDATE timeout_center.shards SET published_at = NULL WHERE id = ANY($1::int8[]) AND state = 'queued'`, [shardIds]);
       await this.deps.channel.ack(left);
       this.deps.logger.info({ shards: shardIds }, 'handed back shards read but not started');
     } catch (err) {
@@ -316,9 +326,7 @@ export class Worker {
     await this.loop?.catch(() => {});
     await Promise.all([...this.acks]);
     await this.handBack();
-    await pool
-      .query('UPDATE timeout_center.workers SET stopped_at = now(), last_seen_at = now() WHERE worker_id = $1', [this.id])
-      .catch(() => {});
+    await pool.query('UPDATE timeout_center.workers SET stopped_at = now(), last_seen_at = now() WHERE worker_id = $1', [this.id]).catch(() => {});
     if (clean && this.backlog.length === 0) await channel.removeConsumer(this.id, this.kinds).catch(() => {});
     await this.breakers?.forget();
     await this.businessDatabases?.close();

@@ -12,11 +12,15 @@ const root = fileURLToPath(new URL('../..', import.meta.url));
 describe('bench:external, small', () => {
   it('drains both bursts correctly and reports both rates and the WAL per timeout', { timeout: 120_000 }, async () => {
     const out = join(mkdtempSync(join(tmpdir(), 'tc-bench-ext-')), 'external.json');
-    const child = spawn(process.execPath, ['--experimental-transform-types', '--no-warnings', 'bench/external.ts', '--n', '3000', '--rounds', '1', '--out', out], {
-      cwd: root,
-      env: process.env,
-      stdio: ['ignore', 'pipe', 'pipe'],
-    });
+    const child = spawn(
+      process.execPath,
+      ['--experimental-transform-types', '--no-warnings', 'bench/external.ts', '--n', '3000', '--rounds', '1', '--out', out],
+      {
+        cwd: root,
+        env: process.env,
+        stdio: ['ignore', 'pipe', 'pipe'],
+      },
+    );
     let output = '';
     child.stdout.setEncoding('utf8').on('data', (c: string) => (output += c));
     child.stderr.setEncoding('utf8').on('data', (c: string) => (output += c));
@@ -24,7 +28,13 @@ describe('bench:external, small', () => {
     const code = await new Promise<number | null>((resolve) => child.on('exit', (c) => resolve(c)));
     clearTimeout(timer);
     expect(code, output.slice(-4000)).toBe(0);
-    const r = JSON.parse(readFileSync(out, 'utf8')) as { allCorrect: boolean; sameDatabasePerSecond: number; externalPerSecond: number; externalCenterWalBytesPerTimeout: number; sameDatabaseCenterWalBytesPerTimeout: number };
+    const r = JSON.parse(readFileSync(out, 'utf8')) as {
+      allCorrect: boolean;
+      sameDatabasePerSecond: number;
+      externalPerSecond: number;
+      externalCenterWalBytesPerTimeout: number;
+      sameDatabaseCenterWalBytesPerTimeout: number;
+    };
     expect(r.allCorrect).toBe(true);
     expect(r.sameDatabasePerSecond).toBeGreaterThan(0);
     expect(r.externalPerSecond).toBeGreaterThan(0);

@@ -57,7 +57,8 @@ describe('bench --smoke', () => {
   it('bench:statements drains with every statement variant (each checks its own drain)', { timeout: 60_000 }, async () => {
     const { code, output } = await runBenchScript('bench/statements.ts', ['--n', '3000', '--k', '500']);
     expect(code, output).toBe(0);
-    for (const v of ['minimal-in', 'minimal-array', 'limit-in', 'limit-array', 'worker-batch', 'worker-plain']) expect(output).toMatch(new RegExp(`^${v} +[\\d,]+ timeouts/s`, 'm'));
+    for (const v of ['minimal-in', 'minimal-array', 'limit-in', 'limit-array', 'worker-batch', 'worker-plain'])
+      expect(output).toMatch(new RegExp(`^${v} +[\\d,]+ timeouts/s`, 'm'));
   });
 
   it('bench:explain profiles the worker claim and both limits (each run checks it took its k rows)', { timeout: 60_000 }, async () => {

@@ -22,9 +22,10 @@ import { tearDown } from '../helpers/teardown.js';
 const browserTool = requireTools('chromium');
 // Screenshots of every page: into docs/console/ (embedded in docs/console.md) when
 // UPDATE_CONSOLE_SCREENSHOTS=1, else into a temporary directory so a test run leaves the tree clean.
-const SHOTS = process.env['UPDATE_CONSOLE_SCREENSHOTS'] === '1'
-  ? fileURLToPath(new URL('../../docs/console/', import.meta.url))
-  : `${mkdtempSync(join(tmpdir(), 'tc-console-shots-'))}/`;
+const SHOTS =
+  process.env['UPDATE_CONSOLE_SCREENSHOTS'] === '1'
+    ? fileURLToPath(new URL('../../docs/console/', import.meta.url))
+    : `${mkdtempSync(join(tmpdir(), 'tc-console-shots-'))}/`;
 const USER = 'alice';
 const PASSWORD = 'console-test-password';
 const TOKEN = 'readonly-token-0123456789abcdef';
@@ -103,10 +104,13 @@ describe.skipIf(browserTool.skip)(browserTool.title('console in a real browser')
     url = `http://127.0.0.1:${port}`;
     roUrl = `http://127.0.0.1:${roPort}/tc`;
     await Promise.all([runner.waitForMsg('console listening'), readOnly.waitForMsg('console listening'), runner.waitForMsg('worker started')]);
-    await until('the due timeouts to drain', async () =>
-      (await count(`SELECT count(*)::int AS n FROM timeout_center.all_timeouts WHERE kind = 'order.unpaid' AND state NOT IN ('done', 'failed')`)) === 0 &&
-      (await count(`SELECT count(*)::int AS n FROM timeout_center.scans WHERE state <> 'reduced'`)) === 0,
-    60_000);
+    await until(
+      'the due timeouts to drain',
+      async () =>
+        (await count(`SELECT count(*)::int AS n FROM timeout_center.all_timeouts WHERE kind = 'order.unpaid' AND state NOT IN ('done', 'failed')`)) === 0 &&
+        (await count(`SELECT count(*)::int AS n FROM timeout_center.scans WHERE state <> 'reduced'`)) === 0,
+      60_000,
+    );
 
     // Two minutes late, over the 30 s SLA, and nobody serves its kind.
     await pool.query(`INSERT INTO timeout_center.timeouts (kind, biz_id, due_at) VALUES ('order.unrefunded', '7001', now() - interval '2 minutes')`);
@@ -204,8 +208,11 @@ describe.skipIf(browserTool.skip)(browserTool.title('console in a real browser')
     await page.locator('tr[data-kind="order.unpaid"] button', { hasText: 'Resume' }).click();
     await expect(page.locator('.flash.ok').textContent()).resolves.toContain('resumed order.unpaid');
     expect(await page.locator('tr[data-kind="order.unpaid"] .kind-state').textContent()).toBe('active');
-    await until('the resumed kind to drain', async () =>
-      (await count(`SELECT count(*)::int AS n FROM timeout_center.all_timeouts WHERE biz_id::int BETWEEN 1001 AND 1100 AND state = 'done'`)) === 100);
+    await until(
+      'the resumed kind to drain',
+      async () =>
+        (await count(`SELECT count(*)::int AS n FROM timeout_center.all_timeouts WHERE biz_id::int BETWEEN 1001 AND 1100 AND state = 'done'`)) === 100,
+    );
     expect(await count(`SELECT count(*)::int AS n FROM timeout_center.shards WHERE kind = 'order.unpaid' AND id > $1`, [shardsBefore])).toBeGreaterThan(0);
 
     // Limits: set, shown, audited; then removed.
@@ -213,7 +220,9 @@ describe.skipIf(browserTool.skip)(browserTool.title('console in a real browser')
     await page.locator('tr[data-kind="order.unshipped"] input[name="rateLimit"]').fill('500');
     await page.locator('tr[data-kind="order.unshipped"] button', { hasText: 'Set limits' }).click();
     await expect(page.locator('.flash.ok').textContent()).resolves.toContain('at most 2 running shards, 500 timeouts/s');
-    const limits = await pool.query(`SELECT max_running_shards, rate_limit::float8 AS rate_limit, controls_changed_by FROM timeout_center.kinds WHERE kind = 'order.unshipped'`);
+    const limits = await pool.query(
+      `SELECT max_running_shards, rate_limit::float8 AS rate_limit, controls_changed_by FROM timeout_center.kinds WHERE kind = 'order.unshipped'`,
+    );
     expect(limits.rows[0]).toEqual({ max_running_shards: 2, rate_limit: 500, controls_changed_by: USER });
     await page.locator('tr[data-kind="order.unshipped"] input[name="rateLimit"]').fill('-1');
     await page.locator('tr[data-kind="order.unshipped"] button', { hasText: 'Set limits' }).click();
@@ -224,26 +233,37 @@ describe.skipIf(browserTool.skip)(browserTool.title('console in a real browser')
     await page.goto(`${url}/failed?kind=order.unpaid`);
     await expect(page.locator('#failed-total').textContent()).resolves.toContain('4 failed timeouts match');
     await shot('failed');
-    const id = (await pool.query<{ id: number }>(`SELECT id::int AS id FROM timeout_center.all_timeouts WHERE kind = 'order.unpaid' AND biz_id = '50' AND state = 'failed'`)).rows[0]!.id;
+    const id = (
+      await pool.query<{ id: number }>(
+        `SELECT id::int AS id FROM timeout_center.all_timeouts WHERE kind = 'order.unpaid' AND biz_id = '50' AND state = 'failed'`,
+      )
+    ).rows[0]!.id;
     await pool.query(`UPDATE orders SET poison = false WHERE id = 50`); // the cause is fixed
     await page.locator(`tr[data-timeout="${id}"] button`, { hasText: 'Retry' }).click();
     await expect(page.locator('.flash.ok').textContent()).resolves.toContain('retried 1 failed timeout');
-    await until('the retried timeout to be done', async () => (await count(`SELECT count(*)::int AS n FROM timeout_center.all_timeouts WHERE id = $1 AND state = 'done'`, [id])) === 1);
+    await until(
+      'the retried timeout to be done',
+      async () => (await count(`SELECT count(*)::int AS n FROM timeout_center.all_timeouts WHERE id = $1 AND state = 'done'`, [id])) === 1,
+    );
     await page.goto(`${url}/timeouts?kind=order.unpaid&bizId=50`);
     expect(await page.locator(`#history tr[data-timeout="${id}"] td.state-done`).count()).toBe(1);
 
     // Rerun the shard that failed order 100: its failed timeouts go back to pending.
-    const shard = (await pool.query<{ shard_id: number; scan_id: number }>(
-      `SELECT t.shard_id::int AS shard_id, sh.scan_id::int AS scan_id FROM timeout_center.all_timeouts t JOIN timeout_center.shards sh ON sh.id = t.shard_id
+    const shard = (
+      await pool.query<{ shard_id: number; scan_id: number }>(
+        `SELECT t.shard_id::int AS shard_id, sh.scan_id::int AS scan_id FROM timeout_center.all_timeouts t JOIN timeout_center.shards sh ON sh.id = t.shard_id
         WHERE t.kind = 'order.unpaid' AND t.biz_id = '100' AND t.state = 'failed'`,
-    )).rows[0]!;
+      )
+    ).rows[0]!;
     await pool.query(`UPDATE orders SET poison = false WHERE id = 100`);
     await page.goto(`${url}/scans/${shard.scan_id}`);
     await shot('scan');
     await page.locator(`tr[data-shard="${shard.shard_id}"] button`, { hasText: 'Rerun this shard' }).click();
     await expect(page.locator('.flash.ok').textContent()).resolves.toContain(`shard ${shard.shard_id}: 1 failed timeout(s) back to pending`);
-    await until('the rerun timeout to be done', async () =>
-      (await count(`SELECT count(*)::int AS n FROM timeout_center.all_timeouts WHERE biz_id = '100' AND state = 'done'`)) === 1);
+    await until(
+      'the rerun timeout to be done',
+      async () => (await count(`SELECT count(*)::int AS n FROM timeout_center.all_timeouts WHERE biz_id = '100' AND state = 'done'`)) === 1,
+    );
 
     // Orders 150 and 200 are left: retry "all matching" an error text, then a ticked selection.
     await pool.query(`UPDATE orders SET poison = false WHERE id IN (150, 200)`);
@@ -254,16 +274,21 @@ describe.skipIf(browserTool.skip)(browserTool.title('console in a real browser')
     await page.locator('button', { hasText: 'Retry all 1 matching' }).click();
     await expect(page.locator('.flash.ok').textContent()).resolves.toContain('retried 1 failed timeout');
     await page.goto(`${url}/failed`);
-    const last = (await pool.query<{ id: number }>(`SELECT id::int AS id FROM timeout_center.all_timeouts WHERE biz_id = '200' AND state = 'failed'`)).rows[0]!.id;
+    const last = (await pool.query<{ id: number }>(`SELECT id::int AS id FROM timeout_center.all_timeouts WHERE biz_id = '200' AND state = 'failed'`)).rows[0]!
+      .id;
     await page.locator(`tr[data-timeout="${last}"] input[type="checkbox"]`).check();
     await page.locator('button', { hasText: 'Retry selected' }).click();
     await expect(page.locator('.flash.ok').textContent()).resolves.toContain('retried 1 failed timeout');
-    await until('every order.unpaid timeout to be done', async () =>
-      (await count(`SELECT count(*)::int AS n FROM timeout_center.all_timeouts WHERE kind = 'order.unpaid' AND state <> 'done'`)) === 0);
+    await until(
+      'every order.unpaid timeout to be done',
+      async () => (await count(`SELECT count(*)::int AS n FROM timeout_center.all_timeouts WHERE kind = 'order.unpaid' AND state <> 'done'`)) === 0,
+    );
 
-    const actions = (await pool.query<{ action: string; actor: string; target: string }>(
-      `SELECT action, actor, target FROM timeout_center.audit_log WHERE action IN ('retry', 'rerun_shard') ORDER BY id`,
-    )).rows;
+    const actions = (
+      await pool.query<{ action: string; actor: string; target: string }>(
+        `SELECT action, actor, target FROM timeout_center.audit_log WHERE action IN ('retry', 'rerun_shard') ORDER BY id`,
+      )
+    ).rows;
     expect(actions).toEqual([
       { action: 'retry', actor: USER, target: `ids ${id}` },
       { action: 'rerun_shard', actor: USER, target: `shard ${shard.shard_id}` },
@@ -307,14 +332,23 @@ describe.skipIf(browserTool.skip)(browserTool.title('console in a real browser')
     await roPage.locator('tr[data-kind="order.unpaid"] button', { hasText: 'Pause' }).click();
     expect(await roPage.locator('h1').textContent()).toBe('Refused');
     expect(await roPage.locator('#message').textContent()).toContain('read-only');
-    const api = await fetch(`${roUrl}/api/kinds/order.unpaid/pause`, { method: 'POST', headers: { authorization: `Bearer ${TOKEN}`, 'content-type': 'application/json' }, body: '{}' });
+    const api = await fetch(`${roUrl}/api/kinds/order.unpaid/pause`, {
+      method: 'POST',
+      headers: { authorization: `Bearer ${TOKEN}`, 'content-type': 'application/json' },
+      body: '{}',
+    });
     expect(api.status).toBe(403);
     expect(await count(`SELECT count(*)::int AS n FROM timeout_center.kinds WHERE paused`)).toBe(0);
     expect((await fetch(`${roUrl}/kinds`)).status).toBe(401);
   });
 
   it('refuses to serve without auth on a non-loopback address', async () => {
-    const r = await runCli(['console', '--host', '0.0.0.0', '--port', '0'], { DATABASE_URL: db.url, TC_CONSOLE_TOKEN: undefined, TC_CONSOLE_USER: undefined, TC_CONSOLE_PASSWORD: undefined });
+    const r = await runCli(['console', '--host', '0.0.0.0', '--port', '0'], {
+      DATABASE_URL: db.url,
+      TC_CONSOLE_TOKEN: undefined,
+      TC_CONSOLE_USER: undefined,
+      TC_CONSOLE_PASSWORD: undefined,
+    });
     expect(r.code).toBe(2);
     expect(r.stderr).toContain('refusing to serve the console on 0.0.0.0 without authentication');
   });

@@ -68,7 +68,10 @@ beforeAll(() => {
 
 describe('Dockerfile', () => {
   const text = read('Dockerfile');
-  const lines = text.split('\n').map((l) => l.trim()).filter((l) => l && !l.startsWith('#'));
+  const lines = text
+    .split('\n')
+    .map((l) => l.trim())
+    .filter((l) => l && !l.startsWith('#'));
   const stages = lines.map((l, i) => [l, i] as const).filter(([l]) => /^FROM\s/i.test(l));
   const finalStage = lines.slice(stages.at(-1)![1]);
 
@@ -79,7 +82,10 @@ describe('Dockerfile', () => {
     const user = finalStage.filter((l) => /^USER\s/.test(l)).at(-1);
     expect(user, 'the runtime stage sets USER').toBeDefined();
     expect(user).not.toMatch(/^USER\s+(root|0)(:|$)/);
-    expect(lines.some((l) => /^RUN npm run build\b/.test(l)), 'a stage builds the TypeScript').toBe(true);
+    expect(
+      lines.some((l) => /^RUN npm run build\b/.test(l)),
+      'a stage builds the TypeScript',
+    ).toBe(true);
   });
 
   it('its entrypoint is the built CLI, and every path it copies exists and is in the build context', () => {
@@ -87,7 +93,10 @@ describe('Dockerfile', () => {
     expect(JSON.parse(entry!.slice('ENTRYPOINT'.length))).toEqual(['node', 'dist/cli/main.js']);
     expect(existsSync(CLI)).toBe(true);
     expect(finalStage.some((l) => /^COPY --from=build \/app\/dist\b/.test(l))).toBe(true);
-    const ignored = read('.dockerignore').split('\n').map((l) => l.trim()).filter((l) => l && !l.startsWith('#'));
+    const ignored = read('.dockerignore')
+      .split('\n')
+      .map((l) => l.trim())
+      .filter((l) => l && !l.startsWith('#'));
     expect(ignored).toEqual(expect.arrayContaining(['node_modules', 'dist', '.git']));
     for (const line of lines.filter((l) => /^COPY\s/.test(l) && !l.includes('--from='))) {
       const sources = line.split(/\s+/).slice(1, -1);
@@ -223,7 +232,8 @@ describe('Kubernetes manifests (deploy/k8s, kustomize)', () => {
     if (rendered) {
       expect(configMaps.length).toBe(1);
       expect(configMaps[0]).toMatch(/^timeout-center-config-[a-z0-9]+$/); // content hash: a change rolls the pods
-      for (const d of docs) expect(d['metadata']['namespace'] ?? (d['kind'] === 'Namespace' ? 'n/a' : undefined), `${d['kind']} ${d['metadata']['name']}`).toBeDefined();
+      for (const d of docs)
+        expect(d['metadata']['namespace'] ?? (d['kind'] === 'Namespace' ? 'n/a' : undefined), `${d['kind']} ${d['metadata']['name']}`).toBeDefined();
     }
     const pods = [...deployments.values(), ...byKind('Job')];
     for (const owner of pods) {
@@ -275,7 +285,9 @@ describe('Kubernetes manifests (deploy/k8s, kustomize)', () => {
     for (const s of byKind('Service')) expect(matches(s['spec']['selector']), `Service ${s['metadata']['name']}`).toBe(true);
     for (const p of byKind('PodDisruptionBudget')) expect(matches(p['spec']['selector']['matchLabels']), `PDB ${p['metadata']['name']}`).toBe(true);
     const sm = byKind('ServiceMonitor')[0]!;
-    const services = byKind('Service').filter((s) => Object.entries(sm['spec']['selector']['matchLabels'] as Record<string, string>).every(([k, v]) => s['metadata']['labels'][k] === v));
+    const services = byKind('Service').filter((s) =>
+      Object.entries(sm['spec']['selector']['matchLabels'] as Record<string, string>).every(([k, v]) => s['metadata']['labels'][k] === v),
+    );
     expect(services.length).toBe(2);
     for (const s of services) expect((s['spec']['ports'] as Doc[]).map((p) => p['name'])).toContain(sm['spec']['endpoints'][0]['port']);
   }
@@ -289,7 +301,9 @@ describe('Kubernetes manifests (deploy/k8s, kustomize)', () => {
     ctx.skip(kubectl.skip, kubectl.reason);
     const r = run('kubectl', ['kustomize', dir]);
     expect(r.status, `kubectl kustomize: ${r.stderr}`).toBe(0);
-    const docs = parseAllDocuments(r.stdout).map((d) => d.toJS() as Doc).filter(Boolean);
+    const docs = parseAllDocuments(r.stdout)
+      .map((d) => d.toJS() as Doc)
+      .filter(Boolean);
     checkResources(docs, true);
   });
 });
@@ -334,7 +348,10 @@ describe('Grafana dashboard and Prometheus rules', () => {
     const panels = (dash['panels'] as Doc[]).flatMap((p) => [p, ...((p['panels'] as Doc[]) ?? [])]);
     const titles = panels.map((p) => String(p['title']).toLowerCase());
     for (const topic of ['lateness', 'throughput', 'backlog', 'fail', 'leader']) {
-      expect(titles.some((t) => t.includes(topic)), `no panel about ${topic}`).toBe(true);
+      expect(
+        titles.some((t) => t.includes(topic)),
+        `no panel about ${topic}`,
+      ).toBe(true);
     }
     let queried = 0;
     const exprs: string[] = [];

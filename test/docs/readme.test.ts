@@ -10,7 +10,7 @@
 // Examples are about order 42; other orders run the same text with 42 replaced (readme-blocks.ts).
 import { existsSync, readFileSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
-import pg from 'pg';
+import type pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { killAll, runCli } from '../helpers/processes.js';
 import { report, Scenario } from '../faults/harness.js';

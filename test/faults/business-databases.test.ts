@@ -76,16 +76,26 @@ async function drained(kinds: string[], timeoutMs: number): Promise<void> {
   await waitUntil(
     `timeouts of ${kinds.join(', ')} final and scans reduced`,
     async () =>
-      (await count(centerPool, `SELECT count(*) AS n FROM timeout_center.all_timeouts WHERE kind = ANY($1) AND due_at <= now() AND state NOT IN ('done', 'cancelled', 'failed')`, [kinds])) === 0 &&
-      (await count(centerPool, `SELECT count(*) AS n FROM timeout_center.scans WHERE state <> 'reduced'`)) === 0,
+      (await count(
+        centerPool,
+        `SELECT count(*) AS n FROM timeout_center.all_timeouts WHERE kind = ANY($1) AND due_at <= now() AND state NOT IN ('done', 'cancelled', 'failed')`,
+        [kinds],
+      )) === 0 && (await count(centerPool, `SELECT count(*) AS n FROM timeout_center.scans WHERE state <> 'reduced'`)) === 0,
     timeoutMs,
     250,
   ).catch(async (err: unknown) => {
     const { rows } = await centerPool.query(
       `SELECT state, target, count(*)::int AS n, max(attempts) AS attempts, min(error_sample) AS err FROM timeout_center.shards WHERE state IN ('queued', 'running') GROUP BY 1, 2`,
     );
-    const { rows: t } = await centerPool.query(`SELECT kind, state, count(*)::int AS n, min(available_at - now()) AS next FROM timeout_center.all_timeouts WHERE state NOT IN ('done', 'cancelled', 'failed') GROUP BY 1, 2`);
-    const logs = procs.flatMap((p) => p.lines.filter((l) => (l.level ?? 0) >= 40).slice(-8).map((l) => `${p.name}: ${JSON.stringify(l).slice(0, 400)}`));
+    const { rows: t } = await centerPool.query(
+      `SELECT kind, state, count(*)::int AS n, min(available_at - now()) AS next FROM timeout_center.all_timeouts WHERE state NOT IN ('done', 'cancelled', 'failed') GROUP BY 1, 2`,
+    );
+    const logs = procs.flatMap((p) =>
+      p.lines
+        .filter((l) => (l.level ?? 0) >= 40)
+        .slice(-8)
+        .map((l) => `${p.name}: ${JSON.stringify(l).slice(0, 400)}`),
+    );
     throw new Error(`${(err as Error).message}\nopen shards: ${JSON.stringify(rows)}\ntimeouts: ${JSON.stringify(t)}\n${logs.join('\n')}`);
   });
 }
@@ -106,7 +116,10 @@ async function expectInvariants(): Promise<void> {
   const b = await businessInvariants(poolB);
   expect(a).toMatchObject({ doubled: 0, wrong: 0, markers: 0 });
   expect(b).toMatchObject({ doubled: 0, wrong: 0, markers: 0 });
-  const lost = await count(centerPool, `SELECT count(*) AS n FROM timeout_center.all_timeouts WHERE due_at <= now() AND state NOT IN ('done', 'cancelled', 'failed')`);
+  const lost = await count(
+    centerPool,
+    `SELECT count(*) AS n FROM timeout_center.all_timeouts WHERE due_at <= now() AND state NOT IN ('done', 'cancelled', 'failed')`,
+  );
   expect(lost, 'I1: every due timeout final').toBe(0);
   const mismatch = await count(
     centerPool,
@@ -176,7 +189,9 @@ beforeAll(async () => {
       if (answer === 'malformed') return void res.writeHead(200, { 'content-type': 'application/json' }).end('{"applied": "not a list"}');
       const reply = () =>
         poolA
-          .query<{ id: string }>("UPDATE orders SET status = 'closed' WHERE id = ANY($1::bigint[]) AND status = 'unpaid' RETURNING id::text", [items.map((i) => i.bizId)])
+          .query<{ id: string }>("UPDATE orders SET status = 'closed' WHERE id = ANY($1::bigint[]) AND status = 'unpaid' RETURNING id::text", [
+            items.map((i) => i.bizId),
+          ])
           .then(({ rows }) => res.writeHead(200, { 'content-type': 'application/json' }).end(JSON.stringify({ applied: rows.map((r) => r.id) })))
           .catch(() => res.writeHead(500).end());
       if (answer === 'slow') setTimeout(() => res.destroyed || res.writeHead(200).end('{"applied": []}'), 4000);
@@ -209,9 +224,21 @@ export default async function close(items, ctx) {
     },
     breaker: { consecutiveFailures: 3, halfOpenAfterMs: 2000, maxRetryDelayMs: 3000 },
     kinds: {
-      [ROUTED]: { shardSize: 500, maxAttempts: 3, backoffMs: 200, timeLimitMs: 2000, handler: { type: 'sql', sql: CLOSE_SQL, route: { by: 'modulo', databases: ['orders_a', 'orders_b'] } } },
+      [ROUTED]: {
+        shardSize: 500,
+        maxAttempts: 3,
+        backoffMs: 200,
+        timeLimitMs: 2000,
+        handler: { type: 'sql', sql: CLOSE_SQL, route: { by: 'modulo', databases: ['orders_a', 'orders_b'] } },
+      },
       [HTTP]: { shardSize: 100, maxAttempts: 2, backoffMs: 200, timeLimitMs: 1000, handler: { type: 'http', url: `http://127.0.0.1:${httpPort}/close` } },
-      [CODE]: { shardSize: 100, maxAttempts: 2, backoffMs: 200, timeLimitMs: 1000, handler: { type: 'code', module: join(dir, 'close.mjs'), database: 'orders_a' } },
+      [CODE]: {
+        shardSize: 100,
+        maxAttempts: 2,
+        backoffMs: 200,
+        timeLimitMs: 1000,
+        handler: { type: 'code', module: join(dir, 'close.mjs'), database: 'orders_a' },
+      },
     },
     coordinator: { lockTtlMs: 2000, republishAfterMs: 2000, maxInFlightShards: 16, minTickIntervalMs: 50, lagCheckIntervalMs: 1000 },
     worker: { leaseMs: 4000, blockMs: 200, concurrency: 2, drainTimeoutMs: 3000 },
@@ -272,7 +299,10 @@ describe('business databases the center does not own', () => {
     expect(poison.rows[0]).toMatchObject({ state: 'failed', attempts: 3 });
     expect(String(poison.rows[0].last_error)).toMatch(/poison row/);
     // Every shard ran against exactly one database.
-    const targets = await centerPool.query<{ target: string; n: number }>(`SELECT target, count(*)::int AS n FROM timeout_center.shards WHERE kind = $1 GROUP BY 1 ORDER BY 1`, [ROUTED]);
+    const targets = await centerPool.query<{ target: string; n: number }>(
+      `SELECT target, count(*)::int AS n FROM timeout_center.shards WHERE kind = $1 GROUP BY 1 ORDER BY 1`,
+      [ROUTED],
+    );
     expect(targets.rows.map((r) => r.target)).toEqual(['orders_a', 'orders_b']);
     await expectInvariants();
     report('business-databases e2e', { timeouts: N, drainMs, shards: targets.rows, recordedFromMarker: fromMarker.length });
@@ -289,19 +319,38 @@ describe('business databases the center does not own', () => {
     await pgB.pgCtl('-w', '-m', 'fast', 'stop');
     const stoppedAt = Date.now();
     // While it is down: the breaker shows open in the table `status` reads, and in `status`.
-    await waitUntil('a breaker open for orders_b', async () => (await count(centerPool, `SELECT count(*) AS n FROM timeout_center.circuit_breakers WHERE target = 'orders_b' AND state = 'open'`)) > 0, 15_000, 200);
+    await waitUntil(
+      'a breaker open for orders_b',
+      async () => (await count(centerPool, `SELECT count(*) AS n FROM timeout_center.circuit_breakers WHERE target = 'orders_b' AND state = 'open'`)) > 0,
+      15_000,
+      200,
+    );
     const { stdout } = await run(process.execPath, [CLI, 'status', '--json'], { env: { ...process.env, ...env } as NodeJS.ProcessEnv });
     const { openBreakers } = JSON.parse(stdout) as { openBreakers: { target: string; state: string }[] };
     expect(openBreakers.some((b) => b.target === 'orders_b')).toBe(true);
     await sleep(Math.max(0, 10_000 - (Date.now() - stoppedAt)));
     await pgB.pgCtl('-w', 'start');
     await drained([ROUTED], 90_000);
-    await waitUntil('circuit_closed alert for orders_b', () => alerts.some((a) => a.type === 'circuit_closed' && a.details['target'] === 'orders_b'), 30_000, 200);
+    await waitUntil(
+      'circuit_closed alert for orders_b',
+      () => alerts.some((a) => a.type === 'circuit_closed' && a.details['target'] === 'orders_b'),
+      30_000,
+      200,
+    );
     expect(alerts.some((a) => a.type === 'circuit_open' && a.details['target'] === 'orders_b')).toBe(true);
-    expect(await count(centerPool, `SELECT count(*) AS n FROM timeout_center.all_timeouts WHERE state = 'failed'`), 'nothing failed for good').toBe(failedBefore);
-    const retried = await count(centerPool, `SELECT coalesce(sum(retried_count), 0)::int AS n FROM timeout_center.shards WHERE target = 'orders_b' AND error_sample IS NOT NULL`);
+    expect(await count(centerPool, `SELECT count(*) AS n FROM timeout_center.all_timeouts WHERE state = 'failed'`), 'nothing failed for good').toBe(
+      failedBefore,
+    );
+    const retried = await count(
+      centerPool,
+      `SELECT coalesce(sum(retried_count), 0)::int AS n FROM timeout_center.shards WHERE target = 'orders_b' AND error_sample IS NOT NULL`,
+    );
     expect(retried).toBeGreaterThan(0);
-    const applied = await count(centerPool, `SELECT count(*) AS n FROM timeout_center.all_timeouts WHERE kind = $1 AND biz_id::bigint BETWEEN $2 AND $3 AND result = 'applied'`, [ROUTED, from, to]);
+    const applied = await count(
+      centerPool,
+      `SELECT count(*) AS n FROM timeout_center.all_timeouts WHERE kind = $1 AND biz_id::bigint BETWEEN $2 AND $3 AND result = 'applied'`,
+      [ROUTED, from, to],
+    );
     expect(applied).toBe(6000 * 0.9);
     await expectInvariants();
     report('business-databases outage', { stoppedMs: 10_000, retriedTimeouts: retried, alerts: alerts.map((a) => a.type) });
@@ -326,7 +375,10 @@ describe('business databases the center does not own', () => {
     expect(cancelled.rowCount, 'a dispatched timeout cannot be cancelled').toBe(0);
     expect(cancelMs).toBeLessThan(900); // the slow call holds 4 s; one statement, not the call
     await drained([HTTP], 90_000);
-    const { rows } = await centerPool.query<{ state: string; n: number }>(`SELECT state, count(*)::int AS n FROM timeout_center.all_timeouts WHERE kind = $1 GROUP BY 1`, [HTTP]);
+    const { rows } = await centerPool.query<{ state: string; n: number }>(
+      `SELECT state, count(*)::int AS n FROM timeout_center.all_timeouts WHERE kind = $1 GROUP BY 1`,
+      [HTTP],
+    );
     const by = Object.fromEntries(rows.map((r) => [r.state, r.n]));
     expect(by['failed'] ?? 0, 'nothing failed for good').toBe(0);
     expect(by['done']).toBe(600);
@@ -358,4 +410,3 @@ describe('business databases the center does not own', () => {
     await expectInvariants();
   }, 90_000);
 });
-

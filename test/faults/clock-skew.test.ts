@@ -43,7 +43,11 @@ describe.skipIf(faketime.skip).each([
 
     // Due 1.5 s to 2.5 s from now on the database clock.
     await s.seed(N, { dueInMs: 1500, spreadMs: 1000 });
-    await waitUntil('every timeout due', async () => (await s!.count(`SELECT count(*) AS n FROM timeout_center.all_timeouts WHERE due_at > now()`)) === 0, 10_000);
+    await waitUntil(
+      'every timeout due',
+      async () => (await s!.count(`SELECT count(*) AS n FROM timeout_center.all_timeouts WHERE due_at > now()`)) === 0,
+      10_000,
+    );
     const inv = await s.expectInvariants(20_000);
     expect(inv.applied).toBe(N);
     const { rows } = await s.pool.query<{ early: number; max_late_ms: number; avg_late_ms: number }>(

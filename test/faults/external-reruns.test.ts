@@ -66,7 +66,10 @@ async function seed(kind: string, from: number, to: number, paidEvery = 0): Prom
     `INSERT INTO orders (id, status) SELECT g, CASE WHEN $3::int > 0 AND g % $3::int = 0 THEN 'paid' ELSE 'unpaid' END FROM generate_series($1::bigint, $2::bigint) g`,
     [from, to, paidEvery],
   );
-  await centerPool.query(`INSERT INTO timeout_center.timeouts (kind, biz_id, due_at) SELECT $1, g::text, now() FROM generate_series($2::bigint, $3::bigint) g`, [kind, from, to]);
+  await centerPool.query(
+    `INSERT INTO timeout_center.timeouts (kind, biz_id, due_at) SELECT $1, g::text, now() FROM generate_series($2::bigint, $3::bigint) g`,
+    [kind, from, to],
+  );
 }
 
 async function drained(from: number, to: number, timeoutMs = 45_000): Promise<void> {
@@ -76,18 +79,29 @@ async function drained(from: number, to: number, timeoutMs = 45_000): Promise<vo
               (SELECT count(*) FROM timeout_center.scans WHERE state <> 'reduced')::int AS scans`,
       [from, to],
     );
-  await waitUntil(`timeouts ${from}-${to} final and scans reduced`, async () => {
-    const { rows } = await open();
-    return rows[0]!.n === 0 && rows[0]!.scans === 0;
-  }, timeoutMs, 100).catch(async (err: unknown) => {
-    const { rows: t } = await centerPool.query(`SELECT biz_id, state, shard_id, attempts, last_error FROM timeout_center.timeouts WHERE biz_id::bigint BETWEEN $1 AND $2 AND state NOT IN ('done', 'cancelled', 'failed') LIMIT 5`, [from, to]);
+  await waitUntil(
+    `timeouts ${from}-${to} final and scans reduced`,
+    async () => {
+      const { rows } = await open();
+      return rows[0]!.n === 0 && rows[0]!.scans === 0;
+    },
+    timeoutMs,
+    100,
+  ).catch(async (err: unknown) => {
+    const { rows: t } = await centerPool.query(
+      `SELECT biz_id, state, shard_id, attempts, last_error FROM timeout_center.timeouts WHERE biz_id::bigint BETWEEN $1 AND $2 AND state NOT IN ('done', 'cancelled', 'failed') LIMIT 5`,
+      [from, to],
+    );
     const { rows: sh } = await centerPool.query(`SELECT id, state, attempts, error_sample FROM timeout_center.shards WHERE state IN ('queued', 'running')`);
     throw new Error(`${(err as Error).message}\ntimeouts: ${JSON.stringify(t)}\nopen shards: ${JSON.stringify(sh)}`);
   });
 }
 
 /** Per order of [from, to]: the center's history and the business database's truth. */
-async function truth(from: number, to: number): Promise<Map<number, { state: string; result: string | null; status: string; closes: number; transitions: number }>> {
+async function truth(
+  from: number,
+  to: number,
+): Promise<Map<number, { state: string; result: string | null; status: string; closes: number; transitions: number }>> {
   const { rows: history } = await centerPool.query<{ biz_id: string; state: string; result: string | null }>(
     `SELECT biz_id, state, result FROM timeout_center.all_timeouts WHERE biz_id::bigint BETWEEN $1 AND $2`,
     [from, to],
@@ -168,7 +182,13 @@ export default async function count(items, ctx) {
     breaker: { consecutiveFailures: 5, halfOpenAfterMs: 500, maxRetryDelayMs: 1000 },
     kinds: {
       [CLOSE]: { shardSize: 100, maxAttempts: 5, backoffMs: 200, timeLimitMs: 2500, handler: { type: 'sql', sql: CLOSE_SQL, database: 'orders' } },
-      [COUNT]: { shardSize: 100, maxAttempts: 5, backoffMs: 200, timeLimitMs: 2500, handler: { type: 'code', module: join(dir, 'count.mjs'), database: 'orders' } },
+      [COUNT]: {
+        shardSize: 100,
+        maxAttempts: 5,
+        backoffMs: 200,
+        timeLimitMs: 2500,
+        handler: { type: 'code', module: join(dir, 'count.mjs'), database: 'orders' },
+      },
     },
     coordinator: { lockTtlMs: 2000, republishAfterMs: 1000, maxInFlightShards: 16, minTickIntervalMs: 50, lagCheckIntervalMs: 1000 },
     worker: { leaseMs: LEASE_MS, blockMs: 200, concurrency: 1, drainTimeoutMs: 3000 },
@@ -211,7 +231,10 @@ describe('the external path: history = the business database, whatever stops whe
     const w1 = worker('worker-a2', { failpoints: 'external.before-record=1*sleep(3000)', env: { TC_TEST_BATCH_FAIL_ONCE: '1' } });
     await failpointHit(w1, 'external.before-record');
     const payment = await pay(COUNT, 2001);
-    expect(payment, 'a worker holds the timeout: the cancel is too late, the guarded payment decides (the batch rolled back)').toEqual({ cancelled: false, paid: true });
+    expect(payment, 'a worker holds the timeout: the cancel is too late, the guarded payment decides (the batch rolled back)').toEqual({
+      cancelled: false,
+      paid: true,
+    });
     await drained(2001, 2001);
     const tally = await expectHistoryIsTruth(2001, 2001, true);
     expect(tally).toEqual({ 'done/skipped/paid': 1 });

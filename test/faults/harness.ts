@@ -91,10 +91,11 @@ export class Scenario {
   async seed(n: number, opts: { from?: number; dueInMs?: number; spreadMs?: number; poison?: number[] } = {}): Promise<{ from: number; to: number }> {
     const from = opts.from ?? 1;
     const to = from + n - 1;
-    await this.pool.query(
-      `INSERT INTO orders (id, status, poison) SELECT g, 'unpaid', g = ANY($3::bigint[]) FROM generate_series($1::bigint, $2::bigint) g`,
-      [from, to, opts.poison ?? []],
-    );
+    await this.pool.query(`INSERT INTO orders (id, status, poison) SELECT g, 'unpaid', g = ANY($3::bigint[]) FROM generate_series($1::bigint, $2::bigint) g`, [
+      from,
+      to,
+      opts.poison ?? [],
+    ]);
     await this.pool.query(
       `INSERT INTO timeout_center.timeouts (kind, biz_id, due_at)
        SELECT $5, g::text, now() + ($3::float8 + $4::float8 * (g - $1) / greatest($2 - $1, 1)) * interval '1 millisecond'
@@ -104,7 +105,11 @@ export class Scenario {
     return { from, to };
   }
 
-  private spawn(role: 'coordinator' | 'worker' | 'run', name: string, opts: { failpoints?: string; env?: Record<string, string>; concurrency?: number; prefixCmd?: string[] } = {}): CliProcess {
+  private spawn(
+    role: 'coordinator' | 'worker' | 'run',
+    name: string,
+    opts: { failpoints?: string; env?: Record<string, string>; concurrency?: number; prefixCmd?: string[] } = {},
+  ): CliProcess {
     const args = [role, '--config', this.configPath];
     if (opts.concurrency) args.push('--concurrency', String(opts.concurrency));
     const p = spawnCli(name, args, this.env({ TC_FAILPOINTS: opts.failpoints, ...opts.env }));

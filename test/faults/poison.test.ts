@@ -109,7 +109,8 @@ describe('a row that kills its worker', () => {
     await s.seed(16);
     s.coordinator();
     const deadline = Date.now() + 90_000;
-    while (Date.now() < deadline && (await s.count(`SELECT count(*) AS n FROM timeout_center.all_timeouts WHERE state NOT IN ('done', 'failed')`)) > 0) await sleep(300);
+    while (Date.now() < deadline && (await s.count(`SELECT count(*) AS n FROM timeout_center.all_timeouts WHERE state NOT IN ('done', 'failed')`)) > 0)
+      await sleep(300);
     const { rows } = await s.pool.query<{ biz_id: string; state: string; last_error: string | null }>(
       `SELECT biz_id, state, last_error FROM timeout_center.all_timeouts WHERE state = 'failed'`,
     );

@@ -130,6 +130,12 @@ describe('PostgreSQL faults', () => {
     expect(terminated).toBeGreaterThanOrEqual(5);
     const tickFailures = linesMatching(c, /coordinator tick failed/).length;
     await s.stopAll();
-    report('5c connection chaos', { timeouts: N, applied: inv.applied, backendsTerminated: terminated, coordinatorTickFailures: tickFailures, wallMs: s.elapsedMs() });
+    report('5c connection chaos', {
+      timeouts: N,
+      applied: inv.applied,
+      backendsTerminated: terminated,
+      coordinatorTickFailures: tickFailures,
+      wallMs: s.elapsedMs(),
+    });
   });
 });

@@ -64,7 +64,10 @@ describe('a kind routed over two business databases', () => {
   it("one target's backlog beyond the count window does not hide the other's rows: they close on time", async () => {
     // orders_a: even ids, a backlog of 200,000 due now (the count window is at most room x 20,000 rows), drained at 200/s.
     await poolA.query(`INSERT INTO orders (id, status) SELECT 2 * g, 'unpaid' FROM generate_series(1, $1::int) g`, [BACKLOG]);
-    await centerPool.query(`INSERT INTO timeout_center.timeouts (kind, biz_id, due_at) SELECT $1, (2 * g)::text, now() - interval '1 s' FROM generate_series(1, $2::int) g`, [KIND, BACKLOG]);
+    await centerPool.query(
+      `INSERT INTO timeout_center.timeouts (kind, biz_id, due_at) SELECT $1, (2 * g)::text, now() - interval '1 s' FROM generate_series(1, $2::int) g`,
+      [KIND, BACKLOG],
+    );
     spawnCli('worker', ['worker', '--config', configPath], env);
     spawnCli('coordinator', ['coordinator', '--config', configPath], env);
     await waitUntil('orders_a draining', async () => (await poolA.query(`SELECT 1 FROM orders WHERE status = 'closed' LIMIT 1`)).rowCount === 1, 20_000, 100);
@@ -90,7 +93,9 @@ describe('a kind routed over two business databases', () => {
       [KIND],
     );
     const lateness = rows[0]!;
-    const backlogLeft = (await centerPool.query<{ n: number }>(`SELECT count(*)::int AS n FROM timeout_center.timeouts WHERE kind = $1 AND state = 'pending'`, [KIND])).rows[0]!.n;
+    const backlogLeft = (
+      await centerPool.query<{ n: number }>(`SELECT count(*)::int AS n FROM timeout_center.timeouts WHERE kind = $1 AND state = 'pending'`, [KIND])
+    ).rows[0]!.n;
     expect(backlogLeft, "orders_a's backlog is still there (rate-limited)").toBeGreaterThan(BACKLOG / 2);
     // Measured 4.2 s at p99 (the claims of orders_b's shards walk past orders_a's backlog in due
     // order: the due index has no target); on the code before, orders_b's rows waited for the

@@ -83,13 +83,21 @@ describe('a kind nobody serves', () => {
     const xFeed = setInterval(() => {
       const id = nextX++;
       void pool
-        .query(`WITH o AS (INSERT INTO orders (id, status) VALUES ($1, 'unpaid') RETURNING id)
-                INSERT INTO timeout_center.timeouts (kind, biz_id, due_at) SELECT $2, id::text, now() FROM o`, [id, X])
+        .query(
+          `WITH o AS (INSERT INTO orders (id, status) VALUES ($1, 'unpaid') RETURNING id)
+                INSERT INTO timeout_center.timeouts (kind, biz_id, due_at) SELECT $2, id::text, now() FROM o`,
+          [id, X],
+        )
         .catch(() => {});
     }, 100);
     try {
       // X's shards queue up with nobody to take them: wait until the coordinator has seen them.
-      await waitUntil('an X shard waiting', async () => (await count(`SELECT count(*) AS n FROM timeout_center.shards WHERE kind = $1 AND state = 'queued'`, [X])) > 0, 20_000, 100);
+      await waitUntil(
+        'an X shard waiting',
+        async () => (await count(`SELECT count(*) AS n FROM timeout_center.shards WHERE kind = $1 AND state = 'queued'`, [X])) > 0,
+        20_000,
+        100,
+      );
       await new Promise((r) => setTimeout(r, 2000));
       await pool.query(`INSERT INTO orders (id, status) SELECT g, 'unpaid' FROM generate_series(1, 1000) g`);
       const started = Date.now();
@@ -108,7 +116,10 @@ describe('a kind nobody serves', () => {
       // Named: the coordinator's warning, the alert, and status.
       await coordinator.waitForMsg(/no live worker serves order\.x/, 10_000);
       await waitUntil('kind_unserved alert for X', () => alerts.some((a) => a.type === 'kind_unserved' && a.details['kind'] === X), 10_000, 50);
-      expect(alerts.some((a) => a.type === 'kind_unserved' && a.details['kind'] === A), 'A is served').toBe(false);
+      expect(
+        alerts.some((a) => a.type === 'kind_unserved' && a.details['kind'] === A),
+        'A is served',
+      ).toBe(false);
       const { stdout } = await run(process.execPath, [CLI, 'status', '--json'], { env: { ...process.env, ...env } as NodeJS.ProcessEnv });
       const status = JSON.parse(stdout) as { unservedKinds: string[] };
       expect(status.unservedKinds).toEqual([X]);

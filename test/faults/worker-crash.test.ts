@@ -80,13 +80,23 @@ describe('worker killed mid-shard', () => {
     expect(rows.length).toBeGreaterThanOrEqual(1);
     process.kill(victim.pid, 'SIGCONT');
     // Thawed, it runs its transaction with its old lease token: refused, nothing written.
-    const refused = await victim.waitFor((l) => l.msg === 'dropped duplicate shard delivery' && /lease on shard \d+ was lost/.test(String(l['reason'])), 10_000, 'lease-lost refusal');
+    const refused = await victim.waitFor(
+      (l) => l.msg === 'dropped duplicate shard delivery' && /lease on shard \d+ was lost/.test(String(l['reason'])),
+      10_000,
+      'lease-lost refusal',
+    );
     expect(rows.map((r) => Number(r.id))).toContain(refused['shardId']);
     await sleep(500);
     expect(victim.alive).toBe(true);
     await s.expectInvariants(5000);
     await s.stopAll();
-    report('1c worker SIGSTOP after lease, SIGCONT after takeover', { timeouts: N, applied: inv.applied, takenOver: rows.length, refusal: refused['reason'], wallMs: s.elapsedMs() });
+    report('1c worker SIGSTOP after lease, SIGCONT after takeover', {
+      timeouts: N,
+      applied: inv.applied,
+      takenOver: rows.length,
+      refusal: refused['reason'],
+      wallMs: s.elapsedMs(),
+    });
   });
 
   it('SIGSTOP inside the shard transaction past the lease, then SIGCONT: its locks hold the shard, it commits once, the takeover finds it done', async () => {
@@ -112,7 +122,13 @@ describe('worker killed mid-shard', () => {
     expect(rerun).toBe(0);
     expect(victim.alive).toBe(true);
     await s.stopAll();
-    report('1d worker SIGSTOP inside its transaction past the lease, SIGCONT', { timeouts: N, applied: inv.applied, expiredButLockedShards: stuck, shardsRerun: rerun, wallMs: s.elapsedMs() });
+    report('1d worker SIGSTOP inside its transaction past the lease, SIGCONT', {
+      timeouts: N,
+      applied: inv.applied,
+      expiredButLockedShards: stuck,
+      shardsRerun: rerun,
+      wallMs: s.elapsedMs(),
+    });
   });
 
   it('a shard that kills every worker that runs it: re-runs split it down to one-row shards, each abandoned after its attempts, counted by reduce, alerted', async () => {
@@ -148,6 +164,12 @@ describe('worker killed mid-shard', () => {
     await c.waitForMsg(/^ALERT scan_failures/, 10_000);
     await s.stopAll();
     await Promise.allSettled(supervisors);
-    report('1e crash loop: split to one-row shards, each abandoned after max attempts', { timeouts: n, failed: inv.failed, workerDeaths: deaths, alerts: c.lines.filter((l) => String(l.msg).startsWith('ALERT')).map((l) => l['alert']), wallMs: s.elapsedMs() });
+    report('1e crash loop: split to one-row shards, each abandoned after max attempts', {
+      timeouts: n,
+      failed: inv.failed,
+      workerDeaths: deaths,
+      alerts: c.lines.filter((l) => String(l.msg).startsWith('ALERT')).map((l) => l['alert']),
+      wallMs: s.elapsedMs(),
+    });
   }, 120_000);
 });

@@ -15,9 +15,15 @@ function reachable(url: string, defaultPort: number): Promise<boolean> {
   return new Promise((resolve) => {
     const socket = net.connect({ host: u.hostname, port: Number(u.port || defaultPort) });
     socket.setTimeout(2000);
-    socket.once('connect', () => { socket.destroy(); resolve(true); });
+    socket.once('connect', () => {
+      socket.destroy();
+      resolve(true);
+    });
     socket.once('error', () => resolve(false));
-    socket.once('timeout', () => { socket.destroy(); resolve(false); });
+    socket.once('timeout', () => {
+      socket.destroy();
+      resolve(false);
+    });
   });
 }
 
@@ -30,7 +36,7 @@ function dockerAvailable(): boolean {
   }
 }
 
-export default async function setup(project: TestProject): Promise<() => Promise<void>> {
+export default async function setup(_project: TestProject): Promise<() => Promise<void>> {
   const stops: (() => Promise<unknown>)[] = [];
   const pgOk = await reachable(ADMIN_DATABASE_URL, 5432);
   const redisOk = await reachable(TEST_REDIS_URL, 6379);

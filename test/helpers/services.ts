@@ -8,11 +8,15 @@ import pg from 'pg';
 export const ADMIN_DATABASE_URL = process.env['TEST_DATABASE_URL'] ?? 'postgres://postgres@127.0.0.1:5432/postgres';
 export const TEST_REDIS_URL = process.env['TEST_REDIS_URL'] ?? 'redis://127.0.0.1:6379';
 
-export const START_POSTGRES = "pg_ctlcluster --skip-systemctl-redirect $(ls /etc/postgresql) main start   # or: docker run -d -p 5432:5432 -e POSTGRES_HOST_AUTH_METHOD=trust postgres:15";
+export const START_POSTGRES =
+  'pg_ctlcluster --skip-systemctl-redirect $(ls /etc/postgresql) main start   # or: docker run -d -p 5432:5432 -e POSTGRES_HOST_AUTH_METHOD=trust postgres:15';
 export const START_REDIS = 'redis-server --daemonize yes --bind 127.0.0.1 --port 6379 --save "" --appendonly no   # or: docker run -d -p 6379:6379 redis:7';
 
 export function uniqueName(label: string): string {
-  return `tc_${label.replace(/[^a-z0-9]+/gi, '_').toLowerCase().slice(0, 30)}_${randomBytes(3).toString('hex')}`;
+  return `tc_${label
+    .replace(/[^a-z0-9]+/gi, '_')
+    .toLowerCase()
+    .slice(0, 30)}_${randomBytes(3).toString('hex')}`;
 }
 
 export interface TestDatabase {

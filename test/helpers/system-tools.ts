@@ -45,14 +45,18 @@ const answers = (cmd: string, args: string[]): boolean => {
 /** libfaketime's multithreaded build: /usr/lib/<multiarch triplet>/faketime on Debian. */
 function libfaketime(): string | undefined {
   const triplets = existsSync('/usr/lib') ? readdirSync('/usr/lib').filter((d) => d.endsWith('-linux-gnu')) : [];
-  return [...triplets.map((t) => `/usr/lib/${t}/faketime`), '/usr/lib/faketime']
-    .map((dir) => `${dir}/libfaketimeMT.so.1`)
-    .find((p) => existsSync(p));
+  return [...triplets.map((t) => `/usr/lib/${t}/faketime`), '/usr/lib/faketime'].map((dir) => `${dir}/libfaketimeMT.so.1`).find((p) => existsSync(p));
 }
 
 // In the order the summary line names them.
 const TOOLS: Record<Tool, ToolSpec> = {
-  faketime: { pkg: 'faketime', locate: () => { const lib = libfaketime(); return lib ? [lib] : undefined; } },
+  faketime: {
+    pkg: 'faketime',
+    locate: () => {
+      const lib = libfaketime();
+      return lib ? [lib] : undefined;
+    },
+  },
   chromium: {
     pkg: 'chromium',
     locate: () => {

@@ -97,7 +97,11 @@ describe('handler time limit', () => {
         { kind: 'slow.code', state: 'pending', last_error: 'handler of slow.code ran past its 300 ms time limit; its connection was destroyed' },
         // PostgreSQL's statement_timeout cancels it at the limit; on a loaded box the worker's own
         // timer (the limit + 50 ms) may fire before the cancel's error arrives. Either stops it.
-        { kind: 'slow.kind', state: 'failed', last_error: expect.stringMatching(/57014: canceling statement due to statement timeout|handler of slow\.kind ran past its 300 ms time limit/) },
+        {
+          kind: 'slow.kind',
+          state: 'failed',
+          last_error: expect.stringMatching(/57014: canceling statement due to statement timeout|handler of slow\.kind ran past its 300 ms time limit/),
+        },
       ]);
     } finally {
       await runtime.stop();

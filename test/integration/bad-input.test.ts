@@ -48,9 +48,10 @@ afterAll(() => tearDown({ pool, db }));
 
 describe('inserting timeouts', () => {
   it('rejects an unknown kind in plain SQL, naming the foreign key, and writes nothing', async () => {
-    await expect(
-      pool.query("INSERT INTO timeout_center.timeouts (kind, biz_id, due_at) VALUES ('order.unknown', '1', now())"),
-    ).rejects.toMatchObject({ code: '23503', constraint: 'timeouts_kind_fkey' });
+    await expect(pool.query("INSERT INTO timeout_center.timeouts (kind, biz_id, due_at) VALUES ('order.unknown', '1', now())")).rejects.toMatchObject({
+      code: '23503',
+      constraint: 'timeouts_kind_fkey',
+    });
     expect(await count()).toBe(0);
   });
 
@@ -72,7 +73,9 @@ describe('inserting timeouts', () => {
     ).rejects.toMatchObject({ code: '23505', constraint: 'timeouts_one_live_per_biz' });
     await pool.query(`INSERT INTO timeout_center.timeouts (kind, biz_id, due_at) VALUES ('order.unpaid', 'dup', now() + interval '2 hours')
                       ON CONFLICT (kind, biz_id) WHERE state IN ('pending', 'dispatched') DO UPDATE SET due_at = EXCLUDED.due_at`);
-    const { rows } = await pool.query("SELECT count(*)::int AS n, max(due_at) > now() + interval '90 minutes' AS moved FROM timeout_center.all_timeouts WHERE biz_id = 'dup'");
+    const { rows } = await pool.query(
+      "SELECT count(*)::int AS n, max(due_at) > now() + interval '90 minutes' AS moved FROM timeout_center.all_timeouts WHERE biz_id = 'dup'",
+    );
     expect(rows[0]).toEqual({ n: 1, moved: true });
     await pool.query('DELETE FROM timeout_center.timeouts');
   });
@@ -135,7 +138,11 @@ describe('the CLI', () => {
       ['bad.json', '{"kinds": ', /not valid JSON/],
       ['size.yaml', `kinds:\n  order.unpaid:\n    shardSize: 0\n    handler: { type: sql, sql: "${CLOSE_SQL}" }\n`, /kinds\."order\.unpaid"\.shardSize/],
       ['typo.yaml', `kinds:\n  order.unpaid:\n    shardSise: 10\n    handler: { type: sql, sql: "${CLOSE_SQL}" }\n`, /shardSise/],
-      ['noreturn.yaml', `kinds:\n  order.unpaid:\n    handler: { type: sql, sql: "UPDATE orders SET status = 'x' WHERE id = ANY($1)" }\n`, /handler\.sql: the statement must end with RETURNING/],
+      [
+        'noreturn.yaml',
+        `kinds:\n  order.unpaid:\n    handler: { type: sql, sql: "UPDATE orders SET status = 'x' WHERE id = ANY($1)" }\n`,
+        /handler\.sql: the statement must end with RETURNING/,
+      ],
       ['badname.yaml', `kinds:\n  Order Unpaid:\n    handler: { type: sql, sql: "${CLOSE_SQL}" }\n`, /kind names are lower-case/],
       ['nokinds.yaml', 'kinds: {}\n', /declare at least one kind/],
     ];
@@ -146,7 +153,10 @@ describe('the CLI', () => {
       expect(r.stderr, name).toMatch(/^timeout-center: invalid configuration in /);
     }
     // A command-line flag meets the same schema as the file.
-    const flag = await runCli(['worker', '--concurrency', '1000', '--config', configFile('ok.yaml', `kinds:\n  order.unpaid:\n    handler: { type: sql, sql: "${CLOSE_SQL}" }\n`)], env);
+    const flag = await runCli(
+      ['worker', '--concurrency', '1000', '--config', configFile('ok.yaml', `kinds:\n  order.unpaid:\n    handler: { type: sql, sql: "${CLOSE_SQL}" }\n`)],
+      env,
+    );
     expect(flag.code, flag.stderr).toBe(2);
     expect(flag.stderr).toMatch(/worker\.concurrency: /);
     const missing = await runCli(['worker', '--config', '/nonexistent/tc.yaml'], env);

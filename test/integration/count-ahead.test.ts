@@ -39,10 +39,16 @@ it('counts and plans a flood before its due instant, and claims it at the instan
   await runner.waitForMsg('became leader', 20_000);
   const dueAt = new Date(Date.now() + 3000);
   await pool.query(`INSERT INTO orders (id, status) SELECT g, 'unpaid' FROM generate_series(1, $1::int + 2) g`, [N]);
-  await pool.query(`INSERT INTO timeout_center.timeouts (kind, biz_id, due_at) SELECT 'order.unpaid', g::text, $2 FROM generate_series(1, $1::int) g`, [N, dueAt]);
+  await pool.query(`INSERT INTO timeout_center.timeouts (kind, biz_id, due_at) SELECT 'order.unpaid', g::text, $2 FROM generate_series(1, $1::int) g`, [
+    N,
+    dueAt,
+  ]);
   // Due 0.3 ms after the instant: next_due reaches the coordinator in whole milliseconds, and
   // this row belongs to the same count.
-  await pool.query(`INSERT INTO timeout_center.timeouts (kind, biz_id, due_at) VALUES ('order.unpaid', $1, $2::timestamptz + interval '300 microseconds')`, [String(N + 1), dueAt]);
+  await pool.query(`INSERT INTO timeout_center.timeouts (kind, biz_id, due_at) VALUES ('order.unpaid', $1, $2::timestamptz + interval '300 microseconds')`, [
+    String(N + 1),
+    dueAt,
+  ]);
 
   const counted = await runner.waitForMsg('counted ahead of the due instant', 10_000);
   expect(new Date(String(counted['time'])).getTime()).toBeLessThan(dueAt.getTime());

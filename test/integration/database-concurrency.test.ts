@@ -40,7 +40,10 @@ describe('worker.databaseConcurrency', () => {
   });
 
   it('runs at most 2 same-database shards at once by default, with worker.concurrency 6', async () => {
-    const s = await Scenario.create('db-concurrency-default', { kind: { shardSize: 50, handler: { type: 'sql', sql: SLOW_CLOSE } }, worker: { concurrency: 6 } });
+    const s = await Scenario.create('db-concurrency-default', {
+      kind: { shardSize: 50, handler: { type: 'sql', sql: SLOW_CLOSE } },
+      worker: { concurrency: 6 },
+    });
     scenarios.push(s);
     const { maxRunning, samples } = await drainSampling(s, 1000);
     expect(samples).toBeGreaterThan(20);

@@ -54,7 +54,11 @@ describe('timeout-center demo', () => {
     expect(s.shards).toBeGreaterThan(1);
 
     // The data folder is kept: a second run reopens it and seeds new orders beside the old ones.
-    const second = await runCli(['demo', '--orders', '200', '--spread', '1', '--data-dir', dataDir, '--json'], { DATABASE_URL: undefined, REDIS_URL: undefined }, 45_000);
+    const second = await runCli(
+      ['demo', '--orders', '200', '--spread', '1', '--data-dir', dataDir, '--json'],
+      { DATABASE_URL: undefined, REDIS_URL: undefined },
+      45_000,
+    );
     expect(second.code, second.stderr).toBe(0);
     expect(summaryOf(second.lines)).toMatchObject({ total: 200, closed: 180, skipped: 20, unpaidLeft: 0, ok: true });
   });

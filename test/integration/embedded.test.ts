@@ -42,7 +42,11 @@ describe('in-process shard channel', () => {
 
   it('routes by kind: a consumer receives and reclaims only the kinds it asks for', async () => {
     const ch = new InProcessChannel();
-    await ch.publish([{ shardId: 1, scanId: 1, kind: 'a' }, { shardId: 2, scanId: 1, kind: 'b' }, { shardId: 3, scanId: 1, kind: 'a' }]);
+    await ch.publish([
+      { shardId: 1, scanId: 1, kind: 'a' },
+      { shardId: 2, scanId: 1, kind: 'b' },
+      { shardId: 3, scanId: 1, kind: 'a' },
+    ]);
     expect((await ch.receive('wb', ['b'], 10, 10)).map((d) => d.message.shardId)).toEqual([2]);
     expect(await ch.receive('wb', ['b'], 10, 10)).toEqual([]);
     expect((await ch.receive('wa', ['a'], 10, 10)).map((d) => d.message.shardId)).toEqual([1, 3]);

@@ -44,14 +44,10 @@ describe('end to end: coordinator + two workers as separate processes', () => {
 
   it('closes every due unpaid order exactly once and tells the same story in the views', async () => {
     // Orders: 1..20000, every 10th paid. Flaky kind: 1_000_001..1_001_000, every 100th poison.
-    await pool.query(
-      `INSERT INTO orders (id, status) SELECT g, CASE WHEN g % 10 = 0 THEN 'paid' ELSE 'unpaid' END FROM generate_series(1, $1::int) g`,
-      [ORDERS],
-    );
-    await pool.query(
-      `INSERT INTO orders (id, status, poison) SELECT 1000000 + g, 'unpaid', g % 100 = 0 FROM generate_series(1, $1::int) g`,
-      [FLAKY_ORDERS],
-    );
+    await pool.query(`INSERT INTO orders (id, status) SELECT g, CASE WHEN g % 10 = 0 THEN 'paid' ELSE 'unpaid' END FROM generate_series(1, $1::int) g`, [
+      ORDERS,
+    ]);
+    await pool.query(`INSERT INTO orders (id, status, poison) SELECT 1000000 + g, 'unpaid', g % 100 = 0 FROM generate_series(1, $1::int) g`, [FLAKY_ORDERS]);
     // The processes run before anything is due, as in production.
     procs.push(spawnCli('coordinator', ['coordinator'], env));
     procs.push(spawnCli('worker-1', ['worker'], { ...env }));
@@ -88,7 +84,6 @@ describe('end to end: coordinator + two workers as separate processes', () => {
           AND biz_id::bigint BETWEEN 19000 AND 19000 + ${FUTURE * 2} AND biz_id::bigint % 2 = 0`,
     );
 
-
     await tx.query('COMMIT');
     tx.release();
 
@@ -106,7 +101,9 @@ describe('end to end: coordinator + two workers as separate processes', () => {
     expect(inv.lost, 'due timeouts not final').toBe(0);
     expect(inv.unreducedScans, 'scans not reduced').toBe(0);
 
-    const { rows: [counts] } = await pool.query(`
+    const {
+      rows: [counts],
+    } = await pool.query(`
       SELECT
         (SELECT count(*) FROM timeout_center.all_timeouts WHERE kind = 'order.unpaid' AND state = 'cancelled')::int AS cancelled,
         (SELECT count(*) FROM timeout_center.all_timeouts WHERE kind = 'order.unpaid' AND due_at > now() + interval '30 min')::int AS future,
@@ -119,7 +116,9 @@ describe('end to end: coordinator + two workers as separate processes', () => {
     expect(counts.future_pending).toBe(future);
 
     // Every due unpaid order closed exactly once; paid, cancelled and future untouched.
-    const { rows: [orders] } = await pool.query(`
+    const {
+      rows: [orders],
+    } = await pool.query(`
       SELECT
         (SELECT count(*) FROM orders WHERE id <= ${ORDERS} AND status = 'closed')::int AS closed,
         (SELECT count(*) FROM orders WHERE id <= ${ORDERS} AND id % 10 = 0 AND status <> 'paid')::int AS paid_touched,
@@ -146,12 +145,16 @@ describe('end to end: coordinator + two workers as separate processes', () => {
     expect(flaky.filter((r) => !r.poison)).toEqual([expect.objectContaining({ state: 'done', result: 'applied', n: FLAKY_ORDERS - FLAKY_ORDERS / 100 })]);
 
     // Reduce: totals equal the rows. Each finished row is counted by exactly one shard.
-    const { rows: [scans] } = await pool.query(`
+    const {
+      rows: [scans],
+    } = await pool.query(`
       SELECT sum(claimed)::int AS claimed, sum(done)::int AS done, sum(skipped)::int AS skipped,
              sum(failed)::int AS failed, sum(retried)::int AS retried, count(*)::int AS scans,
              count(*) FILTER (WHERE state <> 'reduced')::int AS open
         FROM timeout_center.scan_report`);
-    const { rows: [rowTotals] } = await pool.query(`
+    const {
+      rows: [rowTotals],
+    } = await pool.query(`
       SELECT count(*) FILTER (WHERE state = 'done' AND result = 'applied')::int AS applied,
              count(*) FILTER (WHERE state = 'done' AND result = 'skipped')::int AS skipped,
              count(*) FILTER (WHERE state = 'failed')::int AS failed
@@ -175,7 +178,9 @@ describe('end to end: coordinator + two workers as separate processes', () => {
     expect(backlog).toEqual([]);
 
     // Figures for the closing note.
-    const { rows: [fig] } = await pool.query(`
+    const {
+      rows: [fig],
+    } = await pool.query(`
       SELECT count(*)::int AS n,
              extract(epoch FROM max(finished_at) - min(due_at))::float8 AS span_s,
              extract(epoch FROM max(finished_at - due_at))::float8 AS worst_s,

@@ -81,7 +81,10 @@ class Fleet {
   }
 
   async count(kind: string, state: string): Promise<number> {
-    const { rows } = await this.pool.query<{ n: number }>(`SELECT count(*)::int AS n FROM timeout_center.all_timeouts WHERE kind = $1 AND state = $2`, [kind, state]);
+    const { rows } = await this.pool.query<{ n: number }>(`SELECT count(*)::int AS n FROM timeout_center.all_timeouts WHERE kind = $1 AND state = $2`, [
+      kind,
+      state,
+    ]);
     return rows[0]!.n;
   }
 
@@ -96,10 +99,15 @@ class Fleet {
   /** Runs the CLI with only DATABASE_URL (the operator verbs need nothing else). */
   cli(args: string[]): Promise<CliResult> {
     return new Promise((resolve) => {
-      execFile(process.execPath, [CLI, ...args], { env: { ...process.env, DATABASE_URL: this.db.url, TIMEOUT_CENTER_CONFIG: undefined }, timeout: 30_000 }, (err, stdout, stderr) => {
-        const code = err ? (err as { code?: unknown }).code : 0;
-        resolve({ code: typeof code === 'number' ? code : 1, stdout, stderr: err && typeof code !== 'number' ? `${stderr}${String(err)}` : stderr });
-      });
+      execFile(
+        process.execPath,
+        [CLI, ...args],
+        { env: { ...process.env, DATABASE_URL: this.db.url, TIMEOUT_CENTER_CONFIG: undefined }, timeout: 30_000 },
+        (err, stdout, stderr) => {
+          const code = err ? (err as { code?: unknown }).code : 0;
+          resolve({ code: typeof code === 'number' ? code : 1, stdout, stderr: err && typeof code !== 'number' ? `${stderr}${String(err)}` : stderr });
+        },
+      );
     });
   }
 
@@ -367,7 +375,10 @@ describe.concurrent('flow control per kind, fleet-wide (real processes)', () => 
     let polling = true;
     const poller = (async () => {
       while (polling) {
-        const { rows } = await capped.pool.query<{ n: number }>(`SELECT count(*)::int AS n FROM timeout_center.shard_report WHERE kind = $1 AND state = 'running'`, [kind]);
+        const { rows } = await capped.pool.query<{ n: number }>(
+          `SELECT count(*)::int AS n FROM timeout_center.shard_report WHERE kind = $1 AND state = 'running'`,
+          [kind],
+        );
         running.push({ at: Date.now(), n: rows[0]!.n });
         await sleep(15);
       }
@@ -391,7 +402,9 @@ describe.concurrent('flow control per kind, fleet-wide (real processes)', () => 
     const atCap1 = running.filter((p) => p.at >= loweredAt + 1000 && p.at < liftedAt);
     const max = (ps: { n: number }[]) => Math.max(...ps.map((p) => p.n));
     const { rows: workers } = await capped.pool.query<{ n: number }>(`SELECT count(*)::int AS n FROM timeout_center.workers WHERE stopped_at IS NULL`);
-    const { rows: held } = await capped.pool.query<{ n: number }>(`SELECT count(*)::int AS n FROM timeout_center.shards WHERE kind = $1 AND state <> 'done'`, [kind]);
+    const { rows: held } = await capped.pool.query<{ n: number }>(`SELECT count(*)::int AS n FROM timeout_center.shards WHERE kind = $1 AND state <> 'done'`, [
+      kind,
+    ]);
     console.log(
       `cap: max running ${max(atCap2)} over ${atCap2.length} polls at cap 2, ${max(atCap1)} over ${atCap1.length} polls from 1 s after lowering to 1; ` +
         `${workers[0]!.n} workers with 2 slots each`,
@@ -456,7 +469,9 @@ describe.concurrent('flow control per kind, fleet-wide (real processes)', () => 
       const r = await capped.cli(args);
       expect(r.code, `${line}: ${r.stderr}`).toBe(0);
     }
-    const after = await capped.pool.query(`SELECT paused, max_running_shards, rate_limit, controls_source FROM timeout_center.kinds WHERE kind = 'order.unpaid'`);
+    const after = await capped.pool.query(
+      `SELECT paused, max_running_shards, rate_limit, controls_source FROM timeout_center.kinds WHERE kind = 'order.unpaid'`,
+    );
     expect(after.rows[0]).toEqual({ paused: false, max_running_shards: null, rate_limit: null, controls_source: 'config' });
     const resumedAt = Date.now();
     await capped.waitFor('the resumed kind to drain', async () => (await capped.count('order.unpaid', 'done')) === 5000, 30_000);
@@ -490,7 +505,9 @@ describe.concurrent('flow control per kind, fleet-wide (real processes)', () => 
     const at = await frozen();
     await sleep(3000);
     const later = await frozen();
-    console.log(`pause mid-drain: ${at.done} done at the pause + 1 s, ${at.queued} shards queued; 3 s later ${later.done} done, publishes ${at.publishes} -> ${later.publishes}`);
+    console.log(
+      `pause mid-drain: ${at.done} done at the pause + 1 s, ${at.queued} shards queued; 3 s later ${later.done} done, publishes ${at.publishes} -> ${later.publishes}`,
+    );
     expect(at.running).toBe(0);
     expect(at.done).toBeLessThan(N);
     expect(later).toEqual(at); // nothing started, nothing republished

@@ -57,7 +57,11 @@ afterAll(async () => {
   await new Promise((r) => server?.close(r));
 });
 
-async function start(config: Omit<ConfigInput, 'redisKeyPrefix'>, roles: { coordinator: boolean; worker: boolean }, configure?: Parameters<typeof startRuntime>[0]['configureWorker']): Promise<Runtime> {
+async function start(
+  config: Omit<ConfigInput, 'redisKeyPrefix'>,
+  roles: { coordinator: boolean; worker: boolean },
+  configure?: Parameters<typeof startRuntime>[0]['configureWorker'],
+): Promise<Runtime> {
   const loaded = loadConfig({
     object: { redisKeyPrefix: testKeyPrefix('handlers'), logLevel: 'silent', ...config },
     env: { DATABASE_URL: db.url, REDIS_URL: TEST_REDIS_URL },
@@ -76,10 +80,9 @@ async function until<T>(fn: () => Promise<T | undefined | false>, timeoutMs = 20
 }
 
 async function states(kind: string): Promise<Record<string, number>> {
-  const { rows } = await pool.query(
-    `SELECT coalesce(result, state) AS s, count(*)::int AS n FROM timeout_center.all_timeouts WHERE kind = $1 GROUP BY 1`,
-    [kind],
-  );
+  const { rows } = await pool.query(`SELECT coalesce(result, state) AS s, count(*)::int AS n FROM timeout_center.all_timeouts WHERE kind = $1 GROUP BY 1`, [
+    kind,
+  ]);
   return Object.fromEntries(rows.map((r) => [r.s, r.n]));
 }
 
@@ -148,7 +151,10 @@ describe('alerts', () => {
       'alert.kind': {
         shardSize: 10,
         maxAttempts: 1,
-        handler: { type: 'sql' as const, sql: "SELECT x::text FROM unnest($1::text[]) x WHERE CASE WHEN x LIKE 'p%' THEN 1 / (length(x) - 3) = 1 ELSE true END" },
+        handler: {
+          type: 'sql' as const,
+          sql: "SELECT x::text FROM unnest($1::text[]) x WHERE CASE WHEN x LIKE 'p%' THEN 1 / (length(x) - 3) = 1 ELSE true END",
+        },
       },
     };
     const alerts = { webhookUrl: `${baseUrl}/alerts`, consecutiveFailedScans: 2, lagSlaMs: 1000, lagAlertEveryMs: 1000 };
@@ -166,7 +172,10 @@ describe('alerts', () => {
     const both = await start({ kinds, alerts }, { coordinator: true, worker: true });
     try {
       // The overdue row's scan must be reduced (clean) first, or it would break the streak below.
-      await until(async () => (await pool.query("SELECT 1 FROM timeout_center.scans WHERE state <> 'reduced'")).rowCount === 0 && (await states('alert.kind'))['applied'] === 1);
+      await until(
+        async () =>
+          (await pool.query("SELECT 1 FROM timeout_center.scans WHERE state <> 'reduced'")).rowCount === 0 && (await states('alert.kind'))['applied'] === 1,
+      );
       await pool.query(`INSERT INTO timeout_center.timeouts (kind, biz_id, due_at) VALUES ('alert.kind', 'p-1', now()), ('alert.kind', 'ok-1', now())`);
       await until(async () => webhook.filter((a) => a.type === 'scan_failures').length >= 1 && true);
       await pool.query(`INSERT INTO timeout_center.timeouts (kind, biz_id, due_at) VALUES ('alert.kind', 'p-2', now()), ('alert.kind', 'ok-2', now())`);

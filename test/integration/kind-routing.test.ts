@@ -46,7 +46,10 @@ describe('kinds with disjoint workers', () => {
     const unpaid = spawnCli('worker-unpaid', ['worker', '--config', config(['order.unpaid'])], { ...env, TIMEOUT_CENTER_CONFIG: undefined });
     const unconfirmed = spawnCli('worker-unconfirmed', ['worker', '--config', config(['order.unconfirmed'])], { ...env, TIMEOUT_CENTER_CONFIG: undefined });
     await Promise.all([unpaid, unconfirmed].map((w) => w.waitFor((l) => l.msg === 'worker started', 30_000)));
-    const ids = { unpaid: String(unpaid.lines.find((l) => l.msg === 'worker started')!['workerId']), unconfirmed: String(unconfirmed.lines.find((l) => l.msg === 'worker started')!['workerId']) };
+    const ids = {
+      unpaid: String(unpaid.lines.find((l) => l.msg === 'worker started')!['workerId']),
+      unconfirmed: String(unconfirmed.lines.find((l) => l.msg === 'worker started')!['workerId']),
+    };
     const coordinator = spawnCli('coordinator', ['coordinator', '--config', config()], env);
     await coordinator.waitFor((l) => l.msg === 'became leader', 30_000);
     await pool.query(`INSERT INTO orders (id, status) SELECT g, CASE WHEN g <= 300 THEN 'unpaid' ELSE 'shipped' END FROM generate_series(1, 600) g`);

@@ -54,10 +54,21 @@ describe('a shard longer than its lease', () => {
     );
     const ranMs = Math.max(...shards.map((r) => Number(r.ran_ms)));
     const heartbeatSpan = samples.length > 0 ? Math.max(...samples.map((x) => x.lastSeen)) - Math.min(...samples.map((x) => x.lastSeen)) : 0;
-    report('shard longer than its lease', { shards: shards.length, ranMs: Math.round(ranMs), samples: samples.length, heartbeatSpanMs: Math.round(heartbeatSpan) });
+    report('shard longer than its lease', {
+      shards: shards.length,
+      ranMs: Math.round(ranMs),
+      samples: samples.length,
+      heartbeatSpanMs: Math.round(heartbeatSpan),
+    });
     expect(ranMs, 'the shard ran several leases long').toBeGreaterThan(3000);
-    expect(samples.filter((x) => x.expired > 0), 'a running shard never showed an expired lease').toEqual([]);
-    expect(shards.every((r) => r.attempts === 1 && r.state === 'done'), JSON.stringify(shards)).toBe(true);
+    expect(
+      samples.filter((x) => x.expired > 0),
+      'a running shard never showed an expired lease',
+    ).toEqual([]);
+    expect(
+      shards.every((r) => r.attempts === 1 && r.state === 'done'),
+      JSON.stringify(shards),
+    ).toBe(true);
     const closed = await s.count(`SELECT count(*) AS n FROM order_transitions WHERE to_status = 'closed'`);
     expect(closed).toBe(15);
     expect(await s.count(`SELECT count(*) AS n FROM timeout_center.all_timeouts WHERE state = 'failed'`)).toBe(1);

@@ -208,14 +208,20 @@ describe('metrics and health endpoints (real processes)', () => {
       `INSERT INTO timeout_center.timeouts (kind, biz_id, due_at) SELECT 'order.unpaid', g::text, now() - interval '5 s' FROM generate_series($1::int, $1::int + 99) g`,
       [N + 1],
     );
-    let l = '';
+    let l: string;
     const deadline = Date.now() + 10_000;
     for (;;) {
       l = (await get(ports.leader, '/metrics')).body;
       const inFlight = metric(l, 'tc_backlog', { kind: 'order.unpaid', state: 'in_flight' }) ?? 0;
       const pending = metric(l, 'tc_backlog', { kind: 'order.unpaid', state: 'pending' }) ?? 0;
       if (inFlight + pending === 100) break;
-      if (Date.now() > deadline) throw new Error(`backlog gauge never showed 100:\n${l.split('\n').filter((x) => x.startsWith('tc_backlog')).join('\n')}`);
+      if (Date.now() > deadline)
+        throw new Error(
+          `backlog gauge never showed 100:\n${l
+            .split('\n')
+            .filter((x) => x.startsWith('tc_backlog'))
+            .join('\n')}`,
+        );
       await new Promise((r) => setTimeout(r, 200));
     }
     expect(metric(l, 'tc_backlog_oldest_lag_seconds', { kind: 'order.unpaid' })).toBeGreaterThanOrEqual(5);
@@ -252,7 +258,9 @@ describe('metrics and health endpoints (real processes)', () => {
       const { rows } = await pool.query(`SELECT count(*)::int AS n FROM timeout_center.all_timeouts WHERE state <> 'done'`);
       if (rows[0].n === 0) break;
       if (Date.now() > deadline) {
-        const { rows: shards } = await pool.query(`SELECT id, state, owner, attempts, publish_count, published_at, lease_expires_at, now() AS now FROM timeout_center.shards WHERE state <> 'done'`);
+        const { rows: shards } = await pool.query(
+          `SELECT id, state, owner, attempts, publish_count, published_at, lease_expires_at, now() AS now FROM timeout_center.shards WHERE state <> 'done'`,
+        );
         throw new Error(
           `not drained after the cuts: ${rows[0].n} left; shards ${JSON.stringify(shards)}; worker alive ${worker.alive}; ` +
             `worker log tail ${JSON.stringify(worker.lines.slice(-15))} stderr ${worker.stderr.slice(-1000)}`,

@@ -28,9 +28,7 @@ describe('operator CLI against a real database', () => {
   };
   /** Everything an operator verb could change, to prove a rejected call changed nothing. */
   const snapshot = async () =>
-    (
-      await pool.query(`SELECT md5(string_agg(t::text, ',' ORDER BY id)) AS h FROM timeout_center.all_timeouts t`)
-    ).rows[0].h as string;
+    (await pool.query(`SELECT md5(string_agg(t::text, ',' ORDER BY id)) AS h FROM timeout_center.all_timeouts t`)).rows[0].h as string;
 
   beforeAll(async () => {
     db = await createTestDatabase('cli');
@@ -140,11 +138,9 @@ describe('operator CLI against a real database', () => {
   });
 
   it('failed: lists the failed timeouts with their error, filtered by kind and scan', async () => {
-    const f = await json<{ total: number; timeouts: { timeoutId: number; kind: string; bizId: string; lastError: string; scanId: number; shardId: number }[] }>([
-      'failed',
-      '--kind',
-      'order.unpaid',
-    ]);
+    const f = await json<{ total: number; timeouts: { timeoutId: number; kind: string; bizId: string; lastError: string; scanId: number; shardId: number }[] }>(
+      ['failed', '--kind', 'order.unpaid'],
+    );
     expect(f.total).toBe(POISON);
     expect(f.timeouts).toHaveLength(POISON);
     expect(f.timeouts.every((t) => Number(t.bizId) % 100 === 0 && /poison row/.test(t.lastError))).toBe(true);
@@ -210,10 +206,7 @@ describe('operator CLI against a real database', () => {
 
     // The poison stays poison: make two orders closable so the retry can succeed.
     const ids = [a!, b!];
-    await pool.query(
-      `UPDATE orders SET poison = false WHERE id IN (SELECT biz_id::bigint FROM timeout_center.timeouts WHERE id = ANY($1))`,
-      [ids],
-    );
+    await pool.query(`UPDATE orders SET poison = false WHERE id IN (SELECT biz_id::bigint FROM timeout_center.timeouts WHERE id = ANY($1))`, [ids]);
     const byId = await json<{ retried: number; ids: number[]; notFailed: number[] }>(['retry', '--id', String(a), '--id', String(b), '--id', '1']);
     expect(byId.retried).toBe(2);
     expect(byId.ids).toEqual(ids);
@@ -223,7 +216,10 @@ describe('operator CLI against a real database', () => {
     for (const r of reset) expect(['pending', 'dispatched', 'done']).toContain(r.state);
 
     await waitFor(async () => {
-      const { rows } = await pool.query(`SELECT count(*)::int AS n FROM timeout_center.all_timeouts WHERE id = ANY($1) AND state = 'done' AND result = 'applied'`, [ids]);
+      const { rows } = await pool.query(
+        `SELECT count(*)::int AS n FROM timeout_center.all_timeouts WHERE id = ANY($1) AND state = 'done' AND result = 'applied'`,
+        [ids],
+      );
       return rows[0].n === 2;
     }, 'retried timeouts applied');
     const { rows: closed } = await pool.query(
@@ -300,7 +296,7 @@ describe('operator CLI against a real database', () => {
 function runRaw(args: string[], env: Record<string, string>): Promise<{ code: number; stdout: string; stderr: string }> {
   return new Promise((resolve) => {
     execFile(process.execPath, [CLI, ...args], { env: { PATH: process.env['PATH'] ?? '', ...env }, timeout: 30_000 }, (err, stdout, stderr) => {
-      const code = err ? (typeof (err as { code?: unknown }).code === 'number' ? ((err as { code: number }).code) : -1) : 0;
+      const code = err ? (typeof (err as { code?: unknown }).code === 'number' ? (err as { code: number }).code : -1) : 0;
       resolve({ code, stdout, stderr });
     });
   });

@@ -50,7 +50,14 @@ describe('retention', () => {
 
   /** Loads finished rows directly (the insert trigger only admits pending rows; a fixture may
    *  bypass it with session_replication_role, which only a superuser can set). */
-  async function loadFinished(state: 'done' | 'cancelled' | 'failed', n: number, ageMs: number, firstBizId: number, shardId: number | null = null, legacy = false) {
+  async function loadFinished(
+    state: 'done' | 'cancelled' | 'failed',
+    n: number,
+    ageMs: number,
+    firstBizId: number,
+    shardId: number | null = null,
+    legacy = false,
+  ) {
     if (state === 'done' && !legacy) {
       await pool.query(
         `INSERT INTO timeout_center.done_timeouts (id, kind, biz_id, due_at, attempts, shard_id, result, created_at, finished_at)
@@ -145,9 +152,7 @@ describe('retention', () => {
     expect(deleted.batches).toBeGreaterThanOrEqual(Math.ceil((OLD_DONE + OLD_CANCELLED) / 5000));
 
     // What is left: recent done, every failed one, recent scans, the scan that explains failures.
-    const { rows: left } = await pool.query(
-      `SELECT state, count(*)::int AS n FROM timeout_center.all_timeouts GROUP BY state ORDER BY state`,
-    );
+    const { rows: left } = await pool.query(`SELECT state, count(*)::int AS n FROM timeout_center.all_timeouts GROUP BY state ORDER BY state`);
     expect(left).toEqual([
       { state: 'done', n: RECENT_DONE },
       { state: 'failed', n: OLD_FAILED },

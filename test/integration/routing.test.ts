@@ -24,7 +24,19 @@ beforeAll(async () => {
     kinds: {
       'k.mod': { handler: { type: 'sql', sql: SQL, route: { by: 'modulo', databases: ['a', 'b', 'c'] } } },
       'k.hash': { handler: { type: 'sql', sql: SQL, route: { by: 'hash', databases: ['a', 'b'] } } },
-      'k.range': { handler: { type: 'sql', sql: SQL, route: { by: 'range', ranges: [{ from: 0, to: 100, database: 'a' }, { from: 100, to: 1000, database: 'b' }] } } },
+      'k.range': {
+        handler: {
+          type: 'sql',
+          sql: SQL,
+          route: {
+            by: 'range',
+            ranges: [
+              { from: 0, to: 100, database: 'a' },
+              { from: 100, to: 1000, database: 'b' },
+            ],
+          },
+        },
+      },
       'k.one': { handler: { type: 'sql', sql: SQL, database: 'c' } },
       'k.same': { handler: { type: 'sql', sql: SQL } },
     },
@@ -36,20 +48,26 @@ beforeAll(async () => {
 afterAll(() => tearDown({ pool, db }));
 
 async function targets(kind: string, ids: string[]): Promise<(string | null)[]> {
-  const { rows } = await pool.query<{ t: string | null }>('SELECT timeout_center.target_of($1, x) AS t FROM unnest($2::text[]) WITH ORDINALITY AS u (x, i) ORDER BY i', [kind, ids]);
+  const { rows } = await pool.query<{ t: string | null }>(
+    'SELECT timeout_center.target_of($1, x) AS t FROM unnest($2::text[]) WITH ORDINALITY AS u (x, i) ORDER BY i',
+    [kind, ids],
+  );
   return rows.map((r) => r.t);
 }
 
 describe('timeout_center.target_of', () => {
   it('modulo: integer biz_id (up to 18 digits) mod n, non-negative; any other id is unroutable', async () => {
-    expect(await targets('k.mod', ['0', '1', '2', '3', '-1', '300000000000000001', '-300000000000000001', '30000000000000000001', 'abc', '1.5', '-', ''])).toEqual([
-      'a', 'b', 'c', 'a', 'c', 'b', 'c', '-unroutable', '-unroutable', '-unroutable', '-unroutable', '-unroutable',
-    ]);
+    expect(
+      await targets('k.mod', ['0', '1', '2', '3', '-1', '300000000000000001', '-300000000000000001', '30000000000000000001', 'abc', '1.5', '-', '']),
+    ).toEqual(['a', 'b', 'c', 'a', 'c', 'b', 'c', '-unroutable', '-unroutable', '-unroutable', '-unroutable', '-unroutable']);
   });
 
   it('hash: hashtextextended(biz_id, 0) mod n, the same value a service computes in SQL', async () => {
     const ids = ['order-1', 'order-2', 'x', '42'];
-    const { rows } = await pool.query<{ i: number }>(`SELECT (((hashtextextended(x, 0) % 2) + 2) % 2)::int AS i FROM unnest($1::text[]) WITH ORDINALITY u (x, o) ORDER BY o`, [ids]);
+    const { rows } = await pool.query<{ i: number }>(
+      `SELECT (((hashtextextended(x, 0) % 2) + 2) % 2)::int AS i FROM unnest($1::text[]) WITH ORDINALITY u (x, o) ORDER BY o`,
+      [ids],
+    );
     expect(await targets('k.hash', ids)).toEqual(rows.map((r) => ['a', 'b'][r.i]));
     // Stable: a fixed id always lands on the same database.
     expect(await targets('k.hash', ['order-1'])).toEqual(await targets('k.hash', ['order-1']));

@@ -34,7 +34,10 @@ beforeAll(async () => {
       businessDatabases: { orders: { url: orders.url } },
       kinds: {
         'order.unpaid': { shardSize: 100, handler: { type: 'sql', sql: CLOSE_SQL, database: 'orders' } },
-        'order.ranged': { shardSize: 100, handler: { type: 'sql', sql: CLOSE_SQL, route: { by: 'range', ranges: [{ from: 0, to: 100, database: 'orders' }] } } },
+        'order.ranged': {
+          shardSize: 100,
+          handler: { type: 'sql', sql: CLOSE_SQL, route: { by: 'range', ranges: [{ from: 0, to: 100, database: 'orders' }] } },
+        },
       },
       coordinator: { minTickIntervalMs: 50 },
       worker: { blockMs: 100, concurrency: 2 },
@@ -96,7 +99,9 @@ describe('scheduling from a service whose orders live elsewhere', () => {
     const deadline = Date.now() + 30_000;
     let rows: { biz_id: string; state: string; result: string | null; last_error: string | null }[] = [];
     while (Date.now() < deadline) {
-      ({ rows } = await centerPool.query(`SELECT biz_id, state, result, last_error FROM timeout_center.all_timeouts WHERE kind = 'order.ranged' ORDER BY biz_id`));
+      ({ rows } = await centerPool.query(
+        `SELECT biz_id, state, result, last_error FROM timeout_center.all_timeouts WHERE kind = 'order.ranged' ORDER BY biz_id`,
+      ));
       if (rows.every((r) => r.state === 'done' || r.state === 'failed')) break;
       await new Promise((r) => setTimeout(r, 100));
     }

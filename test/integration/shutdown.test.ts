@@ -56,10 +56,9 @@ describe('graceful shutdown (real processes)', () => {
   }
 
   async function states(ids: number[]): Promise<Record<string, number>> {
-    const { rows } = await pool.query(
-      `SELECT state, count(*)::int AS n FROM timeout_center.all_timeouts WHERE biz_id = ANY($1::text[]) GROUP BY state`,
-      [ids.map(String)],
-    );
+    const { rows } = await pool.query(`SELECT state, count(*)::int AS n FROM timeout_center.all_timeouts WHERE biz_id = ANY($1::text[]) GROUP BY state`, [
+      ids.map(String),
+    ]);
     return Object.fromEntries(rows.map((r) => [r.state, r.n]));
   }
 
@@ -191,7 +190,9 @@ describe('graceful shutdown (real processes)', () => {
     const doneMs = Date.now() - takeoverAt;
     expect(await doubled()).toBe(0);
     expect((await takeover.stop()).code).toBe(0);
-    console.log(`drain bound: shard held 15 s, drainTimeoutMs 1000 -> rolled back, released, exit 0 after ${stopMs} ms; done by the next worker ${doneMs} ms after it started`);
+    console.log(
+      `drain bound: shard held 15 s, drainTimeoutMs 1000 -> rolled back, released, exit 0 after ${stopMs} ms; done by the next worker ${doneMs} ms after it started`,
+    );
   });
 
   it('coordinator SIGTERM releases the lock: the standby leads well before the lock TTL', async () => {

@@ -16,7 +16,11 @@ beforeAll(async () => {
   db = await createTestDatabase('sqlhandler');
   pool = new pg.Pool({ connectionString: db.url, max: 3 });
   await createOrdersSchema(pool);
-  const env = { DATABASE_URL: db.url, REDIS_URL: TEST_REDIS_URL, TIMEOUT_CENTER_CONFIG: writeConfig({ kinds: { 'order.unpaid': { handler: { type: 'sql', sql: CLOSE_SQL } } } }) };
+  const env = {
+    DATABASE_URL: db.url,
+    REDIS_URL: TEST_REDIS_URL,
+    TIMEOUT_CENTER_CONFIG: writeConfig({ kinds: { 'order.unpaid': { handler: { type: 'sql', sql: CLOSE_SQL } } } }),
+  };
   const migrated = await runCli(['migrate'], env);
   expect(migrated.code, migrated.stderr).toBe(0);
 });
@@ -32,7 +36,9 @@ describe('batch form of a SQL handler', () => {
 
   it('is not built where the handler must run as written', async () => {
     // payloads in $2; a scalar $1; no RETURNING (nothing to tell applied from skipped)
-    expect(await batchSqlHandler(pool, "UPDATE orders SET status = 'closed' WHERE id = ANY($1) AND $2::jsonb[] IS NOT NULL RETURNING id", 1000)).toBeUndefined();
+    expect(
+      await batchSqlHandler(pool, "UPDATE orders SET status = 'closed' WHERE id = ANY($1) AND $2::jsonb[] IS NOT NULL RETURNING id", 1000),
+    ).toBeUndefined();
     expect(await batchSqlHandler(pool, "UPDATE orders SET status = 'closed' WHERE id = $1 RETURNING id", 1000)).toBeUndefined();
     expect(await batchSqlHandler(pool, "UPDATE orders SET status = 'closed' WHERE id = ANY($1)", 1000)).toBeUndefined();
   });
@@ -57,9 +63,7 @@ describe('batch form of a SQL handler', () => {
     // The 15 earliest due (ids 1-15); of those, 4, 8 and 12 were paid: skipped, written once with
     // that result.
     expect(rows[0].skipped).toBe(3);
-    const { rows: results } = await pool.query(
-      `SELECT biz_id FROM timeout_center.all_timeouts WHERE result = 'skipped' ORDER BY biz_id::int`,
-    );
+    const { rows: results } = await pool.query(`SELECT biz_id FROM timeout_center.all_timeouts WHERE result = 'skipped' ORDER BY biz_id::int`);
     expect(results.map((r) => r.biz_id)).toEqual(['4', '8', '12']);
     // Lateness per distinct due time, in whole milliseconds (int4[]), with how many rows had it:
     // 8 rows about 2 s late, 7 about 1 s.
@@ -112,7 +116,9 @@ describe('batch form of a SQL handler', () => {
     const newest = await pool.query(batch.newest.sql, [shards[1]!.id, 'order.unpaid', 10, true]);
     expect(newest.rows[0].n).toBe(10);
     const moved = async (shardId: string) =>
-      (await pool.query<{ b: number }>(`SELECT biz_id::int AS b FROM timeout_center.done_timeouts WHERE shard_id = $1 ORDER BY 1`, [shardId])).rows.map((r) => r.b);
+      (await pool.query<{ b: number }>(`SELECT biz_id::int AS b FROM timeout_center.done_timeouts WHERE shard_id = $1 ORDER BY 1`, [shardId])).rows.map(
+        (r) => r.b,
+      );
     const fromNewest = await moved(shards[1]!.id);
     // All eight due at 2 s, then two of those due at 3 s; nothing due after the instant.
     expect(fromNewest.filter((b) => b >= 109 && b <= 116)).toHaveLength(8);
@@ -121,9 +127,13 @@ describe('batch form of a SQL handler', () => {
     // The oldest-first form takes the rest in due order: the six left of 101-108, then 117-120.
     const oldest = await pool.query(batch.sql, [shards[0]!.id, 'order.unpaid', 10, true]);
     expect(oldest.rows[0].n).toBe(10);
-    expect((await moved(shards[0]!.id)).sort((a, b) => a - b)).toEqual(
-      [...Array.from({ length: 8 }, (_, i) => 101 + i).filter((b) => !fromNewest.includes(b)), 117, 118, 119, 120],
-    );
+    expect((await moved(shards[0]!.id)).sort((a, b) => a - b)).toEqual([
+      ...Array.from({ length: 8 }, (_, i) => 101 + i).filter((b) => !fromNewest.includes(b)),
+      117,
+      118,
+      119,
+      120,
+    ]);
     const { rows: open } = await pool.query(`SELECT count(*)::int AS n FROM orders WHERE id BETWEEN 101 AND 120 AND status = 'unpaid'`);
     expect(open[0].n).toBe(0);
   });

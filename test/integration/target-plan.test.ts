@@ -43,7 +43,9 @@ beforeAll(async () => {
   // A live worker serves every kind (a kind no live worker serves gets one shard at most).
   await pool.query(`INSERT INTO timeout_center.workers (worker_id, host, pid, kinds) VALUES ('test-worker', 'test', 1, $1)`, [Object.keys(config.kinds)]);
   for (const kind of Object.keys(config.kinds)) {
-    await pool.query(`INSERT INTO timeout_center.timeouts (kind, biz_id, due_at) SELECT $1, g::text, now() - interval '1 s' FROM generate_series(1, 3000) g`, [kind]);
+    await pool.query(`INSERT INTO timeout_center.timeouts (kind, biz_id, due_at) SELECT $1, g::text, now() - interval '1 s' FROM generate_series(1, 3000) g`, [
+      kind,
+    ]);
   }
 });
 
@@ -52,7 +54,16 @@ afterAll(() => tearDown({ pool, db }));
 const KINDS = ['k.a1', 'k.a2', 'k.routed', 'k.b', 'k.same'];
 
 function plan(targetBudget: Record<string, number>): Promise<PlannedScan | undefined> {
-  return planScan(pool, EPOCH, { coordinatorId: 'test', cutoff: new Date(), kinds: KINDS, maxShards: 1000, maxRows: 50_000, credit: {}, rateBudget: {}, targetBudget });
+  return planScan(pool, EPOCH, {
+    coordinatorId: 'test',
+    cutoff: new Date(),
+    kinds: KINDS,
+    maxShards: 1000,
+    maxRows: 50_000,
+    credit: {},
+    rateBudget: {},
+    targetBudget,
+  });
 }
 
 async function newShards(scan: PlannedScan | undefined): Promise<{ kind: string; target: string | null; claim_limit: number }[]> {
@@ -76,11 +87,26 @@ describe('plan_shards under a rate limit per business database', () => {
     // its backlog (plan_shards.sql: the first 500, then a quarter of the 3,000 uncovered each,
     // 750; the count saw the last due row, so the last shard halves, here to the kind's 500, and
     // the one farthest from the end holds what is left: 500, 500, 750, 750, 500 in turn order).
-    expect(rowsTo(shards.filter((s) => s.kind === 'k.b'), 'b')).toBe(3000);
-    expect(rowsTo(shards.filter((s) => s.kind === 'k.routed'), 'b')).toBe(1500);
+    expect(
+      rowsTo(
+        shards.filter((s) => s.kind === 'k.b'),
+        'b',
+      ),
+    ).toBe(3000);
+    expect(
+      rowsTo(
+        shards.filter((s) => s.kind === 'k.routed'),
+        'b',
+      ),
+    ).toBe(1500);
     expect(rowsTo(shards, null)).toBe(3000);
     expect(shards.filter((s) => s.target === 'b').every((s) => s.claim_limit === 500)).toBe(true);
-    expect(shards.filter((s) => s.target === null).map((s) => s.claim_limit).sort((x, y) => x - y)).toEqual([500, 500, 500, 750, 750]);
+    expect(
+      shards
+        .filter((s) => s.target === null)
+        .map((s) => s.claim_limit)
+        .sort((x, y) => x - y),
+    ).toEqual([500, 500, 500, 750, 750]);
   });
 
   it('never more than one second worth in flight against it, whatever the budget', async () => {
@@ -91,7 +117,9 @@ describe('plan_shards under a rate limit per business database', () => {
   });
 
   it("a paused kind's queued shards do not hold the database's room; nothing without a budget", async () => {
-    const { rows } = await pool.query<{ n: number }>(`SELECT coalesce(sum(claim_limit), 0)::int AS n FROM timeout_center.shards WHERE kind = 'k.a1' AND target = 'a' AND state = 'queued'`);
+    const { rows } = await pool.query<{ n: number }>(
+      `SELECT coalesce(sum(claim_limit), 0)::int AS n FROM timeout_center.shards WHERE kind = 'k.a1' AND target = 'a' AND state = 'queued'`,
+    );
     const held = rows[0]!.n;
     expect(held).toBeGreaterThan(0);
     await pool.query(`UPDATE timeout_center.kinds SET paused = true WHERE kind = 'k.a1'`);

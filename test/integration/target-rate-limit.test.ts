@@ -61,10 +61,15 @@ async function seed(pool: pg.Pool, kind: string, ids: string): Promise<void> {
 /** The operator CLI with only DATABASE_URL, as an operator runs it. */
 function cli(args: string[]): Promise<{ code: number; stdout: string; stderr: string }> {
   return new Promise((resolve) => {
-    execFile(process.execPath, [CLI, ...args], { env: { ...process.env, DATABASE_URL: center.url, TIMEOUT_CENTER_CONFIG: undefined }, timeout: 30_000 }, (err, stdout, stderr) => {
-      const code = err ? (err as { code?: unknown }).code : 0;
-      resolve({ code: typeof code === 'number' ? code : 1, stdout, stderr });
-    });
+    execFile(
+      process.execPath,
+      [CLI, ...args],
+      { env: { ...process.env, DATABASE_URL: center.url, TIMEOUT_CENTER_CONFIG: undefined }, timeout: 30_000 },
+      (err, stdout, stderr) => {
+        const code = err ? (err as { code?: unknown }).code : 0;
+        resolve({ code: typeof code === 'number' ? code : 1, stdout, stderr });
+      },
+    );
   });
 }
 
@@ -201,8 +206,8 @@ describe('a rate limit per business database, fleet-wide (real processes, two Po
     }
     expect(Math.abs(rate - 1000) / 1000).toBeLessThanOrEqual(0.05);
     // Both kinds shared the database's budget (kinds take turns).
-    expect(shareAtHalf!.one).toBeGreaterThan(totalA / 2 * 0.3);
-    expect(shareAtHalf!.two).toBeGreaterThan(totalA / 2 * 0.3);
+    expect(shareAtHalf!.one).toBeGreaterThan((totalA / 2) * 0.3);
+    expect(shareAtHalf!.two).toBeGreaterThan((totalA / 2) * 0.3);
     // Shards against orders_a hold a tenth of a second's worth and ran on several workers.
     expect(byTarget['orders_a']!.max_claim).toBeLessThanOrEqual(100);
     expect(byTarget['orders_a']!.owners).toBeGreaterThanOrEqual(2);
@@ -245,7 +250,11 @@ describe('a rate limit per business database, fleet-wide (real processes, two Po
     const t2 = epochOf(lifted.changedAt);
     await waitFor('the rest to drain once unlimited', async () => (await count(`${AGAINST_A} AND state = 'done'`)) === base + N, 30_000);
     const rateBetween = async (from: number, to: number) =>
-      (await count(`kind = 'a.one' AND biz_id::bigint > 12000 AND state = 'done' AND finished_at >= to_timestamp($1) AND finished_at < to_timestamp($2)`, [from, to])) / (to - from);
+      (await count(`kind = 'a.one' AND biz_id::bigint > 12000 AND state = 'done' AND finished_at >= to_timestamp($1) AND finished_at < to_timestamp($2)`, [
+        from,
+        to,
+      ])) /
+      (to - from);
     const { rows } = await centerPool.query<{ first: number; last: number; left: number }>(
       `SELECT extract(epoch FROM min(finished_at))::float8 AS first, extract(epoch FROM max(finished_at))::float8 AS last,
               count(*) FILTER (WHERE finished_at >= to_timestamp($1))::int AS left
@@ -270,7 +279,10 @@ describe('a rate limit per business database, fleet-wide (real processes, two Po
     // source is the config), is audited with its actor, and reset puts the config's 1,000/s back.
     const remigrated = await runCli(['migrate'], env);
     expect(remigrated.code, remigrated.stderr).toBe(0);
-    expect((await centerPool.query(`SELECT rate_limit, config_rate_limit FROM timeout_center.targets WHERE target = 'orders_a'`)).rows[0]).toEqual({ rate_limit: null, config_rate_limit: '1000' });
+    expect((await centerPool.query(`SELECT rate_limit, config_rate_limit FROM timeout_center.targets WHERE target = 'orders_a'`)).rows[0]).toEqual({
+      rate_limit: null,
+      config_rate_limit: '1000',
+    });
     const reset = await cliJson<{ rateLimit: number; source: string }>(['limit', '--database', 'orders_a', '--reset', '--actor', 'carol']);
     expect(reset).toMatchObject({ rateLimit: 1000, source: 'config' });
     const audit = await centerPool.query<{ actor: string; action: string; kind: string | null; details: { after: { rateLimit: number | null } } }>(
@@ -284,7 +296,9 @@ describe('a rate limit per business database, fleet-wide (real processes, two Po
   });
 
   it('bad input changes nothing and says what is wrong', async () => {
-    const snapshot = async () => (await centerPool.query(`SELECT t.*, (SELECT count(*) FROM timeout_center.audit_log)::int AS audited FROM timeout_center.targets t ORDER BY target`)).rows;
+    const snapshot = async () =>
+      (await centerPool.query(`SELECT t.*, (SELECT count(*) FROM timeout_center.audit_log)::int AS audited FROM timeout_center.targets t ORDER BY target`))
+        .rows;
     const before = await snapshot();
     const cases: [string[], RegExp][] = [
       [['limit', '--database', 'orders_x', '--rate', '5'], /unknown business database "orders_x"; known: orders_a, orders_b/],
@@ -315,15 +329,25 @@ describe('the console shows and sets a business database limit', () => {
       ['orders_a', 1000, ['a.one', 'a.two']],
       ['orders_b', null, ['a.two', 'b.only']],
     ]);
-    const set = await fetch(`${url}/api/databases/orders_b/limit`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ rateLimit: 500 }) });
+    const set = await fetch(`${url}/api/databases/orders_b/limit`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ rateLimit: 500 }),
+    });
     expect(set.status, await set.clone().text()).toBe(200);
     expect(await set.json()).toMatchObject({ target: 'orders_b', rateLimit: 500, source: 'operator' });
-    const bad = await fetch(`${url}/api/databases/orders_x/limit`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ rateLimit: 5 }) });
+    const bad = await fetch(`${url}/api/databases/orders_x/limit`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ rateLimit: 5 }),
+    });
     expect(bad.status).toBe(400);
     expect(((await bad.json()) as { error: string }).error).toMatch(/unknown business database "orders_x"/);
     const page = await (await fetch(`${url}/kinds`)).text();
     expect(page).toMatch(/<tr id="database-orders_b" data-database="orders_b">[\s\S]*?<td class="n">500<\/td>/);
-    const audit = await centerPool.query(`SELECT actor, action, details->'after'->>'rateLimit' AS rate FROM timeout_center.audit_log WHERE target = 'orders_b'`);
+    const audit = await centerPool.query(
+      `SELECT actor, action, details->'after'->>'rateLimit' AS rate FROM timeout_center.audit_log WHERE target = 'orders_b'`,
+    );
     expect(audit.rows).toEqual([{ actor: expect.stringMatching(/^anonymous@/), action: 'limit', rate: '500' }]);
   });
 });

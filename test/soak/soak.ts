@@ -175,8 +175,10 @@ async function main(): Promise<void> {
               const paid = await client.query(`UPDATE orders SET status = 'paid' WHERE id = $1 AND status = 'unpaid'`, [id]);
               await client.query('COMMIT');
               if (cancelled) payments.cancelled += 1;
-              if (paid.rowCount === 1) (payments.paid += 1), paidIds.add(id);
-              else payments.refused += 1;
+              if (paid.rowCount === 1) {
+                payments.paid += 1;
+                paidIds.add(id);
+              } else payments.refused += 1;
             } catch (err) {
               await client.query('ROLLBACK').catch(() => {});
               throw err;
@@ -187,8 +189,10 @@ async function main(): Promise<void> {
             // Two databases: cancel in the center first, then the guarded payment in the orders'.
             if (await cancel(centerPool, REMOTE, id)) payments.cancelled += 1;
             const paid = await ordersPool.query(`UPDATE orders SET status = 'paid' WHERE id = $1 AND status = 'unpaid'`, [id]);
-            if (paid.rowCount === 1) (payments.paid += 1), paidIds.add(id);
-            else payments.refused += 1;
+            if (paid.rowCount === 1) {
+              payments.paid += 1;
+              paidIds.add(id);
+            } else payments.refused += 1;
           }
         } catch {
           payments.errors += 1; // a payer hit a restart: the customer retries (the next loop may)
@@ -316,26 +320,47 @@ async function check(centerPool: pg.Pool, ordersPool: pg.Pool, faults: Fault[], 
   const add = (name: string, ids: string[]) => (violations[name] = { count: ids.length, sample: ids.slice(0, 10) });
   const ids = async (pool: pg.Pool, sql: string, params: unknown[] = []) => (await pool.query<{ id: string }>(sql, params)).rows.map((r) => String(r.id));
 
-  add('I1 lost (due, not final)', await ids(centerPool, `SELECT id FROM timeout_center.all_timeouts WHERE due_at <= now() AND state NOT IN ('done', 'cancelled', 'failed')`));
-  for (const [db, pool] of [['center', centerPool], ['business', ordersPool]] as const) {
-    add(`I2 ${db}: closed more than once`, await ids(pool, `SELECT id FROM orders WHERE closes > 1 UNION SELECT order_id FROM order_transitions GROUP BY order_id HAVING count(*) > 1`));
+  add(
+    'I1 lost (due, not final)',
+    await ids(centerPool, `SELECT id FROM timeout_center.all_timeouts WHERE due_at <= now() AND state NOT IN ('done', 'cancelled', 'failed')`),
+  );
+  for (const [db, pool] of [
+    ['center', centerPool],
+    ['business', ordersPool],
+  ] as const) {
+    add(
+      `I2 ${db}: closed more than once`,
+      await ids(pool, `SELECT id FROM orders WHERE closes > 1 UNION SELECT order_id FROM order_transitions GROUP BY order_id HAVING count(*) > 1`),
+    );
     add(`I3 ${db}: paid order closed`, await ids(pool, `SELECT order_id AS id FROM order_transitions WHERE from_status = 'paid'`));
-    add(`I3 ${db}: payer told paid, order not paid`, (await ids(pool, `SELECT id FROM orders WHERE id = ANY($1::bigint[]) AND status <> 'paid'`, [[...paidIds]])));
+    add(
+      `I3 ${db}: payer told paid, order not paid`,
+      await ids(pool, `SELECT id FROM orders WHERE id = ANY($1::bigint[]) AND status <> 'paid'`, [[...paidIds]]),
+    );
   }
   add(
     'I4 reduce totals != failed rows',
-    (await ids(centerPool, `SELECT 'failed' AS id WHERE (SELECT coalesce(sum(failed), 0) FROM timeout_center.scans WHERE state = 'reduced') <> (SELECT count(*) FROM timeout_center.all_timeouts WHERE state = 'failed')`)),
+    await ids(
+      centerPool,
+      `SELECT 'failed' AS id WHERE (SELECT coalesce(sum(failed), 0) FROM timeout_center.scans WHERE state = 'reduced') <> (SELECT count(*) FROM timeout_center.all_timeouts WHERE state = 'failed')`,
+    ),
   );
   // History = business truth, per order: closed by us <=> its timeout done/applied; a cancelled
   // timeout's order not closed by us.
   const history = new Map<string, string>();
-  for (const r of (await centerPool.query<{ kind: string; biz_id: string; state: string; result: string | null }>(
-    `SELECT DISTINCT ON (kind, biz_id) kind, biz_id, state, result FROM timeout_center.all_timeouts ORDER BY kind, biz_id, id DESC`,
-  )).rows) history.set(`${r.kind}/${r.biz_id}`, r.state === 'done' ? `done/${r.result}` : r.state);
+  for (const r of (
+    await centerPool.query<{ kind: string; biz_id: string; state: string; result: string | null }>(
+      `SELECT DISTINCT ON (kind, biz_id) kind, biz_id, state, result FROM timeout_center.all_timeouts ORDER BY kind, biz_id, id DESC`,
+    )
+  ).rows)
+    history.set(`${r.kind}/${r.biz_id}`, r.state === 'done' ? `done/${r.result}` : r.state);
   const mismatch: string[] = [];
   const cancelledClosed: string[] = [];
   let closed = 0;
-  for (const [kind, pool] of [[LOCAL, centerPool], [REMOTE, ordersPool]] as const) {
+  for (const [kind, pool] of [
+    [LOCAL, centerPool],
+    [REMOTE, ordersPool],
+  ] as const) {
     for (const o of (await pool.query<{ id: string; status: string }>(`SELECT id::text, status FROM orders`)).rows) {
       const h = history.get(`${kind}/${o.id}`) ?? 'none';
       if (o.status === 'closed') closed += 1;
@@ -352,10 +377,20 @@ async function check(centerPool: pg.Pool, ordersPool: pg.Pool, faults: Fault[], 
     `SELECT (extract(epoch FROM due_at) * 1000)::int8::text AS due_ms, extract(epoch FROM finished_at - due_at)::float8 * 1000 AS late_ms
        FROM timeout_center.done_timeouts`,
   );
-  const clean = rows.filter((r) => !windows.some(([a, b]) => Number(r.due_ms) >= a && Number(r.due_ms) <= b)).map((r) => r.late_ms).sort((a, b) => a - b);
+  const clean = rows
+    .filter((r) => !windows.some(([a, b]) => Number(r.due_ms) >= a && Number(r.due_ms) <= b))
+    .map((r) => r.late_ms)
+    .sort((a, b) => a - b);
   const q = (p: number) => (clean.length ? Math.round(clean[Math.min(clean.length - 1, Math.floor(p * clean.length))]!) : null);
-  const failed = Number((await centerPool.query<{ n: number }>(`SELECT count(*)::int AS n FROM timeout_center.all_timeouts WHERE state = 'failed'`)).rows[0]!.n);
-  return { closed, failed, lateness: { outsideFaults: clean.length, p50Ms: q(0.5), p99Ms: q(0.99), maxMs: clean.length ? Math.round(clean.at(-1)!) : null }, violations };
+  const failed = Number(
+    (await centerPool.query<{ n: number }>(`SELECT count(*)::int AS n FROM timeout_center.all_timeouts WHERE state = 'failed'`)).rows[0]!.n,
+  );
+  return {
+    closed,
+    failed,
+    lateness: { outsideFaults: clean.length, p50Ms: q(0.5), p99Ms: q(0.99), maxMs: clean.length ? Math.round(clean.at(-1)!) : null },
+    violations,
+  };
 }
 
 main().catch(async (err: unknown) => {

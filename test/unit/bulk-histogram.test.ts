@@ -18,7 +18,8 @@ describe('BulkHistogram', () => {
     bulk.observeMany({ kind: 'b' }, [0.2], 1);
     for (const v of [...ms, 300]) reference.observe({ kind: 'order.unpaid' }, Math.max(0, v) / 1000);
     reference.observe({ kind: 'b' }, 0.2);
-    const text = async (r: Registry) => (await r.metrics()).replace(/_sum\{([^}]*)\} ([0-9.e-]+)/g, (_, l: string, v: string) => `_sum{${l}} ${Number(v).toFixed(9)}`);
+    const text = async (r: Registry) =>
+      (await r.metrics()).replace(/_sum\{([^}]*)\} ([0-9.e-]+)/g, (_, l: string, v: string) => `_sum{${l}} ${Number(v).toFixed(9)}`);
     expect(await text(ours)).toBe(await text(theirs));
   });
 
@@ -31,7 +32,8 @@ describe('BulkHistogram', () => {
     // 900 ms late, 2 rows 7 s late, none at -3 ms.
     a.observeMany({ kind: 'k' }, [0.012, 0.9, 7, -0.003], 1, [3, 20_000, 2, 0]);
     b.observeMany({ kind: 'k' }, [...Array(3).fill(0.012), ...Array(20_000).fill(0.9), 7, 7]);
-    const text = async (r: Registry) => (await r.metrics()).replace(/_sum\{([^}]*)\} ([0-9.e-]+)/g, (_, l: string, v: string) => `_sum{${l}} ${Number(v).toFixed(6)}`);
+    const text = async (r: Registry) =>
+      (await r.metrics()).replace(/_sum\{([^}]*)\} ([0-9.e-]+)/g, (_, l: string, v: string) => `_sum{${l}} ${Number(v).toFixed(6)}`);
     expect(await text(weighted)).toBe(await text(repeated));
     expect(() => a.observeMany({ kind: 'k' }, [1, 2], 1, [1])).toThrow(/2 values but 1 counts/);
     expect(() => a.observeMany({ kind: 'k' }, [1, 1], 1, [1, 1.5])).toThrow(/not a count/);

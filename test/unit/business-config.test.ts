@@ -6,7 +6,10 @@ import { routeRows } from '../../src/db/routes.js';
 const SQL = "UPDATE orders SET status = 'closed' WHERE id = ANY($1) AND status = 'unpaid' RETURNING id";
 type Handler = NonNullable<ConfigInput['kinds']>[string]['handler'];
 
-function config(handler: Handler, businessDatabases: ConfigInput['businessDatabases'] = { orders_0: { url: 'postgres://a/o0' }, orders_1: { urlEnv: 'ORDERS_1_URL' } }): ConfigInput {
+function config(
+  handler: Handler,
+  businessDatabases: ConfigInput['businessDatabases'] = { orders_0: { url: 'postgres://a/o0' }, orders_1: { urlEnv: 'ORDERS_1_URL' } },
+): ConfigInput {
   return { businessDatabases, kinds: { 'order.unpaid': { handler } } };
 }
 
@@ -26,7 +29,17 @@ describe('business databases in the config', () => {
       { type: 'sql', sql: SQL, database: 'orders_0' },
       { type: 'sql', sql: SQL, route: { by: 'modulo', databases: ['orders_0', 'orders_1'] } },
       { type: 'sql', sql: SQL, route: { by: 'hash', databases: ['orders_0', 'orders_1'] } },
-      { type: 'sql', sql: SQL, route: { by: 'range', ranges: [{ from: 0, to: 1000, database: 'orders_0' }, { from: 1000, to: 2000, database: 'orders_1' }] } },
+      {
+        type: 'sql',
+        sql: SQL,
+        route: {
+          by: 'range',
+          ranges: [
+            { from: 0, to: 1000, database: 'orders_0' },
+            { from: 1000, to: 2000, database: 'orders_1' },
+          ],
+        },
+      },
       { type: 'code', database: 'orders_1' },
     ] as Handler[]) {
       expect(() => parseConfig(config(handler))).not.toThrow();
@@ -40,11 +53,21 @@ describe('business databases in the config', () => {
   });
 
   it('names an unknown database, both database and route, a bad name, and url/urlEnv mistakes', () => {
-    expect(problems(config({ type: 'sql', sql: SQL, database: 'orders_9' }))).toMatch(/kinds\."order\.unpaid"\.handler\.database: unknown business database "orders_9"; declared: orders_0, orders_1/);
-    expect(problems(config({ type: 'sql', sql: SQL, route: { by: 'modulo', databases: ['orders_0', 'nope'] } }))).toMatch(/handler\.route\.databases\.1: unknown business database "nope"/);
-    expect(problems(config({ type: 'sql', sql: SQL, database: 'orders_0', route: { by: 'hash', databases: ['orders_0'] } }))).toMatch(/give database or route, not both/);
-    expect(problems(config({ type: 'sql', sql: SQL, database: 'Orders' }, { Orders: { url: 'postgres://x' } }))).toMatch(/businessDatabases\.Orders: database names are lower-case/);
-    expect(problems(config({ type: 'sql', sql: SQL }, { orders_0: { url: 'postgres://x', urlEnv: 'X' } }))).toMatch(/businessDatabases\.orders_0: give exactly one of url or urlEnv/);
+    expect(problems(config({ type: 'sql', sql: SQL, database: 'orders_9' }))).toMatch(
+      /kinds\."order\.unpaid"\.handler\.database: unknown business database "orders_9"; declared: orders_0, orders_1/,
+    );
+    expect(problems(config({ type: 'sql', sql: SQL, route: { by: 'modulo', databases: ['orders_0', 'nope'] } }))).toMatch(
+      /handler\.route\.databases\.1: unknown business database "nope"/,
+    );
+    expect(problems(config({ type: 'sql', sql: SQL, database: 'orders_0', route: { by: 'hash', databases: ['orders_0'] } }))).toMatch(
+      /give database or route, not both/,
+    );
+    expect(problems(config({ type: 'sql', sql: SQL, database: 'Orders' }, { Orders: { url: 'postgres://x' } }))).toMatch(
+      /businessDatabases\.Orders: database names are lower-case/,
+    );
+    expect(problems(config({ type: 'sql', sql: SQL }, { orders_0: { url: 'postgres://x', urlEnv: 'X' } }))).toMatch(
+      /businessDatabases\.orders_0: give exactly one of url or urlEnv/,
+    );
     expect(problems(config({ type: 'sql', sql: SQL }, { orders_0: {} }))).toMatch(/give exactly one of url or urlEnv/);
     expect(() =>
       loadConfig({ object: config({ type: 'sql', sql: SQL, database: 'orders_1' }), env: { DATABASE_URL: 'postgres://c', REDIS_URL: 'redis://r' } }),
@@ -55,9 +78,14 @@ describe('business databases in the config', () => {
     const range = (ranges: { from: number; to: number; database: string }[]) => config({ type: 'sql', sql: SQL, route: { by: 'range', ranges } });
     expect(problems(range([]))).toMatch(/route\.ranges/);
     expect(problems(range([{ from: 10, to: 10, database: 'orders_0' }]))).toMatch(/ranges\.0: from \(10\) must be below to \(10\)/);
-    expect(problems(range([{ from: 0, to: 100, database: 'orders_0' }, { from: 50, to: 200, database: 'orders_1' }]))).toMatch(
-      /ranges\.1: overlaps range 0 \(\[0, 100\) -> orders_0\)/,
-    );
+    expect(
+      problems(
+        range([
+          { from: 0, to: 100, database: 'orders_0' },
+          { from: 50, to: 200, database: 'orders_1' },
+        ]),
+      ),
+    ).toMatch(/ranges\.1: overlaps range 0 \(\[0, 100\) -> orders_0\)/);
     expect(problems(config({ type: 'sql', sql: SQL, route: { by: 'modulo', databases: [] } }))).toMatch(/route\.databases/);
   });
 

@@ -70,13 +70,18 @@ describe('config', () => {
     expect(() => parseConfig({ kinds: { 'order.unpaid': { ...kinds['order.unpaid'], timeLimitMs: 5000 } }, worker: { leaseMs: 5000 } })).toThrow(
       /kinds\."order\.unpaid"\.timeLimitMs: 5000 ms must be below worker\.leaseMs \(5000 ms\)/,
     );
-    expect(() => parseConfig({ kinds, coordinator: { schedule: 'every second' } })).toThrow(/coordinator\.schedule: "every second" is not a valid node-cron expression/);
+    expect(() => parseConfig({ kinds, coordinator: { schedule: 'every second' } })).toThrow(
+      /coordinator\.schedule: "every second" is not a valid node-cron expression/,
+    );
     expect(parseConfig({ kinds, coordinator: { schedule: '*/5 * * * * *' }, worker: { kinds: ['order.unpaid'] } }).worker.kinds).toEqual(['order.unpaid']);
   });
 
   it('puts command-line overrides through the schema with the file', () => {
     const env = { DATABASE_URL: 'x', REDIS_URL: 'y' };
-    expect(loadConfig({ object: { kinds }, env, overrides: { worker: { concurrency: 8 }, httpPort: 0 } })).toMatchObject({ worker: { concurrency: 8, leaseMs: 30_000 }, httpPort: 0 });
+    expect(loadConfig({ object: { kinds }, env, overrides: { worker: { concurrency: 8 }, httpPort: 0 } })).toMatchObject({
+      worker: { concurrency: 8, leaseMs: 30_000 },
+      httpPort: 0,
+    });
     expect(() => loadConfig({ object: { kinds }, env, overrides: { worker: { concurrency: 1000 } } })).toThrow(/worker\.concurrency/);
   });
 });

@@ -20,7 +20,10 @@ function plan(byKind: Record<string, { uncovered: number; planned: number; count
 
 beforeEach(() => {
   local = 1_000_000;
-  memory = new PlanMemory(() => SHARD, () => local);
+  memory = new PlanMemory(
+    () => SHARD,
+    () => local,
+  );
 });
 
 describe('credit', () => {
@@ -93,7 +96,13 @@ describe('counted ahead', () => {
 
   it('maps ahead only an instant of two shards or more per kind', () => {
     memory.claimCountAhead(9000);
-    memory.countedAhead(9000, new Map([['a', { uncovered: 2 * SHARD, complete: true }], ['b', { uncovered: SHARD, complete: true }]]));
+    memory.countedAhead(
+      9000,
+      new Map([
+        ['a', { uncovered: 2 * SHARD, complete: true }],
+        ['b', { uncovered: SHARD, complete: true }],
+      ]),
+    );
     const ahead = memory.creditToPlanAhead();
     expect(ahead?.cutoff).toBe(9000);
     expect([...(ahead?.credit.keys() ?? [])]).toEqual(['a']);

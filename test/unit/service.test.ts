@@ -39,9 +39,13 @@ describe('BaseService', () => {
 
   it('a failed start leaves it stopped, and a later start tries again', async () => {
     let fail = true;
-    const s = service('flaky', () => {
-      if (fail) throw new Error('no');
-    }, () => {});
+    const s = service(
+      'flaky',
+      () => {
+        if (fail) throw new Error('no');
+      },
+      () => {},
+    );
     await expect(s.start()).rejects.toThrow('no');
     fail = false;
     await s.start();
@@ -71,13 +75,18 @@ describe('periodic', () => {
     let running = 0;
     let most = 0;
     let runs = 0;
-    const s = periodic('tick', 5, async () => {
-      running += 1;
-      most = Math.max(most, running);
-      await new Promise((r) => setTimeout(r, 20));
-      running -= 1;
-      runs += 1;
-    }, () => {});
+    const s = periodic(
+      'tick',
+      5,
+      async () => {
+        running += 1;
+        most = Math.max(most, running);
+        await new Promise((r) => setTimeout(r, 20));
+        running -= 1;
+        runs += 1;
+      },
+      () => {},
+    );
     await s.start();
     await new Promise((r) => setTimeout(r, 60));
     await s.stop();

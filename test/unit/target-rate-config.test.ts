@@ -9,7 +9,10 @@ const SQL = "UPDATE orders SET status = 'closed' WHERE id = ANY($1) AND status =
 
 function config(rateLimit: unknown): ConfigInput {
   return {
-    businessDatabases: { orders_0: { url: 'postgres://a/o0', rateLimit } as NonNullable<ConfigInput['businessDatabases']>[string], orders_1: { url: 'postgres://b/o1' } },
+    businessDatabases: {
+      orders_0: { url: 'postgres://a/o0', rateLimit } as NonNullable<ConfigInput['businessDatabases']>[string],
+      orders_1: { url: 'postgres://b/o1' },
+    },
     kinds: { 'order.unpaid': { handler: { type: 'sql', sql: SQL, route: { by: 'modulo', databases: ['orders_0', 'orders_1'] } } } },
   };
 }

@@ -40,7 +40,9 @@ export function registerCancel(program: Command): void {
         const lines = [`cancelled ${outcome.cancelled.length} ${kind} timeout${outcome.cancelled.length === 1 ? '' : 's'}`];
         if (outcome.cancelled.length > 0) lines[0] += `: ${outcome.cancelled.join(', ')}`;
         if (outcome.notLive.length > 0) {
-          lines.push(`not cancelled (too late: a worker holds it, or it is already done, failed or cancelled; or never scheduled): ${outcome.notLive.join(', ')}`);
+          lines.push(
+            `not cancelled (too late: a worker holds it, or it is already done, failed or cancelled; or never scheduled): ${outcome.notLive.join(', ')}`,
+          );
         }
         print(lines.join('\n'));
       });

@@ -17,8 +17,7 @@ export function inputError(message: string): CommanderError {
   return new CommanderError(2, 'tc.input', message);
 }
 
-export const databaseOption = () =>
-  new Option('--database-url <url>', 'PostgreSQL URL of the timeout center').env('DATABASE_URL');
+export const databaseOption = () => new Option('--database-url <url>', 'PostgreSQL URL of the timeout center').env('DATABASE_URL');
 export const jsonOption = () => new Option('--json', 'print JSON (one document) for scripts instead of a table');
 
 export type { DbTimestamp } from '../../db/schema.js';
@@ -58,10 +57,7 @@ export function parseId(value: string, flag: string): number {
 
 /** For repeatable options that take ids: `--id 4 --id 7` or `--id 4,7`. */
 export function idList(flag: string) {
-  return (value: string, previous: number[] | undefined): number[] => [
-    ...(previous ?? []),
-    ...value.split(',').map((v) => parseId(v.trim(), flag)),
-  ];
+  return (value: string, previous: number[] | undefined): number[] => [...(previous ?? []), ...value.split(',').map((v) => parseId(v.trim(), flag))];
 }
 
 export function parseLimit(value: string, flag = '--limit'): number {
@@ -113,8 +109,7 @@ export function table<T>(rows: T[], columns: Column<T>[]): string {
       return text;
     }),
   );
-  const numeric = (c: Column<T>) =>
-    rows.some((r) => typeof c.value(r) === 'number') && rows.every((r) => typeof c.value(r) === 'number' || c.value(r) == null);
+  const numeric = (c: Column<T>) => rows.some((r) => typeof c.value(r) === 'number') && rows.every((r) => typeof c.value(r) === 'number' || c.value(r) == null);
   const right = columns.map((c) => (c.align ? c.align === 'right' : numeric(c)));
   const widths = columns.map((c, i) => Math.max(c.header.length, ...cells.map((r) => r[i]!.length)));
   const line = (values: string[]) =>

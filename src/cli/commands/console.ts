@@ -73,7 +73,11 @@ export async function serveConsole(input: StartConsoleInput): Promise<ConsoleSer
 /** --console and its companions on coordinator / worker / run. */
 export function addConsoleOptions(cmd: Command): Command {
   return cmd
-    .addOption(new Option('--console <port>', 'also serve the web console on this port (auth from TC_CONSOLE_TOKEN or TC_CONSOLE_USER/TC_CONSOLE_PASSWORD)').argParser((v) => parsePort(v, '--console')))
+    .addOption(
+      new Option('--console <port>', 'also serve the web console on this port (auth from TC_CONSOLE_TOKEN or TC_CONSOLE_USER/TC_CONSOLE_PASSWORD)').argParser(
+        (v) => parsePort(v, '--console'),
+      ),
+    )
     .addOption(new Option('--console-host <host>', 'address the console listens on (non-loopback needs auth)').default('127.0.0.1'))
     .addOption(new Option('--console-base-path <path>', 'serve the console under this sub-path (behind a proxy), e.g. /tc').argParser(basePath))
     .addOption(new Option('--console-read-only', 'the console refuses every action'))
@@ -121,11 +125,19 @@ export function registerConsole(program: Command): void {
     .addOption(databaseOption())
     .addOption(new Option('-c, --config <file>', 'config file: the lag SLA (alerts.lagSlaMs) for the warnings').env('TIMEOUT_CENTER_CONFIG'))
     .addOption(new Option('-p, --port <port>', 'port to serve on (0 = any free port)').argParser((v) => parsePort(v, '--port')).default(DEFAULT_CONSOLE_PORT))
-    .addOption(new Option('--host <host>', 'address to listen on; a non-loopback one needs auth (TC_CONSOLE_TOKEN or TC_CONSOLE_USER + TC_CONSOLE_PASSWORD)').default('127.0.0.1'))
+    .addOption(
+      new Option('--host <host>', 'address to listen on; a non-loopback one needs auth (TC_CONSOLE_TOKEN or TC_CONSOLE_USER + TC_CONSOLE_PASSWORD)').default(
+        '127.0.0.1',
+      ),
+    )
     .addOption(new Option('--base-path <path>', 'serve under this sub-path (behind a proxy), e.g. /tc').argParser(basePath))
     .addOption(new Option('--read-only', 'refuse every action (403): a console to look, not to touch'))
     .addOption(new Option('--allow-unauthenticated', 'allow serving without auth on a non-loopback address (only when a proxy in front authenticates)'))
-    .addOption(new Option('--lag-sla <duration>', 'lag SLA for the warnings, e.g. 60s (default: alerts.lagSlaMs of --config, else 60s)').argParser((v) => parseDuration(v, '--lag-sla')))
+    .addOption(
+      new Option('--lag-sla <duration>', 'lag SLA for the warnings, e.g. 60s (default: alerts.lagSlaMs of --config, else 60s)').argParser((v) =>
+        parseDuration(v, '--lag-sla'),
+      ),
+    )
     .action(async (opts: ConsoleCommandOpts) => {
       if (!opts.databaseUrl) throw inputError('DATABASE_URL is not set (e.g. DATABASE_URL=postgres://user@127.0.0.1:5432/app), or pass --database-url');
       const lagSlaMs = opts.lagSla ?? (opts.config ? parseConfig(readConfigFile(opts.config), opts.config).alerts.lagSlaMs : 60_000);

@@ -20,7 +20,7 @@ export function registerDemo(program: Command): void {
       'after',
       '\nWithout DATABASE_URL it uses an embedded PostgreSQL (PGlite, data kept in --data-dir); without REDIS_URL an\n' +
         'in-process shard channel and a local leader lock. With them set it uses the real services: give it a\n' +
-        'database of its own (its coordinator takes the database\'s coordinator lease). Exits 0 when every unpaid\n' +
+        "database of its own (its coordinator takes the database's coordinator lease). Exits 0 when every unpaid\n" +
         'order of the run was closed and no timeout failed.',
     )
     .option('--orders <n>', 'orders to seed', intIn('--orders', 1, 1_000_000), 3000)

@@ -7,15 +7,7 @@
 import { hostname, userInfo } from 'node:os';
 import { Option, type Command } from 'commander';
 import type pg from 'pg';
-import {
-  ControlInputError,
-  pauseKind,
-  resetKindControls,
-  resumeKind,
-  setKindLimits,
-  type KindControls,
-  type LimitChange,
-} from '../../flow/kind-controls.js';
+import { ControlInputError, pauseKind, resetKindControls, resumeKind, setKindLimits, type KindControls, type LimitChange } from '../../flow/kind-controls.js';
 import { resetTargetControls, setTargetRateLimit, type TargetControls } from '../../flow/target-controls.js';
 import { databaseOption, formatTime, inputError, jsonOption, print, printJson, withDatabase, type DbOptions } from './common.js';
 
@@ -101,7 +93,11 @@ export function targetControlsJson(c: TargetControls) {
 }
 
 /** Runs one change with its actor and prints the controls after it. */
-async function apply<C>(opts: FlowOptions, change: (pool: pg.Pool, actor: string) => Promise<C>, show: { json: (c: C) => unknown; text: (c: C) => string }): Promise<void> {
+async function apply<C>(
+  opts: FlowOptions,
+  change: (pool: pg.Pool, actor: string) => Promise<C>,
+  show: { json: (c: C) => unknown; text: (c: C) => string },
+): Promise<void> {
   const actor = opts.actor ?? defaultActor();
   await withDatabase(opts, async (_db, pool) => {
     let controls: C;
@@ -150,37 +146,47 @@ export function registerFlow(program: Command): void {
     )
     .argument('[kind]', 'timeout kind, e.g. order.unpaid (leave out with --database)')
     .option('--database <name>', 'a business database (businessDatabases.<name>): limit the timeouts per second applied against it, all kinds together')
-    .addOption(new Option('--max-running-shards <n>', 'shards of the kind queued or running at once, fleet-wide (none: no cap)').argParser(limitValue('--max-running-shards', true)))
+    .addOption(
+      new Option('--max-running-shards <n>', 'shards of the kind queued or running at once, fleet-wide (none: no cap)').argParser(
+        limitValue('--max-running-shards', true),
+      ),
+    )
     .addOption(new Option('--rate <n>', 'timeouts per second, fleet-wide (none: no limit)').argParser(limitValue('--rate', false)))
     .option('--reset', "put the kind back on its config file's paused, maxRunningShards and rateLimit (later config changes apply again)")
     .addOption(databaseOption())
     .addOption(actorOption())
     .addOption(jsonOption())
-    .action(async (kind: string | undefined, opts: FlowOptions & { maxRunningShards?: number | 'none'; rate?: number | 'none'; reset?: boolean; database?: string }) => {
-      if (opts.database !== undefined) {
-        const target = opts.database;
-        if (kind !== undefined) throw inputError(`give a kind or --database ${target}, not both: a database's limit holds over all its kinds`);
-        if (opts.maxRunningShards !== undefined) throw inputError('--max-running-shards is per kind; a business database takes --rate <n|none> or --reset');
-        if (opts.reset) {
-          if (opts.rate !== undefined) throw inputError("--reset restores the config file's value: give it alone, without --rate");
-          await apply(opts, (pool, actor) => resetTargetControls(pool, target, actor), targetShow);
+    .action(
+      async (
+        kind: string | undefined,
+        opts: FlowOptions & { maxRunningShards?: number | 'none'; rate?: number | 'none'; reset?: boolean; database?: string },
+      ) => {
+        if (opts.database !== undefined) {
+          const target = opts.database;
+          if (kind !== undefined) throw inputError(`give a kind or --database ${target}, not both: a database's limit holds over all its kinds`);
+          if (opts.maxRunningShards !== undefined) throw inputError('--max-running-shards is per kind; a business database takes --rate <n|none> or --reset');
+          if (opts.reset) {
+            if (opts.rate !== undefined) throw inputError("--reset restores the config file's value: give it alone, without --rate");
+            await apply(opts, (pool, actor) => resetTargetControls(pool, target, actor), targetShow);
+            return;
+          }
+          if (opts.rate === undefined) throw inputError(`nothing to change: give --rate <n|none> or --reset for database ${target}`);
+          const rate = opts.rate === 'none' ? null : opts.rate;
+          await apply(opts, (pool, actor) => setTargetRateLimit(pool, target, rate, actor), targetShow);
           return;
         }
-        if (opts.rate === undefined) throw inputError(`nothing to change: give --rate <n|none> or --reset for database ${target}`);
-        const rate = opts.rate === 'none' ? null : opts.rate;
-        await apply(opts, (pool, actor) => setTargetRateLimit(pool, target, rate, actor), targetShow);
-        return;
-      }
-      if (kind === undefined) throw inputError('name a kind (limit <kind> ...) or a business database (limit --database <name> ...)');
-      const change: LimitChange = {};
-      if (opts.maxRunningShards !== undefined) change.maxRunningShards = opts.maxRunningShards === 'none' ? null : opts.maxRunningShards;
-      if (opts.rate !== undefined) change.rateLimit = opts.rate === 'none' ? null : opts.rate;
-      if (opts.reset) {
-        if (Object.keys(change).length > 0) throw inputError('--reset restores the config file\'s values: give it alone, without --max-running-shards or --rate');
-        await apply(opts, (pool, actor) => resetKindControls(pool, kind, actor), kindShow);
-        return;
-      }
-      if (Object.keys(change).length === 0) throw inputError('nothing to change: give --max-running-shards <n|none>, --rate <n|none>, or --reset');
-      await apply(opts, (pool, actor) => setKindLimits(pool, kind, change, actor), kindShow);
-    });
+        if (kind === undefined) throw inputError('name a kind (limit <kind> ...) or a business database (limit --database <name> ...)');
+        const change: LimitChange = {};
+        if (opts.maxRunningShards !== undefined) change.maxRunningShards = opts.maxRunningShards === 'none' ? null : opts.maxRunningShards;
+        if (opts.rate !== undefined) change.rateLimit = opts.rate === 'none' ? null : opts.rate;
+        if (opts.reset) {
+          if (Object.keys(change).length > 0)
+            throw inputError("--reset restores the config file's values: give it alone, without --max-running-shards or --rate");
+          await apply(opts, (pool, actor) => resetKindControls(pool, kind, actor), kindShow);
+          return;
+        }
+        if (Object.keys(change).length === 0) throw inputError('nothing to change: give --max-running-shards <n|none>, --rate <n|none>, or --reset');
+        await apply(opts, (pool, actor) => setKindLimits(pool, kind, change, actor), kindShow);
+      },
+    );
 }

@@ -47,7 +47,11 @@ export function registerGenerate(program: Command): void {
         throw new CommanderError(2, 'tc.schema', `cannot read timeout_center.kinds (${err.message}): run \`timeout-center migrate\` first`);
       });
       if (kinds.length === 0) {
-        throw new CommanderError(2, 'tc.input', `kind "${opts.kind}" is not registered: declare it in the config and run \`timeout-center migrate --config ...\``);
+        throw new CommanderError(
+          2,
+          'tc.input',
+          `kind "${opts.kind}" is not registered: declare it in the config and run \`timeout-center migrate --config ...\``,
+        );
       }
       await pool.query(`CREATE TABLE IF NOT EXISTS orders (id bigint PRIMARY KEY, status text NOT NULL, closed_at timestamptz);
         CREATE SEQUENCE IF NOT EXISTS orders_generator_seq;

@@ -25,7 +25,7 @@ export function registerRetry(program: Command): void {
     .option('--id <ids>', 'failed timeout id(s); repeat or separate with commas', idList('--id'))
     .option('--kind <kind>', 'every failed timeout of this kind')
     .option('--scan <scanId>', 'the failed timeouts of this scan', (v) => parseId(v, '--scan'))
-    .option('--shard <ids>', "the failed timeouts of these shard(s) (e.g. a shard abandoned after killing its workers)", idList('--shard'))
+    .option('--shard <ids>', 'the failed timeouts of these shard(s) (e.g. a shard abandoned after killing its workers)', idList('--shard'))
     .option('--dry-run', 'only say what would be retried')
     .action(async (opts: RetryOptions) => {
       if (!opts.id && opts.kind === undefined && opts.scan === undefined && !opts.shard) {

@@ -6,7 +6,19 @@
 // limit over all kinds).
 import { sql } from 'kysely';
 import type { Command } from 'commander';
-import { databaseOption, formatSeconds, formatTime, jsonOption, parseLimit, print, printJson, table, withDatabase, type DbOptions, type DbTimestamp } from './common.js';
+import {
+  databaseOption,
+  formatSeconds,
+  formatTime,
+  jsonOption,
+  parseLimit,
+  print,
+  printJson,
+  table,
+  withDatabase,
+  type DbOptions,
+  type DbTimestamp,
+} from './common.js';
 import type { ScanReportView } from '../../db/schema.js';
 import { listKindControls } from '../../flow/kind-controls.js';
 import { LIVE_WINDOW_S, openBreakers } from '../../operations/overview.js';
@@ -71,9 +83,7 @@ export function registerStatus(program: Command): void {
         const leader = lease && lease.epoch > 0 ? { holder: lease.holder, epoch: Number(lease.epoch), acquiredAt: lease.acquired_at } : null;
         // Kinds with work that no live worker serves: their timeouts wait (sql/0013).
         const served = new Set(workers.flatMap((w) => w.kinds));
-        const unserved = backlog
-          .filter((b) => !b.paused && !served.has(b.kind) && Number(b.pending_due) + Number(b.in_flight) > 0)
-          .map((b) => b.kind);
+        const unserved = backlog.filter((b) => !b.paused && !served.has(b.kind) && Number(b.pending_due) + Number(b.in_flight) > 0).map((b) => b.kind);
         if (opts.json) {
           printJson({
             now: now.rows[0]!.now,
@@ -89,18 +99,30 @@ export function registerStatus(program: Command): void {
             databases: targets.map(targetControlsJson),
             totals,
             leader,
-            liveWorkers: workers.map((w) => ({ workerId: w.worker_id, host: w.host, pid: w.pid, kinds: w.kinds, startedAt: w.started_at, lastSeenAt: w.last_seen_at })),
+            liveWorkers: workers.map((w) => ({
+              workerId: w.worker_id,
+              host: w.host,
+              pid: w.pid,
+              kinds: w.kinds,
+              startedAt: w.started_at,
+              lastSeenAt: w.last_seen_at,
+            })),
             unservedKinds: unserved,
             failed: Object.fromEntries(failed.map((f) => [f.kind, f.count])),
             scans: scans.map(scanJson),
-            openBreakers: breakers.map((b) => ({ kind: b.kind, target: b.target, worker: b.worker, state: b.state, since: b.changedAt, lastError: b.lastError })),
+            openBreakers: breakers.map((b) => ({
+              kind: b.kind,
+              target: b.target,
+              worker: b.worker,
+              state: b.state,
+              since: b.changedAt,
+              lastError: b.lastError,
+            })),
           });
           return;
         }
         const out: string[] = [];
-        out.push(
-          `Backlog: ${totals.pendingDue} due and waiting, ${totals.inFlight} in flight, oldest lag ${formatSeconds(totals.oldestLagSeconds) ?? '-'}`,
-        );
+        out.push(`Backlog: ${totals.pendingDue} due and waiting, ${totals.inFlight} in flight, oldest lag ${formatSeconds(totals.oldestLagSeconds) ?? '-'}`);
         if (backlog.length > 0) {
           out.push(
             indent(
