@@ -1,6 +1,7 @@
 // The business-facing API: schedule, cancel and reschedule a timeout inside the caller's own
 // transaction (a pg client / pool, or a kysely instance or transaction). Plain SQL does the same
 // from any language; these functions are that SQL plus input checks and clear errors.
+import { InputError } from './input-error.js';
 import { CompiledQuery, type Kysely, type Transaction } from 'kysely';
 
 /** Anything that can run a parameterised query: pg.Client, pg.PoolClient, pg.Pool. */
@@ -10,7 +11,7 @@ export interface PgQueryable {
 // eslint-disable-next-line @typescript-eslint/no-explicit-any -- any database type is fine
 export type Executor = PgQueryable | Kysely<any> | Transaction<any>;
 
-export class TimeoutInputError extends Error {
+export class TimeoutInputError extends InputError {
   override name = 'TimeoutInputError';
 }
 export class UnknownKindError extends TimeoutInputError {

@@ -1,6 +1,7 @@
 #!/usr/bin/env node
 // timeout-center: one command per verb. Errors go to stderr as one readable line (what happened,
 // what to do) and a non-zero exit; logs go to stdout as JSON lines.
+import { InputError } from '../input-error.js';
 import { Command, CommanderError, Option } from 'commander';
 import { ConfigError, loadConfig, type LoadedConfig } from '../config.js';
 import { migrate } from '../db/migrate.js';
@@ -194,7 +195,7 @@ async function main(argv: string[]): Promise<void> {
       // Usage errors (missing argument, unknown option, ...) are bad input like ours: exit 2.
       process.exit(err.exitCode === 1 && err.code.startsWith('commander.') ? 2 : err.exitCode || 2);
     }
-    if (err instanceof ConfigError || err instanceof UnreachableError) {
+    if (err instanceof ConfigError || err instanceof UnreachableError || err instanceof InputError) {
       process.stderr.write(`timeout-center: ${err.message}\n`);
       process.exit(2);
     }

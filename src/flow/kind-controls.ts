@@ -3,6 +3,7 @@
 // each change is validated the same way and audited with its actor (sql/0006_flow_control.sql:
 // the kinds_controls_audit trigger writes timeout_center.audit_log from the session's
 // timeout_center.actor setting, which these functions set for their own transaction).
+import { InputError } from '../input-error.js';
 import type pg from 'pg';
 
 /** Anything that can run a query: a pg Pool or a connected Client. */
@@ -28,7 +29,7 @@ export interface KindControls {
 }
 
 /** A change that names an unknown kind or an invalid limit: nothing was changed. */
-export class ControlInputError extends Error {
+export class ControlInputError extends InputError {
   override name = 'ControlInputError';
 }
 

@@ -7,6 +7,7 @@
 // timeouts go back to pending (attempts 0, due now) through the same retry as `retry --shard`,
 // and the next scan claims them into a new shard. A shard still queued or running is refused
 // (it is being worked on), and so is one with no failed timeouts (nothing to rerun).
+import { InputError } from '../input-error.js';
 import type { Kysely } from 'kysely';
 import type { Database } from '../db/schema.js';
 import { recordAudit, type Queryable } from '../flow/kind-controls.js';
@@ -78,7 +79,7 @@ export async function getScan(db: Queryable, scanId: number): Promise<{ scan: Sc
 }
 
 /** Refused rerun: the reason is written for the operator; nothing was changed. */
-export class RerunRefused extends Error {
+export class RerunRefused extends InputError {
   override name = 'RerunRefused';
 }
 

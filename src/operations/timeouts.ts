@@ -2,6 +2,7 @@
 // operator's cancel / reschedule / retry: the same cancel() and reschedule() the business API
 // uses (src/schedule.ts) and the same retry as `timeout-center retry`, each audited in the
 // transaction that makes the change.
+import { InputError } from '../input-error.js';
 import type { Kysely } from 'kysely';
 import type { Database } from '../db/schema.js';
 import { recordAudit, type Queryable } from '../flow/kind-controls.js';
@@ -77,7 +78,7 @@ export async function listFailed(db: Queryable, filter: FailedFilter, limit: num
 }
 
 /** Bad operator input (unknown kind, empty selector, ...): nothing was changed. */
-export class OperationInputError extends Error {
+export class OperationInputError extends InputError {
   override name = 'OperationInputError';
 }
 
@@ -117,13 +118,30 @@ function describeSelector(s: RetrySelector): string {
   return parts.join(', ');
 }
 
-/** Cancels the live timeout of (kind, bizId); false when there is none. Audited when it acts. */
+/** Cancels the pending timeout of (kind, bizId); false when it came too late or there is none.
+ *  Audited when it acts. */
 export async function cancelAudited(db: Kysely<Database>, kind: string, bizId: string, actor: string): Promise<boolean> {
+  return (await cancelManyAudited(db, kind, [bizId], actor)).cancelled.length === 1;
+}
+
+/** Cancels the pending timeouts of several business objects of one kind in one transaction, each
+ *  cancel audited; says which were not cancelled (too late, final, or never scheduled). */
+export async function cancelManyAudited(
+  db: Kysely<Database>,
+  kind: string,
+  bizIds: string[],
+  actor: string,
+): Promise<{ cancelled: string[]; notLive: string[] }> {
   await assertKnownKind(db, kind);
   return db.transaction().execute(async (trx) => {
-    const done = await cancel(trx, kind, bizId);
-    if (done) await recordAudit(queryable(trx), { actor, action: 'cancel', kind, target: bizId });
-    return done;
+    const cancelled: string[] = [];
+    const notLive: string[] = [];
+    for (const bizId of [...new Set(bizIds)]) {
+      const done = await cancel(trx, kind, bizId);
+      if (done) await recordAudit(queryable(trx), { actor, action: 'cancel', kind, target: bizId });
+      (done ? cancelled : notLive).push(bizId);
+    }
+    return { cancelled, notLive };
   });
 }
 

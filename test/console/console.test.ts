@@ -312,7 +312,7 @@ describe.skipIf(browserTool.skip)(browserTool.title('console in a real browser')
     const row = await pool.query(`SELECT due_at FROM timeout_center.all_timeouts WHERE kind = 'order.unshipped' AND biz_id = '5001'`);
     expect((row.rows[0].due_at as Date).getTime()).toBe(due.getTime());
     await page.locator('button', { hasText: 'Cancel' }).click();
-    await expect(page.locator('.flash.ok').textContent()).resolves.toContain('cancelled the live order.unshipped timeout of 5001');
+    await expect(page.locator('.flash.ok').textContent()).resolves.toContain('cancelled the pending order.unshipped timeout of 5001');
     expect(await page.locator('#history td.state-cancelled').count()).toBe(1);
     await page.goto(`${url}/audit`);
     expect(await page.locator('#audit tr[data-action="cancel"]').count()).toBe(1);

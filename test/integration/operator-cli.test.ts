@@ -290,6 +290,25 @@ describe('operator CLI against a real database', () => {
     const again = await json<{ cancelled: string[]; notLive: string[] }>(['cancel', 'order.unshipped', '9001']);
     expect(again).toEqual({ kind: 'order.unshipped', cancelled: [], notLive: ['9001'] });
   });
+
+  it('retry and cancel write audit rows like the console, with their actor', async () => {
+    await pool.query(`DELETE FROM timeout_center.audit_log WHERE action IN ('retry', 'cancel')`);
+    const cancelled = await cli(['cancel', 'order.unshipped', '9003', '--actor', 'alice']);
+    expect(cancelled.code, cancelled.stderr).toBe(0);
+    const failedId = (await json<{ timeouts: { timeoutId: number }[] }>(['failed', '--limit', '1'])).timeouts[0]!.timeoutId;
+    const dry = await cli(['retry', '--id', String(failedId), '--dry-run', '--actor', 'bob']);
+    expect(dry.code, dry.stderr).toBe(0);
+    const retried = await cli(['retry', '--id', String(failedId), '--actor', 'bob']);
+    expect(retried.code, retried.stderr).toBe(0);
+    const { rows } = await pool.query<{ actor: string; action: string; kind: string | null; target: string | null }>(
+      `SELECT actor, action, kind, target FROM timeout_center.audit_log WHERE action IN ('retry', 'cancel') ORDER BY id`,
+    );
+    // One row each: the dry run changed nothing and is not audited.
+    expect(rows).toEqual([
+      { actor: 'alice', action: 'cancel', kind: 'order.unshipped', target: '9003' },
+      { actor: 'bob', action: 'retry', kind: null, target: `ids ${failedId}` },
+    ]);
+  });
 });
 
 /** Runs the CLI with exactly `env` (plus PATH), returning raw stdout: tables and pretty JSON. */

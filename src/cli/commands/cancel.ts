@@ -1,9 +1,10 @@
 // `timeout-center cancel <kind> <bizId...>`: cancels the pending timeout of each business object,
-// through the same cancel() the business API uses, in one transaction. A cancelled timeout never
-// acts; a dispatched one (in a worker's hands) cannot be cancelled any more.
+// through the same cancel() the business API uses, in one transaction, each cancel audited with
+// --actor (operations/: the console's cancel too). A cancelled timeout never acts; a dispatched
+// one (in a worker's hands) cannot be cancelled any more.
 import type { Command } from 'commander';
-import { cancel, TimeoutInputError } from '../../schedule.js';
-import { assertKind, databaseOption, inputError, jsonOption, print, printJson, withDatabase, type DbOptions } from './common.js';
+import { cancelManyAudited } from '../../operations/actions.js';
+import { actorOption, assertKind, databaseOption, defaultActor, inputError, jsonOption, print, printJson, withDatabase, type DbOptions } from './common.js';
 
 export function registerCancel(program: Command): void {
   program
@@ -13,26 +14,14 @@ export function registerCancel(program: Command): void {
     .argument('<bizId...>', 'business object id(s)')
     .addOption(databaseOption())
     .addOption(jsonOption())
-    .action(async (kind: string, bizIds: string[], opts: DbOptions & { json?: boolean }) => {
+    .addOption(actorOption())
+    .action(async (kind: string, bizIds: string[], opts: DbOptions & { json?: boolean; actor?: string }) => {
       for (const id of bizIds) {
         if (id.length === 0 || id.length > 200) throw inputError(`bizId must be 1 to 200 characters, got ${JSON.stringify(id)}`);
       }
       await withDatabase(opts, async (db) => {
         await assertKind(db, kind);
-        const unique = [...new Set(bizIds)];
-        const outcome = await db.transaction().execute(async (trx) => {
-          const cancelled: string[] = [];
-          const notLive: string[] = [];
-          for (const bizId of unique) {
-            try {
-              ((await cancel(trx, kind, bizId)) ? cancelled : notLive).push(bizId);
-            } catch (err) {
-              if (err instanceof TimeoutInputError) throw inputError(err.message);
-              throw err;
-            }
-          }
-          return { cancelled, notLive };
-        });
+        const outcome = await cancelManyAudited(db, kind, bizIds, opts.actor ?? defaultActor());
         if (opts.json) {
           printJson({ kind, ...outcome });
           return;

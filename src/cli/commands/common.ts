@@ -2,6 +2,7 @@
 // database connection (DATABASE_URL only: no config file, no Redis), argument parsers whose errors
 // exit 2 before anything is written, and the two output styles (aligned tables for people, --json
 // for scripts).
+import { hostname, userInfo } from 'node:os';
 import { CommanderError, Option } from 'commander';
 import type { Kysely } from 'kysely';
 import type pg from 'pg';
@@ -18,6 +19,21 @@ export function inputError(message: string): CommanderError {
 }
 
 export const databaseOption = () => new Option('--database-url <url>', 'PostgreSQL URL of the timeout center').env('DATABASE_URL');
+/** Who made the change, for the audit log: --actor, else $USER@host. */
+export function defaultActor(): string {
+  let user = process.env['USER'] || process.env['LOGNAME'];
+  if (!user) {
+    try {
+      user = userInfo().username;
+    } catch {
+      user = 'unknown';
+    }
+  }
+  return `${user}@${hostname()}`;
+}
+
+export const actorOption = () => new Option('--actor <who>', 'who makes the change, recorded in timeout_center.audit_log (default: $USER@host)');
+
 export const jsonOption = () => new Option('--json', 'print JSON (one document) for scripts instead of a table');
 
 export type { DbTimestamp } from '../../db/schema.js';

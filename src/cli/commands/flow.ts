@@ -4,27 +4,20 @@
 // (src/flow/kind-controls.ts, shared with the console); the leader and the workers read the
 // controls at every plan and every shard, so the change applies fleet-wide within a tick, and it
 // survives restarts until `limit <kind> --reset` puts the kind back on its config file's values.
-import { hostname, userInfo } from 'node:os';
 import { Option, type Command } from 'commander';
 import type pg from 'pg';
-import { ControlInputError, pauseKind, resetKindControls, resumeKind, setKindLimits, type KindControls, type LimitChange } from '../../flow/kind-controls.js';
-import { resetTargetControls, setTargetRateLimit, type TargetControls } from '../../flow/target-controls.js';
-import { databaseOption, formatTime, inputError, jsonOption, print, printJson, withDatabase, type DbOptions } from './common.js';
-
-/** Who made the change, for the audit log: --actor, else $USER@host. */
-function defaultActor(): string {
-  let user = process.env['USER'] || process.env['LOGNAME'];
-  if (!user) {
-    try {
-      user = userInfo().username;
-    } catch {
-      user = 'unknown';
-    }
-  }
-  return `${user}@${hostname()}`;
-}
-
-const actorOption = () => new Option('--actor <who>', 'who makes the change, recorded in timeout_center.audit_log (default: $USER@host)');
+import type { KindControls, LimitChange } from '../../flow/kind-controls.js';
+import type { TargetControls } from '../../flow/target-controls.js';
+import {
+  ControlInputError,
+  pauseKind,
+  resetKindControls,
+  resetTargetControls,
+  resumeKind,
+  setKindLimits,
+  setTargetRateLimit,
+} from '../../operations/actions.js';
+import { actorOption, databaseOption, defaultActor, formatTime, inputError, jsonOption, print, printJson, withDatabase, type DbOptions } from './common.js';
 
 type FlowOptions = DbOptions & { json?: boolean; actor?: string };
 

@@ -6,10 +6,24 @@
 import type { Command } from 'commander';
 import { Option } from 'commander';
 import { configSchema, parseConfig, readConfigFile, type RetentionConfig } from '../../config.js';
-import { countPurgeable, purge } from '../../retention/retention.js';
-import { databaseOption, formatSeconds, jsonOption, parseDuration, parseLimit, print, printJson, withDatabase, type DbOptions } from './common.js';
+import { purgeAudited } from '../../operations/actions.js';
+import { countPurgeable } from '../../retention/retention.js';
+import {
+  actorOption,
+  databaseOption,
+  defaultActor,
+  formatSeconds,
+  jsonOption,
+  parseDuration,
+  parseLimit,
+  print,
+  printJson,
+  withDatabase,
+  type DbOptions,
+} from './common.js';
 
 interface PurgeCliOptions extends DbOptions {
+  actor?: string;
   json?: boolean;
   config?: string;
   doneAfter?: number;
@@ -29,6 +43,7 @@ export function registerPurge(program: Command): void {
     .option('--scans-after <age>', 'purge reduced scans (and their shards) older than this', (v) => parseDuration(v, '--scans-after'))
     .option('--batch-size <n>', 'timeouts deleted per statement', (v) => parseLimit(v, '--batch-size'))
     .option('--dry-run', 'only count what would be deleted')
+    .addOption(actorOption())
     .action(async (opts: PurgeCliOptions) => {
       // Only the retention section is read: purge needs no Redis URL and no valid kinds beyond
       // what the file's own validation demands.
@@ -60,7 +75,7 @@ export function registerPurge(program: Command): void {
         process.once('SIGINT', onSignal);
         process.once('SIGTERM', onSignal);
         try {
-          const result = await purge(pool, options, { shouldStop: () => stop });
+          const result = await purgeAudited(pool, options, opts.actor ?? defaultActor(), { shouldStop: () => stop });
           if (opts.json) printJson({ dryRun: false, ...options, deleted: result, interrupted: stop });
           else {
             const rate = result.ms > 0 ? Math.round((result.timeouts / result.ms) * 1000) : 0;

@@ -1,11 +1,26 @@
-// `timeout-center retry` (src/operations/retry.ts does the work): puts failed timeouts back to pending (attempts 0, available now), so the
-// next scan claims them. Selected by timeout id, kind, scan or shard (the failed timeouts of a
+// `timeout-center retry` (src/operations/: retryAudited, the console's retry too): puts failed
+// timeouts back to pending (attempts 0, available now), so the next scan claims them; audited with
+// --actor. Selected by timeout id, kind, scan or shard (the failed timeouts of a
 // shard, e.g. one abandoned after killing its workers); several selectors narrow each other.
 // A failed timeout whose business object already has a live timeout of the same kind is left
 // alone (the one-live-per-object rule), and so is all but the newest failed one per object.
 import type { Command } from 'commander';
+import { retryAudited } from '../../operations/actions.js';
 import { retryFailed } from '../../operations/retry.js';
-import { assertKind, databaseOption, idList, inputError, jsonOption, parseId, print, printJson, withDatabase, type DbOptions } from './common.js';
+import {
+  actorOption,
+  assertKind,
+  databaseOption,
+  defaultActor,
+  idList,
+  inputError,
+  jsonOption,
+  parseId,
+  print,
+  printJson,
+  withDatabase,
+  type DbOptions,
+} from './common.js';
 
 interface RetryOptions extends DbOptions {
   json?: boolean;
@@ -14,6 +29,7 @@ interface RetryOptions extends DbOptions {
   scan?: number;
   shard?: number[];
   dryRun?: boolean;
+  actor?: string;
 }
 
 export function registerRetry(program: Command): void {
@@ -27,13 +43,18 @@ export function registerRetry(program: Command): void {
     .option('--scan <scanId>', 'the failed timeouts of this scan', (v) => parseId(v, '--scan'))
     .option('--shard <ids>', 'the failed timeouts of these shard(s) (e.g. a shard abandoned after killing its workers)', idList('--shard'))
     .option('--dry-run', 'only say what would be retried')
+    .addOption(actorOption())
     .action(async (opts: RetryOptions) => {
       if (!opts.id && opts.kind === undefined && opts.scan === undefined && !opts.shard) {
         throw inputError('retry needs a selector: --id <ids>, --kind <kind>, --scan <scanId> or --shard <ids> (see `timeout-center failed`)');
       }
       await withDatabase(opts, async (db) => {
         if (opts.kind !== undefined) await assertKind(db, opts.kind);
-        const result = await db.transaction().execute((trx) => retryFailed(trx, opts));
+        // A dry run changes nothing and is not audited; a retry is, as from the console.
+        const selector = { id: opts.id, kind: opts.kind, scan: opts.scan, shard: opts.shard };
+        const result = opts.dryRun
+          ? await db.transaction().execute((trx) => retryFailed(trx, { ...selector, dryRun: true }))
+          : await retryAudited(db, selector, opts.actor ?? defaultActor());
         if (opts.json) {
           printJson(result);
           return;
