@@ -3,7 +3,7 @@
 // claim limit, and the worker that runs it claims that many due rows of its kind (see
 // worker/queries/claim.sql), so every timeout is written once on its way to done.
 import type pg from 'pg';
-import { query } from '../db/queries.js';
+import { statement } from '../db/queries.js';
 import type { ShardMessage } from '../transport/channel.js';
 import { fencedTransaction } from './fence.js';
 
@@ -43,7 +43,7 @@ export async function planScan(
 ): Promise<PlannedScan | undefined> {
   type Row = { id: number; scan_id: number; kind: string; target: string | null; claim_limit: number; uncovered: string; counted: boolean; complete: boolean };
   const { rows } = await fencedTransaction(pool, epoch, (client) =>
-    client.query<Row>(query(new URL('.', import.meta.url), 'plan_shards'), [
+    client.query<Row>(statement('coordinator/plan_shards'), [
       args.cutoff,
       args.kinds,
       args.maxShards,
@@ -89,7 +89,7 @@ export async function countAhead(
   pool: pg.Pool,
   args: { kinds: string[]; cutoff: Date; maxRows: number },
 ): Promise<Map<string, { uncovered: number; complete: boolean }>> {
-  const { rows } = await pool.query<{ kind: string; uncovered: string; complete: boolean }>(query(new URL('.', import.meta.url), 'count_ahead'), [
+  const { rows } = await pool.query<{ kind: string; uncovered: string; complete: boolean }>(statement('coordinator/count_ahead'), [
     args.kinds,
     args.cutoff,
     args.maxRows,

@@ -1,15 +1,11 @@
-// Loads a statement file (src/<module>/queries/<name>.sql). Each file holds one statement with a
-// header naming its $n parameters; files are read once, on first use.
-import { readFileSync } from 'node:fs';
+// The engine's statements, one per file under src/<module>/queries/ (each with a header naming its
+// $n parameters), compiled into statements.generated.ts at build time (scripts/compile-sql.mjs):
+// nothing reads SQL from disk at run time, and a statement's name is checked by the compiler.
+import { statements, type StatementName } from './statements.generated.js';
 
-const cache = new Map<string, string>();
+export type { StatementName };
 
-export function query(dir: URL, name: string): string {
-  const url = new URL(`queries/${name}.sql`, dir);
-  let text = cache.get(url.href);
-  if (text === undefined) {
-    text = readFileSync(url, 'utf8');
-    cache.set(url.href, text);
-  }
-  return text;
+/** The text of a statement file, e.g. statement('worker/take_lease'). */
+export function statement(name: StatementName): string {
+  return statements[name];
 }

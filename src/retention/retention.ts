@@ -9,11 +9,9 @@
 import type pg from 'pg';
 import type { Logger } from 'pino';
 import type { RetentionConfig } from '../config.js';
-import { query } from '../db/queries.js';
+import { statement } from '../db/queries.js';
 import type { Metrics } from '../observability/metrics.js';
 import { BaseService } from '../service.js';
-
-const here = new URL('.', import.meta.url);
 
 export interface PurgeOptions {
   /** Done/cancelled timeouts finished longer ago than this are deleted. */
@@ -45,10 +43,10 @@ export async function purge(pool: pg.Pool, options: PurgeOptions, hooks: PurgeHo
   const stop = hooks.shouldStop ?? (() => false);
   // Timeouts first (the done ones' history, then the cancelled ones): nothing references them.
   // Then scans, whose shards cascade.
-  for (const statement of ['purge_done_timeouts', 'purge_timeouts']) {
+  for (const name of ['retention/purge_done_timeouts', 'retention/purge_timeouts'] as const) {
     for (;;) {
       if (stop()) break;
-      const { rowCount } = await pool.query(query(here, statement), [options.doneAfterMs, options.batchSize]);
+      const { rowCount } = await pool.query(statement(name), [options.doneAfterMs, options.batchSize]);
       const n = rowCount ?? 0;
       result.batches += 1;
       result.timeouts += n;
@@ -58,7 +56,7 @@ export async function purge(pool: pg.Pool, options: PurgeOptions, hooks: PurgeHo
   }
   for (;;) {
     if (stop()) break;
-    const { rowCount } = await pool.query(query(here, 'purge_scans'), [options.scansAfterMs, options.scanBatchSize]);
+    const { rowCount } = await pool.query(statement('retention/purge_scans'), [options.scansAfterMs, options.scanBatchSize]);
     const n = rowCount ?? 0;
     result.batches += 1;
     result.scans += n;
@@ -66,7 +64,7 @@ export async function purge(pool: pg.Pool, options: PurgeOptions, hooks: PurgeHo
     if (n < options.scanBatchSize) break;
   }
   if (!stop()) {
-    const { rowCount } = await pool.query(query(here, 'purge_workers'), [options.scansAfterMs]);
+    const { rowCount } = await pool.query(statement('retention/purge_workers'), [options.scansAfterMs]);
     result.workers = rowCount ?? 0;
   }
   result.ms = Math.round(performance.now() - started);
@@ -75,7 +73,7 @@ export async function purge(pool: pg.Pool, options: PurgeOptions, hooks: PurgeHo
 
 /** What purge would delete now, without deleting (`timeout-center purge --dry-run`). */
 export async function countPurgeable(pool: pg.Pool, options: Pick<PurgeOptions, 'doneAfterMs' | 'scansAfterMs'>): Promise<{ timeouts: number; scans: number }> {
-  const { rows } = await pool.query<{ timeouts: number; scans: number }>(query(here, 'count_purgeable'), [options.doneAfterMs, options.scansAfterMs]);
+  const { rows } = await pool.query<{ timeouts: number; scans: number }>(statement('retention/count_purgeable'), [options.doneAfterMs, options.scansAfterMs]);
   return rows[0]!;
 }
 

@@ -7,7 +7,7 @@
 import type pg from 'pg';
 import type { Logger } from 'pino';
 import { isConnectionError, isRetryableConflict } from '../db/pool.js';
-import { query } from '../db/queries.js';
+import { statement } from '../db/queries.js';
 import { AS_TEXT, parseInt8Array, parseIntArray, parseJsonbArray, parseMillisArray, parseTextArray } from '../db/pg-text.js';
 import { failpoint } from '../failpoints.js';
 import type { Metrics } from '../observability/metrics.js';
@@ -22,8 +22,6 @@ import type { KeptLease, LeaseKeeper } from './lease-keeper.js';
 import { recordOutcome, type Lateness, type ShardCounts, type ShardOutcome } from './outcome.js';
 import type { BatchSqlHandler, BatchStatement } from './sql-handler.js';
 import { withTimeLimit } from './time-limit.js';
-
-const here = new URL('.', import.meta.url);
 
 class LeaseLostError extends Error {
   override name = 'LeaseLostError';
@@ -120,7 +118,7 @@ export class ShardExecutor {
     if (lease.attempts > 1) {
       // An earlier run of this shard died: fix its rows first, so that the rows that may be
       // killing workers stay with this shard and fail with it after maxAttempts.
-      const { rows: pinned } = await this.pool.query<{ pinned: number }>(query(here, 'pin'), [lease.id, lease.kind, lease.claim_limit, lease.lease_token]);
+      const { rows: pinned } = await this.pool.query<{ pinned: number }>(statement('worker/pin'), [lease.id, lease.kind, lease.claim_limit, lease.lease_token]);
       log.warn({ attempt: lease.attempts, pinned: pinned[0]?.pinned ?? 0 }, 'shard runs again after its worker died; its rows are pinned to it');
       // Rather than apply them all again (and die again, if one of them kills workers), hand them
       // to two new shards, half each (isolate.ts).
@@ -186,7 +184,7 @@ export class ShardExecutor {
         : '';
       open = true;
       const begun = (await client.query(
-        `BEGIN; ${bindLiterals(query(here, 'lock_shard'), [lease.id, lease.lease_token])}${savepoint}`,
+        `BEGIN; ${bindLiterals(statement('worker/lock_shard'), [lease.id, lease.lease_token])}${savepoint}`,
       )) as unknown as pg.QueryResult[];
       if (begun[1]!.rowCount === 0) throw new LeaseLostError(`lease on shard ${lease.id} was lost (the reaper requeued it)`);
       if (batch && lease.claimAt > performance.now()) {
@@ -223,13 +221,13 @@ export class ShardExecutor {
       if (fast) {
         // The batch moved every row already: finish only closes the shard (empty arrays).
         const closing = (await client.query(
-          `RELEASE SAVEPOINT tc_batch; SET LOCAL statement_timeout = 0; SET LOCAL lock_timeout = 0; ${bindLiterals(query(here, 'finish'), finishValues)}; COMMIT`,
+          `RELEASE SAVEPOINT tc_batch; SET LOCAL statement_timeout = 0; SET LOCAL lock_timeout = 0; ${bindLiterals(statement('worker/finish'), finishValues)}; COMMIT`,
         )) as unknown as pg.QueryResult<typeof done>[];
         open = false;
         done = closing[3]!.rows[0]!;
         t.finished = t.applied;
       } else {
-        done = (await client.query<typeof done>(query(here, 'finish'), finishValues)).rows[0]!;
+        done = (await client.query<typeof done>(statement('worker/finish'), finishValues)).rows[0]!;
         t.finished = performance.now();
         await client.query('COMMIT');
         open = false;
@@ -292,7 +290,7 @@ export class ShardExecutor {
   /** Claims the rows, then runs the handler on them (one value per timeout), splitting in halves
    *  on failure. */
   private async claimThenApply(client: pg.PoolClient, handler: ResolvedHandler, lease: Lease): Promise<Outcome> {
-    const { rows } = await client.query<Taken>({ text: query(here, 'claim'), values: [lease.id, lease.kind, lease.claim_limit, false], types: AS_TEXT });
+    const { rows } = await client.query<Taken>({ text: statement('worker/claim'), values: [lease.id, lease.kind, lease.claim_limit, false], types: AS_TEXT });
     const taken = rows[0]!;
     const out: Outcome = { n: Number(taken.n), skippedMarked: 0, claimed: [], skipped: [], failed: [], failures: [], lateness: { seconds: [] } };
     if (out.n === 0) return out;

@@ -20,7 +20,7 @@ import { BrokenCircuitError } from 'cockatiel';
 import type pg from 'pg';
 import type { Logger } from 'pino';
 import { isConnectionError, isRetryableConflict, pgErrorCode } from '../db/pool.js';
-import { query } from '../db/queries.js';
+import { statement } from '../db/queries.js';
 import { AS_TEXT, parseFloat8Array, parseJsonbArray, parseTextArray } from '../db/pg-text.js';
 import { failpoint } from '../failpoints.js';
 import type { Metrics } from '../observability/metrics.js';
@@ -34,8 +34,6 @@ import { splitPinned } from './isolate.js';
 import type { Lease } from './lease.js';
 import { recordOutcome, type ShardCounts, type ShardOutcome } from './outcome.js';
 import { withTimeLimit } from './time-limit.js';
-
-const here = new URL('.', import.meta.url);
 
 export type ExternalOutcome = Exclude<ShardOutcome, { status: 'held' }>;
 
@@ -218,7 +216,7 @@ export class ExternalExecutor {
   private async claim(lease: Lease, external: ExternalTarget): Promise<Claimed | undefined> {
     const routed = external.via === 'sql' && external.routed;
     const { rows } = await this.pool.query<{ target: string | null; biz_ids: string; payloads: string; lateness: string; fresh: string }>({
-      text: query(here, 'external_claim'),
+      text: statement('worker/external_claim'),
       values: [lease.id, lease.kind, lease.claim_limit, lease.lease_token, routed],
       types: AS_TEXT,
     });
@@ -391,7 +389,7 @@ export class ExternalExecutor {
     const client = await this.pool.connect();
     try {
       await client.query('BEGIN');
-      const { rowCount } = await client.query(query(here, 'lock_shard'), [lease.id, lease.lease_token]);
+      const { rowCount } = await client.query(statement('worker/lock_shard'), [lease.id, lease.lease_token]);
       const lock = new CenterLock(client);
       if (rowCount === 0) {
         await lock.rollback();
@@ -447,7 +445,7 @@ export class ExternalExecutor {
   ): Promise<ShardCounts | undefined> {
     const batch = 'retryInMs' in decision;
     const failed = batch ? [] : decision.failed;
-    const { rows } = await db.query<ShardCounts>(query(here, 'external_record'), [
+    const { rows } = await db.query<ShardCounts>(statement('worker/external_record'), [
       lease.id,
       lease.lease_token,
       batch ? [] : decision.applied,

@@ -6,9 +6,8 @@
 import { createHash } from 'node:crypto';
 import type pg from 'pg';
 import { isConnectionError } from '../db/pool.js';
-import { query } from '../db/queries.js';
+import { statement } from '../db/queries.js';
 
-const here = new URL('.', import.meta.url);
 /** The line of claim.sql the handler replaces. */
 const HANDLER_SLOT = /^.*-- tc:handler\b.*$/m;
 /** The line of claim.sql that orders a first run's claim (oldest due first). */
@@ -154,7 +153,7 @@ export async function sqlHandlerForm(pool: pg.Pool, handlerSql: string, timeLimi
   if (!inner) return { form: 'plain', reason: '$1 occurs only inside quotes or comments' };
   // A replacer function, not a replacement string: `$$`, `$&` and `$1` in the handler (a
   // dollar-quoted literal, say) must reach PostgreSQL as written.
-  const sql = query(here, 'claim').replace(HANDLER_SLOT, () => `  ${inner}`);
+  const sql = statement('worker/claim').replace(HANDLER_SLOT, () => `  ${inner}`);
   const newest = sql.replace(CLAIM_ORDER, NEWEST_FIRST);
   if (newest === sql) throw new Error('claim.sql has no "-- tc:claim-order" line for the newest-first form');
   try {

@@ -31,13 +31,20 @@ function withDatabase(url: string, database: string): string {
   return u.toString();
 }
 
-/** A fresh, empty database for one test file; drop() removes it (terminating leftover sessions). */
-export async function createTestDatabase(label: string): Promise<TestDatabase> {
+/** Set by the global setup (global-setup.ts): a database migrated once, that each test file's
+ *  database is copied from instead of migrating its own (graphile-worker's template database). */
+export const TEMPLATE_DATABASE_ENV = 'TC_TEST_TEMPLATE_DATABASE';
+
+/** A fresh database for one test file, with the center's schema already migrated (copied from the
+ *  run's template), or `empty` for a test of migrations themselves; drop() removes it
+ *  (terminating leftover sessions). */
+export async function createTestDatabase(label: string, options: { empty?: boolean } = {}): Promise<TestDatabase> {
   const name = uniqueName(label);
+  const template = options.empty ? undefined : process.env[TEMPLATE_DATABASE_ENV];
   const admin = new pg.Client({ connectionString: ADMIN_DATABASE_URL });
   await admin.connect();
   try {
-    await admin.query(`CREATE DATABASE ${name}`);
+    await admin.query(`CREATE DATABASE ${name}${template ? ` TEMPLATE ${template}` : ''}`);
   } finally {
     await admin.end();
   }

@@ -18,7 +18,7 @@ let env: Record<string, string>;
 const kinds = { 'order.unpaid': { handler: { type: 'sql' as const, sql: 'SELECT x FROM unnest($1::text[]) x' } } };
 
 beforeAll(async () => {
-  db = await createTestDatabase('api');
+  db = await createTestDatabase('api', { empty: true }); // its test migrates from five processes at once
   pool = new pg.Pool({ connectionString: db.url, max: 3 });
   env = { DATABASE_URL: db.url, REDIS_URL: TEST_REDIS_URL, TIMEOUT_CENTER_CONFIG: writeConfig({ kinds }) };
 });

@@ -190,7 +190,7 @@ describe('the CLI', () => {
   });
 
   it('explains a database that was never migrated', async () => {
-    const fresh = await createTestDatabase('unmigrated');
+    const fresh = await createTestDatabase('unmigrated', { empty: true });
     try {
       const r = await runCli(['coordinator'], { ...env, DATABASE_URL: fresh.url });
       expect(r.code).not.toBe(0);

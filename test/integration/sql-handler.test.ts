@@ -2,7 +2,7 @@
 // one statement claims, applies and reports the skipped ids exactly as the plain form would.
 import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { query } from '../../src/db/queries.js';
+import { statement } from '../../src/db/queries.js';
 import { batchSqlHandler, sqlHandlerForm } from '../../src/worker/sql-handler.js';
 import { CLOSE_SQL, createOrdersSchema, writeConfig } from '../helpers/orders.js';
 import { runCli } from '../helpers/processes.js';
@@ -85,7 +85,7 @@ describe('batch form of a SQL handler', () => {
     ]);
     // claim.sql's plain form (the rows only locked): one lateness per row, no counts, the arrays
     // in id order.
-    const claim = query(new URL('../../src/worker/', import.meta.url), 'claim');
+    const claim = statement('worker/claim');
     const { rows: plain } = await pool.query(claim, [shard[0].id, 'order.unpaid', 3, false]);
     expect(plain[0].n).toBe(3);
     expect(plain[0].ids).toEqual(['16', '17', '18'].map((b) => idsByBiz.get(b)));
