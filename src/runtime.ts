@@ -77,6 +77,8 @@ export interface RuntimeOptions {
    *  Redis (InProcessChannel, LocalLeaderLock); config.redisUrl is then not used. Default: Redis
    *  Streams and redlock on config.redisUrl. */
   embedded?: { channel: ShardChannel; leaderLock: LeaderLock };
+  /** More services of the process (the console of `--console`): started last, stopped first. */
+  services?: Service[];
 }
 
 export interface Runtime {
@@ -187,6 +189,7 @@ export async function startRuntime(options: RuntimeOptions): Promise<Runtime> {
       ),
     );
   }
+  services.push(...(options.services ?? []));
   const process_ = new ServiceGroup('timeout-center', services, logger);
   await process_.start();
 

@@ -15,7 +15,7 @@ import { checkPostgres, startRuntime, UnreachableError, type Runtime } from '../
 import { registerDemo } from './commands/demo.js';
 import { registerGenerate } from './commands/generate.js';
 import { registerCancel } from './commands/cancel.js';
-import { addConsoleOptions, consoleFromServeOptions, registerConsole, type ServeConsoleOpts } from './commands/console.js';
+import { addConsoleOptions, consoleService, registerConsole, type ServeConsoleOpts } from './commands/console.js';
 import { registerFailed } from './commands/failed.js';
 import { registerFlow } from './commands/flow.js';
 import { registerPurge } from './commands/purge.js';
@@ -109,11 +109,14 @@ function serve(role: 'coordinator' | 'worker' | 'run', description: string) {
     // Signals are handled from before the start: a SIGTERM while starting stops the process as
     // soon as the start completes (drained, leadership released), not by Node's default exit.
     const untilSignalled = handleShutdownSignals(logger);
-    const runtime = await startRuntime({ config, logger, coordinator: role !== 'worker', worker: role !== 'coordinator' });
-    // The console (--console) has its own pool; it ends with the process.
-    await consoleFromServeOptions(opts, config.databaseUrl, config.alerts.lagSlaMs, logger)?.catch(async (err: unknown) => {
-      await runtime.stop();
-      throw err;
+    // The console (--console), with its own pool, is one more service of the process.
+    const console_ = consoleService(opts, config.databaseUrl, config.alerts.lagSlaMs, logger);
+    const runtime = await startRuntime({
+      config,
+      logger,
+      coordinator: role !== 'worker',
+      worker: role !== 'coordinator',
+      services: console_ ? [console_] : [],
     });
     await untilSignalled(runtime);
   });

@@ -116,7 +116,7 @@ export class Coordinator extends BaseService {
 
   protected async onStart(): Promise<void> {
     await this.duties.start();
-    this.deps.leadership.start();
+    await this.deps.leadership.start();
   }
 
   /** Stops the leader duties (after the tick in progress) and gives up leadership: the lock is

@@ -7,6 +7,7 @@ import { EventEmitter } from 'node:events';
 import type { Redis } from 'ioredis';
 import type pg from 'pg';
 import type { Logger } from 'pino';
+import type { Service } from '../service.js';
 import { redlockLeaderLock, type HeldLock, type LeaderLock } from './leader-lock.js';
 
 export interface LeadershipOptions {
@@ -26,13 +27,14 @@ export interface LeadershipEvents {
   deposed: [reason: string];
 }
 
-export class Leadership extends EventEmitter<LeadershipEvents> {
+export class Leadership extends EventEmitter<LeadershipEvents> implements Service {
+  readonly name = 'leadership';
   private readonly locker: LeaderLock;
   private lock: HeldLock | undefined;
   private currentEpoch = 0;
   private timer: NodeJS.Timeout | undefined;
   private busy: Promise<void> = Promise.resolve();
-  private stopped = false;
+  private stopped = true;
 
   constructor(private readonly options: LeadershipOptions) {
     super();
@@ -50,7 +52,10 @@ export class Leadership extends EventEmitter<LeadershipEvents> {
     return this.isLeader ? this.currentEpoch : 0;
   }
 
-  start(): void {
+  /** Starts competing for the lock (idempotent: a second start while running does nothing). */
+  async start(): Promise<void> {
+    if (!this.stopped) return;
+    await this.busy.catch(() => {});
     this.stopped = false;
     this.schedule(0);
   }
@@ -125,6 +130,7 @@ export class Leadership extends EventEmitter<LeadershipEvents> {
     this.emit('deposed', reason);
   }
 
+  /** Stops competing and releases the lock if held (idempotent). */
   async stop(): Promise<void> {
     this.stopped = true;
     if (this.timer) clearTimeout(this.timer);

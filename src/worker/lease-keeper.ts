@@ -6,6 +6,7 @@
 import type pg from 'pg';
 import type { Logger } from 'pino';
 import { statement } from '../db/queries.js';
+import type { Service } from '../service.js';
 
 export interface KeptLease {
   /** True once a renewal found the lease gone. */
@@ -14,10 +15,12 @@ export interface KeptLease {
   stop(): void;
 }
 
-export class LeaseKeeper {
+export class LeaseKeeper implements Service {
+  readonly name = 'lease-keeper';
   private readonly running = new Map<number, { token: string; lost: boolean }>();
   private timer: NodeJS.Timeout | undefined;
-  private renewing = false;
+  /** The renewal round in progress, if any: stop() waits for it. */
+  private renewing: Promise<void> | undefined;
 
   constructor(
     private readonly pool: pg.Pool,
@@ -44,32 +47,37 @@ export class LeaseKeeper {
     };
   }
 
-  private async renewAll(): Promise<void> {
-    if (this.renewing) return; // the previous round is still out (PostgreSQL slow): skip one
-    this.renewing = true;
-    try {
-      for (const [shardId, entry] of [...this.running]) {
-        if (entry.lost) continue;
-        try {
-          const { rows } = await this.pool.query<{ renewed: number; held: boolean }>(statement('worker/renew_lease'), [shardId, entry.token, this.leaseMs]);
-          // Still ours to judge only if the shard is still running here (it may have just ended).
-          if (rows[0]?.held === false && this.running.get(shardId) === entry) {
-            entry.lost = true;
-            this.logger.warn({ shardId }, 'lease renewal found the lease lost (the shard was requeued); this run will not commit');
-          }
-        } catch (err) {
-          // Not lost, only not renewed this time: the next round tries again well before expiry.
-          this.logger.warn({ err, shardId }, 'PostgreSQL: lease renewal failed; retrying at the next renewal');
+  private renewAll(): Promise<void> {
+    // The previous round is still out (PostgreSQL slow): skip one.
+    this.renewing ??= this.renewRound().finally(() => (this.renewing = undefined));
+    return this.renewing;
+  }
+
+  private async renewRound(): Promise<void> {
+    for (const [shardId, entry] of [...this.running]) {
+      if (entry.lost) continue;
+      try {
+        const { rows } = await this.pool.query<{ renewed: number; held: boolean }>(statement('worker/renew_lease'), [shardId, entry.token, this.leaseMs]);
+        // Still ours to judge only if the shard is still running here (it may have just ended).
+        if (rows[0]?.held === false && this.running.get(shardId) === entry) {
+          entry.lost = true;
+          this.logger.warn({ shardId }, 'lease renewal found the lease lost (the shard was requeued); this run will not commit');
         }
+      } catch (err) {
+        // Not lost, only not renewed this time: the next round tries again well before expiry.
+        this.logger.warn({ err, shardId }, 'PostgreSQL: lease renewal failed; retrying at the next renewal');
       }
-    } finally {
-      this.renewing = false;
     }
   }
 
-  stopAll(): void {
+  /** Nothing to start: renewals begin with the first keep(). */
+  async start(): Promise<void> {}
+
+  /** Stops renewing every lease (the worker is stopping) and waits for the round in progress. */
+  async stop(): Promise<void> {
     this.running.clear();
     if (this.timer) clearInterval(this.timer);
     this.timer = undefined;
+    await this.renewing;
   }
 }

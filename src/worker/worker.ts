@@ -17,6 +17,7 @@ import { ExternalExecutor } from './external-executor.js';
 import { LeaseKeeper } from './lease-keeper.js';
 import type { ShardHandler } from './handler-contract.js';
 import { resolveHandlers } from './handlers.js';
+import { periodic, ServiceGroup, type Service } from '../service.js';
 
 /** How often a worker says it is alive (timeout_center.workers.last_seen_at); `status` counts a
  *  worker gone after 15 s without one. */
@@ -30,7 +31,8 @@ export interface WorkerDeps {
   logger: Logger;
 }
 
-export class Worker {
+export class Worker implements Service {
+  readonly name = 'worker';
   readonly id: string;
   private readonly kinds: string[];
   private readonly registered = new Map<string, ShardHandler>();
@@ -43,13 +45,15 @@ export class Worker {
   private readonly backlog: ShardDelivery[] = [];
   private loop: Promise<void> | undefined;
   private stopping = false;
+  private starting: Promise<void> | undefined;
   private stopped: Promise<void> | undefined;
   private lastReclaimAt = 0;
   /** Heartbeats and lease renewals: a pool of their own, on timers, so that they go on while
    *  every slot (and every connection of the main pool) is busy with a shard. */
   private housekeepingPool: pg.Pool | undefined;
   private leaseKeeper: LeaseKeeper | undefined;
-  private heartbeatTimer: NodeJS.Timeout | undefined;
+  /** The lease keeper and the heartbeat: started before the loop, stopped after the drain. */
+  private housekeeping: ServiceGroup | undefined;
   private wakeSlot: (() => void) | undefined;
   /** Shard id of each running task, and the backend pid of each pool connection checked out
    *  now: what a drain that runs out of time rolls back and releases. */
@@ -75,12 +79,19 @@ export class Worker {
 
   /** Registers a TypeScript handler for a kind whose config says `handler: { type: code }`. */
   registerHandler(kind: string, handler: ShardHandler): this {
-    if (this.executor) throw new Error('registerHandler must be called before start()');
+    if (this.starting) throw new Error('registerHandler must be called before start()');
     this.registered.set(kind, handler);
     return this;
   }
 
-  async start(): Promise<void> {
+  /** Starts reading and running shards (idempotent). A worker runs once: after stop(), build a
+   *  new one. */
+  start(): Promise<void> {
+    this.starting ??= this.doStart();
+    return this.starting;
+  }
+
+  private async doStart(): Promise<void> {
     const { config, pool, channel, metrics, logger } = this.deps;
     const handlers = await resolveHandlers(config, this.kinds, this.registered, pool);
     this.inDatabaseKinds = new Set([...handlers.values()].filter((h) => !h.external).map((h) => h.kind));
@@ -116,11 +127,20 @@ export class Worker {
     pool.on('acquire', this.onAcquire);
     pool.on('release', this.onRelease);
     await this.heartbeat();
-    this.heartbeatTimer = setInterval(() => {
-      this.heartbeat().catch((err: unknown) => {
-        logger.warn({ err, workerId: this.id }, 'PostgreSQL: worker heartbeat failed (timeout_center.workers not updated); retrying in 5 s');
-      });
-    }, HEARTBEAT_EVERY_MS);
+    this.housekeeping = new ServiceGroup(
+      'worker housekeeping',
+      [
+        this.leaseKeeper,
+        periodic(
+          'worker-heartbeat',
+          HEARTBEAT_EVERY_MS,
+          () => this.heartbeat(),
+          (err) => logger.warn({ err, workerId: this.id }, 'PostgreSQL: worker heartbeat failed (timeout_center.workers not updated); retrying in 5 s'),
+        ),
+      ],
+      log,
+    );
+    await this.housekeeping.start();
     logger.info(
       { workerId: this.id, kinds: this.kinds, concurrency: config.worker.concurrency, databaseConcurrency: config.worker.databaseConcurrency },
       'worker started',
@@ -304,6 +324,8 @@ export class Worker {
 
   private async doStop(drainTimeoutMs: number): Promise<void> {
     this.stopping = true;
+    // A stop that arrives while the worker starts undoes the start once it is done.
+    await this.starting?.catch(() => {});
     this.wakeSlot?.();
     const { logger, pool, channel } = this.deps;
     const drained = Promise.all([...this.active]).then(() => true);
@@ -321,8 +343,7 @@ export class Worker {
     }
     pool.off('acquire', this.onAcquire);
     pool.off('release', this.onRelease);
-    if (this.heartbeatTimer) clearInterval(this.heartbeatTimer);
-    this.leaseKeeper?.stopAll();
+    await this.housekeeping?.stop();
     await this.loop?.catch(() => {});
     await Promise.all([...this.acks]);
     await this.handBack();

@@ -8,6 +8,7 @@ import { assertMigrated } from '../../db/migrate.js';
 import { createPool } from '../../db/pool.js';
 import { createLogger, type Logger } from '../../observability/logger.js';
 import { checkPostgres } from '../../runtime.js';
+import { service, type Service } from '../../service.js';
 import { AuthConfigError, authFromEnv } from '../../console/auth.js';
 import { ConsoleConfigError, normalizeBasePath, startConsole, type ConsoleServer } from '../../console/server.js';
 import { databaseOption, inputError, parseDuration } from './common.js';
@@ -92,19 +93,31 @@ export interface ServeConsoleOpts {
   consoleAllowUnauthenticated?: boolean;
 }
 
-/** Starts the console of a coordinator / worker / run process when --console was given. */
-export function consoleFromServeOptions(opts: ServeConsoleOpts, databaseUrl: string, lagSlaMs: number, logger: Logger): Promise<ConsoleServer> | undefined {
+/** The console of a coordinator / worker / run process when --console was given: a service of
+ *  the process (runtime.ts), started after the engine and stopped before it. */
+export function consoleService(opts: ServeConsoleOpts, databaseUrl: string, lagSlaMs: number, logger: Logger): Service | undefined {
   if (opts.console === undefined) return undefined;
-  return serveConsole({
-    databaseUrl,
-    port: opts.console,
-    host: opts.consoleHost,
-    basePath: opts.consoleBasePath ?? '',
-    readOnly: Boolean(opts.consoleReadOnly),
-    allowUnauthenticated: Boolean(opts.consoleAllowUnauthenticated),
-    lagSlaSeconds: lagSlaMs / 1000,
-    logger,
-  });
+  const port = opts.console;
+  let server: ConsoleServer | undefined;
+  return service(
+    'console',
+    async () => {
+      server = await serveConsole({
+        databaseUrl,
+        port,
+        host: opts.consoleHost,
+        basePath: opts.consoleBasePath ?? '',
+        readOnly: Boolean(opts.consoleReadOnly),
+        allowUnauthenticated: Boolean(opts.consoleAllowUnauthenticated),
+        lagSlaSeconds: lagSlaMs / 1000,
+        logger,
+      });
+    },
+    async () => {
+      await server?.close();
+      server = undefined;
+    },
+  );
 }
 
 interface ConsoleCommandOpts {
