@@ -18,6 +18,9 @@
 //   --rounds <n>         burst n times for timeout-center, the limit and pg-boss batch, interleaved;
 //                        report the median (default 1)
 //   --keep               keep the databases
+//   --ref <checkout>     also run another checkout's build (its dist/, e.g. a git worktree of the
+//                        code before a change) with the defaults, as variant tc-ref, interleaved
+//                        with the rest: an A/B of two versions in one run
 //   --help               this text
 import { execFileSync } from 'node:child_process';
 import { existsSync, mkdtempSync, readFileSync } from 'node:fs';
@@ -33,7 +36,7 @@ import { Status } from './lib/status.ts';
 import { printUsage } from './lib/usage.ts';
 import { SMOKE_IDS, TC_TUNE, VARIANTS } from './lib/variants.ts';
 import { burst, pendingScale, REDIS_URL, steady, type BurstResult } from './lib/workloads.ts';
-import type { Variant } from './lib/systems.ts';
+import { TC_DEFAULTS, type Variant } from './lib/systems.ts';
 
 const { values: args } = parseArgs({
   options: {
@@ -53,6 +56,7 @@ const { values: args } = parseArgs({
     'max-seconds': { type: 'string' },
     rounds: { type: 'string' },
     keep: { type: 'boolean', default: false },
+    ref: { type: 'string' },
     help: { type: 'boolean', short: 'h', default: false },
   },
   strict: true,
@@ -91,7 +95,16 @@ function pick(): Variant[] {
     const want = args.only.split(',').map((s) => s.trim());
     list = VARIANTS.concat(TC_TUNE).filter((v) => want.includes(v.id) || want.includes(v.system));
   }
+  if (args.ref) list = [...list, refVariant(args.ref)];
   return list;
+}
+
+/** The defaults run by another checkout's build (--ref). */
+function refVariant(checkout: string): Variant {
+  const cli = join(checkout, 'dist', 'cli', 'main.js');
+  if (!existsSync(cli)) throw new Error(`--ref ${checkout}: no ${cli}; run npm ci && npm run build there first`);
+  const commit = execFileSync('git', ['-C', checkout, 'rev-parse', '--short', 'HEAD'], { encoding: 'utf8' }).trim();
+  return { id: 'tc-ref', system: 'timeout-center', label: `timeout-center (default) at ${commit}`, settings: { ...TC_DEFAULTS, cli } };
 }
 
 async function versions(adminUrl: string): Promise<{ postgres: string; redis: string }> {

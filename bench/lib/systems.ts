@@ -144,6 +144,8 @@ export interface TcSettings {
   claimChunk: number;
   maxInFlightShards: number;
   minTickIntervalMs: number;
+  /** Another build's dist/cli/main.js (--ref): the same driver runs an earlier checkout. */
+  cli?: string;
 }
 
 /** The product's defaults (src/config.ts), written out so the settings table shows them. */
@@ -187,7 +189,7 @@ class TimeoutCenterDriver implements Driver {
       // summed up on stderr when the system stops.
       ...(process.env['BENCH_TC_LOG_LEVEL'] ? { logLevel: process.env['BENCH_TC_LOG_LEVEL'] as 'debug' } : {}),
     });
-    const r = await runCli(['migrate', '-c', this.configPath], this.env, 60_000);
+    const r = await runCli(['migrate', '-c', this.configPath], this.env, 60_000, this.s.cli);
     if (r.code !== 0) throw new Error(`timeout-center migrate failed: ${r.stderr}`);
   }
 
@@ -199,8 +201,8 @@ class TimeoutCenterDriver implements Driver {
 
   async start() {
     this.reported = false;
-    const coordinator = spawnCli('tc coordinator', ['coordinator', '-c', this.configPath], this.env);
-    const workers = Array.from({ length: this.s.workers }, (_, i) => spawnCli(`tc worker ${i + 1}`, ['worker', '-c', this.configPath], this.env));
+    const coordinator = spawnCli('tc coordinator', ['coordinator', '-c', this.configPath], this.env, this.s.cli);
+    const workers = Array.from({ length: this.s.workers }, (_, i) => spawnCli(`tc worker ${i + 1}`, ['worker', '-c', this.configPath], this.env, this.s.cli));
     this.processes = [coordinator, ...workers];
     await Promise.all([waitReady(coordinator, 'became leader'), ...workers.map((w) => waitReady(w, 'worker started'))]);
   }

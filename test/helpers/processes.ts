@@ -92,8 +92,9 @@ export class CliProcess {
 
 const running = new Set<CliProcess>();
 
-export function spawnCli(name: string, args: string[], env: Record<string, string | undefined>): CliProcess {
-  const child = spawn(process.execPath, [CLI, ...args], {
+/** cli: another build of the CLI (the bench's --ref runs an earlier checkout beside this one). */
+export function spawnCli(name: string, args: string[], env: Record<string, string | undefined>, cli = CLI): CliProcess {
+  const child = spawn(process.execPath, [cli, ...args], {
     env: { ...process.env, LOG_LEVEL: undefined, ...env } as NodeJS.ProcessEnv,
     stdio: ['ignore', 'pipe', 'pipe'],
   });
@@ -104,8 +105,8 @@ export function spawnCli(name: string, args: string[], env: Record<string, strin
 }
 
 /** Runs the CLI to completion (migrate, bad-input checks). */
-export async function runCli(args: string[], env: Record<string, string | undefined>, timeoutMs = 30_000) {
-  const proc = spawnCli(`timeout-center ${args[0] ?? ''}`, args, env);
+export async function runCli(args: string[], env: Record<string, string | undefined>, timeoutMs = 30_000, cli = CLI) {
+  const proc = spawnCli(`timeout-center ${args[0] ?? ''}`, args, env, cli);
   const timer = setTimeout(() => proc.kill('SIGKILL'), timeoutMs);
   const { code } = await proc.exited;
   clearTimeout(timer);
