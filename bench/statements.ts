@@ -17,10 +17,10 @@
 //       worker-plain     claim.sql plain form (locks), then the handler as its own statement with
 //                        the ids passed back from JavaScript, then finish.sql's one write per row
 //   --help               this text
-import { readFileSync } from 'node:fs';
 import { parseArgs } from 'node:util';
 import pg from 'pg';
 // dist/: npm run bench:statements builds first, and src/ cannot be loaded without compiling.
+import { statement } from '../dist/db/queries.js';
 import { batchSqlHandler } from '../dist/worker/sql-handler.js';
 import { startBenchServer, type BenchServer } from './lib/server.ts';
 import { pureSqlStatement } from './lib/limit.ts';
@@ -52,8 +52,8 @@ if (unknown.length > 0) usage(`unknown variant(s) ${unknown.join(', ')}; known: 
 
 /** Every column as PostgreSQL's text, as the worker reads claim.sql. */
 const AS_TEXT = { getTypeParser: () => (value: string) => value };
-const CLAIM = readFileSync(new URL('../dist/worker/queries/claim.sql', import.meta.url), 'utf8');
-const FINISH = readFileSync(new URL('../dist/worker/queries/finish.sql', import.meta.url), 'utf8');
+const CLAIM = statement('worker/claim');
+const FINISH = statement('worker/finish');
 
 type Step = (client: pg.PoolClient, shard: number) => Promise<number>;
 

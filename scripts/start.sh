@@ -35,8 +35,8 @@ step() {
   return "$status"
 }
 
-step node node_modules/typescript/bin/tsc -p tsconfig.build.json
-step node scripts/copy-sql.mjs
+step node scripts/compile-sql.mjs
+step node node_modules/@typescript/native/bin/tsc -p tsconfig.build.json
 echo "timeout-center: DATABASE_URL=$(echo "$DATABASE_URL" | sed -E 's#//([^:@/]*):[^@/]*@#//\1:***@#') REDIS_URL=$REDIS_URL config=$TIMEOUT_CENTER_CONFIG" >&2
 step node dist/cli/main.js migrate
 # The example config's handlers update an `orders` table; create it if this database has none.
