@@ -507,7 +507,7 @@ async function measureTicks(url: string, configPath: string, ticks: number, spac
   const { createLogger } = await import(new URL('observability/logger.js', dist).href);
   const config = loadConfig({ path: configPath, env: { DATABASE_URL: url, REDIS_URL } });
   const logger = createLogger('warn');
-  const channel = new RedisStreamsChannel({ url: REDIS_URL, keyPrefix: config.redisKeyPrefix, logger });
+  const channel = new RedisStreamsChannel({ connection: config.redisConnection, keyPrefix: config.redisKeyPrefix, logger });
   await channel.init(Object.keys(config.kinds));
   const leaderPool = new pg.Pool({ connectionString: url, max: 1 });
   const pool = new pg.Pool({ connectionString: url, max: 4 });
