@@ -246,10 +246,14 @@ const redisSchema = z
   })
   .superRefine((r, ctx) => {
     if (r.cluster && r.sentinels) ctx.addIssue({ code: 'custom', message: 'give cluster or sentinels, not both' });
-    if (r.sentinels && !r.sentinelName) ctx.addIssue({ code: 'custom', path: ['sentinelName'], message: 'name the primary the sentinels monitor (sentinel monitor <name> ...)' });
+    if (r.sentinels && !r.sentinelName)
+      ctx.addIssue({ code: 'custom', path: ['sentinelName'], message: 'name the primary the sentinels monitor (sentinel monitor <name> ...)' });
     if (r.sentinelName && !r.sentinels) ctx.addIssue({ code: 'custom', path: ['sentinels'], message: 'sentinelName needs the sentinels (host:port list)' });
     if (!r.cluster && !r.sentinels && (r.username || r.password || r.tls)) {
-      ctx.addIssue({ code: 'custom', message: 'credentials and tls here are for cluster or sentinels; for one node put them in redisUrl (rediss://user:password@host:port)' });
+      ctx.addIssue({
+        code: 'custom',
+        message: 'credentials and tls here are for cluster or sentinels; for one node put them in redisUrl (rediss://user:password@host:port)',
+      });
     }
   });
 
@@ -578,7 +582,8 @@ function resolveRedis(config: Config, env: NodeJS.ProcessEnv): RedisConnectionCo
     const value = env[name];
     if (!value) continue;
     label[field] = name;
-    section[field] = field === 'cluster' || field === 'sentinels' ? value.split(',').map((n) => n.trim()) : field === 'tls' ? /^(1|true|yes)$/i.test(value) : value;
+    section[field] =
+      field === 'cluster' || field === 'sentinels' ? value.split(',').map((n) => n.trim()) : field === 'tls' ? /^(1|true|yes)$/i.test(value) : value;
   }
   if (!fromEnv && !config.redis?.cluster && !config.redis?.sentinels) {
     if (config.redisUrl) return { mode: 'single', url: config.redisUrl };
@@ -597,5 +602,12 @@ function resolveRedis(config: Config, env: NodeJS.ProcessEnv): RedisConnectionCo
   const r = parsed.data;
   const auth = { username: r.username, password: r.password, tls: r.tls };
   if (r.cluster) return { mode: 'cluster', nodes: r.cluster, ...auth };
-  return { mode: 'sentinel', sentinels: r.sentinels!, name: r.sentinelName!, sentinelUsername: r.sentinelUsername, sentinelPassword: r.sentinelPassword, ...auth };
+  return {
+    mode: 'sentinel',
+    sentinels: r.sentinels!,
+    name: r.sentinelName!,
+    sentinelUsername: r.sentinelUsername,
+    sentinelPassword: r.sentinelPassword,
+    ...auth,
+  };
 }

@@ -48,7 +48,8 @@ export async function checkRedis(channel: RedisStreamsChannel, target: string, t
       new Promise((_, reject) => setTimeout(() => reject(new Error(`no answer within ${timeoutMs} ms`)), timeoutMs).unref()),
     ]);
   } catch (err) {
-    const hint = channel.mode === 'single' ? 'REDIS_URL' : channel.mode === 'cluster' ? 'REDIS_CLUSTER (or redis.cluster)' : 'REDIS_SENTINELS and REDIS_SENTINEL_NAME';
+    const hint =
+      channel.mode === 'single' ? 'REDIS_URL' : channel.mode === 'cluster' ? 'REDIS_CLUSTER (or redis.cluster)' : 'REDIS_SENTINELS and REDIS_SENTINEL_NAME';
     throw new UnreachableError(`cannot reach Redis at ${target}: ${(err as Error).message}. Is the server running and ${hint} right?`, {
       cause: err,
     });

@@ -237,8 +237,9 @@ export class RedisStreamsChannel implements ShardChannel {
 
   /** PING, or for a cluster every master it knows (a PING goes to one node only). */
   async ping(): Promise<void> {
+    // The first PING waits for the client to be ready (a cluster client has learned its slots).
+    await this.commands.ping();
     if (this.commands instanceof Cluster) await Promise.all(this.commands.nodes('master').map((n) => n.ping()));
-    else await this.commands.ping();
   }
 
   async close(): Promise<void> {

@@ -101,13 +101,22 @@ export async function startRedisCluster(options: { masters?: number; nodeTimeout
   );
   const create = async () => {
     await Promise.all(nodes.map((n) => n.start()));
-    await run('redis-cli', ['--cluster', 'create', ...ports.map((p) => `127.0.0.1:${p}`), '--cluster-replicas', '1', '--cluster-yes'], { timeout: 60_000 });
+    // Clients of the old cluster reconnect within milliseconds and may already have reached a
+    // node: make each one empty and alone before the create.
+    for (const p of ports) await cli(p, 'FLUSHALL').then(() => cli(p, 'CLUSTER', 'RESET', 'HARD'));
+    await run('redis-cli', ['--cluster', 'create', ...ports.map((p) => `127.0.0.1:${p}`), '--cluster-replicas', '1', '--cluster-yes'], {
+      timeout: 60_000,
+    }).catch((err: { stdout?: string; stderr?: string; message: string }) => {
+      throw new Error(`redis-cli --cluster create failed: ${err.message}\n${err.stdout ?? ''}\n${err.stderr ?? ''}`);
+    });
     await waitUntil(
       'cluster_state:ok with every replica attached',
       async () => {
         for (const p of ports) if (!(await cli(p, 'CLUSTER', 'INFO')).includes('cluster_state:ok')) return false;
         const lines = (await cli(ports[0]!, 'CLUSTER', 'NODES')).split('\n');
-        return lines.filter((l) => l.includes('slave')).length === masters && lines.filter((l) => l.includes('master') && !l.includes('fail')).length === masters;
+        return (
+          lines.filter((l) => l.includes('slave')).length === masters && lines.filter((l) => l.includes('master') && !l.includes('fail')).length === masters
+        );
       },
       30_000,
     );
@@ -175,7 +184,16 @@ export async function startSentinelGroup(name = 'tcprimary'): Promise<SentinelGr
   const primaryPort = await freePort();
   const replicaPort = await freePort();
   const primary = new RedisProcess(primaryPort, () => ['--port', String(primaryPort), ...NO_PERSISTENCE, '--dir', dir]);
-  const replica = new RedisProcess(replicaPort, () => ['--port', String(replicaPort), ...NO_PERSISTENCE, '--dir', dir, '--replicaof', '127.0.0.1', String(primaryPort)]);
+  const replica = new RedisProcess(replicaPort, () => [
+    '--port',
+    String(replicaPort),
+    ...NO_PERSISTENCE,
+    '--dir',
+    dir,
+    '--replicaof',
+    '127.0.0.1',
+    String(primaryPort),
+  ]);
   await primary.start();
   await replica.start();
   const sentinels: RedisProcess[] = [];
