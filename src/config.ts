@@ -211,18 +211,16 @@ const retentionSchema = z.strictObject({
 });
 
 /** A Redis node as "host:port" (IPv6 in brackets) or { host, port }. */
-const redisNode = z
-  .union([
-    z
-      .string()
-      .regex(/^(\[[0-9a-fA-F:.]+\]|[^\s:,[\]{}]+):(\d{1,5})$/, 'a node is host:port, e.g. 10.0.0.1:6379')
-      .transform((s) => {
-        const at = s.lastIndexOf(':');
-        return { host: s.slice(0, at).replace(/^\[(.*)\]$/, '$1'), port: Number(s.slice(at + 1)) };
-      }),
-    z.strictObject({ host: z.string().min(1), port: z.number().int() }),
-  ])
-  .refine((n) => n.port >= 1 && n.port <= 65535, { message: 'port must be 1-65535' });
+const redisNode = z.union([z.string(), z.strictObject({ host: z.string().min(1), port: z.number().int() })]).transform((node, ctx) => {
+  let out = typeof node === 'string' ? undefined : node;
+  if (typeof node === 'string') {
+    const m = /^(?:\[([0-9a-fA-F:.]+)\]|([^\s:,[\]{}]+)):(\d{1,5})$/.exec(node.trim());
+    if (m) out = { host: (m[1] ?? m[2])!, port: Number(m[3]) };
+    else ctx.addIssue({ code: 'custom', message: `"${node}": a node is host:port, e.g. 10.0.0.1:6379` });
+  }
+  if (out && (out.port < 1 || out.port > 65535)) ctx.addIssue({ code: 'custom', message: `port must be 1-65535, got ${out.port}` });
+  return out ?? { host: '', port: 0 };
+});
 
 /** Redis Cluster or Sentinel (docs/operations.md "Redis Cluster and Sentinel"). One node is
  *  redisUrl / REDIS_URL, as before; its credentials and TLS go in the URL (rediss://user:pw@host). */
