@@ -5,7 +5,9 @@
 // Both end with the invariants and report the longest gap in closes around the fault.
 import { Cluster } from 'ioredis';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
-import { killAll } from '../helpers/processes.js';
+import { execFile } from 'node:child_process';
+import { promisify } from 'node:util';
+import { CLI, killAll } from '../helpers/processes.js';
 import { startRedisCluster, type RedisCluster } from '../helpers/redis-ha.js';
 import { stopAllServers } from '../helpers/servers.js';
 import { requireTools } from '../helpers/system-tools.js';
@@ -13,6 +15,7 @@ import { leaderLockKey, markerKey, streamKey } from '../../src/transport/keys.js
 import { KINDS, midDrain, startBurst, type Burst } from './ha-burst.js';
 import { sleep, waitUntil } from './harness.js';
 
+const run = promisify(execFile);
 const tools = requireTools('redis-cluster');
 let cluster: RedisCluster;
 let burst: Burst | undefined;
@@ -98,6 +101,13 @@ describe.skipIf(tools.skip)(tools.title('Redis Cluster'), () => {
     );
     const answeringAt = await b.dbNow();
     const figures = await b.finish('26a cluster master SIGKILL mid-drain', { at, answeringAt, kind, extra: { closedAtFault, victimPort, promoted } });
+    // status names the mode and the node now serving each kind: the promoted replica for this one.
+    const { stdout } = await run(process.execPath, [CLI, 'status', '--json', '--config', b.s.configPath], {
+      env: { ...process.env, ...b.s.env() } as NodeJS.ProcessEnv,
+    });
+    const status = JSON.parse(stdout) as { redis: { mode: string; streams: { kind: string; node: string }[] } };
+    expect(status.redis.mode).toBe('cluster');
+    expect(status.redis.streams.find((x) => x.kind === kind)?.node).toBe(`127.0.0.1:${promoted}`);
     // The old master comes back as a replica of the promoted one, for the next test.
     await victim.start();
     await waitUntil('the old master rejoined', async () => (await cluster.masterOf(b.streams[kind]!)) === promoted, 30_000);

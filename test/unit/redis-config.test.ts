@@ -52,8 +52,16 @@ describe('Redis connection config (issue 26)', () => {
   });
 
   it('Sentinel from the file or REDIS_SENTINELS + REDIS_SENTINEL_NAME', () => {
-    const c = loadConfig({ object: { kinds }, env: { ...DB, REDIS_SENTINELS: 's1:26379,s2:26379', REDIS_SENTINEL_NAME: 'main', REDIS_SENTINEL_PASSWORD: 'sp' } });
-    expect(c.redisConnection).toMatchObject({ mode: 'sentinel', name: 'main', sentinelPassword: 'sp', sentinels: [{ host: 's1', port: 26379 }, { host: 's2' }] });
+    const c = loadConfig({
+      object: { kinds },
+      env: { ...DB, REDIS_SENTINELS: 's1:26379,s2:26379', REDIS_SENTINEL_NAME: 'main', REDIS_SENTINEL_PASSWORD: 'sp' },
+    });
+    expect(c.redisConnection).toMatchObject({
+      mode: 'sentinel',
+      name: 'main',
+      sentinelPassword: 'sp',
+      sentinels: [{ host: 's1', port: 26379 }, { host: 's2' }],
+    });
     const f = loadConfig({ object: { kinds, redis: { sentinels: ['s:1'], sentinelName: 'main' } }, env: DB });
     expect(describeTarget(f.redisConnection)).toBe('sentinel primary "main" via s:1');
   });
@@ -63,7 +71,9 @@ describe('Redis connection config (issue 26)', () => {
       /REDIS_URL, REDIS_CLUSTER: set only one of/,
     );
     expect(problems(() => loadConfig({ object: { kinds }, env: { ...DB, REDIS_CLUSTER: 'nohost' } }))).toMatch(/REDIS_CLUSTER: "nohost": a node is host:port/);
-    expect(problems(() => loadConfig({ object: { kinds }, env: { ...DB, REDIS_CLUSTER: 'h:70000' } }))).toMatch(/REDIS_CLUSTER: port must be 1-65535, got 70000/);
+    expect(problems(() => loadConfig({ object: { kinds }, env: { ...DB, REDIS_CLUSTER: 'h:70000' } }))).toMatch(
+      /REDIS_CLUSTER: port must be 1-65535, got 70000/,
+    );
     expect(problems(() => loadConfig({ object: { kinds }, env: { ...DB, REDIS_SENTINELS: 's:1' } }))).toMatch(/sentinelName: name the primary/);
     expect(problems(() => loadConfig({ object: { kinds, redis: { cluster: ['a:1'], sentinels: ['b:2'], sentinelName: 'm' } }, env: DB }))).toMatch(
       /redis: give cluster or sentinels, not both/,
