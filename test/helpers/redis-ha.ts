@@ -73,11 +73,12 @@ export interface RedisCluster {
 /** `redis-server --cluster-enabled yes` per node, then `redis-cli --cluster create ... --cluster-replicas 1`.
  *  cluster-node-timeout 1000 ms so a dead master is failed over within about 2 s;
  *  cluster-require-full-coverage no so the other masters' slots keep working meanwhile. */
-export async function startRedisCluster(options: { masters?: number; nodeTimeoutMs?: number } = {}): Promise<RedisCluster> {
+export async function startRedisCluster(options: { masters?: number; replicas?: 0 | 1; nodeTimeoutMs?: number } = {}): Promise<RedisCluster> {
   const masters = options.masters ?? 3;
+  const replicas = options.replicas ?? 1;
   const dir = mkdtempSync(join(tmpdir(), 'tc-redis-cluster-'));
   const ports: number[] = [];
-  for (let i = 0; i < masters * 2; i += 1) ports.push(await freePort());
+  for (let i = 0; i < masters * (1 + replicas); i += 1) ports.push(await freePort());
   let generation = 0;
   const nodes = ports.map(
     (port) =>
@@ -104,7 +105,7 @@ export async function startRedisCluster(options: { masters?: number; nodeTimeout
     // Clients of the old cluster reconnect within milliseconds and may already have reached a
     // node: make each one empty and alone before the create.
     for (const p of ports) await cli(p, 'FLUSHALL').then(() => cli(p, 'CLUSTER', 'RESET', 'HARD'));
-    await run('redis-cli', ['--cluster', 'create', ...ports.map((p) => `127.0.0.1:${p}`), '--cluster-replicas', '1', '--cluster-yes'], {
+    await run('redis-cli', ['--cluster', 'create', ...ports.map((p) => `127.0.0.1:${p}`), '--cluster-replicas', String(replicas), '--cluster-yes'], {
       timeout: 60_000,
     }).catch((err: { stdout?: string; stderr?: string; message: string }) => {
       throw new Error(`redis-cli --cluster create failed: ${err.message}\n${err.stdout ?? ''}\n${err.stderr ?? ''}`);
@@ -115,7 +116,7 @@ export async function startRedisCluster(options: { masters?: number; nodeTimeout
         for (const p of ports) if (!(await cli(p, 'CLUSTER', 'INFO')).includes('cluster_state:ok')) return false;
         const lines = (await cli(ports[0]!, 'CLUSTER', 'NODES')).split('\n');
         return (
-          lines.filter((l) => l.includes('slave')).length === masters && lines.filter((l) => l.includes('master') && !l.includes('fail')).length === masters
+          lines.filter((l) => l.includes('slave')).length === masters * replicas && lines.filter((l) => l.includes('master') && !l.includes('fail')).length === masters
         );
       },
       30_000,
