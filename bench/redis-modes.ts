@@ -35,7 +35,13 @@ try {
   const single = median(rates.single);
   const clustered = median(rates.cluster);
   console.log(
-    JSON.stringify({ n, rounds, singleRates: rates.single.map(Math.round), clusterRates: rates.cluster.map(Math.round), ratio: Number((clustered / single).toFixed(3)) }),
+    JSON.stringify({
+      n,
+      rounds,
+      singleRates: rates.single.map(Math.round),
+      clusterRates: rates.cluster.map(Math.round),
+      ratio: Number((clustered / single).toFixed(3)),
+    }),
   );
 } finally {
   await killAll();

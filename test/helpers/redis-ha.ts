@@ -7,7 +7,7 @@ import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { promisify } from 'node:util';
-import { freePort, registerStop } from './servers.js';
+import { freePort, registerStop } from './servers.ts';
 
 const run = promisify(execFile);
 
@@ -116,7 +116,8 @@ export async function startRedisCluster(options: { masters?: number; replicas?: 
         for (const p of ports) if (!(await cli(p, 'CLUSTER', 'INFO')).includes('cluster_state:ok')) return false;
         const lines = (await cli(ports[0]!, 'CLUSTER', 'NODES')).split('\n');
         return (
-          lines.filter((l) => l.includes('slave')).length === masters * replicas && lines.filter((l) => l.includes('master') && !l.includes('fail')).length === masters
+          lines.filter((l) => l.includes('slave')).length === masters * replicas &&
+          lines.filter((l) => l.includes('master') && !l.includes('fail')).length === masters
         );
       },
       30_000,
