@@ -210,14 +210,67 @@ const retentionSchema = z.strictObject({
   intervalMs: z.number().int().min(100).max(DAY_MS).default(60_000),
 });
 
+/** A Redis node as "host:port" (IPv6 in brackets) or { host, port }. */
+const redisNode = z.union([z.string(), z.strictObject({ host: z.string().min(1), port: z.number().int() })]).transform((node, ctx) => {
+  let out = typeof node === 'string' ? undefined : node;
+  if (typeof node === 'string') {
+    const m = /^(?:\[([0-9a-fA-F:.]+)\]|([^\s:,[\]{}]+)):(\d{1,5})$/.exec(node.trim());
+    if (m) out = { host: (m[1] ?? m[2])!, port: Number(m[3]) };
+    else ctx.addIssue({ code: 'custom', message: `"${node}": a node is host:port, e.g. 10.0.0.1:6379` });
+  }
+  if (out && (out.port < 1 || out.port > 65535)) ctx.addIssue({ code: 'custom', message: `port must be 1-65535, got ${out.port}` });
+  return out ?? { host: '', port: 0 };
+});
+
+/** Redis Cluster or Sentinel (docs/operations.md "Redis Cluster and Sentinel"). One node is
+ *  redisUrl / REDIS_URL, as before; its credentials and TLS go in the URL (rediss://user:pw@host). */
+const redisSchema = z
+  .strictObject({
+    /** Redis Cluster: a few of its nodes (seeds); the client learns the rest. REDIS_CLUSTER wins. */
+    cluster: z.array(redisNode).min(1).max(100).optional(),
+    /** Sentinel: the sentinels. REDIS_SENTINELS wins. */
+    sentinels: z.array(redisNode).min(1).max(100).optional(),
+    /** Sentinel: the primary's name (`sentinel monitor <name> ...`). REDIS_SENTINEL_NAME wins. */
+    sentinelName: z.string().min(1).optional(),
+    /** ACL user and password of the data nodes. REDIS_USERNAME / REDIS_PASSWORD win (keep
+     *  passwords out of the file). */
+    username: z.string().min(1).optional(),
+    password: z.string().min(1).optional(),
+    /** The sentinels' own credentials, when they require them. REDIS_SENTINEL_PASSWORD wins. */
+    sentinelUsername: z.string().min(1).optional(),
+    sentinelPassword: z.string().min(1).optional(),
+    /** TLS to the data nodes (and to the sentinels). Default false. REDIS_TLS=true wins. */
+    tls: z.boolean().default(false),
+  })
+  .superRefine((r, ctx) => {
+    if (r.cluster && r.sentinels) ctx.addIssue({ code: 'custom', message: 'give cluster or sentinels, not both' });
+    if (r.sentinels && !r.sentinelName)
+      ctx.addIssue({ code: 'custom', path: ['sentinelName'], message: 'name the primary the sentinels monitor (sentinel monitor <name> ...)' });
+    if (r.sentinelName && !r.sentinels) ctx.addIssue({ code: 'custom', path: ['sentinels'], message: 'sentinelName needs the sentinels (host:port list)' });
+    if (!r.cluster && !r.sentinels && (r.username || r.password || r.tls)) {
+      ctx.addIssue({
+        code: 'custom',
+        message: 'credentials and tls here are for cluster or sentinels; for one node put them in redisUrl (rediss://user:password@host:port)',
+      });
+    }
+  });
+
 export const configSchema = z
   .strictObject({
     /** PostgreSQL URL; DATABASE_URL wins over the file. */
     databaseUrl: z.string().min(1).optional(),
     /** Redis URL; REDIS_URL wins over the file. */
     redisUrl: z.string().min(1).optional(),
-    /** Prefix of every Redis key, so several centers (or tests) share one Redis. */
-    redisKeyPrefix: z.string().min(1).max(100).default('tc'),
+    /** Redis Cluster or Sentinel instead of one node (redisUrl). */
+    redis: redisSchema.optional(),
+    /** Prefix of every Redis key, so several centers (or tests) share one Redis. No braces: the
+     *  keys' hash tags are the center's own (src/transport/keys.ts). */
+    redisKeyPrefix: z
+      .string()
+      .min(1)
+      .max(100)
+      .regex(/^[^{}]*$/, 'no { or } in the prefix: hash tags are set by the center, one per kind, so kinds spread over cluster masters')
+      .default('tc'),
     /** PostgreSQL pool size per process (workers add their concurrency). */
     poolSize: z.number().int().min(1).max(200).default(4),
     kinds: z.record(z.string(), kindSchema).superRefine((kinds, ctx) => {
@@ -245,6 +298,9 @@ export const configSchema = z
     logLevel: z.enum(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent']).default('info'),
   })
   .superRefine((config, ctx) => {
+    if (config.redisUrl && (config.redis?.cluster || config.redis?.sentinels)) {
+      ctx.addIssue({ code: 'custom', path: ['redisUrl'], message: 'give redisUrl (one node) or redis.cluster / redis.sentinels, not both' });
+    }
     crossFieldChecks(config, ctx);
     checkBusinessDatabases(config, ctx);
   });
@@ -356,12 +412,35 @@ export type RetentionConfig = Config['retention'];
 export type BreakerConfig = Config['breaker'];
 export type RouteConfig = z.output<typeof routeSchema>;
 
+export interface RedisNode {
+  host: string;
+  port: number;
+}
+
+/** Which Redis the channel and the leadership lock use, resolved from the file and the
+ *  environment (src/transport/redis-connection.ts builds the clients). */
+export type RedisConnectionConfig =
+  | { mode: 'single'; url: string }
+  | { mode: 'cluster'; nodes: RedisNode[]; username?: string | undefined; password?: string | undefined; tls: boolean }
+  | {
+      mode: 'sentinel';
+      sentinels: RedisNode[];
+      name: string;
+      username?: string | undefined;
+      password?: string | undefined;
+      sentinelUsername?: string | undefined;
+      sentinelPassword?: string | undefined;
+      tls: boolean;
+    };
+
 /** Resolved config plus where it came from, so relative paths (code handlers) resolve. */
 export interface LoadedConfig extends Config {
   databaseUrl: string;
   /** businessDatabases with each URL resolved (urlEnv read from the environment). */
   businessDatabaseUrls: Record<string, string>;
+  /** The one node's URL in single mode; empty with a cluster or sentinels (see redisConnection). */
   redisUrl: string;
+  redisConnection: RedisConnectionConfig;
   /** Directory of the config file (or cwd), for code handler modules. */
   baseDir: string;
   source: string;
@@ -455,11 +534,13 @@ export function loadConfig(options: LoadOptions): LoadedConfig {
   }
   const config = parseConfig(withOverrides(raw, options.overrides), source);
   const databaseUrl = env['DATABASE_URL'] || config.databaseUrl;
-  const redisUrl = env['REDIS_URL'] || config.redisUrl;
   const missing: string[] = [];
   if (!databaseUrl) missing.push('databaseUrl: not set: set DATABASE_URL (e.g. postgres://user@127.0.0.1:5432/db) or databaseUrl in the file');
-  if (!redisUrl) missing.push('redisUrl: not set: set REDIS_URL (e.g. redis://127.0.0.1:6379) or redisUrl in the file');
+  const redis = resolveRedis(config, env);
+  if (Array.isArray(redis)) missing.push(...redis);
   if (missing.length > 0) throw new ConfigError(source, missing);
+  const redisConnection = redis as RedisConnectionConfig;
+  const redisUrl = redisConnection.mode === 'single' ? redisConnection.url : '';
   const businessDatabaseUrls: Record<string, string> = {};
   for (const [name, db] of Object.entries(config.businessDatabases)) {
     const url = db.url ?? env[db.urlEnv!];
@@ -470,5 +551,61 @@ export function loadConfig(options: LoadOptions): LoadedConfig {
     }
     businessDatabaseUrls[name] = url;
   }
-  return { ...config, databaseUrl: databaseUrl!, redisUrl: redisUrl!, baseDir, source, businessDatabaseUrls };
+  return { ...config, databaseUrl: databaseUrl!, redisUrl, redisConnection, baseDir, source, businessDatabaseUrls };
+}
+
+/** Environment variables of the Redis connection, and the field each one sets. */
+const REDIS_ENV = {
+  REDIS_CLUSTER: 'cluster',
+  REDIS_SENTINELS: 'sentinels',
+  REDIS_SENTINEL_NAME: 'sentinelName',
+  REDIS_USERNAME: 'username',
+  REDIS_PASSWORD: 'password',
+  REDIS_SENTINEL_USERNAME: 'sentinelUsername',
+  REDIS_SENTINEL_PASSWORD: 'sentinelPassword',
+  REDIS_TLS: 'tls',
+} as const;
+
+/** The Redis connection: one form of REDIS_URL, REDIS_CLUSTER, REDIS_SENTINELS wins over the
+ *  file's redisUrl / redis section; the other REDIS_* variables win over the file's fields. Returns
+ *  the problems (each naming the variable or field) when it cannot. */
+function resolveRedis(config: Config, env: NodeJS.ProcessEnv): RedisConnectionConfig | string[] {
+  const forms = (['REDIS_URL', 'REDIS_CLUSTER', 'REDIS_SENTINELS'] as const).filter((v) => env[v]);
+  if (forms.length > 1) return [`${forms.join(', ')}: set only one of REDIS_URL (one node), REDIS_CLUSTER (cluster seed nodes) or REDIS_SENTINELS`];
+  const fromEnv = forms[0];
+  if (fromEnv === 'REDIS_URL') return { mode: 'single', url: env['REDIS_URL']! };
+  const section: Record<string, unknown> = fromEnv ? {} : { ...config.redis };
+  const label: Record<string, string> = {};
+  for (const [name, field] of Object.entries(REDIS_ENV)) {
+    const value = env[name];
+    if (!value) continue;
+    label[field] = name;
+    section[field] =
+      field === 'cluster' || field === 'sentinels' ? value.split(',').map((n) => n.trim()) : field === 'tls' ? /^(1|true|yes)$/i.test(value) : value;
+  }
+  if (!fromEnv && !config.redis?.cluster && !config.redis?.sentinels) {
+    if (config.redisUrl) return { mode: 'single', url: config.redisUrl };
+    return [
+      'redisUrl: not set: set REDIS_URL (e.g. redis://127.0.0.1:6379), REDIS_CLUSTER (host:port,host:port) or REDIS_SENTINELS with REDIS_SENTINEL_NAME, or redisUrl / redis.cluster / redis.sentinels in the file',
+    ];
+  }
+  const parsed = redisSchema.safeParse(section);
+  if (!parsed.success) {
+    return parsed.error.issues.map((issue) => {
+      const field = String(issue.path[0] ?? '');
+      const where = label[field] ?? (field ? `redis.${issue.path.join('.')}` : 'redis');
+      return `${where}: ${issue.message}`;
+    });
+  }
+  const r = parsed.data;
+  const auth = { username: r.username, password: r.password, tls: r.tls };
+  if (r.cluster) return { mode: 'cluster', nodes: r.cluster, ...auth };
+  return {
+    mode: 'sentinel',
+    sentinels: r.sentinels!,
+    name: r.sentinelName!,
+    sentinelUsername: r.sentinelUsername,
+    sentinelPassword: r.sentinelPassword,
+    ...auth,
+  };
 }

@@ -16,7 +16,9 @@ import { createPool } from './db/pool.js';
 import { startHealthServer, type HealthServer } from './observability/http.js';
 import { Metrics } from './observability/metrics.js';
 import type { ShardChannel } from './transport/channel.js';
-import { RedisStreamsChannel, redactUrl } from './transport/redis-streams.js';
+import { leaderLockKey } from './transport/keys.js';
+import { describeTarget } from './transport/redis-connection.js';
+import { RedisStreamsChannel } from './transport/redis-streams.js';
 import { service, ServiceGroup, type Service } from './service.js';
 import { Worker } from './worker/worker.js';
 
@@ -39,14 +41,16 @@ export async function checkPostgres(pool: pg.Pool, url: string): Promise<void> {
   }
 }
 
-export async function checkRedis(channel: RedisStreamsChannel, url: string, timeoutMs = 5000): Promise<void> {
+export async function checkRedis(channel: RedisStreamsChannel, target: string, timeoutMs = 5000): Promise<void> {
   try {
     await Promise.race([
-      channel.redis.ping(),
+      channel.ping(),
       new Promise((_, reject) => setTimeout(() => reject(new Error(`no answer within ${timeoutMs} ms`)), timeoutMs).unref()),
     ]);
   } catch (err) {
-    throw new UnreachableError(`cannot reach Redis at ${redactUrl(url)}: ${(err as Error).message}. Is the server running and REDIS_URL right?`, {
+    const hint =
+      channel.mode === 'single' ? 'REDIS_URL' : channel.mode === 'cluster' ? 'REDIS_CLUSTER (or redis.cluster)' : 'REDIS_SENTINELS and REDIS_SENTINEL_NAME';
+    throw new UnreachableError(`cannot reach Redis at ${target}: ${(err as Error).message}. Is the server running and ${hint} right?`, {
       cause: err,
     });
   }
@@ -74,8 +78,8 @@ export interface RuntimeOptions {
   /** Set up handlers before start (code handlers registered in TypeScript). */
   configureWorker?: (worker: Worker) => void;
   /** Embedded single-process mode (the demo): a shard channel and a leadership lock that need no
-   *  Redis (InProcessChannel, LocalLeaderLock); config.redisUrl is then not used. Default: Redis
-   *  Streams and redlock on config.redisUrl. */
+   *  Redis (InProcessChannel, LocalLeaderLock); config.redisConnection is then not used. Default:
+   *  Redis Streams and redlock on config.redisConnection (one node, Cluster or Sentinel). */
   embedded?: { channel: ShardChannel; leaderLock: LeaderLock };
   /** More services of the process (the console of `--console`): started last, stopped first. */
   services?: Service[];
@@ -105,7 +109,7 @@ export async function startRuntime(options: RuntimeOptions): Promise<Runtime> {
     // A paused or hung worker must not hold shard locks forever.
     idleInTransactionTimeoutMs: Math.max(config.worker.leaseMs, 10_000),
   });
-  const redisChannel = options.embedded ? undefined : new RedisStreamsChannel({ url: config.redisUrl, keyPrefix: config.redisKeyPrefix, logger });
+  const redisChannel = options.embedded ? undefined : new RedisStreamsChannel({ connection: config.redisConnection, keyPrefix: config.redisKeyPrefix, logger });
   const channel: ShardChannel = options.embedded?.channel ?? redisChannel!;
   let coordinator: Coordinator | undefined;
   let worker: Worker | undefined;
@@ -129,7 +133,10 @@ export async function startRuntime(options: RuntimeOptions): Promise<Runtime> {
       'checks',
       async () => {
         await checkPostgres(pool, config.databaseUrl);
-        if (redisChannel) await checkRedis(redisChannel, config.redisUrl);
+        if (redisChannel) {
+          await checkRedis(redisChannel, describeTarget(config.redisConnection));
+          logger.info(redisChannel.describe(), `Redis: ${redisChannel.mode}`);
+        }
         await assertMigrated(pool);
         await syncKinds(pool, config.kinds);
         await syncRoutes(pool, config.kinds);
@@ -157,7 +164,7 @@ export async function startRuntime(options: RuntimeOptions): Promise<Runtime> {
       redis: redisChannel?.redis,
       lock: options.embedded?.leaderLock,
       pool,
-      lockKey: `${config.redisKeyPrefix}:coordinator-lock`,
+      lockKey: leaderLockKey(config.redisKeyPrefix),
       ttlMs: config.coordinator.lockTtlMs,
       coordinatorId,
       logger,
@@ -179,7 +186,7 @@ export async function startRuntime(options: RuntimeOptions): Promise<Runtime> {
             checks: {
               postgres: async () => (await pool.query('SELECT 1'), { ok: true }),
               ...(redisChannel
-                ? { redis: async () => (await redisChannel.redis.ping(), { ok: true }) }
+                ? { redis: async () => (await redisChannel.ping(), { ok: true, ...redisChannel.describe() }) }
                 : { channel: async () => ({ ok: true, transport: 'in-process' }) }),
               ...(c ? { coordinator: async () => ({ ok: true, leader: c.isLeader }) } : {}),
             },

@@ -55,6 +55,8 @@ export interface Driver {
 export interface DriverContext {
   databaseUrl: string;
   redisUrl: string;
+  /** timeout-center only: its Redis as environment variables instead of REDIS_URL (a cluster). */
+  redisEnv?: Record<string, string> | undefined;
   /** Redis key prefix owned by this run */
   redisPrefix: string;
   /** the bench's own pool on the system's database */
@@ -174,7 +176,8 @@ class TimeoutCenterDriver implements Driver {
 
   get env() {
     // BENCH_TC_NODE_OPTIONS reaches only timeout-center's processes, e.g. "--cpu-prof --cpu-prof-dir=/tmp/prof".
-    return { DATABASE_URL: this.ctx.databaseUrl, REDIS_URL: this.ctx.redisUrl, NODE_OPTIONS: process.env['BENCH_TC_NODE_OPTIONS'] };
+    const redis = this.ctx.redisEnv ? { REDIS_URL: undefined, ...this.ctx.redisEnv } : { REDIS_URL: this.ctx.redisUrl };
+    return { DATABASE_URL: this.ctx.databaseUrl, ...redis, NODE_OPTIONS: process.env['BENCH_TC_NODE_OPTIONS'] };
   }
 
   async prepare() {
@@ -225,7 +228,8 @@ class TimeoutCenterDriver implements Driver {
   }
 
   async close() {
-    await deleteRedisPrefix(this.ctx.redisUrl, this.ctx.redisPrefix);
+    // A private cluster (redis-modes.ts) is thrown away with its keys.
+    if (!this.ctx.redisEnv) await deleteRedisPrefix(this.ctx.redisUrl, this.ctx.redisPrefix);
   }
 }
 

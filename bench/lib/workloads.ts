@@ -227,6 +227,8 @@ interface Env {
   status: Status;
   server: BenchServer;
   keep?: boolean;
+  /** timeout-center's Redis instead of REDIS_URL, e.g. { REDIS_CLUSTER } (bench/redis-modes.ts). */
+  redisEnv?: Record<string, string>;
 }
 
 async function withSystem<T>(
@@ -238,7 +240,7 @@ async function withSystem<T>(
   const db = await env.server.createDatabase(`bench_${workload}_${variant.id}`);
   const pool = new pg.Pool({ connectionString: db.url, max: 3, application_name: 'tc-bench' });
   pool.on('error', () => {});
-  const driver = makeDriver(variant, { databaseUrl: db.url, redisUrl: REDIS_URL, redisPrefix: testKeyPrefix('bench'), pool });
+  const driver = makeDriver(variant, { databaseUrl: db.url, redisUrl: REDIS_URL, redisEnv: env.redisEnv, redisPrefix: testKeyPrefix('bench'), pool });
   try {
     await pool.query(ORDERS_DDL);
     env.status.set('preparing schema');
@@ -507,7 +509,7 @@ async function measureTicks(url: string, configPath: string, ticks: number, spac
   const { createLogger } = await import(new URL('observability/logger.js', dist).href);
   const config = loadConfig({ path: configPath, env: { DATABASE_URL: url, REDIS_URL } });
   const logger = createLogger('warn');
-  const channel = new RedisStreamsChannel({ url: REDIS_URL, keyPrefix: config.redisKeyPrefix, logger });
+  const channel = new RedisStreamsChannel({ connection: config.redisConnection, keyPrefix: config.redisKeyPrefix, logger });
   await channel.init(Object.keys(config.kinds));
   const leaderPool = new pg.Pool({ connectionString: url, max: 1 });
   const pool = new pg.Pool({ connectionString: url, max: 4 });

@@ -2,7 +2,7 @@
 // processes, several machines). Embedded mode (demo, one process): a local lock with the same
 // expiry semantics. Either way safety comes from the fencing epoch in PostgreSQL (leadership.ts),
 // not from the lock.
-import type { Redis } from 'ioredis';
+import type { Cluster, Redis } from 'ioredis';
 import Redlock from 'redlock';
 
 /** A held lock; expiration is a Date.now() timestamp. */
@@ -18,10 +18,11 @@ export interface LeaderLock {
   acquire(key: string, ttlMs: number): Promise<HeldLock>;
 }
 
-/** redlock 5.0.0-beta.2 on one Redis connection. No retries inside redlock: Leadership tries again
+/** redlock 5.0.0-beta.2 on one Redis connection (one node, the Sentinel primary, or a cluster
+ *  client: the lock is one key, so one slot). No retries inside redlock: Leadership tries again
  *  every third of the TTL. (beta.2 can return an already-expired lock after retries,
  *  node-redlock #296; Leadership checks expiration.) */
-export function redlockLeaderLock(redis: Redis): LeaderLock {
+export function redlockLeaderLock(redis: Redis | Cluster): LeaderLock {
   const redlock = new Redlock([redis], { retryCount: 0, driftFactor: 0.01, automaticExtensionThreshold: 0 });
   redlock.on('error', () => {}); // contention is reported through acquire()'s rejection
   return { acquire: (key, ttlMs) => redlock.acquire([key], ttlMs) };

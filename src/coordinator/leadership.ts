@@ -4,7 +4,7 @@
 // coordinator write runs in a transaction that checks it (fence.ts). A coordinator that was
 // paused past its lock, or lost it to a Redis restart, cannot write once another has won.
 import { EventEmitter } from 'node:events';
-import type { Redis } from 'ioredis';
+import type { Cluster, Redis } from 'ioredis';
 import type pg from 'pg';
 import type { Logger } from 'pino';
 import type { Service } from '../service.js';
@@ -12,7 +12,7 @@ import { redlockLeaderLock, type HeldLock, type LeaderLock } from './leader-lock
 
 export interface LeadershipOptions {
   /** Redis for the default redlock lock; ignored when `lock` is given. */
-  redis?: Redis;
+  redis?: Redis | Cluster;
   /** The liveness lock; default redlock on `redis`. The embedded mode passes a LocalLeaderLock. */
   lock?: LeaderLock;
   pool: pg.Pool;

@@ -19,7 +19,7 @@ import { migrate } from '../db/migrate.js';
 import { createPool } from '../db/pool.js';
 import { redactDbUrl, startRuntime, type Runtime } from '../runtime.js';
 import { InProcessChannel } from '../transport/in-process.js';
-import { redactUrl } from '../transport/redis-streams.js';
+import { redactUrl } from '../transport/redis-connection.js';
 
 export const DEMO_KIND = 'demo.order.unpaid';
 export const DEMO_CLOSE_SQL = "UPDATE demo_orders SET status = 'closed', closed_at = now() WHERE id = ANY($1) AND status = 'unpaid' RETURNING id";
@@ -92,7 +92,15 @@ function demoConfig(databaseUrl: string, redisUrl: string | undefined, opts: Dem
     },
     'demo',
   );
-  return { ...config, databaseUrl, redisUrl: redisUrl ?? '', baseDir: process.cwd(), source: 'demo', businessDatabaseUrls: {} };
+  return {
+    ...config,
+    databaseUrl,
+    redisUrl: redisUrl ?? '',
+    redisConnection: { mode: 'single', url: redisUrl ?? '' },
+    baseDir: process.cwd(),
+    source: 'demo',
+    businessDatabaseUrls: {},
+  };
 }
 
 /** The demo shop's table; it must exist before the worker starts (it checks its handler's SQL). */

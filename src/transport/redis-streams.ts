@@ -1,155 +1,138 @@
-// Shard channel on Redis Streams: one stream per kind (`<prefix>:shards:<kind>`), each with the
-// consumer group `workers`, so a worker reads (and reclaims) only the kinds it serves. Entries are
-// deleted once acknowledged, so a stream holds only what is in flight. Redis may lose everything: the coordinator notices
-// the missing marker key and republishes from PostgreSQL.
-import { Redis, type RedisOptions } from 'ioredis';
+// Shard channel on Redis Streams: one stream per kind (keys.ts: `<prefix>:{<kind>}:shards`), each
+// with the consumer group `workers`, so a worker reads (and reclaims) only the kinds it serves.
+// Entries are deleted once acknowledged, so a stream holds only what is in flight. Redis may lose
+// everything: the coordinator notices a missing marker key and republishes from PostgreSQL.
+//
+// One node, Sentinel or Cluster (redis-connection.ts). Every command and pipeline touches the keys
+// of one kind only (one hash slot), so the same code runs on a cluster. Reads go through one
+// StreamReader per read group: on one node (or Sentinel) all kinds in one XREADGROUP, as before;
+// on a cluster one blocking XREADGROUP per kind, each on its own connection, since a cluster
+// refuses a read across slots and a blocked connection would hold up the others.
+import { Cluster } from 'ioredis';
 import type { Logger } from 'pino';
+import type { RedisConnectionConfig } from '../config.js';
 import type { ShardChannel, ShardDelivery, ShardMessage } from './channel.js';
+import { markerKey, streamKey } from './keys.js';
+import { createRedisClient, describeTarget, reachedNodes, type RedisClient } from './redis-connection.js';
+import { StreamReader, type RawEntry } from './stream-reader.js';
+
+export { redactUrl } from './redis-connection.js';
 
 const GROUP = 'workers';
-/** A blocking read that has not answered this long after its BLOCK time is presumed lost. */
-const BLOCKING_MARGIN_MS = 5000;
 
 export interface RedisStreamsOptions {
-  url: string;
+  connection: RedisConnectionConfig;
   keyPrefix: string;
   logger: Logger;
 }
 
-type RawEntry = [id: string, fields: string[] | null];
-
-export function redisConnection(url: string, logger: Logger, extra: RedisOptions = {}): Redis {
-  const redis = new Redis(url, {
-    lazyConnect: false,
-    // Fail a command after a few reconnect attempts instead of queueing forever: the caller's
-    // loop retries, and PostgreSQL still holds the truth.
-    maxRetriesPerRequest: 3,
-    retryStrategy: (times) => Math.min(100 * times, 2000),
-    reconnectOnError: (err) => (err.message.startsWith('READONLY') ? 2 : false),
-    ...extra,
-  });
-  let lastLog = 0;
-  redis.on('error', (err: Error) => {
-    // ioredis emits an error per failed reconnect; log at most one per 5 s.
-    const now = Date.now();
-    if (now - lastLog > 5000) {
-      lastLog = now;
-      logger.warn({ err: { message: err.message } }, `Redis unreachable at ${redactUrl(url)}; retrying`);
-    }
-  });
-  return redis;
-}
-
-export function redactUrl(url: string): string {
-  return url.replace(/\/\/([^:@/]*):([^@/]*)@/, '//$1:***@');
+/** What /readyz and logs say about the channel's connections. */
+export interface RedisChannelDescription {
+  mode: RedisConnectionConfig['mode'];
+  target: string;
+  /** Node(s) the commands connection (publish, ack, lock) reaches now. */
+  commands: string[];
+  /** Node(s) each blocking read connection reaches now, by the kinds it reads. */
+  reads: Record<string, string[]>;
 }
 
 export class RedisStreamsChannel implements ShardChannel {
-  readonly markerKey: string;
   /** Kinds this process has initialised or published: what depth() sums and a lost Redis
    *  re-creates. */
   private readonly known = new Set<string>();
-  private readonly commands: Redis;
-  private blocking: Redis | undefined;
-  /** Consumers that already read back their own unacknowledged entries since start. */
-  private readonly drainedOwnPending = new Set<string>();
+  private readonly commands: RedisClient;
+  private readonly readers = new Map<string, StreamReader>();
 
   constructor(private readonly options: RedisStreamsOptions) {
-    this.markerKey = `${options.keyPrefix}:channel-marker`;
-    this.commands = redisConnection(options.url, options.logger);
+    this.commands = createRedisClient(options.connection, options.logger, 'commands');
   }
 
   /** The connection for other users of the same Redis (the leadership lock). */
-  get redis(): Redis {
+  get redis(): RedisClient {
     return this.commands;
+  }
+
+  get mode(): RedisConnectionConfig['mode'] {
+    return this.options.connection.mode;
   }
 
   /** The stream of a kind. */
   streamKey(kind: string): string {
-    return `${this.options.keyPrefix}:shards:${kind}`;
+    return streamKey(this.options.keyPrefix, kind);
   }
 
   async init(kinds: readonly string[]): Promise<void> {
-    for (const kind of kinds) {
-      this.known.add(kind);
-      try {
-        await this.commands.call('XGROUP', 'CREATE', this.streamKey(kind), GROUP, '0', 'MKSTREAM');
-      } catch (err) {
-        if (!String((err as Error).message).includes('BUSYGROUP')) throw err;
-      }
-    }
+    for (const kind of kinds) this.known.add(kind);
+    await Promise.all(
+      kinds.map(async (kind) => {
+        try {
+          await this.commands.call('XGROUP', 'CREATE', this.streamKey(kind), GROUP, '0', 'MKSTREAM');
+        } catch (err) {
+          if (!String((err as Error).message).includes('BUSYGROUP')) throw err;
+        }
+      }),
+    );
   }
 
   async publish(messages: readonly ShardMessage[]): Promise<void> {
     if (messages.length === 0) return;
-    const fresh = [...new Set(messages.map((m) => m.kind))].filter((k) => !this.known.has(k));
+    const byKind = groupBy(messages, (m) => m.kind);
+    const fresh = [...byKind.keys()].filter((k) => !this.known.has(k));
     if (fresh.length > 0) await this.init(fresh);
-    const pipeline = this.commands.pipeline();
-    for (const m of messages) {
-      pipeline.call('XADD', this.streamKey(m.kind), '*', 'shard', String(m.shardId), 'scan', String(m.scanId), 'kind', m.kind);
-    }
-    const results = (await pipeline.exec()) ?? [];
-    const failed = results.find(([err]) => err);
-    if (failed?.[0]) throw failed[0];
+    // One pipeline per kind: one slot each (a cluster refuses a pipeline across slots).
+    await Promise.all(
+      [...byKind].map(async ([kind, batch]) => {
+        const pipeline = this.commands.pipeline();
+        for (const m of batch) pipeline.call('XADD', this.streamKey(kind), '*', 'shard', String(m.shardId), 'scan', String(m.scanId), 'kind', m.kind);
+        const results = (await pipeline.exec()) ?? [];
+        const failed = results.find(([err]) => err);
+        if (failed?.[0]) throw failed[0];
+      }),
+    );
   }
 
-  private blockingConnection(): Redis {
-    // Blocking reads get their own connection with no per-request retry limit (ioredis advice).
-    this.blocking ??= redisConnection(this.options.url, this.options.logger, {
-      maxRetriesPerRequest: null,
-      autoResendUnfulfilledCommands: false,
-    });
-    return this.blocking;
+  /** Kinds read together by one XREADGROUP: all of them on one node, one by one on a cluster. */
+  private readGroups(kinds: readonly string[]): string[][] {
+    return this.options.connection.mode === 'cluster' ? kinds.map((k) => [k]) : [[...kinds]];
+  }
+
+  private reader(consumer: string, kinds: string[]): StreamReader {
+    const key = `${consumer}\u0000${kinds.join(',')}`;
+    let reader = this.readers.get(key);
+    if (!reader) {
+      reader = new StreamReader({
+        consumer,
+        group: GROUP,
+        kinds,
+        keys: kinds.map((k) => this.streamKey(k)),
+        connect: () => createRedisClient(this.options.connection, this.options.logger, 'blocking'),
+        recreate: () => this.init(kinds),
+      });
+      this.readers.set(key, reader);
+    }
+    return reader;
   }
 
   async receive(consumer: string, kinds: readonly string[], count: number, blockMs: number): Promise<ShardDelivery[]> {
     if (kinds.length === 0) return [];
-    const own = !this.drainedOwnPending.has(consumer);
-    const keys = kinds.map((k) => this.streamKey(k));
-    const args = own
-      ? ['GROUP', GROUP, consumer, 'COUNT', '1000', 'STREAMS', ...keys, ...keys.map(() => '0')]
-      : ['GROUP', GROUP, consumer, 'COUNT', String(count), 'BLOCK', String(blockMs), 'STREAMS', ...keys, ...keys.map(() => '>')];
-    let reply: unknown;
-    try {
-      reply = await this.callBlocking(args, own ? BLOCKING_MARGIN_MS : blockMs + BLOCKING_MARGIN_MS);
-    } catch (err) {
-      if (String((err as Error).message).includes('NOGROUP')) {
-        // Redis lost the stream (restart without persistence): recreate and read again.
-        await this.init(kinds);
-        return [];
+    const readers = this.readGroups(kinds).map((g) => this.reader(consumer, g));
+    // A read still blocked from the last call goes on; the first to answer ends the wait, and
+    // whatever else answered by then comes along.
+    await Promise.race(readers.map((r) => r.start(count, blockMs)));
+    const entries: (readonly [string, RawEntry])[] = [];
+    const own = new Set<string>();
+    let error: unknown;
+    for (const r of readers) {
+      const result = r.take();
+      if (!result) continue;
+      if ('error' in result) error ??= result.error;
+      else {
+        entries.push(...result.entries);
+        if (result.own) for (const [kind] of result.entries) own.add(kind);
       }
-      throw err;
     }
-    const entries = parseReadReply(reply, (key) => kinds[keys.indexOf(key)]);
-    // Own pending entries are read once, at start; later reads of '0' would repeat them.
-    if (own) this.drainedOwnPending.add(consumer);
-    return this.toDeliveries(entries, own);
-  }
-
-  /**
-   * XREADGROUP on the blocking connection, bounded. That connection does not resend unfinished
-   * commands after a reconnect (a resent read could deliver entries nobody waits for), and ioredis
-   * then drops the command without settling its promise: a read in flight when the connection
-   * broke would wait forever, and the worker with it (no more shards, no stop). Past the bound the
-   * connection is thrown away and the caller's loop retries on a fresh one.
-   */
-  private async callBlocking(args: string[], boundMs: number): Promise<unknown> {
-    const conn = this.blockingConnection();
-    const call = conn.call('XREADGROUP', ...args);
-    let timer: NodeJS.Timeout | undefined;
-    const bound = new Promise<never>((_, reject) => {
-      timer = setTimeout(() => {
-        if (this.blocking === conn) this.blocking = undefined;
-        conn.disconnect();
-        reject(new Error(`XREADGROUP got no answer within ${boundMs} ms (Redis connection lost?); reading again on a new connection`));
-      }, boundMs);
-    });
-    call.catch(() => {}); // settles (or not) after the bound: nobody waits for it any more
-    try {
-      return await Promise.race([call, bound]);
-    } finally {
-      clearTimeout(timer);
-    }
+    if (entries.length === 0 && error !== undefined) throw error;
+    return this.toDeliveries(entries, (kind) => own.has(kind));
   }
 
   async reclaim(consumer: string, kinds: readonly string[], minIdleMs: number, count: number): Promise<ShardDelivery[]> {
@@ -167,7 +150,7 @@ export class RedisStreamsChannel implements ShardChannel {
       out.push(
         ...(await this.toDeliveries(
           entries.map((e) => [kind, e] as const),
-          true,
+          () => true,
         )),
       );
     }
@@ -175,14 +158,14 @@ export class RedisStreamsChannel implements ShardChannel {
   }
 
   /** Entries with the kind of the stream they came from. */
-  private async toDeliveries(entries: (readonly [kind: string, entry: RawEntry])[], reclaimed: boolean): Promise<ShardDelivery[]> {
+  private async toDeliveries(entries: (readonly [kind: string, entry: RawEntry])[], reclaimed: (kind: string) => boolean): Promise<ShardDelivery[]> {
     const deliveries: ShardDelivery[] = [];
     const junk: ShardDelivery[] = [];
     for (const [kind, [id, fields]] of entries) {
       const message = fields ? parseFields(fields) : undefined;
-      if (message && message.kind === kind) deliveries.push({ deliveryId: id, message, reclaimed });
+      if (message && message.kind === kind) deliveries.push({ deliveryId: id, message, reclaimed: reclaimed(kind) });
       // A deleted or malformed entry: acknowledge it so it leaves the pending list.
-      else junk.push({ deliveryId: id, message: { shardId: 0, scanId: 0, kind }, reclaimed });
+      else junk.push({ deliveryId: id, message: { shardId: 0, scanId: 0, kind }, reclaimed: true });
     }
     if (junk.length > 0) await this.ack(junk);
     return deliveries;
@@ -190,21 +173,33 @@ export class RedisStreamsChannel implements ShardChannel {
 
   async ack(deliveries: readonly ShardDelivery[]): Promise<void> {
     if (deliveries.length === 0) return;
-    const byKind = new Map<string, string[]>();
-    for (const d of deliveries) byKind.set(d.message.kind, [...(byKind.get(d.message.kind) ?? []), d.deliveryId]);
-    const tx = this.commands.multi();
-    for (const [kind, ids] of byKind) tx.call('XACK', this.streamKey(kind), GROUP, ...ids).call('XDEL', this.streamKey(kind), ...ids);
-    await tx.exec();
+    const byKind = groupBy(deliveries, (d) => d.message.kind);
+    // XACK + XDEL of one stream in one MULTI: one slot.
+    await Promise.all(
+      [...byKind].map(([kind, batch]) => {
+        const ids = batch.map((d) => d.deliveryId);
+        const key = this.streamKey(kind);
+        return this.commands
+          .multi()
+          .call('XACK', key, GROUP, ...ids)
+          .call('XDEL', key, ...ids)
+          .exec();
+      }),
+    );
   }
 
   async checkLostAndMark(): Promise<boolean> {
-    // SET NX answers OK only when the marker was missing: first start, or Redis lost its data.
-    const created = await this.commands.set(this.markerKey, String(Date.now()), 'NX');
-    if (created === 'OK') {
-      await this.init([...this.known]);
-      return true;
-    }
-    return false;
+    // SET NX answers OK only when a kind's marker was missing: first start, or the master holding
+    // that kind's slot lost its data (its stream went with it: same hash tag, same master).
+    const lost: string[] = [];
+    await Promise.all(
+      [...this.known].map(async (kind) => {
+        if ((await this.commands.set(markerKey(this.options.keyPrefix, kind), String(Date.now()), 'NX')) === 'OK') lost.push(kind);
+      }),
+    );
+    if (lost.length === 0) return false;
+    await this.init(lost);
+    return true;
   }
 
   async removeConsumer(consumer: string, kinds: readonly string[]): Promise<void> {
@@ -233,26 +228,35 @@ export class RedisStreamsChannel implements ShardChannel {
     return { waiting, pending };
   }
 
+  /** Which mode runs and which node(s) each connection reaches (for /readyz). */
+  describe(): RedisChannelDescription {
+    const reads: Record<string, string[]> = {};
+    for (const r of this.readers.values()) reads[r.kinds.join(',')] = r.nodes();
+    return { mode: this.mode, target: describeTarget(this.options.connection), commands: reachedNodes(this.commands), reads };
+  }
+
+  /** PING, or for a cluster every master it knows (a PING goes to one node only). */
+  async ping(): Promise<void> {
+    // The first PING waits for the client to be ready (a cluster client has learned its slots).
+    await this.commands.ping();
+    if (this.commands instanceof Cluster) await Promise.all(this.commands.nodes('master').map((n) => n.ping()));
+  }
+
   async close(): Promise<void> {
-    const conns = [this.commands, this.blocking].filter((c): c is Redis => c !== undefined);
-    await Promise.all(conns.map((c) => c.quit().catch(() => c.disconnect())));
+    const readers = [...this.readers.values()];
+    this.readers.clear();
+    await Promise.all([...readers.map((r) => r.close()), this.commands.quit().catch(() => this.commands.disconnect())]);
   }
 }
 
-/** XREADGROUP's reply is [[key, entries], ...] over RESP2, and a flat [key, entries, ...] when
- *  ioredis 6 hands back RESP3's map; accept both. Each entry comes with its stream's kind. */
-function parseReadReply(reply: unknown, kindOf: (key: string) => string | undefined): (readonly [string, RawEntry])[] {
-  if (!Array.isArray(reply)) return [];
-  const out: (readonly [string, RawEntry])[] = [];
-  const add = (key: unknown, entries: unknown) => {
-    const kind = kindOf(String(key));
-    if (kind !== undefined && Array.isArray(entries)) for (const e of entries as RawEntry[]) out.push([kind, e]);
-  };
-  if (typeof reply[0] === 'string' || Buffer.isBuffer(reply[0])) {
-    for (let i = 0; i + 1 < reply.length; i += 2) add(reply[i], reply[i + 1]);
-    return out;
+function groupBy<T>(items: readonly T[], key: (item: T) => string): Map<string, T[]> {
+  const out = new Map<string, T[]>();
+  for (const item of items) {
+    const k = key(item);
+    const list = out.get(k);
+    if (list) list.push(item);
+    else out.set(k, [item]);
   }
-  for (const stream of reply as [string, RawEntry[]][]) add(stream?.[0], stream?.[1]);
   return out;
 }
 

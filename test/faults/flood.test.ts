@@ -8,6 +8,7 @@ import { Redis } from 'ioredis';
 import { afterEach, describe, expect, it } from 'vitest';
 import { killAll } from '../helpers/processes.js';
 import { KIND, report, rssMb, Scenario, sleep } from './harness.js';
+import { streamKey } from '../../src/transport/keys.js';
 
 const N = 200_000;
 const MAX_IN_FLIGHT = 16;
@@ -67,7 +68,7 @@ describe('flood', () => {
         samples.push({
           at: Date.now() - started,
           inFlight: r.in_flight,
-          stream: Number(await redis.xlen(`${s.prefix}:shards:${KIND}`)),
+          stream: Number(await redis.xlen(streamKey(s.prefix, KIND))),
           done: r.done,
           rss: Object.fromEntries(procs.map((p) => [p.name, rssMb(p.pid)])),
         });

@@ -20,6 +20,10 @@ export interface ScenarioOptions {
   databaseUrl?: string;
   /** Default: the shared test Redis with a key prefix of its own. */
   redisUrl?: string;
+  /** Instead of REDIS_URL: e.g. { REDIS_CLUSTER: 'host:port,...' } or REDIS_SENTINELS + REDIS_SENTINEL_NAME. */
+  redisEnv?: Record<string, string>;
+  /** More kinds beside KIND, with the same settings (seed(n, { kind })). */
+  extraKinds?: string[];
   coordinator?: DeepPartial<NonNullable<ConfigInput['coordinator']>>;
   worker?: DeepPartial<NonNullable<ConfigInput['worker']>>;
   kind?: Partial<NonNullable<ConfigInput['kinds']>[string]>;
@@ -40,6 +44,7 @@ export class Scenario {
     readonly configPath: string,
     readonly pool: pg.Pool,
     private readonly db: TestDatabase | undefined,
+    private readonly redisEnv: Record<string, string> | undefined,
   ) {}
 
   static async create(label: string, options: ScenarioOptions = {}): Promise<Scenario> {
@@ -47,20 +52,19 @@ export class Scenario {
     const databaseUrl = options.databaseUrl ?? db!.url;
     const redisUrl = options.redisUrl ?? TEST_REDIS_URL;
     const prefix = testKeyPrefix(label);
+    const kindSettings = {
+      shardSize: 100,
+      maxAttempts: 3,
+      backoffMs: 100,
+      timeLimitMs: 2000,
+      handler: { type: 'sql', sql: CLOSE_SQL },
+      ...options.kind,
+    } as NonNullable<ConfigInput['kinds']>[string];
     const config: ConfigInput = {
       redisKeyPrefix: prefix,
       poolSize: options.poolSize ?? 3,
       logLevel: options.logLevel ?? 'info',
-      kinds: {
-        [KIND]: {
-          shardSize: 100,
-          maxAttempts: 3,
-          backoffMs: 100,
-          timeLimitMs: 2000,
-          handler: { type: 'sql', sql: CLOSE_SQL },
-          ...options.kind,
-        } as NonNullable<ConfigInput['kinds']>[string],
-      },
+      kinds: Object.fromEntries([KIND, ...(options.extraKinds ?? [])].map((k) => [k, kindSettings])),
       coordinator: {
         lockTtlMs: 2000,
         republishAfterMs: 2000,
@@ -76,19 +80,23 @@ export class Scenario {
     const pool = new pg.Pool({ connectionString: databaseUrl, max: 4 });
     pool.on('error', () => {}); // a private server restarting under the test's own pool
     await createOrdersSchema(pool);
-    const s = new Scenario(label, databaseUrl, redisUrl, prefix, configPath, pool, db);
+    const s = new Scenario(label, databaseUrl, options.redisEnv ? '' : redisUrl, prefix, configPath, pool, db, options.redisEnv);
     const migrated = await runCli(['migrate', '--config', configPath], s.env());
     if (migrated.code !== 0) throw new Error(`migrate failed (${migrated.code}): ${migrated.stderr}`);
     return s;
   }
 
   env(extra: Record<string, string | undefined> = {}): Record<string, string | undefined> {
-    return { DATABASE_URL: this.databaseUrl, REDIS_URL: this.redisUrl, TC_FAILPOINTS: undefined, ...extra };
+    const redis = this.redisEnv ? { REDIS_URL: undefined, ...this.redisEnv } : { REDIS_URL: this.redisUrl };
+    return { DATABASE_URL: this.databaseUrl, ...redis, TC_FAILPOINTS: undefined, ...extra };
   }
 
   /** Inserts orders [from, from+n) unpaid and their timeouts, due dueInMs from now (PostgreSQL's
    *  now()), spread evenly over spreadMs. `poison` order ids refuse to close. */
-  async seed(n: number, opts: { from?: number; dueInMs?: number; spreadMs?: number; poison?: number[] } = {}): Promise<{ from: number; to: number }> {
+  async seed(
+    n: number,
+    opts: { from?: number; dueInMs?: number; spreadMs?: number; poison?: number[]; kind?: string } = {},
+  ): Promise<{ from: number; to: number }> {
     const from = opts.from ?? 1;
     const to = from + n - 1;
     await this.pool.query(`INSERT INTO orders (id, status, poison) SELECT g, 'unpaid', g = ANY($3::bigint[]) FROM generate_series($1::bigint, $2::bigint) g`, [
@@ -100,7 +108,7 @@ export class Scenario {
       `INSERT INTO timeout_center.timeouts (kind, biz_id, due_at)
        SELECT $5, g::text, now() + ($3::float8 + $4::float8 * (g - $1) / greatest($2 - $1, 1)) * interval '1 millisecond'
          FROM generate_series($1::bigint, $2::bigint) g`,
-      [from, to, opts.dueInMs ?? 0, opts.spreadMs ?? 0, KIND],
+      [from, to, opts.dueInMs ?? 0, opts.spreadMs ?? 0, opts.kind ?? KIND],
     );
     return { from, to };
   }
@@ -169,7 +177,7 @@ export class Scenario {
   async close(): Promise<void> {
     await this.pool.end().catch(() => {});
     await this.db?.drop().catch(() => {});
-    if (!this.redisUrl.startsWith(TEST_REDIS_URL)) return;
+    if (!this.redisUrl || !this.redisUrl.startsWith(TEST_REDIS_URL)) return;
     const redis = new Redis(this.redisUrl, { maxRetriesPerRequest: 1, lazyConnect: true });
     redis.on('error', () => {});
     try {

@@ -6,6 +6,7 @@ import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { killAll } from '../helpers/processes.js';
 import { startRedis, stopAllServers, type RedisServer } from '../helpers/servers.js';
 import { KIND, linesMatching, report, Scenario, sleep, waitUntil } from './harness.js';
+import { streamKey } from '../../src/transport/keys.js';
 
 const N = 3000;
 // Workers take 300 ms per shard, so shards wait in the stream and run when Redis goes away.
@@ -41,7 +42,7 @@ describe('Redis faults', () => {
 
     await waitUntil('a few shards done', async () => (await s!.count(`SELECT count(*) AS n FROM timeout_center.shards WHERE state = 'done'`)) >= 4, 20_000);
     const inFlight = await s.count(`SELECT count(*) AS n FROM timeout_center.shards WHERE state IN ('queued', 'running')`);
-    const streamBefore = Number(await redis.cli('XLEN', `${s.prefix}:shards:${KIND}`));
+    const streamBefore = Number(await redis.cli('XLEN', streamKey(s.prefix, KIND)));
     const runId = async () => /run_id:(\w+)/.exec(await redis.cli('INFO', 'server'))?.[1];
     const before = await runId();
     await redis.kill();

@@ -44,6 +44,11 @@ function portAnswers(port: number): Promise<boolean> {
 
 const stops = new Set<() => Promise<void>>();
 
+/** Tracks a server started elsewhere (redis-ha.ts) so stopAllServers() stops it too. */
+export function registerStop(stop: () => Promise<void>): void {
+  stops.add(stop);
+}
+
 /** Stops every server this file started (afterAll, also when a test failed). */
 export async function stopAllServers(): Promise<void> {
   for (const stop of [...stops]) await stop().catch(() => {});

@@ -7,7 +7,7 @@ import { spawnSync } from 'node:child_process';
 import { accessSync, appendFileSync, constants, existsSync, readdirSync, readFileSync } from 'node:fs';
 import { delimiter, join } from 'node:path';
 
-export type Tool = 'faketime' | 'chromium' | 'docker-compose' | 'kubectl';
+export type Tool = 'faketime' | 'chromium' | 'docker-compose' | 'kubectl' | 'redis-cluster' | 'redis-sentinel';
 type Argv = [string, ...string[]];
 
 interface ToolSpec {
@@ -71,6 +71,17 @@ const TOOLS: Record<Tool, ToolSpec> = {
     locate: () => (answers('docker', ['compose', 'version']) ? ['docker', 'compose'] : answers('docker-compose', ['version']) ? ['docker-compose'] : undefined),
   },
   kubectl: { pkg: 'kubernetes-client', locate: () => (answers('kubectl', ['version', '--client']) ? ['kubectl'] : undefined) },
+  // redis-server in cluster mode and `redis-cli --cluster create` (redis-tools, beside redis-server).
+  'redis-cluster': {
+    pkg: 'redis-server redis-tools',
+    locate: () => {
+      // `redis-cli --cluster help` prints its commands but exits 1.
+      const help = spawnSync('redis-cli', ['--cluster', 'help'], { encoding: 'utf8', timeout: 30_000 });
+      return onPath('redis-server') && /create\s+host1:port1/.test(`${help.stdout}${help.stderr}`) ? ['redis-cli', '--cluster'] : undefined;
+    },
+  },
+  // Sentinel is redis-server with --sentinel; Debian's redis-sentinel package adds only a service.
+  'redis-sentinel': { pkg: 'redis-server', locate: () => (onPath('redis-server') ? ['redis-server', '--sentinel'] : undefined) },
 };
 
 const located = new Map<Tool, Argv | undefined>();

@@ -24,6 +24,10 @@ import { listKindControls } from '../../flow/kind-controls.js';
 import { LIVE_WINDOW_S, openBreakers } from '../../operations/overview.js';
 import { listTargetControls } from '../../flow/target-controls.js';
 import { controlsJson, describeControls, describeTargetControls, targetControlsJson } from './flow.js';
+import { Option } from 'commander';
+import { loadConfig } from '../../config.js';
+import { createLogger } from '../../observability/logger.js';
+import { probeRedis, type RedisProbe } from '../../transport/redis-probe.js';
 
 export { LIVE_WINDOW_S };
 
@@ -34,7 +38,9 @@ export function registerStatus(program: Command): void {
     .addOption(databaseOption())
     .addOption(jsonOption())
     .option('--scans <n>', 'how many recent scans to show', (v) => parseLimit(v, '--scans'), 5)
-    .action(async (opts: DbOptions & { json?: boolean; scans: number }) => {
+    .addOption(new Option('--config <file>', 'config file: adds the Redis mode and the node serving each kind').env('TIMEOUT_CENTER_CONFIG'))
+    .action(async (opts: DbOptions & { json?: boolean; scans: number; config?: string }) => {
+      const redis = opts.config ? redisStatus(opts.config) : Promise.resolve(undefined);
       await withDatabase(opts, async (db, pool) => {
         const [now, backlog, lease, workers, failed, scans, controls, breakers, targets] = await Promise.all([
           sql<{ now: Date }>`SELECT now() AS now`.execute(db),
@@ -84,9 +90,11 @@ export function registerStatus(program: Command): void {
         // Kinds with work that no live worker serves: their timeouts wait (sql/0013).
         const served = new Set(workers.flatMap((w) => w.kinds));
         const unserved = backlog.filter((b) => !b.paused && !served.has(b.kind) && Number(b.pending_due) + Number(b.in_flight) > 0).map((b) => b.kind);
+        const redisProbe = await redis;
         if (opts.json) {
           printJson({
             now: now.rows[0]!.now,
+            redis: redisProbe ?? null,
             backlog: backlog.map((b) => ({
               kind: b.kind,
               pendingDue: Number(b.pending_due),
@@ -146,6 +154,8 @@ export function registerStatus(program: Command): void {
             : 'Leader: none has been elected yet (no coordinator has run against this database)',
         );
         out.push('');
+        out.push(describeRedis(redisProbe));
+        out.push('');
         out.push(`Live workers: ${workers.length}`);
         if (unserved.length > 0) {
           out.push(
@@ -193,6 +203,25 @@ export function registerStatus(program: Command): void {
         print(out.join('\n'));
       });
     });
+}
+
+/** The Redis the config names, probed; a config that does not load is reported, not fatal. */
+async function redisStatus(path: string): Promise<RedisProbe | { error: string }> {
+  try {
+    const config = loadConfig({ path });
+    return await probeRedis(config.redisConnection, config.redisKeyPrefix, Object.keys(config.kinds), createLogger('silent'));
+  } catch (err) {
+    return { error: (err as Error).message };
+  }
+}
+
+function describeRedis(probe: RedisProbe | { error: string } | undefined): string {
+  if (!probe) return 'Redis: not checked (pass --config <file> or set TIMEOUT_CENTER_CONFIG)';
+  if (!('mode' in probe)) return `Redis: config not loaded: ${probe.error}`;
+  const head = `Redis: ${probe.mode}, ${probe.target}`;
+  if (probe.error) return `${head}: UNREACHABLE (${probe.error})`;
+  const streams = probe.streams.map((s) => `  ${s.kind}: ${s.key} on ${s.node}${s.slot === undefined ? '' : ` (slot ${s.slot})`}`);
+  return [`${head}, reaching ${probe.nodes.join(', ')}`, ...streams].join('\n');
 }
 
 function indent(text: string): string {

@@ -1,0 +1,117 @@
+// Builds the ioredis client for each Redis mode (one node, Cluster, Sentinel) and says which nodes
+// a client reaches. One place for the options that decide how fast a failover is noticed:
+// reconnects are retried every 50-500 ms (a promoted replica is used within half a second of
+// answering), and a blocking read never resends itself after a reconnect (redis-streams.ts).
+import { Cluster, Redis, type ClusterOptions, type RedisOptions } from 'ioredis';
+import type { Logger } from 'pino';
+import type { RedisConnectionConfig } from '../config.js';
+
+export type RedisClient = Redis | Cluster;
+
+/** commands: short requests that fail after a few reconnect attempts (their callers retry, and
+ *  PostgreSQL holds the truth). blocking: XREADGROUP BLOCK, on a connection of its own with no
+ *  per-request retry limit and no resend of unfinished commands (ioredis' advice). */
+export type ConnectionRole = 'commands' | 'blocking';
+
+const reconnectDelay = (times: number): number => Math.min(50 * times, 500);
+
+function baseOptions(role: ConnectionRole): RedisOptions {
+  return {
+    connectTimeout: 2000,
+    keepAlive: 5000,
+    maxRetriesPerRequest: role === 'blocking' ? null : 3,
+    autoResendUnfulfilledCommands: role !== 'blocking',
+    // A primary demoted by a failover answers READONLY: reconnect (Sentinel then finds the new one).
+    reconnectOnError: (err) => (err.message.startsWith('READONLY') ? 2 : false),
+  };
+}
+
+export function createRedisClient(target: RedisConnectionConfig, logger: Logger, role: ConnectionRole): RedisClient {
+  const base = baseOptions(role);
+  let client: RedisClient;
+  if (target.mode === 'single') {
+    client = new Redis(target.url, { ...base, retryStrategy: reconnectDelay });
+  } else if (target.mode === 'sentinel') {
+    client = new Redis({
+      ...base,
+      sentinels: target.sentinels,
+      name: target.name,
+      role: 'master',
+      username: target.username,
+      password: target.password,
+      sentinelUsername: target.sentinelUsername,
+      sentinelPassword: target.sentinelPassword,
+      ...(target.tls ? { tls: {}, enableTLSForSentinelMode: true, sentinelTLS: {} } : {}),
+      retryStrategy: reconnectDelay,
+      sentinelRetryStrategy: reconnectDelay,
+      // Subscribes to +switch-master on the sentinels and reconnects at once, also when the old
+      // primary is still up (a manual failover) rather than waiting for it to refuse a write.
+      failoverDetector: true,
+    });
+  } else {
+    const options: ClusterOptions = {
+      redisOptions: { ...base, username: target.username, password: target.password, ...(target.tls ? { tls: {} } : {}) },
+      clusterRetryStrategy: reconnectDelay,
+      // A command to a master that died is retried after a slot refresh (every 100 ms, up to
+      // maxRedirections times), so it reaches the promoted replica without the caller's help.
+      retryDelayOnFailover: 100,
+      retryDelayOnClusterDown: 100,
+      maxRedirections: 16,
+      scaleReads: 'master',
+      slotsRefreshTimeout: 1000,
+      // Learns a topology change (a failover elsewhere) even without a MOVED reply.
+      slotsRefreshInterval: 2000,
+    };
+    client = new Cluster(target.nodes, options);
+  }
+  watch(client, target, logger, role);
+  return client;
+}
+
+/** Logs what an operator needs during a failover, without a line per reconnect attempt. */
+function watch(client: RedisClient, target: RedisConnectionConfig, logger: Logger, role: ConnectionRole): void {
+  const log = logger.child({ redis: target.mode, connection: role });
+  let lastLog = 0;
+  let lost = false;
+  client.on('error', (err: Error) => {
+    // ioredis emits an error per failed reconnect; log at most one per 5 s.
+    const now = Date.now();
+    if (now - lastLog > 5000) {
+      lastLog = now;
+      log.warn({ err: { message: err.message } }, `Redis unreachable at ${describeTarget(target)}; retrying`);
+    }
+  });
+  client.on('close', () => {
+    lost = true;
+  });
+  client.on('ready', () => {
+    if (!lost) return;
+    lost = false;
+    log.info({ nodes: reachedNodes(client) }, 'Redis reachable again');
+  });
+  if (client instanceof Cluster) {
+    client.on('-node', (_redis: Redis, key: string) => log.warn({ node: key }, 'Redis cluster node left the client (failed or removed)'));
+    client.on('+node', (_redis: Redis, key: string) => log.info({ node: key }, 'Redis cluster node joined the client'));
+  }
+}
+
+/** The target as operators know it, password hidden. */
+export function describeTarget(target: RedisConnectionConfig): string {
+  const nodes = (list: { host: string; port: number }[]) => list.map((n) => `${n.host}:${n.port}`).join(',');
+  if (target.mode === 'single') return redactUrl(target.url);
+  if (target.mode === 'cluster') return `cluster ${nodes(target.nodes)}`;
+  return `sentinel primary "${target.name}" via ${nodes(target.sentinels)}`;
+}
+
+export function redactUrl(url: string): string {
+  return url.replace(/\/\/([^:@/]*):([^@/]*)@/, '//$1:***@');
+}
+
+/** The node(s) a client talks to now: the connected address of a single-node or Sentinel client
+ *  (after a failover, the promoted replica), the masters a Cluster client knows. */
+export function reachedNodes(client: RedisClient): string[] {
+  if (client instanceof Cluster) return client.nodes('master').map((n) => `${n.options.host}:${n.options.port}`);
+  const s = client.status === 'ready' ? client.stream : undefined;
+  if (s?.remoteAddress) return [`${s.remoteAddress}:${s.remotePort}`];
+  return [`(${client.status})`];
+}

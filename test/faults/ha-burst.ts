@@ -1,0 +1,93 @@
+// The burst the Redis failover tests run (issue 26): 50,000 timeouts over three kinds, due at
+// once, two coordinators and two workers as processes, a fault mid-drain, then the invariants and
+// the longest gap in closes around the fault, measured on the database clock (order_transitions.at
+// is clock_timestamp() at the close).
+import { expect } from 'vitest';
+import { streamKey } from '../../src/transport/keys.js';
+import { KIND, report, Scenario, waitUntil } from './harness.js';
+
+export const KINDS = [KIND, 'order.unshipped', 'order.unconfirmed'] as const;
+export const BURST = 50_000;
+const PER_KIND = Math.ceil(BURST / KINDS.length);
+
+export interface Burst {
+  s: Scenario;
+  /** Stream key of each kind (with the scenario's prefix). */
+  streams: Record<string, string>;
+  /** The database's clock now (for fault and recovery instants). */
+  dbNow(): Promise<Date>;
+  /** Orders closed so far. */
+  closed(): Promise<number>;
+  /** Waits for the drain, checks the invariants, reports the gaps. */
+  finish(label: string, fault: { at: Date; answeringAt: Date; kind?: string; extra?: Record<string, unknown> }): Promise<Record<string, unknown>>;
+}
+
+/** Order ids of a kind: kind i holds [i * PER_KIND + 1, (i + 1) * PER_KIND]. */
+const idRange = (kind: string): [number, number] => {
+  const i = KINDS.indexOf(kind as (typeof KINDS)[number]);
+  return [i * PER_KIND + 1, Math.min((i + 1) * PER_KIND, BURST)];
+};
+
+export async function startBurst(label: string, redisEnv: Record<string, string>): Promise<Burst> {
+  const s = await Scenario.create(label, {
+    redisEnv,
+    extraKinds: KINDS.slice(1),
+    // Shards of 500: 100 shards in all, so the drain lasts a few seconds on two cores.
+    kind: { shardSize: 500 },
+    poolSize: 3,
+  });
+  const coordinators = [s.coordinator('coordinator-a'), s.coordinator('coordinator-b')];
+  await Promise.race(coordinators.map((c) => c.waitForMsg('became leader', 20_000)));
+  const workers = [s.worker('worker-1'), s.worker('worker-2')];
+  await Promise.all(workers.map((w) => w.waitForMsg('worker started', 20_000)));
+  for (const kind of KINDS) {
+    const [from, to] = idRange(kind);
+    await s.seed(to - from + 1, { from, kind });
+  }
+  const dbNow = async () => (await s.pool.query<{ t: Date }>('SELECT clock_timestamp() AS t')).rows[0]!.t;
+  const closed = () => s.count(`SELECT count(*) AS n FROM order_transitions WHERE to_status = 'closed'`);
+  return {
+    s,
+    streams: Object.fromEntries(KINDS.map((k) => [k, streamKey(s.prefix, k)])),
+    dbNow,
+    closed,
+    async finish(name, fault) {
+      const inv = await s.expectInvariants(60_000);
+      expect(inv.applied).toBe(BURST);
+      for (const p of s.procs) expect(p.alive, `${p.name} survived`).toBe(true);
+      const gap = async (range?: [number, number]) => {
+        const { rows } = await s.pool.query<{ gap: number | null; resume: number | null; first: number | null }>(
+          `WITH c AS (SELECT at, lag(at) OVER (ORDER BY at) AS prev FROM order_transitions
+                       WHERE to_status = 'closed' AND order_id BETWEEN $3 AND $4)
+           SELECT (SELECT max(extract(epoch FROM at - greatest(prev, $1)) * 1000) FROM c WHERE at >= $1)::float8 AS gap,
+                  (SELECT extract(epoch FROM min(at) - $2) * 1000 FROM c WHERE at >= $2)::float8 AS resume,
+                  (SELECT extract(epoch FROM min(at) - $1) * 1000 FROM c WHERE at >= $1)::float8 AS first`,
+          [fault.at, fault.answeringAt, range?.[0] ?? 0, range?.[1] ?? Number.MAX_SAFE_INTEGER],
+        );
+        return { longestGapMs: Math.round(rows[0]!.gap ?? 0), closesResumeAfterAnswerMs: Math.round(rows[0]!.resume ?? -1) };
+      };
+      const all = await gap();
+      const kind = fault.kind ? await gap(idRange(fault.kind)) : undefined;
+      const republished = await s.count(`SELECT count(*) AS n FROM timeout_center.shards WHERE publish_count > 1`);
+      const figures = {
+        timeouts: BURST,
+        applied: inv.applied,
+        answeringAfterFaultMs: fault.answeringAt.getTime() - fault.at.getTime(),
+        allKinds: all,
+        ...(kind ? { faultedKind: { kind: fault.kind, ...kind } } : {}),
+        republishedShards: republished,
+        ...fault.extra,
+        wallMs: s.elapsedMs(),
+      };
+      await s.stopAll();
+      report(name, figures);
+      return figures;
+    },
+  };
+}
+
+/** Waits until a share of the burst is closed (the fault then lands mid-drain). */
+export async function midDrain(b: Burst, share = 0.2): Promise<number> {
+  await waitUntil('the drain under way', async () => (await b.closed()) >= BURST * share, 60_000, 20);
+  return b.closed();
+}

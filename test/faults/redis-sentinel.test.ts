@@ -1,0 +1,53 @@
+// Issue 26 with Sentinel (a primary, one replica, three sentinels; private, free ports): under a
+// 50,000-timeout burst over three kinds (two coordinators, two workers), (b) the primary is
+// SIGKILLed mid-drain; the sentinels promote the replica and the clients follow. Ends with the
+// invariants and reports the longest gap in closes around the fault.
+import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
+import { killAll } from '../helpers/processes.js';
+import { cli, startSentinelGroup, type SentinelGroup } from '../helpers/redis-ha.js';
+import { stopAllServers } from '../helpers/servers.js';
+import { requireTools } from '../helpers/system-tools.js';
+import { midDrain, startBurst, type Burst } from './ha-burst.js';
+import { waitUntil } from './harness.js';
+
+const tools = requireTools('redis-sentinel');
+let group: SentinelGroup;
+let burst: Burst | undefined;
+
+beforeAll(async () => {
+  if (!tools.skip) group = await startSentinelGroup();
+}, 60_000);
+
+afterEach(async () => {
+  await killAll();
+  await burst?.s.close();
+  burst = undefined;
+});
+
+afterAll(async () => {
+  await killAll();
+  await stopAllServers();
+});
+
+describe.skipIf(tools.skip)(tools.title('Redis Sentinel'), () => {
+  it('(b) the primary is SIGKILLed mid-drain: the sentinels promote the replica and the drain goes on', async () => {
+    burst = await startBurst('fault-sentinel-primary', { REDIS_SENTINELS: group.seeds, REDIS_SENTINEL_NAME: group.name });
+    const b = burst;
+    expect(await group.primaryPort()).toBe(group.primary.port);
+    const closedAtFault = await midDrain(b);
+    const at = await b.dbNow();
+    await group.primary.kill();
+    await waitUntil(
+      'the sentinels report the replica as primary and it answers as one',
+      async () => (await group.primaryPort()) === group.replica.port && (await cli(group.replica.port, 'ROLE')).startsWith('master'),
+      30_000,
+      20,
+    );
+    const answeringAt = await b.dbNow();
+    const workers = b.s.procs.filter((p) => p.name.startsWith('worker'));
+    const figures = await b.finish('26b Sentinel primary SIGKILL mid-drain', { at, answeringAt, extra: { closedAtFault } });
+    const reconnected = workers.flatMap((w) => w.lines.filter((l) => l.msg === 'Redis reachable again').map((l) => l['nodes']));
+    expect(reconnected.flat(), 'the workers reached the promoted replica').toContain(`127.0.0.1:${group.replica.port}`);
+    expect(figures['applied']).toBeGreaterThan(0);
+  });
+});
