@@ -112,6 +112,11 @@ const kindSchema = z.strictObject({
   /** Time limit of one handler call (statement_timeout for SQL handlers). */
   timeLimitMs: z.number().int().min(10).max(600_000).default(10_000),
   handler: z.discriminatedUnion('type', [sqlHandler, httpHandler, codeHandler]),
+  /** Where the kind's timeouts live. center (default): the center's database. beside: in the
+   *  business database the SQL handler's `route` (or `database`) picks for the biz_id, beside the
+   *  orders they close: each such database is a store with the timeout_center schema (`migrate`
+   *  installs it), led on its own, where claim and handler are one statement (docs/scale.md). */
+  store: z.enum(['center', 'beside']).default('center'),
   // Flow control (docs/operations.md "Flow control"): defaults, enforced fleet-wide. A run-time
   // change (SQL, `timeout-center pause|resume|limit`, the console) wins over these until the kind
   // is reset to its config (`timeout-center limit <kind> --reset`).
@@ -342,7 +347,7 @@ function crossFieldChecks(
 function checkBusinessDatabases(
   config: {
     businessDatabases: Record<string, unknown>;
-    kinds: Record<string, { handler: z.output<typeof sqlHandler> | z.output<typeof httpHandler> | z.output<typeof codeHandler> }>;
+    kinds: Record<string, { handler: z.output<typeof sqlHandler> | z.output<typeof httpHandler> | z.output<typeof codeHandler>; store?: 'center' | 'beside' }>;
   },
   ctx: z.RefinementCtx,
 ): void {
@@ -365,11 +370,26 @@ function checkBusinessDatabases(
       });
     }
   };
-  for (const [kind, { handler }] of Object.entries(config.kinds ?? {})) {
+  for (const [kind, { handler, store }] of Object.entries(config.kinds ?? {})) {
     const base = ['kinds', kind, 'handler'];
+    if (store === 'beside' && handler.type !== 'sql') {
+      ctx.addIssue({
+        code: 'custom',
+        path: ['kinds', kind, 'store'],
+        message: 'store: beside takes a SQL handler with a route or a database (its statement runs in the store)',
+      });
+      continue;
+    }
     if (handler.type === 'code' && handler.database) known([...base, 'database'], handler.database);
     if (handler.type !== 'sql') continue;
     if (handler.database && handler.route) ctx.addIssue({ code: 'custom', path: base, message: 'give database or route, not both' });
+    if (store === 'beside' && !handler.database && !handler.route) {
+      ctx.addIssue({
+        code: 'custom',
+        path: ['kinds', kind, 'store'],
+        message: 'store: beside keeps the timeouts in the business database the handler picks: give the handler a route or a database',
+      });
+    }
     if (handler.database) known([...base, 'database'], handler.database);
     const route = handler.route;
     if (!route) continue;
