@@ -185,7 +185,7 @@ export function renderModule(parsed) {
   lines.push('/** Each statement\'s named inputs, with the types its @params line declares. */', 'export interface StatementInputs {');
   for (const s of parsed) {
     const fields = s.params.map((p) => `${p.name}: ${p.type}`).join('; ');
-    lines.push(`  ${JSON.stringify(s.key)}: ${fields ? `{ ${fields} }` : 'Record<string, never>'};`);
+    lines.push(`  ${JSON.stringify(s.key)}: ${fields ? `{ ${fields} }` : 'Record<never, never>'};`);
   }
   lines.push('}', '');
   return lines.join('\n');

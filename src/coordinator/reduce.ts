@@ -1,6 +1,6 @@
 // Reduce: close every scan whose shards are all final with its totals, exactly once.
 import type pg from 'pg';
-import { statement } from '../db/queries.js';
+import { sql } from '../db/queries.js';
 import { fencedTransaction } from './fence.js';
 
 export interface ReducedScan {
@@ -17,7 +17,7 @@ export interface ReducedScan {
 
 export async function reduceScans(pool: pg.Pool, epoch: number): Promise<ReducedScan[]> {
   return fencedTransaction(pool, epoch, async (client) => {
-    const { rows } = await client.query<ReducedScan>(statement('coordinator/reduce'), [500]);
+    const { rows } = await client.query<ReducedScan>(sql('coordinator/reduce', { maxScans: 500 }));
     return rows;
   });
 }

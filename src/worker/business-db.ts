@@ -3,7 +3,7 @@
 import pg from 'pg';
 import type { Logger } from 'pino';
 import { createPool } from '../db/pool.js';
-import { statement } from '../db/queries.js';
+import { sql } from '../db/queries.js';
 
 /** A URL for logs and errors: the password hidden. */
 export function redactDbUrl(url: string): string {
@@ -156,7 +156,7 @@ export async function prepareBusinessDatabases(urls: Record<string, string>, log
     client.on('error', () => {});
     try {
       await client.connect();
-      await client.query(statement('worker/business_markers'));
+      await client.query(sql('worker/business_markers'));
       out.prepared.push(name);
       logger.info({ database: name }, 'business database prepared (timeout_center.markers)');
     } catch (err) {

@@ -2,7 +2,7 @@
 // one statement claims, applies and reports the skipped ids exactly as the plain form would.
 import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { statement } from '../../src/db/queries.js';
+import { sql } from '../../src/db/queries.js';
 import { batchSqlHandler, sqlHandlerForm } from '../../src/worker/sql-handler.js';
 import { CLOSE_SQL, createOrdersSchema, writeConfig } from '../helpers/orders.js';
 import { runCli } from '../helpers/processes.js';
@@ -85,8 +85,7 @@ describe('batch form of a SQL handler', () => {
     ]);
     // claim.sql's plain form (the rows only locked): one lateness per row, no counts, the arrays
     // in id order.
-    const claim = statement('worker/claim');
-    const { rows: plain } = await pool.query(claim, [shard[0].id, 'order.unpaid', 3, false]);
+    const { rows: plain } = await pool.query(sql('worker/claim', { shardId: shard[0].id, kind: 'order.unpaid', claimLimit: 3, batch: false }));
     expect(plain[0].n).toBe(3);
     expect(plain[0].ids).toEqual(['16', '17', '18'].map((b) => idsByBiz.get(b)));
     expect(plain[0].biz_ids).toEqual(['16', '17', '18']);
