@@ -24,10 +24,7 @@ export async function reduceScans(pool: pg.Pool, epoch: number): Promise<Reduced
 
 /** How many of the latest reduced scans, newest first, had failures without a clean one between. */
 export async function consecutiveFailedScans(pool: pg.Pool, limit: number): Promise<number> {
-  const { rows } = await pool.query<{ failed: number }>(
-    `SELECT failed FROM timeout_center.scans WHERE state = 'reduced' ORDER BY reduced_at DESC, id DESC LIMIT $1`,
-    [limit],
-  );
+  const { rows } = await pool.query<{ failed: number }>(sql('coordinator/recent_failures', { limit }));
   let n = 0;
   for (const r of rows) {
     if (r.failed > 0) n += 1;

@@ -135,9 +135,7 @@ export class ExternalExecutor {
       // could report applied rows as skipped later; instead the shard keeps its rows and waits
       // (its lease set to end after the delay, the attempt not counted), then runs again.
       const deferred = await this.pool.query(
-        `UPDATE timeout_center.shards SET attempts = greatest(attempts - 1, 0), lease_expires_at = now() + $3 * interval '1 millisecond'
-          WHERE id = $1 AND lease_token = $2 AND state = 'running'`,
-        [lease.id, lease.lease_token, Math.round(decision.retryInMs)],
+        sql('worker/defer_shard', { shardId: lease.id, leaseToken: lease.lease_token, delayMs: Math.round(decision.retryInMs) }),
       );
       this.metrics.batchFailures.inc({ kind: lease.kind, target });
       shardLog.warn(

@@ -19,7 +19,7 @@ export interface SplitShard {
 export async function splitPinned(pool: pg.Pool, shardId: number, scanId: number, leaseToken: string): Promise<SplitShard[]> {
   return withTransaction(pool, async (client) => {
     // The scan row lock serialises splits of one scan, so each sees the others' seq numbers.
-    await client.query('SELECT 1 FROM timeout_center.scans WHERE id = $1 FOR UPDATE', [scanId]);
+    await client.query(sql('worker/lock_scan', { scanId }));
     const { rows } = await client.query<{ id: string; claim_limit: number }>(sql('worker/split_pinned', { shardId, leaseToken }));
     return rows.map((r) => ({ id: Number(r.id), claimLimit: Number(r.claim_limit) }));
   });

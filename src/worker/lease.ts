@@ -57,12 +57,7 @@ export async function holdShard(pool: pg.Pool, shardId: number): Promise<string 
 
 /** Gives a lease back so another worker can take the shard at once (the attempt not counted). */
 export async function releaseLease(pool: pg.Pool, lease: Lease): Promise<void> {
-  await pool.query(
-    `UPDATE timeout_center.shards SET state = 'queued', owner = NULL, lease_token = NULL, lease_expires_at = NULL,
-            attempts = attempts - 1, published_at = NULL
-      WHERE id = $1 AND lease_token = $2`,
-    [lease.id, lease.lease_token],
-  );
+  await pool.query(sql('worker/release_lease', { shardId: lease.id, leaseToken: lease.lease_token }));
 }
 
 /** Waits until a lease's claim may start (a shard planned ahead of its rows' due instant). One
