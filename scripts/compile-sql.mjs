@@ -8,13 +8,14 @@
 // and what is wrong. Run by `npm run build` and `npm run typecheck` before tsc, and by the test
 // suite's global setup; the output is not committed (.gitignore).
 import { readdirSync, readFileSync, statSync, writeFileSync, existsSync } from 'node:fs';
-import { join, relative, sep } from 'node:path';
+import { join, relative, resolve, sep } from 'node:path';
 import { fileURLToPath, URL } from 'node:url';
 import { parseStatement, renderModule, StatementError } from './sql-statements.mjs';
 
 const root = fileURLToPath(new URL('..', import.meta.url));
-const src = join(root, 'src');
-const out = join(src, 'db', 'statements.generated.ts');
+// Arguments (for the compiler's own test): a source directory and an output file.
+const src = process.argv[2] ? resolve(process.argv[2]) : join(root, 'src');
+const out = process.argv[3] ? resolve(process.argv[3]) : join(src, 'db', 'statements.generated.ts');
 
 function walk(dir, found = []) {
   for (const name of readdirSync(dir).sort()) {
