@@ -9,6 +9,7 @@
 // suite's global setup; the output is not committed (.gitignore).
 import { readdirSync, readFileSync, statSync, writeFileSync, existsSync } from 'node:fs';
 import { join, relative, resolve, sep } from 'node:path';
+import process from 'node:process';
 import { fileURLToPath, URL } from 'node:url';
 import { parseStatement, renderModule, StatementError } from './sql-statements.mjs';
 
@@ -36,7 +37,7 @@ try {
   });
 } catch (err) {
   if (!(err instanceof StatementError)) throw err;
-  console.error(`compile-sql: ${err.message}`);
+  process.stderr.write(`compile-sql: ${err.message}\n`);
   process.exit(1);
 }
 const text = renderModule(parsed);

@@ -136,8 +136,7 @@ export function parseStatement(key, source, file = key) {
 
   const used = usedParameters(text);
   const highest = used.size === 0 ? 0 : Math.max(...used);
-  if (highest > 0 && !sawParams)
-    throw new StatementError(file, `uses $1..$${highest} but has no "-- @params name: type, ..." line naming them`);
+  if (highest > 0 && !sawParams) throw new StatementError(file, `uses $1..$${highest} but has no "-- @params name: type, ..." line naming them`);
   if (highest !== params.length)
     throw new StatementError(
       file,
@@ -152,10 +151,7 @@ export function parseStatement(key, source, file = key) {
     const pattern = new RegExp(`^.*-- ${escaped}(?![\\w:-]).*$`, 'gm');
     const found = [...text.matchAll(pattern)];
     if (found.length !== 1)
-      throw new StatementError(
-        file,
-        `@slot ${name}: expected exactly one line marked "-- ${marker}", found ${found.length === 0 ? 'none' : found.length}`,
-      );
+      throw new StatementError(file, `@slot ${name}: expected exactly one line marked "-- ${marker}", found ${found.length === 0 ? 'none' : found.length}`);
     const start = found[0].index;
     return { name, marker, start, end: start + found[0][0].length };
   });
@@ -182,7 +178,7 @@ export function renderModule(parsed) {
     );
   }
   lines.push('} as const;', '', 'export type StatementName = keyof typeof statements;', '');
-  lines.push('/** Each statement\'s named inputs, with the types its @params line declares. */', 'export interface StatementInputs {');
+  lines.push("/** Each statement's named inputs, with the types its @params line declares. */", 'export interface StatementInputs {');
   for (const s of parsed) {
     const fields = s.params.map((p) => `${p.name}: ${p.type}`).join('; ');
     lines.push(`  ${JSON.stringify(s.key)}: ${fields ? `{ ${fields} }` : 'Record<never, never>'};`);

@@ -32,7 +32,9 @@ export class LagMonitor {
     const now = Date.now();
     if (!lagCheckDue(now, this.lastCheckAt, this.notBefore, this.intervalMs)) return;
     this.lastCheckAt = now;
-    const { rows } = await this.pool.query<{ kind: string; pending_due: number; in_flight: number; lag_s: number; paused: boolean }>(sql('coordinator/backlog'));
+    const { rows } = await this.pool.query<{ kind: string; pending_due: number; in_flight: number; lag_s: number; paused: boolean }>(
+      sql('coordinator/backlog'),
+    );
     this.metrics.backlog.reset();
     this.metrics.oldestLag.reset();
     let worst: (typeof rows)[number] | undefined;

@@ -84,9 +84,7 @@ export class Leadership extends EventEmitter<LeadershipEvents> {
       return;
     }
     try {
-      const { rows } = await this.options.pool.query<{ epoch: number }>(
-        sql('coordinator/bump_epoch', { coordinatorId: this.options.coordinatorId }),
-      );
+      const { rows } = await this.options.pool.query<{ epoch: number }>(sql('coordinator/bump_epoch', { coordinatorId: this.options.coordinatorId }));
       const epoch = rows[0]?.epoch;
       if (!epoch) throw new Error('timeout_center.coordinator_lease has no row: run `timeout-center migrate`');
       this.lock = lock;

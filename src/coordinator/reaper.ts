@@ -22,7 +22,9 @@ const toMessage = (r: ShardRow): ShardMessage => ({ shardId: r.id, scanId: r.sca
 
 export async function reap(pool: pg.Pool, epoch: number, options: { republishAfterMs: number; channelLost: boolean }): Promise<ReapResult> {
   return fencedTransaction(pool, epoch, async (client) => {
-    const abandoned = await client.query<{ id: number; kind: string; scan_id: number; failed_count: number }>(sql('coordinator/abandon_shards', { maxShards: BATCH }));
+    const abandoned = await client.query<{ id: number; kind: string; scan_id: number; failed_count: number }>(
+      sql('coordinator/abandon_shards', { maxShards: BATCH }),
+    );
     const requeued = await client.query<ShardRow>(sql('coordinator/requeue_expired', { maxShards: BATCH }));
     const stale = await client.query<ShardRow>(
       sql('coordinator/republish_queued', {

@@ -117,7 +117,13 @@ interface ControlsChange {
  * set_config(..., true), local to it): set_kind_controls.sql, one fixed statement for every
  * change. Throws ControlInputError for an unknown kind.
  */
-async function updateControls(pool: pg.Pool, kind: string, actor: string, change: ControlsChange, source: 'config' | 'operator' = 'operator'): Promise<KindControls> {
+async function updateControls(
+  pool: pg.Pool,
+  kind: string,
+  actor: string,
+  change: ControlsChange,
+  source: 'config' | 'operator' = 'operator',
+): Promise<KindControls> {
   checkActor(actor);
   const client = await pool.connect();
   try {

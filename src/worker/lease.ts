@@ -34,7 +34,8 @@ export async function takeLease(pool: pg.Pool, shardId: number, workerId: string
   if (!Number.isSafeInteger(shardId) || shardId <= 0) throw new Error(`invalid shard id in a delivery: ${String(shardId)}`);
   const lockKind = bindLiterals(sql('worker/lock_kind', { shardId }));
   const take = bindLiterals(sql('worker/take_lease', { shardId, workerId, leaseMs: Math.floor(leaseMs) }));
-  const results = (await pool.query(`BEGIN; SET LOCAL synchronous_commit = off; ${lockKind}; ${take}; COMMIT`)) as unknown as pg.QueryResult<Omit<Lease, 'claimAt'> & { wait_ms: number }>[];
+  type Taken = Omit<Lease, 'claimAt'> & { wait_ms: number };
+  const results = (await pool.query(`BEGIN; SET LOCAL synchronous_commit = off; ${lockKind}; ${take}; COMMIT`)) as unknown as pg.QueryResult<Taken>[];
   const row = results[3]?.rows[0];
   if (!row) return undefined;
   const { wait_ms, ...lease } = row;

@@ -264,9 +264,7 @@ export class Worker {
     await client.connect();
     try {
       if (pids.length > 0) await client.query(sql('worker/terminate_backends', { pids }));
-      const { rows } = await client.query<{ id: string; kind: string }>(
-        sql('worker/release_running', { shardIds, workerId: this.id }),
-      );
+      const { rows } = await client.query<{ id: string; kind: string }>(sql('worker/release_running', { shardIds, workerId: this.id }));
       for (const r of rows) this.deps.metrics.shards.inc({ kind: r.kind, outcome: 'released' });
       return rows.map((r) => Number(r.id));
     } finally {

@@ -2,7 +2,7 @@
 // one statement claims, applies and reports the skipped ids exactly as the plain form would.
 import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { sql } from '../../src/db/queries.js';
+import { sql, statementValues } from '../../src/db/queries.js';
 import { batchSqlHandler, sqlHandlerForm } from '../../src/worker/sql-handler.js';
 import { CLOSE_SQL, createOrdersSchema, writeConfig } from '../helpers/orders.js';
 import { runCli } from '../helpers/processes.js';
@@ -58,7 +58,7 @@ describe('batch form of a SQL handler', () => {
     const { rows: ids } = await pool.query<{ id: string; biz_id: string }>(`SELECT id, biz_id FROM timeout_center.timeouts`);
     const idsByBiz = new Map(ids.map((r) => [r.biz_id, r.id]));
     const batch = (await batchSqlHandler(pool, CLOSE_SQL, 1000))!;
-    const { rows } = await pool.query(batch.sql, [shard[0].id, 'order.unpaid', 15, true]);
+    const { rows } = await pool.query(batch.sql, statementValues('worker/claim', { shardId: shard[0].id, kind: 'order.unpaid', claimLimit: 15, batch: true }));
     expect(rows[0].n).toBe(15);
     // The 15 earliest due (ids 1-15); of those, 4, 8 and 12 were paid: skipped, written once with
     // that result.
@@ -112,7 +112,10 @@ describe('batch form of a SQL handler', () => {
     );
     const batch = (await batchSqlHandler(pool, CLOSE_SQL, 1000))!;
     expect(batch.newest.name).not.toBe(batch.name);
-    const newest = await pool.query(batch.newest.sql, [shards[1]!.id, 'order.unpaid', 10, true]);
+    const newest = await pool.query(
+      batch.newest.sql,
+      statementValues('worker/claim', { shardId: Number(shards[1]!.id), kind: 'order.unpaid', claimLimit: 10, batch: true }),
+    );
     expect(newest.rows[0].n).toBe(10);
     const moved = async (shardId: string) =>
       (await pool.query<{ b: number }>(`SELECT biz_id::int AS b FROM timeout_center.done_timeouts WHERE shard_id = $1 ORDER BY 1`, [shardId])).rows.map(
@@ -124,7 +127,10 @@ describe('batch form of a SQL handler', () => {
     expect(fromNewest.filter((b) => b <= 108)).toHaveLength(2);
     expect(fromNewest.filter((b) => b >= 117)).toEqual([]);
     // The oldest-first form takes the rest in due order: the six left of 101-108, then 117-120.
-    const oldest = await pool.query(batch.sql, [shards[0]!.id, 'order.unpaid', 10, true]);
+    const oldest = await pool.query(
+      batch.sql,
+      statementValues('worker/claim', { shardId: Number(shards[0]!.id), kind: 'order.unpaid', claimLimit: 10, batch: true }),
+    );
     expect(oldest.rows[0].n).toBe(10);
     expect((await moved(shards[0]!.id)).sort((a, b) => a - b)).toEqual([
       ...Array.from({ length: 8 }, (_, i) => 101 + i).filter((b) => !fromNewest.includes(b)),
@@ -150,7 +156,10 @@ describe('batch form of a SQL handler', () => {
       [scan[0].id],
     );
     if (form.form !== 'batch') return;
-    const { rows } = await pool.query(form.batch.sql, [shard[0].id, 'order.unpaid', 100, true]);
+    const { rows } = await pool.query(
+      form.batch.sql,
+      statementValues('worker/claim', { shardId: shard[0].id, kind: 'order.unpaid', claimLimit: 100, batch: true }),
+    );
     expect(rows[0].n).toBeGreaterThanOrEqual(1); // with the rows the test above left pending
     const { rows: order } = await pool.query(`SELECT status FROM orders WHERE id = 1001`);
     expect(order[0].status).toBe('cl$$o$&sed$$');
