@@ -6,7 +6,7 @@
 import { createHash } from 'node:crypto';
 import type pg from 'pg';
 import { isConnectionError } from '../db/pool.js';
-import { compose } from '../db/queries.js';
+import { compose, sql } from '../db/queries.js';
 
 /** Newest due first, among the rows due by the flood's instant (the shard's not_before). */
 const NEWEST_FIRST = '     AND d.available_at <= (SELECT s.not_before FROM timeout_center.shards s WHERE s.id = $1)\n' + '   ORDER BY d.available_at DESC';
@@ -128,14 +128,13 @@ export function replaceParameter(sql: string, n: number, replacement: string): s
 
 /** Prepares a statement to learn the parameter types PostgreSQL infers for it (ids = ANY($1)
  *  makes $1 bigint[]); throws PostgreSQL's error when it rejects the statement. */
-export async function sqlParameterTypes(pool: pg.Pool, sql: string): Promise<string[]> {
+export async function sqlParameterTypes(pool: pg.Pool, text: string): Promise<string[]> {
   const client = await pool.connect();
   try {
-    await client.query(`PREPARE tc_check_sql AS ${sql}`);
+    // The handler's own statement (from the config), prepared as written to be checked.
+    await client.query(`PREPARE tc_check_sql AS ${text}`);
     try {
-      const { rows } = await client.query<{ types: string[] }>(
-        `SELECT parameter_types::text[] AS types FROM pg_prepared_statements WHERE name = 'tc_check_sql'`,
-      );
+      const { rows } = await client.query<{ types: string[] }>(sql('worker/prepared_types'));
       return rows[0]?.types ?? [];
     } finally {
       await client.query('DEALLOCATE tc_check_sql');
