@@ -14,6 +14,7 @@
 //   --help               this text
 import { parseArgs } from 'node:util';
 // dist/: npm run bench:explain builds first.
+import { statementValues } from '../dist/db/queries.js';
 import { batchSqlHandler } from '../dist/worker/sql-handler.js';
 import { startBenchServer, type BenchServer } from './lib/server.ts';
 import { pureSqlStatement } from './lib/limit.ts';
@@ -88,7 +89,12 @@ async function prepare(server: BenchServer, schema: 'ours' | 'minimal') {
     const batch = await batchSqlHandler(pool, CLOSE_MANY_SQL, 60_000);
     if (!batch) throw new Error('the close statement has no batch form; see src/worker/sql-handler.ts');
     const vacuum = 'VACUUM timeout_center.timeouts, timeout_center.done_timeouts, orders';
-    statements.push({ name: 'worker batch claim', sql: batch.sql, values: [Number(shard.rows[0]!.id), KIND, K, true], vacuum });
+    statements.push({
+      name: 'worker batch claim',
+      sql: batch.sql,
+      values: statementValues('worker/claim', { shardId: Number(shard.rows[0]!.id), kind: KIND, claimLimit: K, batch: true }),
+      vacuum,
+    });
     statements.push({ name: 'limit, our schema', sql: pureSqlStatement('array', KIND, 'ours'), values: [K], vacuum });
   }
   return { pool, statements, drop };

@@ -20,7 +20,7 @@
 import { parseArgs } from 'node:util';
 import pg from 'pg';
 // dist/: npm run bench:statements builds first, and src/ cannot be loaded without compiling.
-import { statement } from '../dist/db/queries.js';
+import { sql, statementValues } from '../dist/db/queries.js';
 import { batchSqlHandler } from '../dist/worker/sql-handler.js';
 import { startBenchServer, type BenchServer } from './lib/server.ts';
 import { pureSqlStatement } from './lib/limit.ts';
@@ -52,8 +52,6 @@ if (unknown.length > 0) usage(`unknown variant(s) ${unknown.join(', ')}; known: 
 
 /** Every column as PostgreSQL's text, as the worker reads claim.sql. */
 const AS_TEXT = { getTypeParser: () => (value: string) => value };
-const CLAIM = statement('worker/claim');
-const FINISH = statement('worker/finish');
 
 type Step = (client: pg.PoolClient, shard: number) => Promise<number>;
 
@@ -67,20 +65,37 @@ async function variants(pool: pg.Pool): Promise<Record<string, Step>> {
     'limit-array': async (c) => (await c.query(pureSqlStatement('array', KIND), [K])).rows[0].n,
     'worker-batch': async (c, shard) => {
       await c.query('BEGIN');
-      const { rows } = await c.query({ text: batch.sql, values: [shard, KIND, K, true], types: AS_TEXT });
+      const { rows } = await c.query({
+        text: batch.sql,
+        values: statementValues('worker/claim', { shardId: shard, kind: KIND, claimLimit: K, batch: true }),
+        types: AS_TEXT,
+      });
       await c.query('COMMIT');
       return Number(rows[0].n);
     },
     'worker-plain': async (c, shard) => {
       await c.query('BEGIN');
-      const { rows } = await c.query({ text: CLAIM, values: [shard, KIND, K, false], types: AS_TEXT });
+      const { rows } = await c.query({ ...sql('worker/claim', { shardId: shard, kind: KIND, claimLimit: K, batch: false }), types: AS_TEXT });
       const applied = await c.query({ text: CLOSE_MANY_SQL, values: [rows[0].biz_ids], rowMode: 'array', types: AS_TEXT });
       const ids = pg.types.getTypeParser(1016 as Parameters<typeof pg.types.getTypeParser>[0])(rows[0].ids) as string[];
       const bizIds = pg.types.getTypeParser(1009 as Parameters<typeof pg.types.getTypeParser>[0])(rows[0].biz_ids) as string[];
       const done = new Set((applied.rows as unknown as string[][]).map((r) => r[0]));
       const skipped = ids.filter((_, i) => !done.has(bizIds[i]!));
       // finish.sql writes each claimed row once (moved to done_timeouts); no shard row here.
-      await c.query(FINISH, [shard, skipped, [], [], [], 5, 1000, ids.length, 0, ids]);
+      await c.query(
+        sql('worker/finish', {
+          shardId: shard,
+          skipped,
+          failed: [],
+          errors: [],
+          permanent: [],
+          maxAttempts: 5,
+          backoffMs: 1000,
+          claimed: ids.length,
+          skippedMarked: 0,
+          claimedIds: ids,
+        }),
+      );
       await c.query('COMMIT');
       return Number(rows[0].n);
     },

@@ -3,6 +3,7 @@
 // from any language; these functions are that SQL plus input checks and clear errors.
 import { InputError } from './input-error.js';
 import { CompiledQuery, type Kysely, type Transaction } from 'kysely';
+import { sql, type BoundStatement } from './db/queries.js';
 
 /** Anything that can run a parameterised query: pg.Client, pg.PoolClient, pg.Pool. */
 export interface PgQueryable {
@@ -40,7 +41,7 @@ export interface ScheduledTimeout {
   created: boolean;
 }
 
-async function run<R>(db: Executor, text: string, values: unknown[]): Promise<R[]> {
+async function run<R>(db: Executor, { text, values }: BoundStatement): Promise<R[]> {
   if ('executeQuery' in db && typeof db.executeQuery === 'function') {
     const result = await db.executeQuery(CompiledQuery.raw(text, values));
     return result.rows as R[];
@@ -95,20 +96,7 @@ export async function schedule(db: Executor, input: ScheduleInput): Promise<Sche
   const [dueAt, delayMs] = dueArgs(input);
   const payload = input.payload === undefined ? null : JSON.stringify(input.payload);
   try {
-    const rows = await run<{ id: number; due_at: Date; created: boolean }>(
-      db,
-      `WITH ins AS (
-         INSERT INTO timeout_center.timeouts AS t (kind, biz_id, due_at, payload)
-         VALUES ($1, $2, coalesce($3::timestamptz, now() + $4::double precision * interval '1 millisecond'), $5::jsonb)
-         ON CONFLICT (kind, biz_id) WHERE state IN ('pending', 'dispatched')
-         DO UPDATE SET due_at = EXCLUDED.due_at, payload = EXCLUDED.payload WHERE t.state = 'pending'
-         RETURNING id, due_at, (xmax = 0) AS created)
-       SELECT id::int8 AS id, due_at, created FROM ins
-       UNION ALL
-       SELECT id, due_at, false FROM timeout_center.timeouts
-        WHERE kind = $1 AND biz_id = $2 AND state = 'dispatched' AND NOT EXISTS (SELECT 1 FROM ins)`,
-      [kind, bizId, dueAt, delayMs, payload],
-    );
+    const rows = await run<{ id: number; due_at: Date; created: boolean }>(db, sql('schedule/schedule', { kind, bizId, dueAt, delayMs, payload }));
     const row = rows[0];
     if (!row) throw new Error(`schedule(${kind}, ${bizId}): no row written or found; retry`);
     return { id: Number(row.id), kind, bizId, dueAt: new Date(row.due_at), created: row.created };
@@ -124,12 +112,7 @@ export async function schedule(db: Executor, input: ScheduleInput): Promise<Sche
  *  (`... AND status = 'unpaid'`) decides. A timeout a shard is applying in this database is
  *  row-locked: this waits for that commit, then returns false. Call it before touching the order. */
 export async function cancel(db: Executor, kind: string, bizId: ScheduleInput['bizId']): Promise<boolean> {
-  const rows = await run(
-    db,
-    `UPDATE timeout_center.timeouts SET state = 'cancelled', finished_at = now()
-      WHERE kind = $1 AND biz_id = $2 AND state = 'pending' RETURNING id`,
-    [checkKind(kind), bizIdText(bizId)],
-  );
+  const rows = await run(db, sql('schedule/cancel', { kind: checkKind(kind), bizId: bizIdText(bizId) }));
   return rows.length > 0;
 }
 
@@ -138,12 +121,6 @@ export async function cancel(db: Executor, kind: string, bizId: ScheduleInput['b
  *  waits for that commit, then finds it done). */
 export async function reschedule(db: Executor, kind: string, bizId: ScheduleInput['bizId'], due: { dueAt: Date } | { delayMs: number }): Promise<boolean> {
   const [dueAt, delayMs] = dueArgs(due);
-  const rows = await run(
-    db,
-    `UPDATE timeout_center.timeouts
-        SET due_at = coalesce($3::timestamptz, now() + $4::double precision * interval '1 millisecond')
-      WHERE kind = $1 AND biz_id = $2 AND state = 'pending' RETURNING id`,
-    [checkKind(kind), bizIdText(bizId), dueAt, delayMs],
-  );
+  const rows = await run(db, sql('schedule/reschedule', { kind: checkKind(kind), bizId: bizIdText(bizId), dueAt, delayMs }));
   return rows.length > 0;
 }

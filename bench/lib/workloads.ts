@@ -2,8 +2,8 @@
 // workload; the bench process loads the data and watches the orders table, the system's own
 // processes do the work.
 import { once } from 'node:events';
-import { readFileSync } from 'node:fs';
 import pg from 'pg';
+import { sql } from '../../dist/db/queries.js';
 import { testKeyPrefix } from '../../test/helpers/services.ts';
 import { runCli } from '../../test/helpers/processes.ts';
 import { writeConfig } from '../../test/helpers/orders.ts';
@@ -612,10 +612,8 @@ export async function pendingScale(pending: number, ticks: number, spacingMs: nu
               pg_indexes_size('timeout_center.timeouts')::float8 AS idx`,
     );
     const sizes = rows[0]!;
-    const ex = await pool.query(
-      `EXPLAIN (ANALYZE, BUFFERS, COSTS OFF) ${readFileSync(new URL('../../src/coordinator/queries/next_due.sql', import.meta.url), 'utf8')}`,
-      [[KIND]],
-    );
+    const nextDue = sql('coordinator/next_due', { kinds: [KIND] });
+    const ex = await pool.query({ ...nextDue, text: `EXPLAIN (ANALYZE, BUFFERS, COSTS OFF) ${nextDue.text}` });
     return {
       pending,
       insertSeconds,

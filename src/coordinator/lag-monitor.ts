@@ -8,6 +8,7 @@ import type { Alerter } from '../alerts/alerter.js';
 import type { AlertsConfig } from '../config.js';
 import type { Metrics } from '../observability/metrics.js';
 import { deferredUntil, lagCheckDue } from './lag-schedule.js';
+import { sql } from '../db/queries.js';
 
 export class LagMonitor {
   private lastCheckAt = 0;
@@ -32,7 +33,7 @@ export class LagMonitor {
     if (!lagCheckDue(now, this.lastCheckAt, this.notBefore, this.intervalMs)) return;
     this.lastCheckAt = now;
     const { rows } = await this.pool.query<{ kind: string; pending_due: number; in_flight: number; lag_s: number; paused: boolean }>(
-      `SELECT kind, pending_due, in_flight, extract(epoch FROM oldest_lag)::float8 AS lag_s, paused FROM timeout_center.backlog`,
+      sql('coordinator/backlog'),
     );
     this.metrics.backlog.reset();
     this.metrics.oldestLag.reset();

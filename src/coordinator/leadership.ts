@@ -9,6 +9,7 @@ import type pg from 'pg';
 import type { Logger } from 'pino';
 import type { Service } from '../service.js';
 import { redlockLeaderLock, type HeldLock, type LeaderLock } from './leader-lock.js';
+import { sql } from '../db/queries.js';
 
 export interface LeadershipOptions {
   /** Redis for the default redlock lock; ignored when `lock` is given. */
@@ -88,11 +89,7 @@ export class Leadership extends EventEmitter<LeadershipEvents> implements Servic
       return;
     }
     try {
-      const { rows } = await this.options.pool.query<{ epoch: number }>(
-        `UPDATE timeout_center.coordinator_lease SET epoch = epoch + 1, holder = $1, acquired_at = now()
-          WHERE id = 1 RETURNING epoch`,
-        [this.options.coordinatorId],
-      );
+      const { rows } = await this.options.pool.query<{ epoch: number }>(sql('coordinator/bump_epoch', { coordinatorId: this.options.coordinatorId }));
       const epoch = rows[0]?.epoch;
       if (!epoch) throw new Error('timeout_center.coordinator_lease has no row: run `timeout-center migrate`');
       this.lock = lock;

@@ -3,7 +3,7 @@
 // claim limit, and the worker that runs it claims that many due rows of its kind (see
 // worker/queries/claim.sql), so every timeout is written once on its way to done.
 import type pg from 'pg';
-import { statement } from '../db/queries.js';
+import { sql } from '../db/queries.js';
 import type { ShardMessage } from '../transport/channel.js';
 import { fencedTransaction } from './fence.js';
 
@@ -43,18 +43,20 @@ export async function planScan(
 ): Promise<PlannedScan | undefined> {
   type Row = { id: number; scan_id: number; kind: string; target: string | null; claim_limit: number; uncovered: string; counted: boolean; complete: boolean };
   const { rows } = await fencedTransaction(pool, epoch, (client) =>
-    client.query<Row>(statement('coordinator/plan_shards'), [
-      args.cutoff,
-      args.kinds,
-      args.maxShards,
-      args.maxRows,
-      epoch,
-      args.coordinatorId,
-      JSON.stringify(args.credit),
-      JSON.stringify(args.rateBudget),
-      JSON.stringify(args.targetBudget),
-      args.notBefore ?? null,
-    ]),
+    client.query<Row>(
+      sql('coordinator/plan_shards', {
+        cutoff: args.cutoff,
+        kinds: args.kinds,
+        maxShards: args.maxShards,
+        maxRows: args.maxRows,
+        epoch,
+        coordinatorId: args.coordinatorId,
+        credit: JSON.stringify(args.credit),
+        rateBudget: JSON.stringify(args.rateBudget),
+        targetBudget: JSON.stringify(args.targetBudget),
+        notBefore: args.notBefore ?? null,
+      }),
+    ),
   );
   if (rows.length === 0) return undefined;
   const scanId = Number(rows[0]!.scan_id);
@@ -89,10 +91,8 @@ export async function countAhead(
   pool: pg.Pool,
   args: { kinds: string[]; cutoff: Date; maxRows: number },
 ): Promise<Map<string, { uncovered: number; complete: boolean }>> {
-  const { rows } = await pool.query<{ kind: string; uncovered: string; complete: boolean }>(statement('coordinator/count_ahead'), [
-    args.kinds,
-    args.cutoff,
-    args.maxRows,
-  ]);
+  const { rows } = await pool.query<{ kind: string; uncovered: string; complete: boolean }>(
+    sql('coordinator/count_ahead', { kinds: args.kinds, cutoff: args.cutoff, maxRows: args.maxRows }),
+  );
   return new Map(rows.map((r) => [r.kind, { uncovered: Number(r.uncovered), complete: r.complete }]));
 }

@@ -8,7 +8,7 @@
 import type pg from 'pg';
 import type { Logger } from 'pino';
 import type { CoordinatorConfig, LoadedConfig } from '../config.js';
-import { statement } from '../db/queries.js';
+import { sql } from '../db/queries.js';
 import { failpoint } from '../failpoints.js';
 import type { ControlsColumn, LeaderFlow, TargetControlsColumn } from '../flow/leader-flow.js';
 import type { Metrics } from '../observability/metrics.js';
@@ -73,7 +73,7 @@ export class Mapper {
   async map(epoch: number): Promise<number | undefined> {
     const { pool, flow: leaderFlow, dispatcher, metrics, logger } = this.deps;
     const cfg = this.cfg;
-    const { rows } = await pool.query<Clock>(statement('coordinator/next_due'), [this.kinds]);
+    const { rows } = await pool.query<Clock>(sql('coordinator/next_due', { kinds: this.kinds }));
     const clock = rows[0]!;
     const clockReadAt = Date.now();
     this.deps.unserved.update(clock.unserved);

@@ -2,7 +2,7 @@
 // once they used up their attempts), queued shards whose message went missing are published
 // again, and everything queued is republished when the channel lost its data.
 import type pg from 'pg';
-import { statement } from '../db/queries.js';
+import { sql } from '../db/queries.js';
 import type { ShardMessage } from '../transport/channel.js';
 import { fencedTransaction } from './fence.js';
 
@@ -22,14 +22,18 @@ const toMessage = (r: ShardRow): ShardMessage => ({ shardId: r.id, scanId: r.sca
 
 export async function reap(pool: pg.Pool, epoch: number, options: { republishAfterMs: number; channelLost: boolean }): Promise<ReapResult> {
   return fencedTransaction(pool, epoch, async (client) => {
-    const abandoned = await client.query<{ id: number; kind: string; scan_id: number; failed_count: number }>(statement('coordinator/abandon_shards'), [BATCH]);
-    const requeued = await client.query<ShardRow>(statement('coordinator/requeue_expired'), [BATCH]);
-    const stale = await client.query<ShardRow>(statement('coordinator/republish_queued'), [
-      options.republishAfterMs,
-      options.channelLost,
-      options.channelLost ? 100_000 : BATCH,
-    ]);
-    const orphans = await client.query(statement('coordinator/close_orphan_scans'), [epoch]);
+    const abandoned = await client.query<{ id: number; kind: string; scan_id: number; failed_count: number }>(
+      sql('coordinator/abandon_shards', { maxShards: BATCH }),
+    );
+    const requeued = await client.query<ShardRow>(sql('coordinator/requeue_expired', { maxShards: BATCH }));
+    const stale = await client.query<ShardRow>(
+      sql('coordinator/republish_queued', {
+        republishAfterMs: options.republishAfterMs,
+        all: options.channelLost,
+        maxShards: options.channelLost ? 100_000 : BATCH,
+      }),
+    );
+    const orphans = await client.query(sql('coordinator/close_orphan_scans', { epoch }));
     return {
       republish: [...requeued.rows.map(toMessage), ...stale.rows.map(toMessage)],
       abandoned: abandoned.rows.map((r) => ({ shardId: r.id, kind: r.kind, scanId: r.scan_id, failed: r.failed_count })),

@@ -1,6 +1,6 @@
 // Reduce: close every scan whose shards are all final with its totals, exactly once.
 import type pg from 'pg';
-import { statement } from '../db/queries.js';
+import { sql } from '../db/queries.js';
 import { fencedTransaction } from './fence.js';
 
 export interface ReducedScan {
@@ -17,17 +17,14 @@ export interface ReducedScan {
 
 export async function reduceScans(pool: pg.Pool, epoch: number): Promise<ReducedScan[]> {
   return fencedTransaction(pool, epoch, async (client) => {
-    const { rows } = await client.query<ReducedScan>(statement('coordinator/reduce'), [500]);
+    const { rows } = await client.query<ReducedScan>(sql('coordinator/reduce', { maxScans: 500 }));
     return rows;
   });
 }
 
 /** How many of the latest reduced scans, newest first, had failures without a clean one between. */
 export async function consecutiveFailedScans(pool: pg.Pool, limit: number): Promise<number> {
-  const { rows } = await pool.query<{ failed: number }>(
-    `SELECT failed FROM timeout_center.scans WHERE state = 'reduced' ORDER BY reduced_at DESC, id DESC LIMIT $1`,
-    [limit],
-  );
+  const { rows } = await pool.query<{ failed: number }>(sql('coordinator/recent_failures', { limit }));
   let n = 0;
   for (const r of rows) {
     if (r.failed > 0) n += 1;

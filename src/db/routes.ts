@@ -3,6 +3,7 @@
 // and the external claim place each biz_id with the same rule. Kinds without a rule lose theirs.
 import type pg from 'pg';
 import type { Config } from '../config.js';
+import { sql } from './queries.js';
 
 interface RouteRow {
   kind: string;
@@ -30,19 +31,9 @@ export function routeRows(kinds: Config['kinds']): RouteRow[] {
 export async function syncRoutes(pool: pg.Pool, kinds: Config['kinds']): Promise<void> {
   const rows = routeRows(kinds);
   await pool.query(
-    `WITH wanted AS (
-       SELECT r.kind, r.route_by, (SELECT array_agg(x ORDER BY o) FROM jsonb_array_elements_text(r.databases) WITH ORDINALITY e (x, o)) AS databases,
-              (SELECT array_agg(x::bigint ORDER BY o) FROM jsonb_array_elements_text(r.range_from) WITH ORDINALITY e (x, o)) AS range_from,
-              (SELECT array_agg(x::bigint ORDER BY o) FROM jsonb_array_elements_text(r.range_to) WITH ORDINALITY e (x, o)) AS range_to
-         FROM jsonb_to_recordset($1::jsonb) AS r (kind text, route_by text, databases jsonb, range_from jsonb, range_to jsonb)
-     ), dropped AS (
-       DELETE FROM timeout_center.kind_routes k WHERE k.kind = ANY ($2::text[]) AND NOT EXISTS (SELECT 1 FROM wanted w WHERE w.kind = k.kind)
-     )
-     INSERT INTO timeout_center.kind_routes AS k (kind, route_by, databases, range_from, range_to)
-     SELECT kind, route_by, databases, range_from, range_to FROM wanted
-     ON CONFLICT (kind) DO UPDATE SET route_by = EXCLUDED.route_by, databases = EXCLUDED.databases,
-       range_from = EXCLUDED.range_from, range_to = EXCLUDED.range_to, updated_at = now()
-     WHERE (k.route_by, k.databases, k.range_from, k.range_to) IS DISTINCT FROM (EXCLUDED.route_by, EXCLUDED.databases, EXCLUDED.range_from, EXCLUDED.range_to)`,
-    [JSON.stringify(rows.map((r) => ({ kind: r.kind, route_by: r.by, databases: r.databases, range_from: r.from, range_to: r.to }))), Object.keys(kinds)],
+    sql('db/sync_routes', {
+      routes: JSON.stringify(rows.map((r) => ({ kind: r.kind, route_by: r.by, databases: r.databases, range_from: r.from, range_to: r.to }))),
+      kinds: Object.keys(kinds),
+    }),
   );
 }

@@ -7,6 +7,7 @@
 // older config); no shard targets them unless a config declares them again.
 import type pg from 'pg';
 import type { Config } from '../config.js';
+import { sql } from './queries.js';
 
 export async function syncTargets(pool: pg.Pool, databases: Config['businessDatabases']): Promise<void> {
   const names = Object.keys(databases);
@@ -15,16 +16,7 @@ export async function syncTargets(pool: pg.Pool, databases: Config['businessData
   try {
     await client.query('BEGIN');
     await client.query(`SELECT set_config('timeout_center.actor', 'config', true)`);
-    await client.query(
-      `INSERT INTO timeout_center.targets AS t (target, rate_limit, config_rate_limit)
-       SELECT target, rate, rate FROM unnest($1::text[], $2::numeric[]) AS c (target, rate)
-       ON CONFLICT (target) DO UPDATE SET
-         config_rate_limit = EXCLUDED.config_rate_limit, updated_at = now(),
-         rate_limit = CASE WHEN t.controls_source = 'config' THEN EXCLUDED.rate_limit ELSE t.rate_limit END
-       WHERE t.config_rate_limit IS DISTINCT FROM EXCLUDED.config_rate_limit
-          OR (t.controls_source = 'config' AND t.rate_limit IS DISTINCT FROM EXCLUDED.rate_limit)`,
-      [names, names.map((n) => databases[n]!.rateLimit ?? null)],
-    );
+    await client.query(sql('db/sync_targets', { targets: names, rateLimits: names.map((n) => databases[n]!.rateLimit ?? null) }));
     await client.query('COMMIT');
   } catch (err) {
     await client.query('ROLLBACK').catch(() => {});

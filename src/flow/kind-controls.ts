@@ -5,6 +5,7 @@
 // timeout_center.actor setting, which these functions set for their own transaction).
 import { InputError } from '../input-error.js';
 import type pg from 'pg';
+import { sql } from '../db/queries.js';
 
 /** Anything that can run a query: a pg Pool or a connected Client. */
 export interface Queryable {
@@ -76,7 +77,8 @@ function toControls(r: ControlRow): KindControls {
 
 /** Every kind's controls and what of it is running now (the kind_controls view). */
 export async function listKindControls(db: Queryable): Promise<KindControls[]> {
-  const { rows } = await db.query<ControlRow>('SELECT * FROM timeout_center.kind_controls ORDER BY kind');
+  const { text, values } = sql('flow/kind_controls');
+  const { rows } = await db.query<ControlRow>(text, values);
   return rows.map(toControls);
 }
 
@@ -101,17 +103,25 @@ function checkLimits(change: LimitChange): void {
     throw new ControlInputError('nothing to change: give a max running shards and/or a rate limit');
 }
 
+/** What one change of a kind's controls sets; a field left out stays as it is. reset: back to the
+ *  config's values (config_*). */
+interface ControlsChange {
+  paused?: boolean;
+  maxRunningShards?: number | null;
+  rateLimit?: number | null;
+  reset?: boolean;
+}
+
 /**
  * One audited UPDATE of a kind's controls in its own transaction (the actor is set with
- * set_config(..., true), local to it). `sets` are column = $n fragments built here from fixed
- * column names only. Throws ControlInputError for an unknown kind.
+ * set_config(..., true), local to it): set_kind_controls.sql, one fixed statement for every
+ * change. Throws ControlInputError for an unknown kind.
  */
 async function updateControls(
   pool: pg.Pool,
   kind: string,
   actor: string,
-  sets: string[],
-  values: unknown[],
+  change: ControlsChange,
   source: 'config' | 'operator' = 'operator',
 ): Promise<KindControls> {
   checkActor(actor);
@@ -119,17 +129,25 @@ async function updateControls(
   try {
     await client.query('BEGIN');
     await client.query(`SELECT set_config('timeout_center.actor', $1, true)`, [actor]);
-    const { rowCount } = await client.query(`UPDATE timeout_center.kinds SET ${[...sets, `controls_source = '${source}'`].join(', ')} WHERE kind = $1`, [
-      kind,
-      ...values,
-    ]);
+    const { rowCount } = await client.query(
+      sql('flow/set_kind_controls', {
+        kind,
+        paused: change.paused ?? null,
+        setMaxRunningShards: change.maxRunningShards !== undefined,
+        maxRunningShards: change.maxRunningShards ?? null,
+        setRateLimit: change.rateLimit !== undefined,
+        rateLimit: change.rateLimit ?? null,
+        reset: change.reset ?? false,
+        source,
+      }),
+    );
     if (rowCount === 0) {
-      const { rows } = await client.query<{ kind: string }>('SELECT kind FROM timeout_center.kinds ORDER BY kind');
+      const { rows } = await client.query<{ kind: string }>(sql('flow/kind_names'));
       throw new ControlInputError(
         `unknown kind ${JSON.stringify(kind)}; known kinds: ${rows.map((r) => r.kind).join(', ') || '(none: run timeout-center migrate)'}`,
       );
     }
-    const { rows } = await client.query<ControlRow>('SELECT * FROM timeout_center.kind_controls WHERE kind = $1', [kind]);
+    const { rows } = await client.query<ControlRow>(sql('flow/kind_control', { kind }));
     await client.query('COMMIT');
     return toControls(rows[0]!);
   } catch (err) {
@@ -142,27 +160,17 @@ async function updateControls(
 
 /** Pauses a kind fleet-wide: within a tick nothing of it starts; running shards finish. */
 export function pauseKind(pool: pg.Pool, kind: string, actor: string): Promise<KindControls> {
-  return updateControls(pool, kind, actor, ['paused = true'], []);
+  return updateControls(pool, kind, actor, { paused: true });
 }
 
 export function resumeKind(pool: pg.Pool, kind: string, actor: string): Promise<KindControls> {
-  return updateControls(pool, kind, actor, ['paused = false'], []);
+  return updateControls(pool, kind, actor, { paused: false });
 }
 
 /** Sets a kind's fleet-wide limits; null removes a limit, a field left out stays as it is. */
 export function setKindLimits(pool: pg.Pool, kind: string, change: LimitChange, actor: string): Promise<KindControls> {
   checkLimits(change);
-  const sets: string[] = [];
-  const values: unknown[] = [];
-  if (change.maxRunningShards !== undefined) {
-    values.push(change.maxRunningShards);
-    sets.push(`max_running_shards = $${values.length + 1}`);
-  }
-  if (change.rateLimit !== undefined) {
-    values.push(change.rateLimit);
-    sets.push(`rate_limit = $${values.length + 1}`);
-  }
-  return updateControls(pool, kind, actor, sets, values);
+  return updateControls(pool, kind, actor, { maxRunningShards: change.maxRunningShards, rateLimit: change.rateLimit });
 }
 
 /**
@@ -171,14 +179,7 @@ export function setKindLimits(pool: pg.Pool, kind: string, change: LimitChange, 
  * 'config'). Audited like any change of controls.
  */
 export function resetKindControls(pool: pg.Pool, kind: string, actor: string): Promise<KindControls> {
-  return updateControls(
-    pool,
-    kind,
-    actor,
-    ['paused = config_paused', 'max_running_shards = config_max_running_shards', 'rate_limit = config_rate_limit'],
-    [],
-    'config',
-  );
+  return updateControls(pool, kind, actor, { reset: true }, 'config');
 }
 
 /** Records an operator action other than a change of controls (retry, cancel, rerun_shard, ...). */
@@ -187,11 +188,12 @@ export async function recordAudit(
   entry: { actor: string; action: string; kind?: string | null; target?: string | null; details?: Record<string, unknown> },
 ): Promise<void> {
   checkActor(entry.actor);
-  await db.query(`INSERT INTO timeout_center.audit_log (actor, action, kind, target, details) VALUES ($1, $2, $3, $4, $5)`, [
-    entry.actor,
-    entry.action,
-    entry.kind ?? null,
-    entry.target ?? null,
-    JSON.stringify(entry.details ?? {}),
-  ]);
+  const { text, values } = sql('flow/audit', {
+    actor: entry.actor,
+    action: entry.action,
+    kind: entry.kind ?? null,
+    target: entry.target ?? null,
+    details: JSON.stringify(entry.details ?? {}),
+  });
+  await db.query(text, values);
 }

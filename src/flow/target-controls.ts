@@ -4,6 +4,7 @@
 // targets_controls_audit trigger of sql/0009 writes timeout_center.audit_log from the session's
 // timeout_center.actor setting, set here for the change's own transaction).
 import type pg from 'pg';
+import { sql } from '../db/queries.js';
 import { checkActor, ControlInputError, type Queryable } from './kind-controls.js';
 
 export interface TargetControls {
@@ -58,7 +59,8 @@ function toControls(r: TargetRow): TargetControls {
 
 /** Every business database's controls and what runs against it now (the target_controls view). */
 export async function listTargetControls(db: Queryable): Promise<TargetControls[]> {
-  const { rows } = await db.query<TargetRow>('SELECT * FROM timeout_center.target_controls ORDER BY target');
+  const { text, values } = sql('flow/target_controls');
+  const { rows } = await db.query<TargetRow>(text, values);
   return rows.map(toControls);
 }
 
@@ -68,14 +70,13 @@ function checkRate(rateLimit: number | null): void {
   }
 }
 
-/** One audited UPDATE of a target's row in its own transaction. Throws ControlInputError for an
- *  unknown business database. `set` is built here from fixed column names only. */
+/** One audited UPDATE of a target's row in its own transaction (set_target_rate.sql): a new rate
+ *  limit, or reset to the config's. Throws ControlInputError for an unknown business database. */
 async function updateTarget(
   pool: pg.Pool,
   target: string,
   actor: string,
-  set: string,
-  values: unknown[],
+  change: { rateLimit: number | null } | { reset: true },
   source: 'config' | 'operator',
 ): Promise<TargetControls> {
   checkActor(actor);
@@ -83,17 +84,15 @@ async function updateTarget(
   try {
     await client.query('BEGIN');
     await client.query(`SELECT set_config('timeout_center.actor', $1, true)`, [actor]);
-    const { rowCount } = await client.query(`UPDATE timeout_center.targets SET ${set}, controls_source = '${source}', updated_at = now() WHERE target = $1`, [
-      target,
-      ...values,
-    ]);
+    const reset = 'reset' in change;
+    const { rowCount } = await client.query(sql('flow/set_target_rate', { target, rateLimit: reset ? null : change.rateLimit, reset, source }));
     if (rowCount === 0) {
-      const { rows } = await client.query<{ target: string }>('SELECT target FROM timeout_center.targets ORDER BY target');
+      const { rows } = await client.query<{ target: string }>(sql('flow/target_names'));
       throw new ControlInputError(
         `unknown business database ${JSON.stringify(target)}; known: ${rows.map((r) => r.target).join(', ') || '(none: declare businessDatabases in the config and run timeout-center migrate)'}`,
       );
     }
-    const { rows } = await client.query<TargetRow>('SELECT * FROM timeout_center.target_controls WHERE target = $1', [target]);
+    const { rows } = await client.query<TargetRow>(sql('flow/target_control', { target }));
     await client.query('COMMIT');
     return toControls(rows[0]!);
   } catch (err) {
@@ -107,11 +106,11 @@ async function updateTarget(
 /** Sets a business database's fleet-wide rate limit (null removes it); applies within a tick. */
 export function setTargetRateLimit(pool: pg.Pool, target: string, rateLimit: number | null, actor: string): Promise<TargetControls> {
   checkRate(rateLimit);
-  return updateTarget(pool, target, actor, 'rate_limit = $2', [rateLimit], 'operator');
+  return updateTarget(pool, target, actor, { rateLimit }, 'operator');
 }
 
 /** Puts a business database back on its config file's rate limit (config_rate_limit, written at
  *  every process start); later config changes apply again at the next start. Audited. */
 export function resetTargetControls(pool: pg.Pool, target: string, actor: string): Promise<TargetControls> {
-  return updateTarget(pool, target, actor, 'rate_limit = config_rate_limit', [], 'config');
+  return updateTarget(pool, target, actor, { reset: true }, 'config');
 }

@@ -9,7 +9,7 @@
 import type pg from 'pg';
 import type { Logger } from 'pino';
 import type { RetentionConfig } from '../config.js';
-import { statement } from '../db/queries.js';
+import { sql } from '../db/queries.js';
 import type { Metrics } from '../observability/metrics.js';
 import { BaseService } from '../service.js';
 
@@ -46,7 +46,7 @@ export async function purge(pool: pg.Pool, options: PurgeOptions, hooks: PurgeHo
   for (const name of ['retention/purge_done_timeouts', 'retention/purge_timeouts'] as const) {
     for (;;) {
       if (stop()) break;
-      const { rowCount } = await pool.query(statement(name), [options.doneAfterMs, options.batchSize]);
+      const { rowCount } = await pool.query(sql(name, { ageMs: options.doneAfterMs, batchSize: options.batchSize }));
       const n = rowCount ?? 0;
       result.batches += 1;
       result.timeouts += n;
@@ -56,7 +56,7 @@ export async function purge(pool: pg.Pool, options: PurgeOptions, hooks: PurgeHo
   }
   for (;;) {
     if (stop()) break;
-    const { rowCount } = await pool.query(statement('retention/purge_scans'), [options.scansAfterMs, options.scanBatchSize]);
+    const { rowCount } = await pool.query(sql('retention/purge_scans', { ageMs: options.scansAfterMs, batchSize: options.scanBatchSize }));
     const n = rowCount ?? 0;
     result.batches += 1;
     result.scans += n;
@@ -64,7 +64,7 @@ export async function purge(pool: pg.Pool, options: PurgeOptions, hooks: PurgeHo
     if (n < options.scanBatchSize) break;
   }
   if (!stop()) {
-    const { rowCount } = await pool.query(statement('retention/purge_workers'), [options.scansAfterMs]);
+    const { rowCount } = await pool.query(sql('retention/purge_workers', { ageMs: options.scansAfterMs }));
     result.workers = rowCount ?? 0;
   }
   result.ms = Math.round(performance.now() - started);
@@ -73,7 +73,9 @@ export async function purge(pool: pg.Pool, options: PurgeOptions, hooks: PurgeHo
 
 /** What purge would delete now, without deleting (`timeout-center purge --dry-run`). */
 export async function countPurgeable(pool: pg.Pool, options: Pick<PurgeOptions, 'doneAfterMs' | 'scansAfterMs'>): Promise<{ timeouts: number; scans: number }> {
-  const { rows } = await pool.query<{ timeouts: number; scans: number }>(statement('retention/count_purgeable'), [options.doneAfterMs, options.scansAfterMs]);
+  const { rows } = await pool.query<{ timeouts: number; scans: number }>(
+    sql('retention/count_purgeable', { timeoutsAgeMs: options.doneAfterMs, scansAgeMs: options.scansAfterMs }),
+  );
   return rows[0]!;
 }
 

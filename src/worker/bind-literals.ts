@@ -25,8 +25,13 @@ function literal(value: unknown): string {
 const splitStatements = new Map<string, SplitStatement>();
 
 /** The statement with $1..$n replaced by literals of values (a parameter with no value is left
- *  as written). */
-export function bindLiterals(sql: string, values: unknown[]): string {
+ *  as written): bindLiterals(sql('worker/lock_shard', { shardId, leaseToken })), or a text and
+ *  its values. */
+export function bindLiterals(statement: { text: string; values: unknown[] }): string;
+export function bindLiterals(sql: string, values: unknown[]): string;
+export function bindLiterals(statement: string | { text: string; values: unknown[] }, values: unknown[] = []): string {
+  const sql = typeof statement === 'string' ? statement : statement.text;
+  if (typeof statement !== 'string') values = statement.values;
   let split = splitStatements.get(sql);
   if (!split) {
     split = splitAtParameters(sql);

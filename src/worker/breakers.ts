@@ -6,6 +6,7 @@
 // as an alert (circuit_open, circuit_closed).
 import { CircuitState, ConsecutiveBreaker, circuitBreaker, handleWhen, type CircuitBreakerPolicy } from 'cockatiel';
 import type pg from 'pg';
+import { sql } from '../db/queries.js';
 import type { Logger } from 'pino';
 import type { Alerter } from '../alerts/alerter.js';
 import type { BreakerConfig } from '../config.js';
@@ -103,17 +104,12 @@ export class CircuitBreakers {
       log.info('circuit breaker half-open: one trial call');
     }
     await this.pool
-      .query(
-        `INSERT INTO timeout_center.circuit_breakers (kind, target, worker, state, last_error, changed_at)
-         VALUES ($1, $2, $3, $4, $5, now())
-         ON CONFLICT (kind, target, worker) DO UPDATE SET state = EXCLUDED.state, last_error = EXCLUDED.last_error, changed_at = now()`,
-        [kind, target, this.workerId, name, entry.lastError ?? null],
-      )
+      .query(sql('worker/breaker_state', { kind, target, worker: this.workerId, state: name, lastError: entry.lastError ?? null }))
       .catch((err: unknown) => this.logger.warn({ err, kind, target }, 'could not record the circuit breaker state'));
   }
 
   /** A stopping worker's breakers no longer apply. */
   async forget(): Promise<void> {
-    await this.pool.query('DELETE FROM timeout_center.circuit_breakers WHERE worker = $1', [this.workerId]).catch(() => {});
+    await this.pool.query(sql('worker/breaker_forget', { worker: this.workerId })).catch(() => {});
   }
 }

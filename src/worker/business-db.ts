@@ -3,7 +3,7 @@
 import pg from 'pg';
 import type { Logger } from 'pino';
 import { createPool } from '../db/pool.js';
-import { statement } from '../db/queries.js';
+import { sql } from '../db/queries.js';
 
 /** A URL for logs and errors: the password hidden. */
 export function redactDbUrl(url: string): string {
@@ -84,15 +84,19 @@ export async function readMarker(client: pg.ClientBase, shardId: number): Promis
  * did instead of applying again. A run that cannot insert never touches the orders.
  */
 export async function insertMarker(client: pg.ClientBase, shardId: number, leaseToken: string, ran: string[]): Promise<void> {
-  await client.query(`INSERT INTO timeout_center.markers (shard_id, lease_token, applied, ran) VALUES ($1, $2, '{}', $3::text[])`, [shardId, leaseToken, ran]);
+  await client.query(sql('worker/marker_insert', { shardId, leaseToken, ran }));
 }
 
 /** The run's outcome into its marker, in the same transaction as the handler's effect. */
 export async function completeMarker(client: pg.ClientBase, shardId: number, marker: Marker): Promise<void> {
   await client.query(
-    `UPDATE timeout_center.markers SET applied = $2::text[], failed_ids = $3::text[], failed_errors = $4::text[], failed_permanent = $5::boolean[]
-      WHERE shard_id = $1`,
-    [shardId, marker.applied, marker.failed.map((f) => f.bizId), marker.failed.map((f) => f.error), marker.failed.map((f) => f.permanent)],
+    sql('worker/marker_complete', {
+      shardId,
+      applied: marker.applied,
+      failedIds: marker.failed.map((f) => f.bizId),
+      failedErrors: marker.failed.map((f) => f.error),
+      failedPermanent: marker.failed.map((f) => f.permanent),
+    }),
   );
 }
 
@@ -117,13 +121,9 @@ export async function fenceForSplit(pool: pg.Pool, shardId: number): Promise<'fe
   const client = await pool.connect();
   try {
     await client.query(`BEGIN; SET LOCAL lock_timeout = '2s'`);
-    const inserted = await client.query(
-      `INSERT INTO timeout_center.markers (shard_id, lease_token, applied) VALUES ($1, $2, '{}')
-       ON CONFLICT (shard_id) DO NOTHING RETURNING shard_id`,
-      [shardId, SPLIT_TOMBSTONE],
-    );
+    const inserted = await client.query(sql('worker/marker_tombstone', { shardId, leaseToken: SPLIT_TOMBSTONE }));
     if (inserted.rowCount === 0) {
-      const { rows } = await client.query<{ lease_token: string }>('SELECT lease_token FROM timeout_center.markers WHERE shard_id = $1', [shardId]);
+      const { rows } = await client.query<{ lease_token: string }>(sql('worker/marker_token', { shardId }));
       await client.query('ROLLBACK');
       return rows[0]?.lease_token === SPLIT_TOMBSTONE ? 'fenced' : 'committed';
     }
@@ -139,7 +139,7 @@ export async function fenceForSplit(pool: pg.Pool, shardId: number): Promise<'fe
 
 /** After the center recorded the outcome the marker has done its job. */
 export async function deleteMarker(pool: pg.Pool, shardId: number): Promise<void> {
-  await pool.query('DELETE FROM timeout_center.markers WHERE shard_id = $1', [shardId]);
+  await pool.query(sql('worker/marker_delete', { shardId }));
 }
 
 export interface PrepareResult {
@@ -156,7 +156,7 @@ export async function prepareBusinessDatabases(urls: Record<string, string>, log
     client.on('error', () => {});
     try {
       await client.connect();
-      await client.query(statement('worker/business_markers'));
+      await client.query(sql('worker/business_markers'));
       out.prepared.push(name);
       logger.info({ database: name }, 'business database prepared (timeout_center.markers)');
     } catch (err) {

@@ -7,7 +7,7 @@
 import type pg from 'pg';
 import type { Logger } from 'pino';
 import { isConnectionError, isRetryableConflict } from '../db/pool.js';
-import { statement } from '../db/queries.js';
+import { sql, statementValues } from '../db/queries.js';
 import { AS_TEXT, parseInt8Array, parseIntArray, parseJsonbArray, parseMillisArray, parseTextArray } from '../db/pg-text.js';
 import { failpoint } from '../failpoints.js';
 import type { Metrics } from '../observability/metrics.js';
@@ -118,7 +118,9 @@ export class ShardExecutor {
     if (lease.attempts > 1) {
       // An earlier run of this shard died: fix its rows first, so that the rows that may be
       // killing workers stay with this shard and fail with it after maxAttempts.
-      const { rows: pinned } = await this.pool.query<{ pinned: number }>(statement('worker/pin'), [lease.id, lease.kind, lease.claim_limit, lease.lease_token]);
+      const { rows: pinned } = await this.pool.query<{ pinned: number }>(
+        sql('worker/pin', { shardId: lease.id, kind: lease.kind, claimLimit: lease.claim_limit, leaseToken: lease.lease_token }),
+      );
       log.warn({ attempt: lease.attempts, pinned: pinned[0]?.pinned ?? 0 }, 'shard runs again after its worker died; its rows are pinned to it');
       // Rather than apply them all again (and die again, if one of them kills workers), hand them
       // to two new shards, half each (isolate.ts).
@@ -184,7 +186,7 @@ export class ShardExecutor {
         : '';
       open = true;
       const begun = (await client.query(
-        `BEGIN; ${bindLiterals(statement('worker/lock_shard'), [lease.id, lease.lease_token])}${savepoint}`,
+        `BEGIN; ${bindLiterals(sql('worker/lock_shard', { shardId: lease.id, leaseToken: lease.lease_token }))}${savepoint}`,
       )) as unknown as pg.QueryResult[];
       if (begun[1]!.rowCount === 0) throw new LeaseLostError(`lease on shard ${lease.id} was lost (the reaper requeued it)`);
       if (batch && lease.claimAt > performance.now()) {
@@ -192,7 +194,7 @@ export class ShardExecutor {
         // that this session has the tables, indexes and statistics it reads loaded when the
         // instant comes, then wait for it. A first claim on a new session otherwise spends
         // 15-30 ms on that at the instant.
-        await client.query({ text: `EXPLAIN ${claimStatement(batch, lease).sql}`, values: [lease.id, lease.kind, lease.claim_limit, true] });
+        await client.query({ text: `EXPLAIN ${claimStatement(batch, lease).sql}`, values: batchClaimValues(lease) });
         await untilClaimAt(lease);
         t.begin = performance.now();
       }
@@ -205,29 +207,29 @@ export class ShardExecutor {
       t.applied = performance.now();
       await failpoint('worker.before-commit');
       if (kept?.lost) throw new LeaseLostError(`lease on shard ${lease.id} was lost while it ran (found by its renewal)`);
-      const finishValues = [
-        lease.id,
-        outcome.skipped,
-        outcome.failed,
-        outcome.failures.map((f) => f.error),
-        outcome.failures.map((f) => f.permanent),
-        handler.config.maxAttempts,
-        handler.config.backoffMs,
-        outcome.n,
-        outcome.skippedMarked,
-        outcome.claimed,
-      ];
+      const finish = sql('worker/finish', {
+        shardId: lease.id,
+        skipped: outcome.skipped,
+        failed: outcome.failed,
+        errors: outcome.failures.map((f) => f.error),
+        permanent: outcome.failures.map((f) => f.permanent),
+        maxAttempts: handler.config.maxAttempts,
+        backoffMs: handler.config.backoffMs,
+        claimed: outcome.n,
+        skippedMarked: outcome.skippedMarked,
+        claimedIds: outcome.claimed,
+      });
       let done: { done: number; skipped: number; failed: number; retried: number };
       if (fast) {
         // The batch moved every row already: finish only closes the shard (empty arrays).
         const closing = (await client.query(
-          `RELEASE SAVEPOINT tc_batch; SET LOCAL statement_timeout = 0; SET LOCAL lock_timeout = 0; ${bindLiterals(statement('worker/finish'), finishValues)}; COMMIT`,
+          `RELEASE SAVEPOINT tc_batch; SET LOCAL statement_timeout = 0; SET LOCAL lock_timeout = 0; ${bindLiterals(finish)}; COMMIT`,
         )) as unknown as pg.QueryResult<typeof done>[];
         open = false;
         done = closing[3]!.rows[0]!;
         t.finished = t.applied;
       } else {
-        done = (await client.query<typeof done>(statement('worker/finish'), finishValues)).rows[0]!;
+        done = (await client.query<typeof done>(finish)).rows[0]!;
         t.finished = performance.now();
         await client.query('COMMIT');
         open = false;
@@ -272,7 +274,7 @@ export class ShardExecutor {
       const { rows } = await client.query<Taken>({
         name: claim.name,
         text: claim.sql,
-        values: [lease.id, lease.kind, lease.claim_limit, true],
+        values: batchClaimValues(lease),
         types: AS_TEXT,
       });
       const taken = rows[0]!;
@@ -290,7 +292,10 @@ export class ShardExecutor {
   /** Claims the rows, then runs the handler on them (one value per timeout), splitting in halves
    *  on failure. */
   private async claimThenApply(client: pg.PoolClient, handler: ResolvedHandler, lease: Lease): Promise<Outcome> {
-    const { rows } = await client.query<Taken>({ text: statement('worker/claim'), values: [lease.id, lease.kind, lease.claim_limit, false], types: AS_TEXT });
+    const { rows } = await client.query<Taken>({
+      ...sql('worker/claim', { shardId: lease.id, kind: lease.kind, claimLimit: lease.claim_limit, batch: false }),
+      types: AS_TEXT,
+    });
     const taken = rows[0]!;
     const out: Outcome = { n: Number(taken.n), skippedMarked: 0, claimed: [], skipped: [], failed: [], failures: [], lateness: { seconds: [] } };
     if (out.n === 0) return out;
@@ -331,6 +336,11 @@ export class ShardExecutor {
 
 /** The batch statement a shard claims with: newest first for every other shard of a flood mapped
  *  ahead, oldest first otherwise. */
+/** The inputs of the batch form of claim.sql (the statement with the handler inside). */
+function batchClaimValues(lease: Lease): unknown[] {
+  return statementValues('worker/claim', { shardId: lease.id, kind: lease.kind, claimLimit: lease.claim_limit, batch: true });
+}
+
 function claimStatement(batch: BatchSqlHandler, lease: Lease): BatchStatement {
   return lease.from_newest ? batch.newest : batch;
 }

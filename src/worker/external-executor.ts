@@ -20,7 +20,7 @@ import { BrokenCircuitError } from 'cockatiel';
 import type pg from 'pg';
 import type { Logger } from 'pino';
 import { isConnectionError, isRetryableConflict, pgErrorCode } from '../db/pool.js';
-import { statement } from '../db/queries.js';
+import { sql } from '../db/queries.js';
 import { AS_TEXT, parseFloat8Array, parseJsonbArray, parseTextArray } from '../db/pg-text.js';
 import { failpoint } from '../failpoints.js';
 import type { Metrics } from '../observability/metrics.js';
@@ -135,9 +135,7 @@ export class ExternalExecutor {
       // could report applied rows as skipped later; instead the shard keeps its rows and waits
       // (its lease set to end after the delay, the attempt not counted), then runs again.
       const deferred = await this.pool.query(
-        `UPDATE timeout_center.shards SET attempts = greatest(attempts - 1, 0), lease_expires_at = now() + $3 * interval '1 millisecond'
-          WHERE id = $1 AND lease_token = $2 AND state = 'running'`,
-        [lease.id, lease.lease_token, Math.round(decision.retryInMs)],
+        sql('worker/defer_shard', { shardId: lease.id, leaseToken: lease.lease_token, delayMs: Math.round(decision.retryInMs) }),
       );
       this.metrics.batchFailures.inc({ kind: lease.kind, target });
       shardLog.warn(
@@ -216,8 +214,7 @@ export class ExternalExecutor {
   private async claim(lease: Lease, external: ExternalTarget): Promise<Claimed | undefined> {
     const routed = external.via === 'sql' && external.routed;
     const { rows } = await this.pool.query<{ target: string | null; biz_ids: string; payloads: string; lateness: string; fresh: string }>({
-      text: statement('worker/external_claim'),
-      values: [lease.id, lease.kind, lease.claim_limit, lease.lease_token, routed],
+      ...sql('worker/external_claim', { shardId: lease.id, kind: lease.kind, claimLimit: lease.claim_limit, leaseToken: lease.lease_token, routed }),
       types: AS_TEXT,
     });
     const row = rows[0];
@@ -389,7 +386,7 @@ export class ExternalExecutor {
     const client = await this.pool.connect();
     try {
       await client.query('BEGIN');
-      const { rowCount } = await client.query(statement('worker/lock_shard'), [lease.id, lease.lease_token]);
+      const { rowCount } = await client.query(sql('worker/lock_shard', { shardId: lease.id, leaseToken: lease.lease_token }));
       const lock = new CenterLock(client);
       if (rowCount === 0) {
         await lock.rollback();
@@ -445,19 +442,21 @@ export class ExternalExecutor {
   ): Promise<ShardCounts | undefined> {
     const batch = 'retryInMs' in decision;
     const failed = batch ? [] : decision.failed;
-    const { rows } = await db.query<ShardCounts>(statement('worker/external_record'), [
-      lease.id,
-      lease.lease_token,
-      batch ? [] : decision.applied,
-      failed.map((f) => f.bizId),
-      failed.map((f) => f.error),
-      failed.map((f) => f.permanent),
-      handler.config.maxAttempts,
-      handler.config.backoffMs,
-      batch ? Math.round(decision.retryInMs) : null,
-      batch ? decision.error : null,
-      batch ? null : (decision.ran ?? null),
-    ]);
+    const { rows } = await db.query<ShardCounts>(
+      sql('worker/external_record', {
+        shardId: lease.id,
+        leaseToken: lease.lease_token,
+        applied: batch ? [] : decision.applied,
+        failedIds: failed.map((f) => f.bizId),
+        failedErrors: failed.map((f) => f.error),
+        failedPermanent: failed.map((f) => f.permanent),
+        maxAttempts: handler.config.maxAttempts,
+        backoffMs: handler.config.backoffMs,
+        batchRetryMs: batch ? Math.round(decision.retryInMs) : null,
+        batchError: batch ? decision.error : null,
+        ran: batch ? null : (decision.ran ?? null),
+      }),
+    );
     return rows[0];
   }
 }

@@ -7,7 +7,7 @@
 // (republish_queued.sql takes queued shards with no published_at).
 import type pg from 'pg';
 import { withTransaction } from '../db/pool.js';
-import { statement } from '../db/queries.js';
+import { sql } from '../db/queries.js';
 
 export interface SplitShard {
   id: number;
@@ -19,8 +19,8 @@ export interface SplitShard {
 export async function splitPinned(pool: pg.Pool, shardId: number, scanId: number, leaseToken: string): Promise<SplitShard[]> {
   return withTransaction(pool, async (client) => {
     // The scan row lock serialises splits of one scan, so each sees the others' seq numbers.
-    await client.query('SELECT 1 FROM timeout_center.scans WHERE id = $1 FOR UPDATE', [scanId]);
-    const { rows } = await client.query<{ id: string; claim_limit: number }>(statement('worker/split_pinned'), [shardId, leaseToken]);
+    await client.query(sql('worker/lock_scan', { scanId }));
+    const { rows } = await client.query<{ id: string; claim_limit: number }>(sql('worker/split_pinned', { shardId, leaseToken }));
     return rows.map((r) => ({ id: Number(r.id), claimLimit: Number(r.claim_limit) }));
   });
 }

@@ -5,7 +5,7 @@
 // reaper), and the executor then refuses to commit (lock_shard.sql refuses it too).
 import type pg from 'pg';
 import type { Logger } from 'pino';
-import { statement } from '../db/queries.js';
+import { sql } from '../db/queries.js';
 import type { Service } from '../service.js';
 
 export interface KeptLease {
@@ -57,7 +57,9 @@ export class LeaseKeeper implements Service {
     for (const [shardId, entry] of [...this.running]) {
       if (entry.lost) continue;
       try {
-        const { rows } = await this.pool.query<{ renewed: number; held: boolean }>(statement('worker/renew_lease'), [shardId, entry.token, this.leaseMs]);
+        const { rows } = await this.pool.query<{ renewed: number; held: boolean }>(
+          sql('worker/renew_lease', { shardId, leaseToken: entry.token, leaseMs: this.leaseMs }),
+        );
         // Still ours to judge only if the shard is still running here (it may have just ended).
         if (rows[0]?.held === false && this.running.get(shardId) === entry) {
           entry.lost = true;

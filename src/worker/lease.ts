@@ -2,7 +2,7 @@
 // the shard runs (lease-keeper.ts), given back when this worker does not serve the shard's kind,
 // and, for a shard planned ahead of its rows' due instant, the wait until it may claim.
 import type pg from 'pg';
-import { statement } from '../db/queries.js';
+import { sql } from '../db/queries.js';
 import { bindLiterals } from './bind-literals.js';
 
 /** The lease a worker took on a shard (take_lease.sql); both execution paths run under it. */
@@ -32,11 +32,10 @@ export interface Lease {
  */
 export async function takeLease(pool: pg.Pool, shardId: number, workerId: string, leaseMs: number): Promise<Lease | undefined> {
   if (!Number.isSafeInteger(shardId) || shardId <= 0) throw new Error(`invalid shard id in a delivery: ${String(shardId)}`);
-  const values = [shardId, workerId, Math.floor(leaseMs)];
-  const bind = (name: 'worker/lock_kind' | 'worker/take_lease') => bindLiterals(statement(name), values);
-  const results = (await pool.query(
-    `BEGIN; SET LOCAL synchronous_commit = off; ${bind('worker/lock_kind')}; ${bind('worker/take_lease')}; COMMIT`,
-  )) as unknown as pg.QueryResult<Omit<Lease, 'claimAt'> & { wait_ms: number }>[];
+  const lockKind = bindLiterals(sql('worker/lock_kind', { shardId }));
+  const take = bindLiterals(sql('worker/take_lease', { shardId, workerId, leaseMs: Math.floor(leaseMs) }));
+  type Taken = Omit<Lease, 'claimAt'> & { wait_ms: number };
+  const results = (await pool.query(`BEGIN; SET LOCAL synchronous_commit = off; ${lockKind}; ${take}; COMMIT`)) as unknown as pg.QueryResult<Taken>[];
   const row = results[3]?.rows[0];
   if (!row) return undefined;
   const { wait_ms, ...lease } = row;
@@ -53,18 +52,13 @@ export async function takeLease(pool: pg.Pool, shardId: number, workerId: string
 /** After takeLease found nothing: the kind of a shard that flow control holds back (it stays
  *  queued, unpublished: hold_shard.sql), or undefined for a final shard or another worker's. */
 export async function holdShard(pool: pg.Pool, shardId: number): Promise<string | undefined> {
-  const { rows } = await pool.query<{ kind: string }>(statement('worker/hold_shard'), [shardId]);
+  const { rows } = await pool.query<{ kind: string }>(sql('worker/hold_shard', { shardId }));
   return rows[0]?.kind;
 }
 
 /** Gives a lease back so another worker can take the shard at once (the attempt not counted). */
 export async function releaseLease(pool: pg.Pool, lease: Lease): Promise<void> {
-  await pool.query(
-    `UPDATE timeout_center.shards SET state = 'queued', owner = NULL, lease_token = NULL, lease_expires_at = NULL,
-            attempts = attempts - 1, published_at = NULL
-      WHERE id = $1 AND lease_token = $2`,
-    [lease.id, lease.lease_token],
-  );
+  await pool.query(sql('worker/release_lease', { shardId: lease.id, leaseToken: lease.lease_token }));
 }
 
 /** Waits until a lease's claim may start (a shard planned ahead of its rows' due instant). One

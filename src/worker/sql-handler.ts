@@ -1,4 +1,4 @@
-// The batch form of a SQL handler: the kind's statement placed inside claim.sql, its $1 replaced by
+// The batch form of a SQL handler: the kind's statement placed in claim.sql's handler slot, its $1 replaced by
 // the business ids the claim took, so that claiming a shard, applying it and finding what it
 // skipped is one statement per shard, with no value per timeout crossing into JavaScript. Built
 // once per kind at start and checked by PostgreSQL; a handler it cannot take (payloads in $2, a
@@ -6,14 +6,24 @@
 import { createHash } from 'node:crypto';
 import type pg from 'pg';
 import { isConnectionError } from '../db/pool.js';
-import { statement } from '../db/queries.js';
+import { compose, sql } from '../db/queries.js';
 
-/** The line of claim.sql the handler replaces. */
-const HANDLER_SLOT = /^.*-- tc:handler\b.*$/m;
-/** The line of claim.sql that orders a first run's claim (oldest due first). */
-const CLAIM_ORDER = /^.*-- tc:claim-order\b.*$/m;
 /** Newest due first, among the rows due by the flood's instant (the shard's not_before). */
 const NEWEST_FIRST = '     AND d.available_at <= (SELECT s.not_before FROM timeout_center.shards s WHERE s.id = $1)\n' + '   ORDER BY d.available_at DESC';
+
+/**
+ * claim.sql composed from its two declared slots (`-- @slot` in the file; the build fails if
+ * either marker is missing): `handler`, the line of the `applied` CTE that the batch form's SQL
+ * handler replaces (given as the whole line, as written), and `claimOrder`, the line ordering a
+ * first run's claim: 'oldest' (the file's line) or 'newest' (a flood's every other shard: the
+ * newest rows due by the flood's instant first). No slot given: the plain statement, as written.
+ */
+export function composeClaim(slots: { handler?: string; claimOrder?: 'oldest' | 'newest' }): string {
+  return compose('worker/claim', {
+    handler: slots.handler,
+    claimOrder: slots.claimOrder === 'newest' ? NEWEST_FIRST : undefined,
+  });
+}
 
 /** A form of the batch statement: its text and its prepared-statement name. */
 export interface BatchStatement {
@@ -118,14 +128,13 @@ export function replaceParameter(sql: string, n: number, replacement: string): s
 
 /** Prepares a statement to learn the parameter types PostgreSQL infers for it (ids = ANY($1)
  *  makes $1 bigint[]); throws PostgreSQL's error when it rejects the statement. */
-export async function sqlParameterTypes(pool: pg.Pool, sql: string): Promise<string[]> {
+export async function sqlParameterTypes(pool: pg.Pool, text: string): Promise<string[]> {
   const client = await pool.connect();
   try {
-    await client.query(`PREPARE tc_check_sql AS ${sql}`);
+    // The handler's own statement (from the config), prepared as written to be checked.
+    await client.query(`PREPARE tc_check_sql AS ${text}`);
     try {
-      const { rows } = await client.query<{ types: string[] }>(
-        `SELECT parameter_types::text[] AS types FROM pg_prepared_statements WHERE name = 'tc_check_sql'`,
-      );
+      const { rows } = await client.query<{ types: string[] }>(sql('worker/prepared_types'));
       return rows[0]?.types ?? [];
     } finally {
       await client.query('DEALLOCATE tc_check_sql');
@@ -151,11 +160,10 @@ export async function sqlHandlerForm(pool: pg.Pool, handlerSql: string, timeLimi
   }
   const inner = replaceParameter(body, 1, `(ARRAY(SELECT due.biz_id FROM due)::${type})`);
   if (!inner) return { form: 'plain', reason: '$1 occurs only inside quotes or comments' };
-  // A replacer function, not a replacement string: `$$`, `$&` and `$1` in the handler (a
-  // dollar-quoted literal, say) must reach PostgreSQL as written.
-  const sql = statement('worker/claim').replace(HANDLER_SLOT, () => `  ${inner}`);
-  const newest = sql.replace(CLAIM_ORDER, NEWEST_FIRST);
-  if (newest === sql) throw new Error('claim.sql has no "-- tc:claim-order" line for the newest-first form');
+  // compose() splices by position: `$$`, `$&` and `$1` in the handler (a dollar-quoted literal,
+  // say) reach PostgreSQL as written.
+  const sql = composeClaim({ handler: `  ${inner}` });
+  const newest = composeClaim({ handler: `  ${inner}`, claimOrder: 'newest' });
   try {
     await sqlParameterTypes(pool, sql); // PostgreSQL accepts the combined statement
   } catch (err) {

@@ -18,6 +18,7 @@ import { LeaseKeeper } from './lease-keeper.js';
 import type { ShardHandler } from './handler-contract.js';
 import { resolveHandlers } from './handlers.js';
 import { periodic, ServiceGroup, type Service } from '../service.js';
+import { sql } from '../db/queries.js';
 
 /** How often a worker says it is alive (timeout_center.workers.last_seen_at); `status` counts a
  *  worker gone after 15 s without one. */
@@ -245,9 +246,7 @@ export class Worker implements Service {
 
   private async heartbeat(): Promise<void> {
     await (this.housekeepingPool ?? this.deps.pool).query(
-      `INSERT INTO timeout_center.workers (worker_id, host, pid, kinds) VALUES ($1, $2, $3, $4)
-       ON CONFLICT (worker_id) DO UPDATE SET last_seen_at = now(), stopped_at = NULL, kinds = EXCLUDED.kinds`,
-      [this.id, hostname(), process.pid, this.kinds],
+      sql('worker/heartbeat', { workerId: this.id, host: hostname(), pid: process.pid, kinds: this.kinds }),
     );
   }
 
@@ -284,16 +283,8 @@ export class Worker implements Service {
     client.on('error', () => {});
     await client.connect();
     try {
-      if (pids.length > 0) await client.query('SELECT pg_terminate_backend(pid, 2000) FROM unnest($1::int[]) AS pid', [pids]);
-      const { rows } = await client.query<{ id: string; kind: string }>(
-        `UPDATE timeout_center.shards
-            SET state = 'queued', owner = NULL, lease_token = NULL, lease_expires_at = NULL, published_at = NULL
-          WHERE id IN (SELECT id FROM timeout_center.shards
-                        WHERE id = ANY($1::int8[]) AND owner = $2 AND state = 'running'
-                          FOR UPDATE SKIP LOCKED)
-        RETURNING id::text, kind`,
-        [shardIds, this.id],
-      );
+      if (pids.length > 0) await client.query(sql('worker/terminate_backends', { pids }));
+      const { rows } = await client.query<{ id: string; kind: string }>(sql('worker/release_running', { shardIds, workerId: this.id }));
       for (const r of rows) this.deps.metrics.shards.inc({ kind: r.kind, outcome: 'released' });
       return rows.map((r) => Number(r.id));
     } finally {
@@ -313,7 +304,7 @@ export class Worker implements Service {
     const left = this.backlog.splice(0);
     const shardIds = left.map((d) => d.message.shardId);
     try {
-      await this.deps.pool.query(`UPDATE timeout_center.shards SET published_at = NULL WHERE id = ANY($1::int8[]) AND state = 'queued'`, [shardIds]);
+      await this.deps.pool.query(sql('worker/hand_back', { shardIds }));
       await this.deps.channel.ack(left);
       this.deps.logger.info({ shards: shardIds }, 'handed back shards read but not started');
     } catch (err) {
@@ -347,7 +338,7 @@ export class Worker implements Service {
     await this.loop?.catch(() => {});
     await Promise.all([...this.acks]);
     await this.handBack();
-    await pool.query('UPDATE timeout_center.workers SET stopped_at = now(), last_seen_at = now() WHERE worker_id = $1', [this.id]).catch(() => {});
+    await pool.query(sql('worker/worker_stopped', { workerId: this.id })).catch(() => {});
     if (clean && this.backlog.length === 0) await channel.removeConsumer(this.id, this.kinds).catch(() => {});
     await this.breakers?.forget();
     await this.businessDatabases?.close();

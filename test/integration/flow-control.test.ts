@@ -14,6 +14,7 @@ import { fileURLToPath } from 'node:url';
 import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { ConfigInput } from '../../src/config.js';
+import { sql } from '../../src/db/queries.js';
 import { CLOSE_SQL, createOrdersSchema, writeConfig } from '../helpers/orders.js';
 import { CLI, killAll, runCli, spawnCli, type CliProcess } from '../helpers/processes.js';
 import { createTestDatabase, testKeyPrefix, TEST_REDIS_URL, type TestDatabase } from '../helpers/services.js';
@@ -154,9 +155,6 @@ function readmeBlocks(): { sql: string; sh: string[] } {
   return { sql, sh };
 }
 
-/** One statement file of src/<dir>/queries, as the processes run it. */
-const statement = (dir: string, name: string) => readFileSync(fileURLToPath(new URL(`../../src/${dir}/queries/${name}.sql`, import.meta.url)), 'utf8');
-
 describe('flow control statements, session by session', () => {
   let db: TestDatabase;
   let pool: pg.Pool;
@@ -187,29 +185,31 @@ describe('flow control statements, session by session', () => {
 
   it('take_lease holds a cap under a race: the second taker waits on lock_kind and then sees the first one running', async () => {
     await pool.query(`UPDATE timeout_center.kinds SET max_running_shards = 1 WHERE kind = 'lock.test'`);
-    const [s1, s2] = await queuedShards(2);
+    const [s1, s2] = (await queuedShards(2)) as [number, number];
     const a = await pool.connect();
     const b = await pool.connect();
     try {
       await a.query('BEGIN');
-      await a.query(statement('worker', 'lock_kind'), [s1]);
-      expect((await a.query(statement('worker', 'take_lease'), [s1, 'worker-a', 30_000])).rowCount).toBe(1);
+      await a.query(sql('worker/lock_kind', { shardId: s1 }));
+      expect((await a.query(sql('worker/take_lease', { shardId: s1, workerId: 'worker-a', leaseMs: 30_000 }))).rowCount).toBe(1);
       // B, on another shard of the kind, before A commits.
       await b.query('BEGIN');
       let bLocked = false;
-      const bLock = b.query(statement('worker', 'lock_kind'), [s2]).then(() => (bLocked = true));
+      const bLock = b.query(sql('worker/lock_kind', { shardId: s2 })).then(() => (bLocked = true));
       await sleep(300);
       expect(bLocked, 'the second taker waits for the first one to commit').toBe(false);
       await a.query('COMMIT');
       await bLock;
-      expect((await b.query(statement('worker', 'take_lease'), [s2, 'worker-b', 30_000])).rowCount, 'refused: 1 running, cap 1').toBe(0);
+      expect((await b.query(sql('worker/take_lease', { shardId: s2, workerId: 'worker-b', leaseMs: 30_000 }))).rowCount, 'refused: 1 running, cap 1').toBe(0);
       await b.query('COMMIT');
       // The refused shard is held: queued, unpublished, and left alone by the reaper while the cap is full.
-      expect((await pool.query(statement('worker', 'hold_shard'), [s2])).rows).toEqual([{ id: String(s2), kind: 'lock.test' }]);
-      expect((await pool.query(statement('coordinator', 'republish_queued'), [30_000, false, 100])).rows).toEqual([]);
+      expect((await pool.query(sql('worker/hold_shard', { shardId: s2 }))).rows).toEqual([{ id: String(s2), kind: 'lock.test' }]);
+      expect((await pool.query(sql('coordinator/republish_queued', { republishAfterMs: 30_000, all: false, maxShards: 100 }))).rows).toEqual([]);
       // The running one finishes: the held one is published at the next reap.
       await pool.query(`UPDATE timeout_center.shards SET state = 'done', finished_at = now() WHERE id = $1`, [s1]);
-      expect((await pool.query(statement('coordinator', 'republish_queued'), [30_000, false, 100])).rows.map((r) => Number(r.id))).toEqual([s2]);
+      expect(
+        (await pool.query(sql('coordinator/republish_queued', { republishAfterMs: 30_000, all: false, maxShards: 100 }))).rows.map((r) => Number(r.id)),
+      ).toEqual([s2]);
     } finally {
       a.release();
       b.release();
@@ -218,20 +218,22 @@ describe('flow control statements, session by session', () => {
 
   it('a paused kind: take_lease refuses, the shard is held without a write per reap, and published again after resume', async () => {
     await pool.query(`UPDATE timeout_center.kinds SET max_running_shards = NULL, paused = true WHERE kind = 'lock.test'`);
-    const [s] = await queuedShards(1);
+    const [s] = (await queuedShards(1)) as [number];
     // Published once (by the map), then delivered to a worker while paused.
     await pool.query(`UPDATE timeout_center.shards SET published_at = now(), publish_count = 1 WHERE id = $1`, [s]);
-    expect((await pool.query(statement('worker', 'take_lease'), [s, 'worker-a', 30_000])).rowCount).toBe(0);
-    expect((await pool.query(statement('worker', 'hold_shard'), [s])).rowCount).toBe(1);
+    expect((await pool.query(sql('worker/take_lease', { shardId: s, workerId: 'worker-a', leaseMs: 30_000 }))).rowCount).toBe(0);
+    expect((await pool.query(sql('worker/hold_shard', { shardId: s }))).rowCount).toBe(1);
     // Even "the channel lost everything" does not publish a held shard, nor write it again.
     const xmin = async () => (await pool.query(`SELECT xmin::text AS x, published_at, publish_count FROM timeout_center.shards WHERE id = $1`, [s])).rows[0];
     const before = await xmin();
-    expect((await pool.query(statement('coordinator', 'republish_queued'), [0, true, 100])).rows).toEqual([]);
+    expect((await pool.query(sql('coordinator/republish_queued', { republishAfterMs: 0, all: true, maxShards: 100 }))).rows).toEqual([]);
     expect(await xmin()).toEqual(before);
     expect(before).toMatchObject({ published_at: null, publish_count: 1 });
     await pool.query(`UPDATE timeout_center.kinds SET paused = false WHERE kind = 'lock.test'`);
-    expect((await pool.query(statement('coordinator', 'republish_queued'), [30_000, false, 100])).rows.map((r) => Number(r.id))).toContain(s);
-    expect((await pool.query(statement('worker', 'take_lease'), [s, 'worker-a', 30_000])).rowCount).toBe(1);
+    expect(
+      (await pool.query(sql('coordinator/republish_queued', { republishAfterMs: 30_000, all: false, maxShards: 100 }))).rows.map((r) => Number(r.id)),
+    ).toContain(s);
+    expect((await pool.query(sql('worker/take_lease', { shardId: s, workerId: 'worker-a', leaseMs: 30_000 }))).rowCount).toBe(1);
   });
 });
 

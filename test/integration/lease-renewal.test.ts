@@ -4,11 +4,11 @@
 //   - the worker's heartbeat goes on while its only slot is busy;
 //   - a duplicate delivery of a shard whose transaction is open returns at once (take_lease skips
 //     the locked row) instead of holding a slot and a connection until that commit.
-import { readFileSync } from 'node:fs';
 import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { killAll } from '../helpers/processes.js';
 import { KIND, report, Scenario, sleep } from '../faults/harness.js';
+import { sql } from '../../src/db/queries.js';
 
 const SLOW_SQL =
   "UPDATE orders SET status = 'closed', closed_at = now() WHERE id = ANY($1) AND status = 'unpaid' AND (SELECT pg_sleep(0.5)) IS NOT NULL RETURNING id";
@@ -88,23 +88,23 @@ describe('a duplicate delivery of a running shard', () => {
        VALUES ($1, $2, 0, 0, 10, 'running', 'w1', gen_random_uuid(), now() - interval '1 s', 0, now()) RETURNING id, lease_token::text`,
       [scan[0].id, KIND],
     );
-    const lockShard = readFileSync(new URL('../../src/worker/queries/lock_shard.sql', import.meta.url), 'utf8');
-    const takeLease = readFileSync(new URL('../../src/worker/queries/take_lease.sql', import.meta.url), 'utf8');
+    const lockShard = sql('worker/lock_shard', { shardId: shard[0]!.id, leaseToken: shard[0]!.lease_token });
+    const takeLease = sql('worker/take_lease', { shardId: shard[0]!.id, workerId: 'w2', leaseMs: 1000 });
     const running = new pg.Client({ connectionString: s.databaseUrl });
     const duplicate = new pg.Client({ connectionString: s.databaseUrl, statement_timeout: 5000 });
     await running.connect();
     await duplicate.connect();
     try {
       await running.query('BEGIN');
-      expect((await running.query(lockShard, [shard[0]!.id, shard[0]!.lease_token])).rowCount).toBe(1);
+      expect((await running.query(lockShard)).rowCount).toBe(1);
       const t0 = performance.now();
-      const taken = await duplicate.query(takeLease, [shard[0]!.id, 'w2', 1000]);
+      const taken = await duplicate.query(takeLease);
       const ms = performance.now() - t0;
       expect(taken.rowCount).toBe(0);
       expect(ms).toBeLessThan(2500);
       await running.query('ROLLBACK');
       // Once the row is free, the expired lease is taken as before.
-      expect((await duplicate.query(takeLease, [shard[0]!.id, 'w2', 1000])).rowCount).toBe(1);
+      expect((await duplicate.query(takeLease)).rowCount).toBe(1);
     } finally {
       await running.end();
       await duplicate.end();

@@ -2,7 +2,7 @@
 // one statement claims, applies and reports the skipped ids exactly as the plain form would.
 import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { statement } from '../../src/db/queries.js';
+import { sql, statementValues } from '../../src/db/queries.js';
 import { batchSqlHandler, sqlHandlerForm } from '../../src/worker/sql-handler.js';
 import { CLOSE_SQL, createOrdersSchema, writeConfig } from '../helpers/orders.js';
 import { runCli } from '../helpers/processes.js';
@@ -58,7 +58,7 @@ describe('batch form of a SQL handler', () => {
     const { rows: ids } = await pool.query<{ id: string; biz_id: string }>(`SELECT id, biz_id FROM timeout_center.timeouts`);
     const idsByBiz = new Map(ids.map((r) => [r.biz_id, r.id]));
     const batch = (await batchSqlHandler(pool, CLOSE_SQL, 1000))!;
-    const { rows } = await pool.query(batch.sql, [shard[0].id, 'order.unpaid', 15, true]);
+    const { rows } = await pool.query(batch.sql, statementValues('worker/claim', { shardId: shard[0].id, kind: 'order.unpaid', claimLimit: 15, batch: true }));
     expect(rows[0].n).toBe(15);
     // The 15 earliest due (ids 1-15); of those, 4, 8 and 12 were paid: skipped, written once with
     // that result.
@@ -85,8 +85,7 @@ describe('batch form of a SQL handler', () => {
     ]);
     // claim.sql's plain form (the rows only locked): one lateness per row, no counts, the arrays
     // in id order.
-    const claim = statement('worker/claim');
-    const { rows: plain } = await pool.query(claim, [shard[0].id, 'order.unpaid', 3, false]);
+    const { rows: plain } = await pool.query(sql('worker/claim', { shardId: shard[0].id, kind: 'order.unpaid', claimLimit: 3, batch: false }));
     expect(plain[0].n).toBe(3);
     expect(plain[0].ids).toEqual(['16', '17', '18'].map((b) => idsByBiz.get(b)));
     expect(plain[0].biz_ids).toEqual(['16', '17', '18']);
@@ -113,7 +112,10 @@ describe('batch form of a SQL handler', () => {
     );
     const batch = (await batchSqlHandler(pool, CLOSE_SQL, 1000))!;
     expect(batch.newest.name).not.toBe(batch.name);
-    const newest = await pool.query(batch.newest.sql, [shards[1]!.id, 'order.unpaid', 10, true]);
+    const newest = await pool.query(
+      batch.newest.sql,
+      statementValues('worker/claim', { shardId: Number(shards[1]!.id), kind: 'order.unpaid', claimLimit: 10, batch: true }),
+    );
     expect(newest.rows[0].n).toBe(10);
     const moved = async (shardId: string) =>
       (await pool.query<{ b: number }>(`SELECT biz_id::int AS b FROM timeout_center.done_timeouts WHERE shard_id = $1 ORDER BY 1`, [shardId])).rows.map(
@@ -125,7 +127,10 @@ describe('batch form of a SQL handler', () => {
     expect(fromNewest.filter((b) => b <= 108)).toHaveLength(2);
     expect(fromNewest.filter((b) => b >= 117)).toEqual([]);
     // The oldest-first form takes the rest in due order: the six left of 101-108, then 117-120.
-    const oldest = await pool.query(batch.sql, [shards[0]!.id, 'order.unpaid', 10, true]);
+    const oldest = await pool.query(
+      batch.sql,
+      statementValues('worker/claim', { shardId: Number(shards[0]!.id), kind: 'order.unpaid', claimLimit: 10, batch: true }),
+    );
     expect(oldest.rows[0].n).toBe(10);
     expect((await moved(shards[0]!.id)).sort((a, b) => a - b)).toEqual([
       ...Array.from({ length: 8 }, (_, i) => 101 + i).filter((b) => !fromNewest.includes(b)),
@@ -151,7 +156,10 @@ describe('batch form of a SQL handler', () => {
       [scan[0].id],
     );
     if (form.form !== 'batch') return;
-    const { rows } = await pool.query(form.batch.sql, [shard[0].id, 'order.unpaid', 100, true]);
+    const { rows } = await pool.query(
+      form.batch.sql,
+      statementValues('worker/claim', { shardId: shard[0].id, kind: 'order.unpaid', claimLimit: 100, batch: true }),
+    );
     expect(rows[0].n).toBeGreaterThanOrEqual(1); // with the rows the test above left pending
     const { rows: order } = await pool.query(`SELECT status FROM orders WHERE id = 1001`);
     expect(order[0].status).toBe('cl$$o$&sed$$');

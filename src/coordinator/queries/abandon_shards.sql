@@ -3,6 +3,7 @@
 -- kills workers cannot loop forever. Its timeouts are the ones it pinned on its first re-run
 -- (worker/queries/pin.sql); rows it never pinned went back to pending when its worker died.
 --   $1 max shards
+-- @params maxShards: number
 -- Returns the failed shards (id, kind, scan_id, failed_count).
 WITH doomed AS (
   SELECT sh.id, sh.attempts

@@ -4,6 +4,7 @@
 -- its shards by one statement (plan_shards.sql), so none is left 'mapping'; reduce then totals it
 -- from its shards as for any scan.
 --   $1 current epoch
+-- @params epoch: number
 UPDATE timeout_center.scans SET state = 'mapped', mapped_at = now()
  WHERE state = 'mapping' AND epoch < $1
 RETURNING id

@@ -8,6 +8,7 @@
 -- and paces those plans itself), and not routed over several business databases (counted per
 -- database at every plan).
 --   $1 kinds (text[])   $2 cutoff: the due instant (timestamptz)   $3 max rows counted per kind
+-- @params kinds: string[], cutoff: Date, maxRows: number
 -- Returns per kind with something due by the cutoff: uncovered rows, and whether the count saw
 -- the last due row (complete).
 SELECT k.kind,

@@ -6,6 +6,7 @@
 -- flood's rows from its oldest on, which shards are claiming (locked) or have just taken (dead
 -- until vacuum), at every tick of the flood.
 --   $1 kinds this coordinator serves (text[])
+-- @params kinds: string[]
 -- Flow control (sql/0006): a paused kind is left out of latest_due / next_after (nothing of it is
 -- due for the map), and its queued shards are left out of in_flight (they wait for the resume
 -- and must not take the room of other kinds). So are the queued shards of a kind no live worker

@@ -18,6 +18,8 @@
 --      now} (jsonb; a rate-limited target missing from it gets nothing: see target_flow)
 --   $10 not before (timestamptz, or NULL): a plan written ahead of its rows' due instant, from a
 --      count ahead (sql/0011); workers claim no earlier than it
+-- @params cutoff: Date, kinds: string[], maxShards: number, maxRows: number, epoch: number, coordinatorId: string,
+-- @params credit: string, rateBudget: string, targetBudget: string, notBefore: Date | null
 -- Shards carry a target (a business database name, or NULL): the map counts per (kind, target),
 -- so one shard's handler runs against exactly one database (sql/0005_business_databases.sql).
 -- Flow control (pause, cap, rate) is per kind, over all of its targets; and a rate limit per

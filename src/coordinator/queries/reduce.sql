@@ -1,6 +1,7 @@
 -- reduce: every mapped scan whose shards are all final gets its totals, exactly once: the
 -- state moves mapped -> reduced in this one conditional UPDATE.
 --   $1 max scans
+-- @params maxScans: number
 -- claimed is the sum of what the scan's shards claimed (workers claim their rows).
 -- Returns the reduced scans with totals.
 WITH ready AS (

@@ -2,6 +2,7 @@
 -- the coordinator died before publishing), or every queued shard when $2 is true (the channel
 -- lost its data).
 --   $1 republish-after (ms)   $2 all (boolean)   $3 max shards
+-- @params republishAfterMs: number, all: boolean, maxShards: number
 -- Flow control (sql/0006): a shard whose kind is paused, or has max_running_shards running, is
 -- held: not published (a worker would only hand it back) but marked unpublished, so that the
 -- first reap after the kind may run it again publishes it. Held shards already unpublished are

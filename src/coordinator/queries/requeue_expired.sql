@@ -2,6 +2,7 @@
 -- queue and are published again. A worker inside its transaction holds the shard's row lock, so
 -- SKIP LOCKED never takes a shard from a worker that is still committing.
 --   $1 max shards
+-- @params maxShards: number
 -- Returns (id, scan_id, kind) to publish.
 UPDATE timeout_center.shards sh
    SET state = 'queued', owner = NULL, lease_token = NULL, lease_expires_at = NULL,

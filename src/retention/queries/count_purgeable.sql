@@ -1,5 +1,6 @@
 -- count_purgeable: what purge would delete now (`timeout-center purge --dry-run`).
 --   $1 timeouts age (ms)   $2 scans age (ms)
+-- @params timeoutsAgeMs: number, scansAgeMs: number
 SELECT
   ((SELECT count(*) FROM timeout_center.timeouts
      WHERE state IN ('done', 'cancelled') AND finished_at < now() - $1 * interval '1 millisecond')

@@ -3,6 +3,7 @@
 -- index on finished_at finds the old ones in the first page ranges; the DELETE probes the primary
 -- key for exactly those ids. Nothing updates a history row, so no row lock is needed first.
 --   $1 age (ms)   $2 batch size
+-- @params ageMs: number, batchSize: number
 -- Returns nothing; the row count is the number deleted.
 DELETE FROM timeout_center.done_timeouts d
  WHERE d.id = ANY (ARRAY(SELECT id FROM timeout_center.done_timeouts

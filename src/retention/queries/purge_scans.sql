@@ -2,6 +2,7 @@
 -- with them (ON DELETE CASCADE, through the shards' (scan_id, kind, seq) index). A scan is kept
 -- while failed timeouts of its shards remain, so `failed` and `retry --scan` keep their context.
 --   $1 age (ms)   $2 batch size (scans; each may carry many shards)
+-- @params ageMs: number, batchSize: number
 -- Returns nothing; the row count is the number of scans deleted.
 DELETE FROM timeout_center.scans s
  WHERE s.id IN (SELECT c.id FROM timeout_center.scans c

@@ -4,6 +4,7 @@
 -- (operators retry them). One short statement per batch: no long locks, and the dead tuples it
 -- leaves are reclaimed by autovacuum and reused by new inserts.
 --   $1 age (ms)   $2 batch size
+-- @params ageMs: number, batchSize: number
 -- Returns nothing; the row count is the number deleted.
 DELETE FROM timeout_center.timeouts t
  WHERE t.id IN (SELECT id FROM timeout_center.timeouts

@@ -26,6 +26,9 @@
 -- against a scan of the whole table). A DELETE adds no index entry to the hot table; the history
 -- row gets one, in done_timeouts' primary key.
 --   $1 shard id   $2 kind   $3 claim limit   $4 batch form (boolean)
+-- @params shardId: number, kind: string, claimLimit: number, batch: boolean
+-- @slot claimOrder tc:claim-order
+-- @slot handler tc:handler
 -- Returns n, skipped (how many the handler did not change; batch form), lateness_ms (int4[]) and
 -- lateness_n (int4[]): in the batch form one lateness per distinct due time and how many rows had
 -- it (a flood's rows share a few due times: a shard sends a few pairs, not one number per row,

@@ -11,6 +11,7 @@
 --   $1 shard id   $2 kind   $3 claim limit   $4 lease token
 --   $5 routed: filter by the kind's routing rule (timeout_center.route_target) = the shard's
 --      target (boolean)
+-- @params shardId: number, kind: string, claimLimit: number, leaseToken: string, routed: boolean
 -- Returns one row: target (the shard's), ids (bigint[]), biz_ids (text[]), payloads (jsonb[]),
 -- lateness in s (float8[]), fresh (this is the shard's first claim: no earlier run of it can have
 -- applied anything); no row when the lease is no longer ours.

@@ -17,6 +17,9 @@
 --   $5 their errors (text[])   $6 their permanence (boolean[])   $7 max attempts
 --   $8 backoff base (ms)   $9 batch retry delay (ms, NULL when the batch ran)   $10 batch error
 --   $11 the biz_ids the run handled (text[]; NULL: every row the shard holds)
+-- @params shardId: number, leaseToken: string, applied: string[], failedIds: string[], failedErrors: string[],
+-- @params failedPermanent: boolean[], maxAttempts: number, backoffMs: number, batchRetryMs: number | null,
+-- @params batchError: string | null, ran: string[] | null
 -- Returns the shard's counts; no row when the lease is no longer ours.
 WITH ours AS MATERIALIZED (
   SELECT sh.id FROM timeout_center.shards sh

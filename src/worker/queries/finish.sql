@@ -8,6 +8,8 @@
 --   $4 their errors (text[])   $5 their permanence (boolean[])   $6 max attempts
 --   $7 backoff base (ms)   $8 timeouts the shard claimed (int)
 --   $9 timeouts claim.sql already marked skipped (int)   $10 claimed timeout ids (bigint[])
+-- @params shardId: number, skipped: string[], failed: string[], errors: string[], permanent: boolean[], maxAttempts: number,
+-- @params backoffMs: number, claimed: number, skippedMarked: number, claimedIds: string[]
 -- Returns the shard's counts.
 WITH failure AS (
   SELECT * FROM unnest($3::bigint[], $4::text[], $5::boolean[]) AS f (id, error, permanent)

@@ -4,4 +4,5 @@
 -- the lease (renew_lease.sql) while the transaction runs. No row means the lease was lost (the
 -- reaper requeued the shard).
 --   $1 shard id   $2 lease token
+-- @params shardId: number, leaseToken: string
 SELECT id FROM timeout_center.shards WHERE id = $1 AND lease_token = $2 AND state = 'running' FOR KEY SHARE

@@ -6,6 +6,7 @@
 -- shard forever. The first run of a shard never pins (one write per timeout). No-op when the
 -- shard already holds pinned rows or the lease is no longer ours.
 --   $1 shard id   $2 kind   $3 claim limit   $4 lease token
+-- @params shardId: number, kind: string, claimLimit: number, leaseToken: string
 -- Returns how many rows it pinned.
 WITH ours AS (
   SELECT 1 FROM timeout_center.shards WHERE id = $1 AND lease_token = $4 AND state = 'running'

@@ -4,6 +4,7 @@
 -- duplicate deliveries (FOR UPDATE ... SKIP LOCKED) still pass the row by. SKIP LOCKED: once the
 -- shard's transaction writes its result (finish.sql) the row is left alone; the shard is ending.
 --   $1 shard id   $2 lease token   $3 lease (ms)
+-- @params shardId: number, leaseToken: string, leaseMs: number
 -- Returns renewed (0 or 1) and held: false when the lease is lost (the reaper requeued the shard,
 -- or the shard ended).
 WITH target AS (

@@ -7,6 +7,7 @@
 -- failing that row only. Each level costs one worker death; a 500-row shard needs about 9.
 -- Runs in a transaction that first locks the scan row (so the new shards' seq are unique).
 --   $1 shard id   $2 lease token
+-- @params shardId: number, leaseToken: string
 -- Returns the new shards (id, scan_id, kind, claim_limit); none when the shard holds fewer than 2
 -- pinned rows (it is then applied as is) or the lease is no longer ours.
 WITH parent AS (

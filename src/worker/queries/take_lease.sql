@@ -6,6 +6,7 @@
 -- and a pool connection. It returns at once with no row, and the delivery is acknowledged; if
 -- that run then fails, the reaper requeues and republishes the shard.
 --   $1 shard id   $2 worker id   $3 lease (ms)
+-- @params shardId: number, workerId: string, leaseMs: number
 -- Flow control (sql/0006): nothing of a paused kind starts, and a capped kind never has more
 -- than max_running_shards running (a cap lowered while shards are queued); the check runs after
 -- lock_kind.sql, in the same transaction, so two workers cannot both take the last place.
