@@ -20,6 +20,8 @@ import { leaderLockKey } from './transport/keys.js';
 import { describeTarget } from './transport/redis-connection.js';
 import { RedisStreamsChannel } from './transport/redis-streams.js';
 import { service, ServiceGroup, type Service } from './service.js';
+import { centerKinds, storeLayout } from './stores/layout.js';
+import { storeCoordinators } from './stores/store-coordinators.js';
 import { Worker } from './worker/worker.js';
 
 export class UnreachableError extends Error {
@@ -96,6 +98,10 @@ export interface Runtime {
   stop(options?: { drainTimeoutMs?: number }): Promise<void>;
 }
 
+function pickKinds(kinds: LoadedConfig['kinds'], names: string[]): LoadedConfig['kinds'] {
+  return Object.fromEntries(names.map((k) => [k, kinds[k]!]));
+}
+
 export async function startRuntime(options: RuntimeOptions): Promise<Runtime> {
   const { config, logger } = options;
   const role = options.coordinator && options.worker ? 'all' : options.coordinator ? 'coordinator' : 'worker';
@@ -141,7 +147,7 @@ export async function startRuntime(options: RuntimeOptions): Promise<Runtime> {
         await syncKinds(pool, config.kinds);
         await syncRoutes(pool, config.kinds);
         await syncTargets(pool, config.businessDatabases);
-        await channel.init(Object.keys(config.kinds));
+        await channel.init(centerKinds(config.kinds));
       },
       () => {},
     ),
@@ -169,8 +175,16 @@ export async function startRuntime(options: RuntimeOptions): Promise<Runtime> {
       coordinatorId,
       logger,
     });
-    coordinator = new Coordinator({ config, pool, channel, leadership, metrics, logger, coordinatorId });
+    // The center's coordinator plans the kinds stored in the center's database; each store has a
+    // coordinator of its own (stores/store-coordinators.ts).
+    const stores = storeLayout(config.kinds);
+    const centerConfig: LoadedConfig = stores.size === 0 ? config : { ...config, kinds: pickKinds(config.kinds, centerKinds(config.kinds)) };
+    coordinator = new Coordinator({ config: centerConfig, pool, channel, leadership, metrics, logger, coordinatorId });
     services.push(coordinator);
+    if (stores.size > 0) {
+      if (options.embedded) throw new Error('kinds stored beside their orders (store: beside) need Redis: the embedded mode serves the center database only');
+      services.push(...storeCoordinators({ config, metrics, logger, coordinatorId, endPool: (p) => endPool(p, logger) }));
+    }
   }
   if (config.httpPort !== undefined) {
     const c = coordinator;

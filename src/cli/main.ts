@@ -15,6 +15,7 @@ import { checkPostgres, startRuntime, UnreachableError, type Runtime } from '../
 import { registerDemo } from './commands/demo.js';
 import { registerGenerate } from './commands/generate.js';
 import { registerCancel } from './commands/cancel.js';
+import { migrateStores } from '../stores/store-database.js';
 import { addConsoleOptions, consoleService, registerConsole, type ServeConsoleOpts } from './commands/console.js';
 import { registerFailed } from './commands/failed.js';
 import { registerFlow } from './commands/flow.js';
@@ -79,9 +80,18 @@ program
         await syncRoutes(pool, config.kinds);
         await syncTargets(pool, config.businessDatabases);
       }
-      // The marker table in each business database; one that cannot be reached is named, and the
-      // command fails after preparing the others (run it again once that database is up).
+      // The schema in each store (kinds stored beside their orders), then the marker table in each
+      // business database; one that cannot be reached is named, and the command fails after
+      // preparing the others (run it again once that database is up).
+      const stores = config ? await migrateStores(config, logger) : { migrated: [], failed: [] };
       const business = config ? await prepareBusinessDatabases(config.businessDatabaseUrls, logger) : { prepared: [], unreachable: [] };
+      if (stores.failed.length > 0) {
+        throw new UnreachableError(
+          `the center's database is migrated, but these stores could not be migrated: ${stores.failed
+            .map((u) => `${u.store} (${u.url}: ${u.error})`)
+            .join('; ')}. Start them or fix businessDatabases, then run migrate again`,
+        );
+      }
       if (business.unreachable.length > 0) {
         throw new UnreachableError(
           `the center's database is migrated, but these business databases could not be reached to prepare timeout_center.markers: ${business.unreachable

@@ -36,10 +36,17 @@ export interface CoordinatorDeps {
   metrics: Metrics;
   logger: Logger;
   coordinatorId: string;
+  /** The service's name (a store's coordinator: `coordinator <store>`). */
+  name?: string;
+  /** Runs before the first tick of each term, until it succeeds (a store's database is checked
+   *  and given the config's kinds: stores/store-database.ts). */
+  prepare?: () => Promise<void>;
 }
 
 export class Coordinator extends BaseService {
-  readonly name = 'coordinator';
+  readonly name: string;
+  /** False until `prepare` succeeded in this term. */
+  private prepared = false;
   private readonly flow: LeaderFlow;
   private readonly recovery: Recovery;
   private readonly mapper: Mapper;
@@ -50,6 +57,7 @@ export class Coordinator extends BaseService {
 
   constructor(private readonly deps: CoordinatorDeps) {
     super();
+    this.name = deps.name ?? 'coordinator';
     const { config, pool, channel, leadership, metrics, logger } = deps;
     const alerter = new Alerter(config.alerts, logger, metrics, deps.coordinatorId);
     this.flow = new LeaderFlow(metrics);
@@ -73,6 +81,7 @@ export class Coordinator extends BaseService {
       logger,
       group: new ServiceGroup('leader duties', [this.loop, retention], logger),
       onElected: (epoch) => {
+        this.prepared = false;
         metrics.leader.set(1);
         metrics.epoch.set(epoch);
         // A new term starts from nothing: the previous leader's shards may cover anything.
@@ -107,6 +116,10 @@ export class Coordinator extends BaseService {
     const { leadership } = this.deps;
     if (!leadership.isLeader) return undefined;
     const epoch = leadership.epoch;
+    if (!this.prepared && this.deps.prepare) {
+      await this.deps.prepare();
+      this.prepared = true;
+    }
     await this.recovery.recover(epoch);
     const wakeInMs = await this.mapper.map(epoch);
     await this.reducer.reduce(epoch);

@@ -1,6 +1,9 @@
 // Writes the routing rules of kinds whose SQL handler runs in business databases into
 // timeout_center.kind_routes (sql/0005), where timeout_center.target_of() reads them: the map
 // and the external claim place each biz_id with the same rule. Kinds without a rule lose theirs.
+// The rule of a kind stored beside its orders (`store: beside`) places its timeouts instead: it
+// goes to timeout_center.kind_stores (sql/0014), where the insert check reads it, and such a kind
+// runs the same-database path in its store, not the external path.
 import type pg from 'pg';
 import type { Config } from '../config.js';
 import { sql } from './queries.js';
@@ -13,9 +16,10 @@ interface RouteRow {
   to: string[] | null;
 }
 
-export function routeRows(kinds: Config['kinds']): RouteRow[] {
+export function routeRows(kinds: Config['kinds'], stored: 'center' | 'beside' = 'center'): RouteRow[] {
   const out: RouteRow[] = [];
   for (const [kind, k] of Object.entries(kinds)) {
+    if (k.store !== stored) continue;
     const h = k.handler;
     if (h.type !== 'sql') continue;
     if (h.database) out.push({ kind, by: 'database', databases: [h.database], from: null, to: null });
@@ -28,12 +32,11 @@ export function routeRows(kinds: Config['kinds']): RouteRow[] {
   return out;
 }
 
+const asJson = (rows: RouteRow[]) =>
+  JSON.stringify(rows.map((r) => ({ kind: r.kind, route_by: r.by, databases: r.databases, range_from: r.from, range_to: r.to })));
+
+/** Both rule tables: kind_routes (the external path) and kind_stores (kinds stored beside). */
 export async function syncRoutes(pool: pg.Pool, kinds: Config['kinds']): Promise<void> {
-  const rows = routeRows(kinds);
-  await pool.query(
-    sql('db/sync_routes', {
-      routes: JSON.stringify(rows.map((r) => ({ kind: r.kind, route_by: r.by, databases: r.databases, range_from: r.from, range_to: r.to }))),
-      kinds: Object.keys(kinds),
-    }),
-  );
+  await pool.query(sql('db/sync_routes', { routes: asJson(routeRows(kinds, 'center')), kinds: Object.keys(kinds) }));
+  await pool.query(sql('db/sync_stores', { routes: asJson(routeRows(kinds, 'beside')), kinds: Object.keys(kinds) }));
 }

@@ -17,6 +17,8 @@ import { ExternalExecutor } from './external-executor.js';
 import { LeaseKeeper } from './lease-keeper.js';
 import type { ShardHandler } from './handler-contract.js';
 import { resolveHandlers } from './handlers.js';
+import { StoreSide, StoreSides } from './store-side.js';
+import { centerKinds, parseStreamName, storeLabel, storeLayout, streamName } from '../stores/layout.js';
 import { periodic, ServiceGroup, type Service } from '../service.js';
 import { sql } from '../db/queries.js';
 
@@ -31,6 +33,9 @@ export interface WorkerDeps {
   metrics: Metrics;
   logger: Logger;
 }
+
+/** The database a stream's shards run in: `center`, or the stream's store. */
+const databaseOf = (stream: string): string => storeLabel(parseStreamName(stream).store);
 
 export class Worker implements Service {
   readonly name = 'worker';
@@ -60,9 +65,15 @@ export class Worker implements Service {
    *  now: what a drain that runs out of time rolls back and releases. */
   private readonly activeShards = new Map<Promise<boolean>, number>();
   /** Running shards whose handler runs in the center's PostgreSQL (worker.databaseConcurrency). */
-  private readonly activeInDatabase = new Set<Promise<boolean>>();
+  private readonly activeInDatabase = new Map<string, Set<Promise<boolean>>>();
   /** Kinds whose handler runs in the center's PostgreSQL (not external). */
   private inDatabaseKinds = new Set<string>();
+  /** The streams this worker reads: its center kinds, and `<kind>@<store>` for each store of
+   *  each kind stored beside its orders (stores/layout.ts). */
+  private readonly streams: string[];
+  /** The kinds it serves whose timeouts live in the center's database. */
+  private readonly centerServed: string[];
+  private readonly storeSides: StoreSides;
   private readonly busyBackends = new Map<pg.PoolClient, number>();
   private readonly onAcquire = (client: pg.PoolClient) => {
     const pid = (client as unknown as { processID?: number | null }).processID;
@@ -76,6 +87,20 @@ export class Worker implements Service {
     const cfg = deps.config.worker;
     this.id = cfg.id ?? `${hostname()}-${process.pid}`;
     this.kinds = cfg.kinds ?? Object.keys(deps.config.kinds);
+    this.centerServed = centerKinds(deps.config.kinds, this.kinds);
+    const stores = storeLayout(deps.config.kinds, this.kinds);
+    this.streams = [...this.centerServed, ...[...stores].flatMap(([store, kinds]) => kinds.map((k) => streamName(k, store)))];
+    this.storeSides = new StoreSides((store) =>
+      StoreSide.open({
+        store,
+        kinds: stores.get(store) ?? [],
+        config: deps.config,
+        registered: this.registered,
+        workerId: this.id,
+        metrics: deps.metrics,
+        logger: deps.logger.child({ workerId: this.id }),
+      }),
+    );
   }
 
   /** Registers a TypeScript handler for a kind whose config says `handler: { type: code }`. */
@@ -94,8 +119,13 @@ export class Worker implements Service {
 
   private async doStart(): Promise<void> {
     const { config, pool, channel, metrics, logger } = this.deps;
-    const handlers = await resolveHandlers(config, this.kinds, this.registered, pool);
-    this.inDatabaseKinds = new Set([...handlers.values()].filter((h) => !h.external).map((h) => h.kind));
+    const handlers = await resolveHandlers(config, this.centerServed, this.registered, pool);
+    // Streams whose shards run in a database the worker paces (databaseConcurrency per database):
+    // same-database center kinds, and every store's stream.
+    this.inDatabaseKinds = new Set([
+      ...[...handlers.values()].filter((h) => !h.external).map((h) => h.kind),
+      ...this.streams.filter((s) => parseStreamName(s).store),
+    ]);
     for (const h of handlers.values())
       logger.info({ kind: h.kind, form: h.form.form, reason: h.form.reason }, `kind ${h.kind}: handler runs in the ${h.form.form} form`);
     const log = logger.child({ workerId: this.id });
@@ -124,7 +154,7 @@ export class Worker implements Service {
       leaseKeeper: this.leaseKeeper,
       external,
     });
-    await channel.init(this.kinds);
+    await channel.init(this.streams);
     pool.on('acquire', this.onAcquire);
     pool.on('release', this.onRelease);
     await this.heartbeat();
@@ -155,8 +185,9 @@ export class Worker implements Service {
     // A worker whose kinds all run in the center's PostgreSQL never runs more than
     // databaseConcurrency shards: it reads no further ahead than that (plus prefetch), leaving the
     // rest of a flood's deliveries to other workers.
-    const concurrency = this.kinds.every((k) => this.inDatabaseKinds.has(k))
-      ? Math.min(config.worker.concurrency, config.worker.databaseConcurrency)
+    const databases = new Set(this.streams.map(databaseOf));
+    const concurrency = this.streams.every((k) => this.inDatabaseKinds.has(k))
+      ? Math.min(config.worker.concurrency, config.worker.databaseConcurrency * databases.size)
       : config.worker.concurrency;
     while (!this.stopping) {
       try {
@@ -169,7 +200,7 @@ export class Worker implements Service {
         }
         if (Date.now() - this.lastReclaimAt > leaseMs / 2) {
           this.lastReclaimAt = Date.now();
-          const reclaimed = await channel.reclaim(this.id, this.kinds, leaseMs, concurrency);
+          const reclaimed = await channel.reclaim(this.id, this.streams, leaseMs, concurrency);
           if (reclaimed.length > 0) {
             this.deps.metrics.reclaims.inc({ source: 'xautoclaim' }, reclaimed.length);
             logger.warn({ count: reclaimed.length }, 'took over shard deliveries left by a stopped worker');
@@ -178,7 +209,7 @@ export class Worker implements Service {
           }
         }
         const room = concurrency + prefetch - this.active.size - this.backlog.length;
-        this.backlog.push(...(await channel.receive(this.id, this.kinds, room, blockMs)));
+        this.backlog.push(...(await channel.receive(this.id, this.streams, room, blockMs)));
       } catch (err) {
         if (this.stopping) break;
         logger.warn({ err }, 'Redis: reading shards failed; retrying in 1 s');
@@ -189,12 +220,13 @@ export class Worker implements Service {
 
   /** Starts waiting deliveries while slots are free (also called when a shard ends, so a
    *  prefetched delivery never waits for a blocking read to return). A shard whose handler runs
-   *  in the center's PostgreSQL waits while databaseConcurrency of them run; others pass it. */
+   *  in a PostgreSQL database (the center's, or a store's) waits while databaseConcurrency of them
+   *  run there; others pass it. */
   private startFromBacklog(): void {
     const { concurrency, databaseConcurrency } = this.deps.config.worker;
+    const full = (stream: string) => this.inDatabaseKinds.has(stream) && (this.activeInDatabase.get(databaseOf(stream))?.size ?? 0) >= databaseConcurrency;
     while (this.active.size < concurrency && !this.stopping) {
-      const databaseFull = this.activeInDatabase.size >= databaseConcurrency;
-      const next = this.backlog.findIndex((d) => !(databaseFull && this.inDatabaseKinds.has(d.message.kind)));
+      const next = this.backlog.findIndex((d) => !full(d.message.kind));
       if (next < 0) return;
       this.startShard(this.backlog.splice(next, 1)[0]!);
     }
@@ -203,26 +235,34 @@ export class Worker implements Service {
   private startShard(delivery: ShardDelivery): void {
     const { logger, metrics } = this.deps;
     const shardId = delivery.message.shardId;
+    // The stream says where the shard lives: a store's shards run on that store's side.
+    const { store } = parseStreamName(delivery.message.kind);
     const task = (async () => {
       try {
-        const outcome = await this.executor!.run(shardId);
+        const executor = store === undefined ? this.executor! : (await this.storeSides.get(store)).executor;
+        const outcome = await executor.run(shardId);
         if (outcome.status === 'not-ours') logger.debug({ shardId, reason: outcome.reason }, 'dropped duplicate shard delivery');
         if (outcome.status === 'held') logger.debug({ shardId, reason: outcome.reason }, 'shard held back by flow control; it stays queued');
         return true;
       } catch (err) {
         // Not acknowledged: the lease runs out and the reaper (or XAUTOCLAIM) hands it on.
-        logger.error({ err, shardId }, 'shard failed; it will be retried after its lease expires');
+        logger.error({ err, shardId, store }, 'shard failed; it will be retried after its lease expires');
         return false;
       }
     })();
     this.active.add(task);
     this.activeShards.set(task, shardId);
-    if (this.inDatabaseKinds.has(delivery.message.kind)) this.activeInDatabase.add(task);
+    const database = databaseOf(delivery.message.kind);
+    if (this.inDatabaseKinds.has(delivery.message.kind)) {
+      const running = this.activeInDatabase.get(database) ?? new Set();
+      running.add(task);
+      this.activeInDatabase.set(database, running);
+    }
     metrics.workerBusy.set(this.active.size);
     void task.then((ran) => {
       this.active.delete(task);
       this.activeShards.delete(task);
-      this.activeInDatabase.delete(task);
+      this.activeInDatabase.get(database)?.delete(task);
       metrics.workerBusy.set(this.active.size);
       // The slot's next shard starts before this one's ACK: the outcome is committed, and the
       // ACK's round trip to Redis need not delay the next lease.
@@ -302,14 +342,21 @@ export class Worker implements Service {
   private async handBack(): Promise<void> {
     if (this.backlog.length === 0) return;
     const left = this.backlog.splice(0);
-    const shardIds = left.map((d) => d.message.shardId);
-    try {
-      await this.deps.pool.query(sql('worker/hand_back', { shardIds }));
-      await this.deps.channel.ack(left);
-      this.deps.logger.info({ shards: shardIds }, 'handed back shards read but not started');
-    } catch (err) {
-      this.backlog.push(...left);
-      this.deps.logger.warn({ err, shards: shardIds }, 'could not hand back unstarted shards; they are recovered after republishAfterMs');
+    // Each shard goes back in its own database: the center's, or its store's.
+    const byDatabase = new Map<string, ShardDelivery[]>();
+    for (const d of left) byDatabase.set(databaseOf(d.message.kind), [...(byDatabase.get(databaseOf(d.message.kind)) ?? []), d]);
+    for (const [database, deliveries] of byDatabase) {
+      const shardIds = deliveries.map((d) => d.message.shardId);
+      try {
+        const store = parseStreamName(deliveries[0]!.message.kind).store;
+        const pool = store === undefined ? this.deps.pool : (await this.storeSides.get(store)).pool;
+        await pool.query(sql('worker/hand_back', { shardIds }));
+        await this.deps.channel.ack(deliveries);
+        this.deps.logger.info({ shards: shardIds, store: database }, 'handed back shards read but not started');
+      } catch (err) {
+        this.backlog.push(...deliveries);
+        this.deps.logger.warn({ err, shards: shardIds, store: database }, 'could not hand back unstarted shards; they are recovered after republishAfterMs');
+      }
     }
   }
 
@@ -339,7 +386,8 @@ export class Worker implements Service {
     await Promise.all([...this.acks]);
     await this.handBack();
     await pool.query(sql('worker/worker_stopped', { workerId: this.id })).catch(() => {});
-    if (clean && this.backlog.length === 0) await channel.removeConsumer(this.id, this.kinds).catch(() => {});
+    if (clean && this.backlog.length === 0) await channel.removeConsumer(this.id, this.streams).catch(() => {});
+    await this.storeSides.closeAll(this.id);
     await this.breakers?.forget();
     await this.businessDatabases?.close();
     await this.housekeepingPool?.end().catch(() => {});

@@ -1,0 +1,132 @@
+// A worker's side of one store (docs/scale.md): the kinds stored beside their orders in that
+// database run there on the same-database path (claim, handler and completion in one statement),
+// with the store's own pools, lease keeper and heartbeat (the store's leader counts only the
+// workers it sees in its own timeout_center.workers). Opened at a store's first shard, not at
+// start: a store that is down must not keep a worker from serving the others.
+import { hostname } from 'node:os';
+import type pg from 'pg';
+import type { Logger } from 'pino';
+import type { LoadedConfig } from '../config.js';
+import { createPool } from '../db/pool.js';
+import { sql } from '../db/queries.js';
+import type { Metrics } from '../observability/metrics.js';
+import { periodic, ServiceGroup } from '../service.js';
+import { ShardExecutor } from './executor.js';
+import type { ShardHandler } from './handler-contract.js';
+import { resolveHandlers } from './handlers.js';
+import { LeaseKeeper } from './lease-keeper.js';
+
+const HEARTBEAT_EVERY_MS = 5000;
+
+export interface StoreSideOptions {
+  store: string;
+  /** The beside kinds of this store the worker serves. */
+  kinds: string[];
+  config: LoadedConfig;
+  registered: Map<string, ShardHandler>;
+  workerId: string;
+  metrics: Metrics;
+  logger: Logger;
+}
+
+export class StoreSide {
+  private constructor(
+    readonly store: string,
+    readonly pool: pg.Pool,
+    private readonly housekeepingPool: pg.Pool,
+    readonly executor: ShardExecutor,
+    private readonly housekeeping: ServiceGroup,
+  ) {}
+
+  static async open(o: StoreSideOptions): Promise<StoreSide> {
+    const url = o.config.businessDatabaseUrls[o.store];
+    if (!url) throw new Error(`store ${o.store}: businessDatabases.${o.store} has no URL`);
+    const logger = o.logger.child({ store: o.store });
+    const pool = createPool({
+      connectionString: url,
+      max: o.config.worker.concurrency,
+      applicationName: `timeout-center worker (store ${o.store})`,
+      logger,
+      idleInTransactionTimeoutMs: Math.max(o.config.worker.leaseMs, 10_000),
+    });
+    const housekeepingPool = createPool({ connectionString: url, max: 1, applicationName: `timeout-center worker heartbeat (store ${o.store})`, logger });
+    try {
+      // In its store a beside kind's handler runs where its timeouts are: the same-database path.
+      const kinds = Object.fromEntries(
+        o.kinds.map((k) => {
+          const kc = o.config.kinds[k]!;
+          return [k, { ...kc, handler: kc.handler.type === 'sql' ? { ...kc.handler, database: undefined, route: undefined } : kc.handler }];
+        }),
+      );
+      const handlers = await resolveHandlers({ ...o.config, kinds }, o.kinds, o.registered, pool);
+      const leaseKeeper = new LeaseKeeper(housekeepingPool, o.config.worker.leaseMs, logger);
+      const executor = new ShardExecutor({
+        pool,
+        handlers,
+        workerId: o.workerId,
+        leaseMs: o.config.worker.leaseMs,
+        metrics: o.metrics,
+        logger,
+        leaseKeeper,
+      });
+      const heartbeat = () =>
+        housekeepingPool.query(sql('worker/heartbeat', { workerId: o.workerId, host: hostname(), pid: process.pid, kinds: o.kinds })).then(() => {});
+      await heartbeat();
+      const housekeeping = new ServiceGroup(
+        `worker housekeeping (store ${o.store})`,
+        [
+          leaseKeeper,
+          periodic(`worker-heartbeat ${o.store}`, HEARTBEAT_EVERY_MS, heartbeat, (err) =>
+            logger.warn({ err }, `PostgreSQL: worker heartbeat in store ${o.store} failed; retrying in 5 s`),
+          ),
+        ],
+        logger,
+      );
+      await housekeeping.start();
+      logger.info({ kinds: o.kinds }, `worker serves store ${o.store}`);
+      return new StoreSide(o.store, pool, housekeepingPool, executor, housekeeping);
+    } catch (err) {
+      await pool.end().catch(() => {});
+      await housekeepingPool.end().catch(() => {});
+      throw err;
+    }
+  }
+
+  /** Stops renewals and the heartbeat (after the drain), says this worker stopped, closes pools. */
+  async close(workerId: string): Promise<void> {
+    await this.housekeeping.stop();
+    await this.pool.query(sql('worker/worker_stopped', { workerId })).catch(() => {});
+    await this.pool.end().catch(() => {});
+    await this.housekeepingPool.end().catch(() => {});
+  }
+}
+
+/** The worker's store sides, opened at each store's first shard; a store that cannot be opened
+ *  (down, not migrated) is tried again at its next shard. */
+export class StoreSides {
+  private readonly opened = new Map<string, Promise<StoreSide>>();
+
+  constructor(private readonly open: (store: string) => Promise<StoreSide>) {}
+
+  get(store: string): Promise<StoreSide> {
+    let side = this.opened.get(store);
+    if (!side) {
+      side = this.open(store);
+      this.opened.set(store, side);
+      side.catch(() => this.opened.delete(store));
+    }
+    return side;
+  }
+
+  /** The store sides opened so far. */
+  async all(): Promise<StoreSide[]> {
+    const settled = await Promise.allSettled([...this.opened.values()]);
+    return settled.flatMap((s) => (s.status === 'fulfilled' ? [s.value] : []));
+  }
+
+  async closeAll(workerId: string): Promise<void> {
+    const sides = await this.all();
+    this.opened.clear();
+    await Promise.all(sides.map((s) => s.close(workerId)));
+  }
+}

@@ -1,0 +1,292 @@
+// Timeouts stored beside the orders they close (issue 27): three PostgreSQL instances, each the
+// orders shard and the timeout store of the orders `id % 3` routes to it, with real coordinator and
+// worker processes. Services write the README's way in the order's own database (insert with the
+// order; pay with a cancel then a guarded update); every scenario ends with the invariants per
+// store: nothing lost, one effect per order, no paid order closed, reduce totals = rows.
+import { hostname } from 'node:os';
+import pg from 'pg';
+import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
+import { CLOSE_SQL, createOrdersSchema, waitForDrain, writeConfig, type Invariants } from '../helpers/orders.js';
+import { killAll, runCli, spawnCli, type CliProcess } from '../helpers/processes.js';
+import { startPostgres, stopAllServers, type PostgresServer } from '../helpers/servers.js';
+import { createTestDatabase, TEST_REDIS_URL, testKeyPrefix, type TestDatabase } from '../helpers/services.js';
+import { report, sleep, waitUntil } from './harness.js';
+
+const KIND = 'order.unpaid';
+const STORES = ['orders_0', 'orders_1', 'orders_2'] as const;
+
+let servers: PostgresServer[] = [];
+let pools: pg.Pool[] = [];
+let center: TestDatabase;
+let centerPool: pg.Pool;
+let configPath: string;
+let env: Record<string, string | undefined>;
+let procs: CliProcess[] = [];
+let nextOrder = 1;
+
+beforeAll(async () => {
+  servers = await Promise.all(STORES.map(() => startPostgres()));
+  pools = servers.map((s) => new pg.Pool({ connectionString: s.url(), max: 8 }));
+  for (const p of pools) p.on('error', () => {});
+  await Promise.all(pools.map((p) => createOrdersSchema(p)));
+  center = await createTestDatabase('stores');
+  centerPool = new pg.Pool({ connectionString: center.url, max: 4 });
+  configPath = writeConfig({
+    redisKeyPrefix: testKeyPrefix('stores'),
+    poolSize: 3,
+    kinds: {
+      [KIND]: {
+        store: 'beside',
+        shardSize: 500,
+        maxAttempts: 5,
+        backoffMs: 100,
+        timeLimitMs: 2000,
+        handler: { type: 'sql', sql: CLOSE_SQL, route: { by: 'modulo', databases: [...STORES] } },
+      },
+    },
+    businessDatabases: Object.fromEntries(STORES.map((name, i) => [name, { url: servers[i]!.url() }])),
+    coordinator: { lockTtlMs: 2000, republishAfterMs: 2000, maxInFlightShards: 16, minTickIntervalMs: 50, lagCheckIntervalMs: 1000 },
+    worker: { leaseMs: 3000, blockMs: 200, concurrency: 6, drainTimeoutMs: 3000 },
+    alerts: { lagSlaMs: 60_000 },
+  });
+  env = { DATABASE_URL: center.url, REDIS_URL: TEST_REDIS_URL, TC_FAILPOINTS: undefined };
+  const migrated = await runCli(['migrate', '--config', configPath], env, 60_000);
+  expect(migrated.code, migrated.stderr).toBe(0);
+}, 120_000);
+
+afterEach(async () => {
+  await Promise.all(procs.map((p) => p.stop(5000).catch(() => {})));
+  procs = [];
+});
+
+afterAll(async () => {
+  const leaked = await killAll();
+  await Promise.all(pools.map((p) => p.end().catch(() => {})));
+  await centerPool?.end().catch(() => {});
+  await center?.drop();
+  await stopAllServers();
+  expect(leaked).toEqual([]);
+}, 60_000);
+
+const spawn = (name: string, role: 'coordinator' | 'worker', failpoints?: string) => {
+  const p = spawnCli(name, [role, '--config', configPath], { ...env, TC_FAILPOINTS: failpoints });
+  procs.push(p);
+  return p;
+};
+
+/** n orders with their timeouts, due in dueInMs, written the README's way: each order and its
+ *  timeout in one transaction of the order's own database (one statement per store here). */
+async function seed(n: number, dueInMs: number, up: (i: number) => boolean = () => true): Promise<[number, number]> {
+  const from = nextOrder;
+  const to = from + n - 1;
+  nextOrder = to + 1;
+  await Promise.all(
+    STORES.map((_, i) =>
+      !up(i)
+        ? undefined
+        : pools[i]!.query(
+            `WITH o AS (INSERT INTO orders (id, status) SELECT g, 'unpaid' FROM generate_series($1::bigint, $2::bigint) g WHERE g % 3 = $3 RETURNING id)
+         INSERT INTO timeout_center.timeouts (kind, biz_id, due_at) SELECT $4, id::text, now() + $5 * interval '1 millisecond' FROM o`,
+            [from, to, i, KIND, dueInMs],
+          ),
+    ),
+  );
+  return [from, to];
+}
+
+/** The README's payment in the order's own database: cancel the timeout, then the guarded update. */
+async function pay(id: number): Promise<{ cancelled: boolean; paid: boolean }> {
+  const client = await pools[id % STORES.length]!.connect();
+  try {
+    await client.query('BEGIN');
+    const c = await client.query(
+      `UPDATE timeout_center.timeouts SET state = 'cancelled', finished_at = now() WHERE kind = $1 AND biz_id = $2 AND state = 'pending'`,
+      [KIND, String(id)],
+    );
+    const p = await client.query(`UPDATE orders SET status = 'paid' WHERE id = $1 AND status = 'unpaid'`, [id]);
+    await client.query('COMMIT');
+    return { cancelled: c.rowCount === 1, paid: p.rowCount === 1 };
+  } catch (err) {
+    await client.query('ROLLBACK').catch(() => {});
+    throw err;
+  } finally {
+    client.release();
+  }
+}
+
+/** Drains every store and checks the invariants in each; returns them per store. */
+async function expectInvariantsPerStore(timeoutMs = 60_000): Promise<Record<string, Invariants & { applied: number; failed: number }>> {
+  const out: Record<string, Invariants & { applied: number; failed: number }> = {};
+  for (const [i, store] of STORES.entries()) {
+    const inv = await waitForDrain(pools[i]!, timeoutMs);
+    const { rows } = await pools[i]!.query<{ applied: number; failed: number }>(
+      `SELECT count(*) FILTER (WHERE state = 'done' AND result = 'applied')::int AS applied, count(*) FILTER (WHERE state = 'failed')::int AS failed
+         FROM timeout_center.all_timeouts`,
+    );
+    out[store] = { ...inv, ...rows[0]! };
+    expect({ store, ...inv }).toMatchObject({ store, lost: 0, doubled: 0, wrong: 0, reduceMismatch: 0, unreducedScans: 0 });
+    expect(rows[0]!.failed, `${store}: nothing failed for good`).toBe(0);
+    // Effects = applied timeouts: every close came from exactly one applied timeout.
+    const { rows: closes } = await pools[i]!.query<{ n: number }>(`SELECT count(*)::int AS n FROM order_transitions WHERE to_status = 'closed'`);
+    expect(closes[0]!.n, `${store}: closes = applied timeouts`).toBe(rows[0]!.applied);
+  }
+  // Nothing of this kind is in the center's database.
+  const { rows } = await centerPool.query<{ n: number }>('SELECT count(*)::int AS n FROM timeout_center.all_timeouts');
+  expect(rows[0]!.n).toBe(0);
+  return out;
+}
+
+describe('timeouts stored beside the orders, three stores', () => {
+  it('an insert into the wrong database is refused, naming the right one, and writes nothing', async () => {
+    // Order 3 routes to orders_0 (3 % 3 = 0).
+    await pools[1]!.query(`INSERT INTO orders (id, status) VALUES (3, 'unpaid') ON CONFLICT DO NOTHING`);
+    await expect(pools[1]!.query(`INSERT INTO timeout_center.timeouts (kind, biz_id, due_at) VALUES ($1, '3', now())`, [KIND])).rejects.toThrow(
+      /the timeout of order\.unpaid 3 belongs in store orders_0, not in store orders_1/,
+    );
+    await expect(centerPool.query(`INSERT INTO timeout_center.timeouts (kind, biz_id, due_at) VALUES ($1, '3', now())`, [KIND])).rejects.toThrow(
+      /belongs in store orders_0, not in the center database/,
+    );
+    // One wrong row among right ones: the whole statement is refused.
+    await expect(
+      pools[0]!.query(
+        `INSERT INTO timeout_center.timeouts (kind, biz_id, due_at) SELECT $1, g::text, now() + interval '1 hour' FROM unnest(ARRAY[3, 6, 7]) g`,
+        [KIND],
+      ),
+    ).rejects.toThrow(/order\.unpaid 7 belongs in store orders_1, not in store orders_0/);
+    await pools[1]!.query('DELETE FROM orders WHERE id = 3');
+    for (const p of [...pools, centerPool]) expect((await p.query('SELECT count(*)::int AS n FROM timeout_center.timeouts')).rows[0].n).toBe(0);
+    // Where a timeout belongs, asked from SQL (any database of the fleet answers the same).
+    const { rows } = await centerPool.query(`SELECT timeout_center.store_of($1, '3') AS s, timeout_center.store_of($1, '7') AS t`, [KIND]);
+    expect(rows[0]).toEqual({ s: 'orders_0', t: 'orders_1' });
+  });
+
+  it('60,000 orders over three stores, payers at the due instant: each store closes its own, once, and no paid order', async () => {
+    const coordinators = [spawn('coordinator-a', 'coordinator'), spawn('coordinator-b', 'coordinator')];
+    const workers = [spawn('worker-1', 'worker'), spawn('worker-2', 'worker')];
+    await Promise.all(workers.map((w) => w.waitForMsg('worker started', 20_000)));
+    await waitUntil(
+      'every store and the center led',
+      () => coordinators.flatMap((c) => c.lines.filter((l) => l.msg === 'became leader')).length >= STORES.length + 1,
+      20_000,
+    );
+    const dueAt = Date.now() + 5000;
+    const [from, to] = await seed(60_000, 5000);
+    // 10 % of the orders pay at the due instant (the README's way), racing the closes.
+    const payers = Array.from({ length: 6000 }, (_, i) => from + i * 10);
+    await sleep(dueAt - 300 - Date.now());
+    const results = await runLimited(payers, 16, (id) => pay(id));
+    const inv = await expectInvariantsPerStore();
+    const paid = results.filter((r) => r.paid).length;
+    const { rows } = await Promise.all(pools.map((p) => p.query<{ n: number }>(`SELECT count(*)::int AS n FROM orders WHERE status = 'closed'`))).then((r) => ({
+      rows: r.map((x) => x.rows[0]!.n),
+    }));
+    const closed = rows.reduce((a, b) => a + b, 0);
+    expect(closed + paid).toBe(to - from + 1);
+    expect(paid, 'some payments won the race, some came too late').toBeGreaterThan(0);
+    // Each store was led by one coordinator at a time, with its own epoch.
+    const holders = await Promise.all(pools.map(async (p) => (await p.query('SELECT epoch, holder FROM timeout_center.coordinator_lease')).rows[0]));
+    for (const h of holders) expect(Number(h.epoch)).toBeGreaterThanOrEqual(1);
+    report('27 stores: 60,000 orders, payers at the due instant', { orders: to - from + 1, paid, closed, perStore: inv, holders });
+  }, 180_000);
+
+  it('the coordinator leading the stores is SIGKILLed mid-drain: the other takes them over, nothing lost', async () => {
+    const a = spawn('coordinator-a', 'coordinator');
+    await a.waitForMsg('became leader', 20_000);
+    await waitUntil('coordinator-a leads every store', () => a.lines.filter((l) => l.msg === 'became leader').length >= STORES.length + 1, 20_000);
+    const b = spawn('coordinator-b', 'coordinator');
+    await sleep(1000);
+    const workers = [spawn('worker-1', 'worker'), spawn('worker-2', 'worker')];
+    await Promise.all(workers.map((w) => w.waitForMsg('worker started', 20_000)));
+    const aId = `${hostname()}-${a.pid}`;
+    await seed(30_000, 500);
+    await waitUntil('the drain has started in every store', async () => {
+      const n = await Promise.all(pools.map(async (p) => Number((await p.query(`SELECT count(*) AS n FROM timeout_center.done_timeouts`)).rows[0].n)));
+      return n.every((x) => x > 0);
+    });
+    a.kill('SIGKILL');
+    // A second wave falls due after the kill: only a new leader of each store plans it.
+    await seed(15_000, 500);
+    const inv = await expectInvariantsPerStore();
+    const after = await Promise.all(pools.map(async (p) => (await p.query('SELECT epoch, holder FROM timeout_center.coordinator_lease')).rows[0]));
+    after.forEach((h, i) => expect(h.holder, `${STORES[i]}: led by the survivor after the kill`).not.toBe(aId));
+    expect(b.lines.filter((l) => l.msg === 'became leader').length).toBeGreaterThanOrEqual(STORES.length);
+    report('27 stores: coordinator SIGKILL, stores taken over', { perStore: inv, after });
+  }, 180_000);
+
+  it('a worker SIGKILLed mid-shard in each store: the shards run again elsewhere, each order changes once', async () => {
+    const c = spawn('coordinator', 'coordinator');
+    await c.waitForMsg('became leader', 20_000);
+    await seed(9_000, 300);
+    // Each killer worker dies at its first commit (in whichever store its first shard is), until
+    // every store has lost a shard's worker; then a healthy worker drains.
+    const killedIn = new Set<string>();
+    for (let round = 0; round < 12 && killedIn.size < STORES.length; round++) {
+      const w = spawn(`killer-${round}`, 'worker', 'worker.before-commit=1*kill');
+      await w.exited;
+      await sleep(3500); // the lease runs out: the reaper requeues the shard
+      for (const [i, store] of STORES.entries()) {
+        const { rows } = await pools[i]!.query(`SELECT count(*)::int AS n FROM timeout_center.shards WHERE attempts > 1 OR state = 'queued' AND attempts >= 1`);
+        if (rows[0].n > 0) killedIn.add(store);
+      }
+    }
+    expect([...killedIn].sort()).toEqual([...STORES]);
+    spawn('worker-ok', 'worker');
+    const inv = await expectInvariantsPerStore();
+    report('27 stores: a worker SIGKILLed mid-shard in each store', { perStore: inv, killedIn: [...killedIn] });
+  }, 240_000);
+
+  it('one store stopped for 10 s mid-drain: the others go on, it resumes, nothing fails for good', async () => {
+    const c = spawn('coordinator', 'coordinator');
+    await c.waitForMsg('became leader', 20_000);
+    const workers = [spawn('worker-1', 'worker'), spawn('worker-2', 'worker')];
+    await Promise.all(workers.map((w) => w.waitForMsg('worker started', 20_000)));
+    // A steady stream: 300 orders due every 500 ms for 15 s.
+    const due: [number, number][] = [];
+    let stopped = false;
+    const feeding = (async () => {
+      for (let i = 0; i < 30; i++) {
+        due.push(await seed(300, 200, (i) => i !== 2 || !stopped));
+        await sleep(500);
+      }
+    })();
+    await sleep(2000);
+    const down = servers[2]!;
+    // Its services cannot write there while it is down either: the feed skips it.
+    stopped = true;
+    await down.pgCtl('-m', 'fast', 'stop').catch(() => {});
+    const stoppedAt = Date.now();
+    const others = await Promise.all(
+      [0, 1].map(async (i) => {
+        // While orders_2 is down, the other stores keep closing what falls due.
+        await sleep(8000);
+        const { rows } = await pools[i]!.query<{ late: number }>(
+          `SELECT count(*)::int AS late FROM timeout_center.timeouts WHERE state = 'pending' AND due_at < now() - interval '2 seconds'`,
+        );
+        return rows[0]!.late;
+      }),
+    );
+    expect(others, 'the other stores kept up while orders_2 was down').toEqual([0, 0]);
+    await sleep(Math.max(0, 10_000 - (Date.now() - stoppedAt)));
+    await down.pgCtl('-w', 'start');
+    stopped = false;
+    await feeding;
+    const inv = await expectInvariantsPerStore(90_000);
+    report('27 stores: orders_2 stopped 10 s mid-drain', { perStore: inv });
+  }, 240_000);
+});
+
+/** Runs fn over items with at most `limit` at once. */
+async function runLimited<T, R>(items: T[], limit: number, fn: (item: T) => Promise<R>): Promise<R[]> {
+  const out: R[] = new Array(items.length);
+  let next = 0;
+  await Promise.all(
+    Array.from({ length: limit }, async () => {
+      while (next < items.length) {
+        const i = next++;
+        out[i] = await fn(items[i]!);
+      }
+    }),
+  );
+  return out;
+}
+
