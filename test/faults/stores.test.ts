@@ -10,6 +10,7 @@ import { CLOSE_SQL, createOrdersSchema, waitForDrain, writeConfig, type Invarian
 import { killAll, runCli, spawnCli, type CliProcess } from '../helpers/processes.js';
 import { startPostgres, stopAllServers, type PostgresServer } from '../helpers/servers.js';
 import { createTestDatabase, TEST_REDIS_URL, testKeyPrefix, type TestDatabase } from '../helpers/services.js';
+import { forOrder, namedBlock } from '../docs/readme-blocks.js';
 import { report, sleep, waitUntil } from './harness.js';
 
 const KIND = 'order.unpaid';
@@ -155,6 +156,24 @@ describe('timeouts stored beside the orders, three stores', () => {
     ).rejects.toThrow(/order\.unpaid 7 belongs in store orders_1, not in store orders_0/);
     await pools[1]!.query('DELETE FROM orders WHERE id = 3');
     for (const p of [...pools, centerPool]) expect((await p.query('SELECT count(*)::int AS n FROM timeout_center.timeouts')).rows[0].n).toBe(0);
+    // README section 3's blocks, as written, in the order's own database (42 % 3 = 0: orders_0):
+    // the create, then the payment (its cancel in the same store); in another store, refused.
+    await pools[0]!.query(namedBlock('create').text);
+    expect((await pools[0]!.query(`SELECT state FROM timeout_center.timeouts WHERE biz_id = '42'`)).rows).toEqual([{ state: 'pending' }]);
+    const elsewhere = await pools[1]!.connect();
+    try {
+      await expect(elsewhere.query(forOrder(namedBlock('create').text, 45))).rejects.toThrow(
+        /order\.unpaid 45 belongs in store orders_0, not in store orders_1/,
+      );
+      await elsewhere.query('ROLLBACK');
+    } finally {
+      elsewhere.release();
+    }
+    expect((await pools[1]!.query('SELECT count(*)::int AS n FROM orders WHERE id = 45')).rows[0].n, 'the order went with its refused timeout').toBe(0);
+    await pools[0]!.query(namedBlock('pay').text);
+    expect((await pools[0]!.query(`SELECT state FROM timeout_center.timeouts WHERE biz_id = '42'`)).rows).toEqual([{ state: 'cancelled' }]);
+    expect((await pools[0]!.query(`SELECT status FROM orders WHERE id = 42`)).rows).toEqual([{ status: 'paid' }]);
+    await pools[0]!.query(`DELETE FROM timeout_center.timeouts WHERE biz_id = '42'; DELETE FROM orders WHERE id = 42`);
     // Where a timeout belongs, asked from SQL (any database of the fleet answers the same).
     const { rows } = await centerPool.query(`SELECT timeout_center.store_of($1, '3') AS s, timeout_center.store_of($1, '7') AS t`, [KIND]);
     expect(rows[0]).toEqual({ s: 'orders_0', t: 'orders_1' });
@@ -289,4 +308,3 @@ async function runLimited<T, R>(items: T[], limit: number, fn: (item: T) => Prom
   );
   return out;
 }
-
