@@ -183,7 +183,7 @@ export async function startRuntime(options: RuntimeOptions): Promise<Runtime> {
     services.push(coordinator);
     if (stores.size > 0) {
       if (options.embedded) throw new Error('kinds stored beside their orders (store: beside) need Redis: the embedded mode serves the center database only');
-      services.push(...storeCoordinators({ config, metrics, logger, coordinatorId, endPool: (p) => endPool(p, logger) }));
+      services.push(...storeCoordinators({ config, metrics, logger, coordinatorId, centerPool: pool, endPool: (p) => endPool(p, logger) }));
     }
   }
   if (config.httpPort !== undefined) {

@@ -41,6 +41,8 @@ export interface CoordinatorDeps {
   /** Runs before the first tick of each term, until it succeeds (a store's database is checked
    *  and given the config's kinds: stores/store-database.ts). */
   prepare?: () => Promise<void>;
+  /** Runs before every tick (a store's leader copies its share of the center's flow controls). */
+  beforeTick?: () => Promise<void>;
 }
 
 export class Coordinator extends BaseService {
@@ -120,6 +122,7 @@ export class Coordinator extends BaseService {
       await this.deps.prepare();
       this.prepared = true;
     }
+    await this.deps.beforeTick?.();
     await this.recovery.recover(epoch);
     const wakeInMs = await this.mapper.map(epoch);
     await this.reducer.reduce(epoch);

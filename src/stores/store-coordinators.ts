@@ -15,6 +15,7 @@ import { leaderLockKey } from '../transport/keys.js';
 import { RedisStreamsChannel } from '../transport/redis-streams.js';
 import { StoreChannel } from '../transport/store-channel.js';
 import { storeLayout } from './layout.js';
+import { SharedControls } from './shared-controls.js';
 import { prepareStore } from './store-database.js';
 
 export interface StoreCoordinatorOptions {
@@ -22,6 +23,8 @@ export interface StoreCoordinatorOptions {
   metrics: Metrics;
   logger: Logger;
   coordinatorId: string;
+  /** The center's database: where the flow controls are changed (shared-controls.ts). */
+  centerPool: pg.Pool;
   /** Closes a pool when its store's coordinator stops (runtime.ts's bounded end). */
   endPool: (pool: pg.Pool) => Promise<void>;
 }
@@ -32,7 +35,10 @@ export const storeLockKey = (prefix: string, store: string): string => `${leader
 /** A service per store of the config: its pool, its channel view, its leadership, its coordinator. */
 export function storeCoordinators(options: StoreCoordinatorOptions): Service[] {
   const { config, metrics, coordinatorId } = options;
-  return [...storeLayout(config.kinds)].map(([store, kinds]) => {
+  const layout = storeLayout(config.kinds);
+  const storesOfKind = new Map<string, number>();
+  for (const kinds of layout.values()) for (const k of kinds) storesOfKind.set(k, (storesOfKind.get(k) ?? 0) + 1);
+  return [...layout].map(([store, kinds]) => {
     const logger = options.logger.child({ store });
     let stop: (() => Promise<void>) | undefined;
     return service(
@@ -52,6 +58,7 @@ export function storeCoordinators(options: StoreCoordinatorOptions): Service[] {
           coordinatorId,
           logger,
         });
+        const controls = new SharedControls(options.centerPool, pool, new Map(kinds.map((k) => [k, storesOfKind.get(k) ?? 1])));
         const storeConfig: LoadedConfig = { ...config, kinds: Object.fromEntries(kinds.map((k) => [k, config.kinds[k]!])) };
         const coordinator = new Coordinator({
           name: `coordinator ${store}`,
@@ -65,7 +72,9 @@ export function storeCoordinators(options: StoreCoordinatorOptions): Service[] {
           prepare: async () => {
             await prepareStore(pool, store, config.kinds);
             await channel.init(kinds);
+            await controls.refresh(true);
           },
+          beforeTick: () => controls.refresh(),
         });
         await coordinator.start();
         stop = async () => {

@@ -176,6 +176,12 @@ export class Worker implements Service {
       { workerId: this.id, kinds: this.kinds, concurrency: config.worker.concurrency, databaseConcurrency: config.worker.databaseConcurrency },
       'worker started',
     );
+    // Open each store's side now, without waiting: its heartbeat tells the store's leader a
+    // worker serves its kinds. A store that is down is opened again at its first shard.
+    for (const store of new Set(this.streams.map((s) => parseStreamName(s).store))) {
+      if (store !== undefined)
+        this.storeSides.get(store).catch((err: unknown) => logger.warn({ err, store }, `store ${store} not reachable yet; retrying at its first shard`));
+    }
     this.loop = this.run();
   }
 

@@ -156,24 +156,30 @@ describe('timeouts stored beside the orders, three stores', () => {
     ).rejects.toThrow(/order\.unpaid 7 belongs in store orders_1, not in store orders_0/);
     await pools[1]!.query('DELETE FROM orders WHERE id = 3');
     for (const p of [...pools, centerPool]) expect((await p.query('SELECT count(*)::int AS n FROM timeout_center.timeouts')).rows[0].n).toBe(0);
-    // README section 3's blocks, as written, in the order's own database (42 % 3 = 0: orders_0):
-    // the create, then the payment (its cancel in the same store); in another store, refused.
-    await pools[0]!.query(namedBlock('create').text);
-    expect((await pools[0]!.query(`SELECT state FROM timeout_center.timeouts WHERE biz_id = '42'`)).rows).toEqual([{ state: 'pending' }]);
+    // README section 3's blocks, as written, in the order's own database, for an order outside the
+    // later scenarios' ids (900000042 % 3 = 0: orders_0): the create, then the payment (its cancel
+    // in the same store); the create in another store is refused.
+    const ID = 900_000_042;
+    await pools[0]!.query(forOrder(namedBlock('create').text, ID));
+    expect((await pools[0]!.query(`SELECT state FROM timeout_center.timeouts WHERE biz_id = $1`, [String(ID)])).rows).toEqual([{ state: 'pending' }]);
     const elsewhere = await pools[1]!.connect();
     try {
-      await expect(elsewhere.query(forOrder(namedBlock('create').text, 45))).rejects.toThrow(
-        /order\.unpaid 45 belongs in store orders_0, not in store orders_1/,
+      await expect(elsewhere.query(forOrder(namedBlock('create').text, ID + 3))).rejects.toThrow(
+        /order\.unpaid 900000045 belongs in store orders_0, not in store orders_1/,
       );
       await elsewhere.query('ROLLBACK');
     } finally {
       elsewhere.release();
     }
-    expect((await pools[1]!.query('SELECT count(*)::int AS n FROM orders WHERE id = 45')).rows[0].n, 'the order went with its refused timeout').toBe(0);
-    await pools[0]!.query(namedBlock('pay').text);
-    expect((await pools[0]!.query(`SELECT state FROM timeout_center.timeouts WHERE biz_id = '42'`)).rows).toEqual([{ state: 'cancelled' }]);
-    expect((await pools[0]!.query(`SELECT status FROM orders WHERE id = 42`)).rows).toEqual([{ status: 'paid' }]);
-    await pools[0]!.query(`DELETE FROM timeout_center.timeouts WHERE biz_id = '42'; DELETE FROM orders WHERE id = 42`);
+    expect((await pools[1]!.query('SELECT count(*)::int AS n FROM orders WHERE id = $1', [ID + 3])).rows[0].n, 'the order went with its refused timeout').toBe(
+      0,
+    );
+    await pools[0]!.query(forOrder(namedBlock('pay').text, ID));
+    expect((await pools[0]!.query(`SELECT state FROM timeout_center.timeouts WHERE biz_id = $1`, [String(ID)])).rows).toEqual([{ state: 'cancelled' }]);
+    expect((await pools[0]!.query(`SELECT status FROM orders WHERE id = $1`, [ID])).rows).toEqual([{ status: 'paid' }]);
+    await pools[0]!.query(
+      `DELETE FROM timeout_center.timeouts WHERE biz_id = '${ID}'; DELETE FROM orders WHERE id = ${ID}; DELETE FROM order_transitions WHERE order_id = ${ID}`,
+    );
     // Where a timeout belongs, asked from SQL (any database of the fleet answers the same).
     const { rows } = await centerPool.query(`SELECT timeout_center.store_of($1, '3') AS s, timeout_center.store_of($1, '7') AS t`, [KIND]);
     expect(rows[0]).toEqual({ s: 'orders_0', t: 'orders_1' });
@@ -253,6 +259,55 @@ describe('timeouts stored beside the orders, three stores', () => {
     const inv = await expectInvariantsPerStore();
     report('27 stores: a worker SIGKILLed mid-shard in each store', { perStore: inv, killedIn: [...killedIn] });
   }, 240_000);
+
+  it('flow control across stores: a pause in the center holds every store, and a rate limit is shared between them', async () => {
+    const c = spawn('coordinator', 'coordinator');
+    await waitUntil('every store led', () => c.lines.filter((l) => l.msg === 'became leader').length >= STORES.length + 1, 20_000);
+    spawn('worker-1', 'worker');
+    const paused = await runCli(['pause', KIND, '--actor', 'test'], env);
+    expect(paused.code, paused.stderr).toBe(0);
+    await sleep(1500); // within a second, each store's leader copies the pause
+    const [from] = await seed(3000, 0);
+    await sleep(3000);
+    const applied = async () =>
+      (
+        await Promise.all(
+          pools.map(async (p) =>
+            Number((await p.query(`SELECT count(*) AS n FROM timeout_center.done_timeouts WHERE biz_id::bigint >= $1`, [from])).rows[0].n),
+          ),
+        )
+      ).reduce((a, b) => a + b, 0);
+    expect(await applied(), 'nothing of a paused kind starts, in any store').toBe(0);
+    // 600/s for the kind: 200/s in each of its three stores. Resumed, 3,000 due take about 5 s.
+    const limited = await runCli(['limit', KIND, '--rate', '600', '--actor', 'test'], env);
+    expect(limited.code, limited.stderr).toBe(0);
+    const shares = await Promise.all(
+      pools.map(async (p) => (await p.query(`SELECT rate_limit::float8 AS r FROM timeout_center.kinds WHERE kind = $1`, [KIND])).rows[0]),
+    );
+    const resumed = await runCli(['resume', KIND, '--actor', 'test'], env);
+    expect(resumed.code, resumed.stderr).toBe(0);
+    const t0 = Date.now();
+    await sleep(2500);
+    const inTwoAndAHalf = await applied();
+    await waitUntil('the backlog drains under the limit', async () => (await applied()) === 3000, 30_000);
+    const seconds = (Date.now() - t0) / 1000;
+    report('27 stores: pause and a shared rate limit', {
+      shares,
+      appliedAfter2_5s: inTwoAndAHalf,
+      drainSeconds: seconds,
+      ratePerS: Math.round(3000 / seconds),
+    });
+    await waitUntil('every store holds its share', async () => {
+      const r = await Promise.all(
+        pools.map(async (p) => Number((await p.query(`SELECT rate_limit::float8 AS r FROM timeout_center.kinds WHERE kind = $1`, [KIND])).rows[0].r)),
+      );
+      return r.every((x) => x === 200);
+    });
+    expect(inTwoAndAHalf, 'the fleet stays under 600/s (plus one second of burst per store)').toBeLessThanOrEqual(600 * 2.5 + 3 * 200);
+    expect(seconds, 'and drains at about the limit, not far below it').toBeLessThan(12);
+    await runCli(['limit', KIND, '--reset', '--actor', 'test'], env);
+    await expectInvariantsPerStore();
+  }, 120_000);
 
   it('one store stopped for 10 s mid-drain: the others go on, it resumes, nothing fails for good', async () => {
     const c = spawn('coordinator', 'coordinator');
