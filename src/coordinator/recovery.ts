@@ -36,6 +36,8 @@ export class Recovery {
   async recover(epoch: number): Promise<void> {
     const { pool, channel, dispatcher, metrics, logger } = this.deps;
     const channelLost = await channel.checkLostAndMark();
+    // Said whether or not anything was queued, so an operator sees when the channel was rebuilt.
+    if (channelLost) logger.info('shard channel marker missing (first start, or Redis lost its data): the queued shards are republished from PostgreSQL');
     if (channelLost || Date.now() - this.lastReapAt >= REAP_EVERY_MS) {
       this.lastReapAt = Date.now();
       const reaped = await reap(pool, epoch, { republishAfterMs: this.deps.republishAfterMs, channelLost });

@@ -125,8 +125,12 @@ describe.skipIf(tools.skip)(tools.title('Redis Cluster'), () => {
     const answeringAt = await b.dbNow();
     const coordinators = b.s.procs.filter((p) => p.name.startsWith('coordinator'));
     const figures = await b.finish('26c cluster stopped and created again empty', { at, answeringAt, extra: { closedAtFault } });
-    const channelLost = coordinators.flatMap((c) => c.lines.filter((l) => /reaper recovered shards/.test(String(l.msg)) && l['channelLost'] === true));
-    expect(channelLost.length, 'the leader saw the markers gone and republished from PostgreSQL').toBeGreaterThanOrEqual(1);
-    expect(Number(figures['republishedShards'])).toBeGreaterThanOrEqual(1);
+    // The leader noticed the markers gone and rebuilt the channel from PostgreSQL; how many shards
+    // it had to republish depends on what was queued at that moment (reported, not asserted).
+    const noticed = coordinators.flatMap((c) =>
+      c.lines.filter((l) => /^shard channel marker missing/.test(String(l.msg)) && Date.parse(String(l.time)) >= at.getTime()),
+    );
+    expect(noticed.length, 'the leader saw the markers gone and rebuilt the channel from PostgreSQL').toBeGreaterThanOrEqual(1);
+    expect(figures['applied']).toBe(50_000);
   });
 });
