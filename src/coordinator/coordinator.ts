@@ -17,6 +17,7 @@ import { LeaderFlow } from '../flow/leader-flow.js';
 import type { Metrics } from '../observability/metrics.js';
 import { Retention } from '../retention/retention.js';
 import { BaseService, ServiceGroup } from '../service.js';
+import { storeLabel } from '../stores/layout.js';
 import type { ShardChannel } from '../transport/channel.js';
 import { Dispatcher } from './dispatch.js';
 import { LagMonitor } from './lag-monitor.js';
@@ -36,8 +37,8 @@ export interface CoordinatorDeps {
   metrics: Metrics;
   logger: Logger;
   coordinatorId: string;
-  /** The service's name (a store's coordinator: `coordinator <store>`). */
-  name?: string;
+  /** The store this coordinator leads (undefined: the center's database). */
+  store?: string;
   /** Runs before the first tick of each term, until it succeeds (a store's database is checked
    *  and given the config's kinds: stores/store-database.ts). */
   prepare?: () => Promise<void>;
@@ -59,15 +60,19 @@ export class Coordinator extends BaseService {
 
   constructor(private readonly deps: CoordinatorDeps) {
     super();
-    this.name = deps.name ?? 'coordinator';
+    const store = storeLabel(deps.store);
+    this.name = deps.store === undefined ? 'coordinator' : `coordinator ${deps.store}`;
     const { config, pool, channel, leadership, metrics, logger } = deps;
     const alerter = new Alerter(config.alerts, logger, metrics, deps.coordinatorId);
     this.flow = new LeaderFlow(metrics);
     const dispatcher = new Dispatcher(channel, this.flow, metrics, logger);
-    this.lag = new LagMonitor(pool, alerter, metrics, config.alerts, config.coordinator.lagCheckIntervalMs);
+    // Standby until elected: the store's series exist from the start.
+    metrics.leader.set({ store }, 0);
+    metrics.epoch.set({ store }, 0);
+    this.lag = new LagMonitor(pool, alerter, metrics, config.alerts, config.coordinator.lagCheckIntervalMs, store);
     this.recovery = new Recovery({ pool, channel, dispatcher, alerter, metrics, logger, republishAfterMs: config.coordinator.republishAfterMs });
     const unserved = new UnservedKinds(alerter, logger);
-    this.mapper = new Mapper({ config, pool, flow: this.flow, dispatcher, lag: this.lag, unserved, metrics, logger, coordinatorId: deps.coordinatorId });
+    this.mapper = new Mapper({ config, pool, flow: this.flow, dispatcher, lag: this.lag, unserved, metrics, logger, coordinatorId: deps.coordinatorId, store });
     this.reducer = new Reducer({ pool, alerter, metrics, logger, consecutiveFailed: config.alerts.consecutiveFailedScans });
     this.loop = new TickLoop({
       schedule: config.coordinator.schedule,
@@ -84,8 +89,8 @@ export class Coordinator extends BaseService {
       group: new ServiceGroup('leader duties', [this.loop, retention], logger),
       onElected: (epoch) => {
         this.prepared = false;
-        metrics.leader.set(1);
-        metrics.epoch.set(epoch);
+        metrics.leader.set({ store }, 1);
+        metrics.epoch.set({ store }, epoch);
         // A new term starts from nothing: the previous leader's shards may cover anything.
         this.recovery.reset();
         this.mapper.memory.reset();
@@ -96,8 +101,8 @@ export class Coordinator extends BaseService {
         this.mapper.memory.reset();
         unserved.reset();
         this.flow.reset();
-        metrics.leader.set(0);
-        metrics.epoch.set(0);
+        metrics.leader.set({ store }, 0);
+        metrics.epoch.set({ store }, 0);
         this.lag.clearGauges();
       },
     });

@@ -21,7 +21,21 @@ export class LagMonitor {
     private readonly metrics: Metrics,
     private readonly alerts: AlertsConfig,
     private readonly intervalMs: number,
+    /** The store this monitor's leader leads (`center` for the center's database). */
+    private readonly store: string = 'center',
   ) {}
+
+  /** Kinds whose backlog and lag series this monitor set last. */
+  private shown = new Set<string>();
+
+  /** Removes this store's backlog and lag series (other stores' leaders in this process keep theirs). */
+  private clearOwn(): void {
+    for (const kind of this.shown) {
+      for (const state of ['pending', 'in_flight']) this.metrics.backlog.remove({ store: this.store, kind, state });
+      this.metrics.oldestLag.remove({ store: this.store, kind });
+    }
+    this.shown.clear();
+  }
 
   /** A flood due untilMs from now was mapped ahead: check one interval past its instant. */
   deferFor(untilMs: number): void {
@@ -35,13 +49,13 @@ export class LagMonitor {
     const { rows } = await this.pool.query<{ kind: string; pending_due: number; in_flight: number; lag_s: number; paused: boolean }>(
       sql('coordinator/backlog'),
     );
-    this.metrics.backlog.reset();
-    this.metrics.oldestLag.reset();
+    this.clearOwn();
     let worst: (typeof rows)[number] | undefined;
     for (const r of rows) {
-      this.metrics.backlog.set({ kind: r.kind, state: 'pending' }, r.pending_due);
-      this.metrics.backlog.set({ kind: r.kind, state: 'in_flight' }, r.in_flight);
-      this.metrics.oldestLag.set({ kind: r.kind }, r.lag_s);
+      this.shown.add(r.kind);
+      this.metrics.backlog.set({ store: this.store, kind: r.kind, state: 'pending' }, r.pending_due);
+      this.metrics.backlog.set({ store: this.store, kind: r.kind, state: 'in_flight' }, r.in_flight);
+      this.metrics.oldestLag.set({ store: this.store, kind: r.kind }, r.lag_s);
       if (!worst || r.lag_s > worst.lag_s) worst = r;
     }
     const sla = this.alerts.lagSlaMs / 1000;
@@ -52,7 +66,15 @@ export class LagMonitor {
         message: worst.paused
           ? `oldest due ${worst.kind} timeout is ${worst.lag_s.toFixed(1)} s late (SLA ${sla} s); backlog ${worst.pending_due} waiting: the kind is PAUSED (timeout-center resume ${worst.kind})`
           : `oldest due ${worst.kind} timeout is ${worst.lag_s.toFixed(1)} s late (SLA ${sla} s); backlog ${worst.pending_due} waiting, ${worst.in_flight} in flight: add workers or look for a slow handler`,
-        details: { kind: worst.kind, lagSeconds: worst.lag_s, slaSeconds: sla, pending: worst.pending_due, inFlight: worst.in_flight, paused: worst.paused },
+        details: {
+          store: this.store,
+          kind: worst.kind,
+          lagSeconds: worst.lag_s,
+          slaSeconds: sla,
+          pending: worst.pending_due,
+          inFlight: worst.in_flight,
+          paused: worst.paused,
+        },
       });
     }
   }
@@ -60,8 +82,7 @@ export class LagMonitor {
   /** Off the lead: the backlog, lag and in-flight gauges go to zero (dashboards take the max
    *  across coordinators). */
   clearGauges(): void {
-    this.metrics.backlog.reset();
-    this.metrics.oldestLag.reset();
-    this.metrics.shardsInFlight.set(0);
+    this.clearOwn();
+    this.metrics.shardsInFlight.set({ store: this.store }, 0);
   }
 }

@@ -53,6 +53,8 @@ export interface MapperDeps {
   metrics: Metrics;
   logger: Logger;
   coordinatorId: string;
+  /** The store this leader maps (`center`: the center's database), for the metrics. */
+  store: string;
 }
 
 export class Mapper {
@@ -123,7 +125,7 @@ export class Mapper {
         logger.debug({ room, inFlight, planMs: Math.round(performance.now() - planStarted) }, 'nothing new to map');
       }
     }
-    metrics.shardsInFlight.set(inFlight);
+    metrics.shardsInFlight.set({ store: this.deps.store }, inFlight);
 
     // A full room: more may be waiting. Shards written: more may have become due meanwhile.
     if (planned) return planned.shards.length >= room ? BACKPRESSURE_RECHECK_MS : cfg.minTickIntervalMs;

@@ -59,29 +59,32 @@ export class Metrics {
   });
   readonly backlog = new Gauge({
     name: 'tc_backlog',
-    help: 'Timeouts due but not final, by kind and state (pending, in_flight)',
-    labelNames: ['kind', 'state'] as const,
+    help: 'Timeouts due but not final, by store, kind and state (pending, in_flight)',
+    labelNames: ['store', 'kind', 'state'] as const,
     registers: [this.registry],
   });
   readonly oldestLag = new Gauge({
     name: 'tc_backlog_oldest_lag_seconds',
-    help: 'How late the oldest due, unfinished timeout is, by kind',
-    labelNames: ['kind'] as const,
+    help: 'How late the oldest due, unfinished timeout is, by store and kind',
+    labelNames: ['store', 'kind'] as const,
     registers: [this.registry],
   });
   readonly shardsInFlight = new Gauge({
     name: 'tc_shards_in_flight',
-    help: 'Shards queued or running, as the leader last counted',
+    help: 'Shards queued or running, as the leader of each store last counted',
+    labelNames: ['store'] as const,
     registers: [this.registry],
   });
   readonly leader = new Gauge({
     name: 'tc_leader',
-    help: '1 while this coordinator leads, else 0',
+    help: '1 while this coordinator leads the store (center: the center database), else 0',
+    labelNames: ['store'] as const,
     registers: [this.registry],
   });
   readonly epoch = new Gauge({
     name: 'tc_leader_epoch',
-    help: 'Fencing epoch this coordinator holds (0 when standby)',
+    help: 'Fencing epoch this coordinator holds in the store (0 when standby)',
+    labelNames: ['store'] as const,
     registers: [this.registry],
   });
   readonly reclaims = new Counter({

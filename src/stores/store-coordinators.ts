@@ -61,7 +61,7 @@ export function storeCoordinators(options: StoreCoordinatorOptions): Service[] {
         const controls = new SharedControls(options.centerPool, pool, new Map(kinds.map((k) => [k, storesOfKind.get(k) ?? 1])));
         const storeConfig: LoadedConfig = { ...config, kinds: Object.fromEntries(kinds.map((k) => [k, config.kinds[k]!])) };
         const coordinator = new Coordinator({
-          name: `coordinator ${store}`,
+          store,
           config: storeConfig,
           pool,
           channel,
