@@ -3,11 +3,12 @@
 // worker processes. Services write the README's way in the order's own database (insert with the
 // order; pay with a cancel then a guarded update); every scenario ends with the invariants per
 // store: nothing lost, one effect per order, no paid order closed, reduce totals = rows.
+import { execFile } from 'node:child_process';
 import { hostname } from 'node:os';
 import pg from 'pg';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { CLOSE_SQL, createOrdersSchema, waitForDrain, writeConfig, type Invariants } from '../helpers/orders.js';
-import { killAll, runCli, spawnCli, type CliProcess } from '../helpers/processes.js';
+import { CLI, killAll, runCli, spawnCli, type CliProcess } from '../helpers/processes.js';
 import { startPostgres, stopAllServers, type PostgresServer } from '../helpers/servers.js';
 import { createTestDatabase, TEST_REDIS_URL, testKeyPrefix, type TestDatabase } from '../helpers/services.js';
 import { forOrder, namedBlock } from '../docs/readme-blocks.js';
@@ -340,6 +341,19 @@ describe('timeouts stored beside the orders, three stores', () => {
       }),
     );
     expect(others, 'the other stores kept up while orders_2 was down').toEqual([0, 0]);
+    // status names the store that is down instead of failing, and shows the others.
+    const status = await cliOutput(['status', '--config', configPath, '--json']);
+    expect(status.code, status.stderr).toBe(0);
+    const stores = (JSON.parse(status.stdout) as { stores: { store: string; reachable: boolean }[] }).stores;
+    expect(stores.map((x) => [x.store, x.reachable])).toEqual([
+      ['orders_0', true],
+      ['orders_1', true],
+      ['orders_2', false],
+    ]);
+    const text = await cliOutput(['status', '--config', configPath]);
+    expect(text.code, text.stderr).toBe(0);
+    expect(text.stdout).toMatch(/Stores \(kinds stored beside their orders[^\n]*: 3, 1 UNREACHABLE/);
+    expect(text.stdout).toMatch(/orders_2: its timeouts wait until it answers/);
     await sleep(Math.max(0, 10_000 - (Date.now() - stoppedAt)));
     await down.pgCtl('-w', 'start');
     stopped = false;
@@ -348,6 +362,15 @@ describe('timeouts stored beside the orders, three stores', () => {
     report('27 stores: orders_2 stopped 10 s mid-drain', { perStore: inv });
   }, 240_000);
 });
+
+/** The CLI's exit code and its stdout and stderr as printed (for the verbs operators read). */
+function cliOutput(args: string[]): Promise<{ code: number; stdout: string; stderr: string }> {
+  return new Promise((resolve) => {
+    execFile(process.execPath, [CLI, ...args], { env: { ...process.env, ...env, LOG_LEVEL: undefined }, timeout: 30_000 }, (err, stdout, stderr) => {
+      resolve({ code: err ? (typeof (err as { code?: unknown }).code === 'number' ? (err as { code: number }).code : -1) : 0, stdout, stderr });
+    });
+  });
+}
 
 /** Runs fn over items with at most `limit` at once. */
 async function runLimited<T, R>(items: T[], limit: number, fn: (item: T) => Promise<R>): Promise<R[]> {

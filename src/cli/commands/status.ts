@@ -28,6 +28,7 @@ import { Option } from 'commander';
 import { loadConfig } from '../../config.js';
 import { createLogger } from '../../observability/logger.js';
 import { probeRedis, type RedisProbe } from '../../transport/redis-probe.js';
+import { storesOverview, type StoreOverview } from '../../operations/stores-overview.js';
 
 export { LIVE_WINDOW_S };
 
@@ -41,6 +42,7 @@ export function registerStatus(program: Command): void {
     .addOption(new Option('--config <file>', 'config file: adds the Redis mode and the node serving each kind').env('TIMEOUT_CENTER_CONFIG'))
     .action(async (opts: DbOptions & { json?: boolean; scans: number; config?: string }) => {
       const redis = opts.config ? redisStatus(opts.config) : Promise.resolve(undefined);
+      const stores = opts.config ? storesStatus(opts.config) : Promise.resolve([]);
       await withDatabase(opts, async (db, pool) => {
         const [now, backlog, lease, workers, failed, scans, controls, breakers, targets] = await Promise.all([
           sql<{ now: Date }>`SELECT now() AS now`.execute(db),
@@ -91,10 +93,12 @@ export function registerStatus(program: Command): void {
         const served = new Set(workers.flatMap((w) => w.kinds));
         const unserved = backlog.filter((b) => !b.paused && !served.has(b.kind) && Number(b.pending_due) + Number(b.in_flight) > 0).map((b) => b.kind);
         const redisProbe = await redis;
+        const storeRows = await stores;
         if (opts.json) {
           printJson({
             now: now.rows[0]!.now,
             redis: redisProbe ?? null,
+            stores: storeRows,
             backlog: backlog.map((b) => ({
               kind: b.kind,
               pendingDue: Number(b.pending_due),
@@ -156,6 +160,10 @@ export function registerStatus(program: Command): void {
         out.push('');
         out.push(describeRedis(redisProbe));
         out.push('');
+        if (storeRows.length > 0) {
+          out.push(describeStores(storeRows));
+          out.push('');
+        }
         out.push(`Live workers: ${workers.length}`);
         if (unserved.length > 0) {
           out.push(
@@ -213,6 +221,38 @@ async function redisStatus(path: string): Promise<RedisProbe | { error: string }
   } catch (err) {
     return { error: (err as Error).message };
   }
+}
+
+/** The stores the config names, each read on its own; a config that does not load gives none. */
+async function storesStatus(path: string): Promise<StoreOverview[]> {
+  try {
+    return await storesOverview(loadConfig({ path }));
+  } catch {
+    return [];
+  }
+}
+
+function describeStores(rows: StoreOverview[]): string {
+  const down = rows.filter((r) => !r.reachable);
+  const head = `Stores (kinds stored beside their orders; the center's own kinds are above): ${rows.length}${down.length ? `, ${down.length} UNREACHABLE` : ''}`;
+  return [
+    head,
+    indent(
+      table(rows, [
+        { header: 'store', value: (r) => r.store },
+        { header: 'due waiting', value: (r) => (r.reachable ? r.pendingDue! : 'UNREACHABLE') },
+        { header: 'in flight', value: (r) => (r.reachable ? r.inFlight! : null) },
+        { header: 'oldest lag', value: (r) => (r.reachable ? formatSeconds(r.oldestLagSeconds ?? null) : null), align: 'right' },
+        { header: 'failed', value: (r) => (r.reachable ? r.failed! : null) },
+        { header: 'leader', value: (r) => (r.reachable ? (r.leader ? `${r.leader.holder ?? '?'} (epoch ${r.leader.epoch})` : 'none yet') : null) },
+        { header: 'live workers', value: (r) => (r.reachable ? r.liveWorkers! : null) },
+        { header: 'error', value: (r) => r.error ?? null, max: 80 },
+      ]),
+    ),
+    ...(down.length
+      ? [`  ${down.map((d) => d.store).join(', ')}: its timeouts wait until it answers; the other stores go on. Start it, or check businessDatabases.`]
+      : []),
+  ].join('\n');
 }
 
 function describeRedis(probe: RedisProbe | { error: string } | undefined): string {
