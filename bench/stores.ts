@@ -17,7 +17,8 @@
 // `--workers - 1` worker processes) starts, a small warm-up (30 orders, every store and business
 // database) drains, and the burst is seeded, due at one instant D a few seconds ahead: N orders
 // (ids 1..N, every 10th paid) each with its timeout, written where the variant keeps it (beside:
-// one INSERT ... SELECT per store, order and timeout in one statement in the order's database).
+// one INSERT ... SELECT per store, order and timeout in one statement in the order's database),
+// then VACUUM ANALYZE and CHECKPOINT in every database (as bench/run.ts), all before D.
 // The time is D → the commit of the last timeout of the burst to become final (max
 // pg_xact_commit_timestamp(xmin) of its done_timeouts rows, in every database that holds them):
 // the same measure for all three. Correctness: every timeout final, every unpaid order closed
@@ -31,7 +32,7 @@
 //   --workers <w>        worker processes: one `run` (coordinator + worker) and w - 1 `worker`s (default 1)
 //   --concurrency <c>    worker concurrency (default: the product's, 4)
 //   --shard-size <k>     shard size (default: the product's, 500)
-//   --lead-ms <ms>       due instant this far after seeding starts (default 2,000 + N × 0.03)
+//   --lead-ms <ms>       due instant this far after seeding starts (default 3,000 + N × 0.05)
 //   --only <variants>    comma-separated subset of one-database,external,beside
 //   --out <file>         also write the figures as JSON here
 //   --help               this text
@@ -75,7 +76,7 @@ const opt = positiveCounts(
   {
     concurrency: 0,
     'shard-size': 0,
-    'lead-ms': Math.round(2000 + N * 0.03),
+    'lead-ms': Math.round(3000 + N * 0.05),
   },
 );
 const CONCURRENCY = args.concurrency === undefined ? undefined : opt.concurrency;
@@ -95,8 +96,10 @@ interface Burst {
   /** D → the last timeout's commit, s */
   seconds: number;
   perSecond: number;
-  /** seeding committed this long before D (ms; negative: after D, the figure includes the lag) */
+  /** seeded, vacuumed and checkpointed this long before D (ms; negative: after D, the figure includes the lag) */
   seedMarginMs: number;
+  /** where the burst's timeouts became final: rows and D → last commit there (s) */
+  perDatabase: { timeouts: number; seconds: number | null }[];
   /** WAL written by all four instances from after seeding to the end, per timeout */
   walBytesPerTimeout: number;
   ok: boolean;
@@ -108,15 +111,22 @@ async function walLsn(pool: pg.Pool): Promise<bigint> {
   return BigInt(rows[0]!.b.split('.')[0]!);
 }
 
+/** A pool whose idle clients' errors (a database dropped, a server restarted) are not fatal. */
+function quietPool(url: string, max = 2): pg.Pool {
+  const pool = new pg.Pool({ connectionString: url, max });
+  pool.on('error', () => {});
+  return pool;
+}
+
 async function createDb(server: PostgresServer, name: string): Promise<string> {
-  const admin = new pg.Pool({ connectionString: server.url(), max: 1 });
+  const admin = quietPool(server.url(), 1);
   await admin.query(`CREATE DATABASE ${name}`);
   await admin.end();
   return server.url(name);
 }
 
 async function dropDb(server: PostgresServer, name: string): Promise<void> {
-  const admin = new pg.Pool({ connectionString: server.url(), max: 1 });
+  const admin = quietPool(server.url(), 1);
   await admin.query(`DROP DATABASE IF EXISTS ${name} WITH (FORCE)`).catch(() => {});
   await admin.end();
 }
@@ -154,8 +164,8 @@ async function burst(variant: Variant, round: number, center: PostgresServer, bu
   const name = `s_${variant.replace('-', '_')}_${round}`;
   const centerUrl = await createDb(center, name);
   const businessUrls = variant === 'one-database' ? [] : await Promise.all(business.map((s) => createDb(s, name)));
-  const centerPool = new pg.Pool({ connectionString: centerUrl, max: 2 });
-  const businessPools = businessUrls.map((url) => new pg.Pool({ connectionString: url, max: 2 }));
+  const centerPool = quietPool(centerUrl);
+  const businessPools = businessUrls.map((url) => quietPool(url));
   const ordersPools = variant === 'one-database' ? [centerPool] : businessPools;
   // Where the kind's timeouts live.
   const timeoutPools = variant === 'beside' ? businessPools : [centerPool];
@@ -196,8 +206,12 @@ async function burst(variant: Variant, round: number, center: PostgresServer, bu
     const seedStart = Date.now();
     const due = new Date(seedStart + LEAD_MS);
     await seedAll(variant, 1, N, due, ordersPools, centerPool);
-    const seedMarginMs = due.getTime() - Date.now();
+    // Every variant starts from the same state (as bench/run.ts): statistics and visibility map
+    // current, and no checkpoint due mid-drain.
     const allPools = [centerPool, ...businessPools];
+    await Promise.all(allPools.map((p) => p.query('VACUUM ANALYZE')));
+    await Promise.all(allPools.map((p) => p.query('CHECKPOINT')));
+    const seedMarginMs = due.getTime() - Date.now();
     const walBefore = await Promise.all(allPools.map(walLsn));
     const pollStart = performance.now();
     while ((await Promise.all(timeoutPools.map(timeoutsLeft))).some((n) => n > 0)) {
@@ -220,6 +234,7 @@ async function burst(variant: Variant, round: number, center: PostgresServer, bu
     const end = Math.max(...ends.map((e) => e.end ?? 0));
     const finalRows = ends.reduce((a, e) => a + e.n, 0);
     const seconds = end - due.getTime() / 1000;
+    const perDatabase = ends.map((e) => ({ timeouts: e.n, seconds: e.end === null ? null : Number((e.end - due.getTime() / 1000).toFixed(3)) }));
 
     for (const c of children) c.kill('SIGTERM');
     await Promise.all(children.map((c) => (c.exitCode === null && c.signalCode === null ? new Promise((r) => c.once('exit', r)) : undefined)));
@@ -253,6 +268,7 @@ async function burst(variant: Variant, round: number, center: PostgresServer, bu
       seconds,
       perSecond: N / seconds,
       seedMarginMs,
+      perDatabase,
       walBytesPerTimeout: walBytes / N,
       ok: problems.length === 0,
       problems,
@@ -286,7 +302,9 @@ async function seedAll(variant: Variant, from: number, to: number, dueAt: Date, 
 
 async function startInstance(): Promise<PostgresServer> {
   const s = await startPostgres();
-  const admin = new pg.Pool({ connectionString: s.url(), max: 1 });
+  const admin = new pg.Client({ connectionString: s.url() });
+  admin.on('error', () => {});
+  await admin.connect();
   await admin.query('ALTER SYSTEM SET track_commit_timestamp = on');
   await admin.end();
   await s.restart('fast');
@@ -312,7 +330,7 @@ try {
       results.push(r);
       console.log(
         `round ${round} ${variant.padEnd(12)} ${N} timeouts in ${r.seconds.toFixed(2)} s = ${Math.round(r.perSecond)}/s, ` +
-          `WAL ${Math.round(r.walBytesPerTimeout)} B/timeout, seeded ${r.seedMarginMs} ms before due${r.ok ? '' : ` PROBLEMS: ${r.problems.join('; ')}`}`,
+          `WAL ${Math.round(r.walBytesPerTimeout)} B/timeout, ready ${r.seedMarginMs} ms before due${r.perDatabase.length > 1 ? `, per store ${r.perDatabase.map((d) => `${d.timeouts} in ${d.seconds} s`).join(' / ')}` : ''}${r.ok ? '' : ` PROBLEMS: ${r.problems.join('; ')}`}`,
       );
     }
   }
