@@ -66,6 +66,13 @@ describe('bench --smoke', () => {
     expect(code, output).toBe(0);
     for (const v of ['worker batch claim', 'limit, our schema', 'limit, minimal schema']) expect(output).toMatch(new RegExp(`^${v}: [\\d /]+ ms, median`, 'm'));
   });
+
+  it('bench:stores drains one database, the external path and three stores beside the orders, each checked', { timeout: 90_000 }, async () => {
+    const { code, output } = await runBenchScript('bench/stores.ts', ['--n', '2000', '--rounds', '1', '--lead-ms', '2000']);
+    expect(code, output.slice(-4000)).toBe(0);
+    for (const v of ['one-database', 'external', 'beside']) expect(output).toMatch(new RegExp(`^round 1 ${v} +2000 timeouts in`, 'm'));
+    expect(output).toMatch(/all correct$/m);
+  });
 });
 
 /** Runs a bench script to its end (killed after killAfterMs, if given); its exit code and its
