@@ -8,27 +8,27 @@ export class Metrics {
   readonly timeouts = new Counter({
     name: 'tc_timeouts_total',
     help: 'Timeouts finished, by kind and outcome (applied, skipped, failed, retried); failed counts those of abandoned shards too (coordinator)',
-    labelNames: ['kind', 'outcome'] as const,
+    labelNames: ['store', 'kind', 'outcome'] as const,
     registers: [this.registry],
   });
   readonly shards = new Counter({
     name: 'tc_shards_total',
     help: 'Shards finished by workers, by kind and outcome (done, failed, released; held: handed back by flow control; split: a re-run after a worker death handed its rows to two new shards)',
-    labelNames: ['kind', 'outcome'] as const,
+    labelNames: ['store', 'kind', 'outcome'] as const,
     registers: [this.registry],
   });
   /** Observed a shard at a time (observeMany): see bulk-histogram.ts. */
   readonly lateness = new BulkHistogram({
     name: 'tc_lateness_seconds',
-    help: 'Applied time minus due time of each finished timeout (PostgreSQL clock)',
-    labelNames: ['kind'] as const,
+    help: 'Applied time minus due time of each finished timeout (PostgreSQL clock), by store and kind',
+    labelNames: ['store', 'kind'] as const,
     buckets: [0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60, 300, 900],
     registers: [this.registry],
   });
   readonly shardDuration = new Histogram({
     name: 'tc_shard_duration_seconds',
     help: 'Time a worker spent on one shard, lease to commit',
-    labelNames: ['kind'] as const,
+    labelNames: ['store', 'kind'] as const,
     buckets: [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30],
     registers: [this.registry],
   });

@@ -66,6 +66,8 @@ export interface ShardExecutorOptions {
   leaseKeeper?: LeaseKeeper | undefined;
   /** Runs the kinds whose handler lives outside this database (business databases, HTTP, code). */
   external?: ExternalExecutor | undefined;
+  /** The store whose database `pool` is (default: the center's), for the metrics. */
+  store?: string | undefined;
 }
 
 export class ShardExecutor {
@@ -75,8 +77,11 @@ export class ShardExecutor {
   private readonly metrics: Metrics;
   private readonly logger: Logger;
 
+  private readonly store: string;
+
   constructor(private readonly options: ShardExecutorOptions) {
     ({ pool: this.pool, handlers: this.handlers, leaseMs: this.leaseMs, metrics: this.metrics, logger: this.logger } = options);
+    this.store = options.store ?? 'center';
   }
 
   async run(shardId: number): Promise<ShardOutcome> {
@@ -87,7 +92,7 @@ export class ShardExecutor {
       // Rare path (one more round trip): tell flow control's hold from a duplicate delivery.
       const heldKind = await holdShard(this.pool, shardId);
       if (heldKind) {
-        this.metrics.shards.inc({ kind: heldKind, outcome: 'held' });
+        this.metrics.shards.inc({ store: this.store, kind: heldKind, outcome: 'held' });
         return { status: 'held', reason: `kind ${heldKind} is paused or at its max running shards` };
       }
       return { status: 'not-ours', reason: 'shard is final or leased by another worker' };
@@ -96,7 +101,7 @@ export class ShardExecutor {
     if (!handler) {
       // This worker does not serve the kind (kinds filter): leave it for one that does.
       await releaseLease(this.pool, lease);
-      this.metrics.shards.inc({ kind: lease.kind, outcome: 'released' });
+      this.metrics.shards.inc({ store: this.store, kind: lease.kind, outcome: 'released' });
       return { status: 'not-ours', reason: `kind ${lease.kind} is not served by this worker` };
     }
     const log = this.logger.child({ shardId, scanId: lease.scan_id, kind: lease.kind });
@@ -127,7 +132,7 @@ export class ShardExecutor {
       const split = await splitPinned(this.pool, lease.id, lease.scan_id, lease.lease_token);
       if (split.length > 0) {
         log.warn({ attempt: lease.attempts, into: split }, 'shard split in two to isolate a row that may kill workers');
-        this.metrics.shards.inc({ kind: lease.kind, outcome: 'split' });
+        this.metrics.shards.inc({ store: this.store, kind: lease.kind, outcome: 'split' });
         return { status: 'done', done: 0, skipped: 0, failed: 0, retried: 0 };
       }
     }
@@ -147,7 +152,7 @@ export class ShardExecutor {
     for (let attempt = 1; ; attempt += 1) {
       try {
         const { lateness, ...counts } = await this.runTransaction(lease, handler, log, leaseMs, kept);
-        recordOutcome(this.metrics, lease.kind, counts, performance.now() - started, lateness);
+        recordOutcome(this.metrics, { store: this.store, kind: lease.kind }, counts, performance.now() - started, lateness);
         return { status: 'done', ...counts };
       } catch (err) {
         if (err instanceof LeaseLostError) return { status: 'not-ours', reason: err.message };

@@ -169,7 +169,13 @@ export class ExternalExecutor {
         'a run of this shard had committed in the target before its worker stopped: recorded what it did from its marker',
       );
     }
-    recordOutcome(this.metrics, kind, recorded, performance.now() - started, 'retryInMs' in decision ? undefined : { seconds: claimed.lateness });
+    recordOutcome(
+      this.metrics,
+      { store: 'center', kind },
+      recorded,
+      performance.now() - started,
+      'retryInMs' in decision ? undefined : { seconds: claimed.lateness },
+    );
     return { status: 'done', ...recorded };
   }
 
@@ -206,7 +212,7 @@ export class ExternalExecutor {
     if (fenced)
       await deleteMarker(fenced, lease.id).catch((err: unknown) => log.warn({ err: describeError(err) }, 'could not delete the split tombstone (harmless)'));
     log.warn({ attempt: lease.attempts, into: children }, 'shard split in two to isolate a row that may kill workers');
-    this.metrics.shards.inc({ kind: lease.kind, outcome: 'split' });
+    this.metrics.shards.inc({ store: 'center', kind: lease.kind, outcome: 'split' });
     return { status: 'done', done: 0, skipped: 0, failed: 0, retried: 0 };
   }
 

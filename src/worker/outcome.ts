@@ -27,12 +27,18 @@ export interface Lateness {
 
 /** Counts, duration and lateness of a shard that ran to its record. Lateness is left out when the
  *  whole batch failed (nothing closed). */
-export function recordOutcome(metrics: Metrics, kind: string, counts: ShardCounts, durationMs: number, lateness: Lateness | undefined): void {
-  metrics.timeouts.inc({ kind, outcome: 'applied' }, counts.done);
-  metrics.timeouts.inc({ kind, outcome: 'skipped' }, counts.skipped);
-  metrics.timeouts.inc({ kind, outcome: 'failed' }, counts.failed);
-  metrics.timeouts.inc({ kind, outcome: 'retried' }, counts.retried);
-  metrics.shards.inc({ kind, outcome: 'done' });
-  metrics.shardDuration.observe({ kind }, durationMs / 1000);
-  if (lateness) metrics.lateness.observeMany({ kind }, lateness.seconds, 1, lateness.times);
+export function recordOutcome(
+  metrics: Metrics,
+  where: { store: string; kind: string },
+  counts: ShardCounts,
+  durationMs: number,
+  lateness: Lateness | undefined,
+): void {
+  metrics.timeouts.inc({ ...where, outcome: 'applied' }, counts.done);
+  metrics.timeouts.inc({ ...where, outcome: 'skipped' }, counts.skipped);
+  metrics.timeouts.inc({ ...where, outcome: 'failed' }, counts.failed);
+  metrics.timeouts.inc({ ...where, outcome: 'retried' }, counts.retried);
+  metrics.shards.inc({ ...where, outcome: 'done' });
+  metrics.shardDuration.observe(where, durationMs / 1000);
+  if (lateness) metrics.lateness.observeMany(where, lateness.seconds, 1, lateness.times);
 }

@@ -68,6 +68,7 @@ export class StoreSide {
         metrics: o.metrics,
         logger,
         leaseKeeper,
+        store: o.store,
       });
       const heartbeat = () =>
         housekeepingPool.query(sql('worker/heartbeat', { workerId: o.workerId, host: hostname(), pid: process.pid, kinds: o.kinds })).then(() => {});

@@ -331,7 +331,7 @@ export class Worker implements Service {
     try {
       if (pids.length > 0) await client.query(sql('worker/terminate_backends', { pids }));
       const { rows } = await client.query<{ id: string; kind: string }>(sql('worker/release_running', { shardIds, workerId: this.id }));
-      for (const r of rows) this.deps.metrics.shards.inc({ kind: r.kind, outcome: 'released' });
+      for (const r of rows) this.deps.metrics.shards.inc({ store: 'center', kind: r.kind, outcome: 'released' });
       return rows.map((r) => Number(r.id));
     } finally {
       await client.end().catch(() => {});
