@@ -215,6 +215,22 @@ describe('timeouts stored beside the orders, three stores', () => {
     report('27 stores: 60,000 orders, payers at the due instant', { orders: to - from + 1, paid, closed, perStore: inv, holders });
   }, 180_000);
 
+  it('the read verbs show a store with --store; an unknown store is refused, naming the stores', async () => {
+    const scans = await cliOutput(['scans', '--store', 'orders_1', '--config', configPath, '--json']);
+    expect(scans.code, scans.stderr).toBe(0);
+    const list = JSON.parse(scans.stdout) as { scans: { scanId: number; state: string }[] } | { scanId: number }[];
+    expect(JSON.stringify(list)).toMatch(/reduced/); // the scans of orders_1's own leader
+    const failed = await cliOutput(['failed', '--store', 'orders_2', '--config', configPath]);
+    expect(failed.code, failed.stderr).toBe(0);
+    expect(failed.stdout).toMatch(/no failed timeouts/);
+    const unknown = await cliOutput(['failed', '--store', 'orders_9', '--config', configPath]);
+    expect(unknown.code).toBe(2);
+    expect(unknown.stderr).toMatch(/--store orders_9: not a store of .*; its stores: orders_0, orders_1, orders_2/);
+    const noConfig = await cliOutput(['shards', '1', '--store', 'orders_0'], { TIMEOUT_CENTER_CONFIG: undefined });
+    expect(noConfig.code).toBe(2);
+    expect(noConfig.stderr).toMatch(/--store orders_0 needs the config/);
+  });
+
   it('the coordinator leading the stores is SIGKILLed mid-drain: the other takes them over, nothing lost', async () => {
     const a = spawn('coordinator-a', 'coordinator');
     await a.waitForMsg('became leader', 20_000);
@@ -364,11 +380,16 @@ describe('timeouts stored beside the orders, three stores', () => {
 });
 
 /** The CLI's exit code and its stdout and stderr as printed (for the verbs operators read). */
-function cliOutput(args: string[]): Promise<{ code: number; stdout: string; stderr: string }> {
+function cliOutput(args: string[], extraEnv: Record<string, string | undefined> = {}): Promise<{ code: number; stdout: string; stderr: string }> {
   return new Promise((resolve) => {
-    execFile(process.execPath, [CLI, ...args], { env: { ...process.env, ...env, LOG_LEVEL: undefined }, timeout: 30_000 }, (err, stdout, stderr) => {
-      resolve({ code: err ? (typeof (err as { code?: unknown }).code === 'number' ? (err as { code: number }).code : -1) : 0, stdout, stderr });
-    });
+    execFile(
+      process.execPath,
+      [CLI, ...args],
+      { env: { ...process.env, ...env, LOG_LEVEL: undefined, ...extraEnv }, timeout: 30_000 },
+      (err, stdout, stderr) => {
+        resolve({ code: err ? (typeof (err as { code?: unknown }).code === 'number' ? (err as { code: number }).code : -1) : 0, stdout, stderr });
+      },
+    );
   });
 }
 

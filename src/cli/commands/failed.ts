@@ -2,11 +2,23 @@
 // attempts (view failed_timeouts), newest first, with the error. Retry them with `retry`.
 import { sql } from 'kysely';
 import type { Command } from 'commander';
-import { assertKind, databaseOption, formatTime, jsonOption, parseId, parseLimit, print, printJson, table, withDatabase, type DbOptions } from './common.js';
+import {
+  assertKind,
+  databaseOption,
+  formatTime,
+  jsonOption,
+  parseId,
+  parseLimit,
+  print,
+  printJson,
+  table,
+  withDatabase,
+  type DbOptions,
+  withStoreOptions,
+} from './common.js';
 
 export function registerFailed(program: Command): void {
-  program
-    .command('failed')
+  withStoreOptions(program.command('failed'))
     .description('failed timeouts (gave up after their attempts), newest first, with their last error; retry them with `retry`')
     .addOption(databaseOption())
     .addOption(jsonOption())

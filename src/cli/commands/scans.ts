@@ -2,14 +2,13 @@
 // first, with their totals once reduced.
 import { sql } from 'kysely';
 import type { Command } from 'commander';
-import { databaseOption, inputError, jsonOption, parseLimit, print, printJson, withDatabase, type DbOptions } from './common.js';
+import { databaseOption, inputError, jsonOption, parseLimit, print, printJson, withDatabase, type DbOptions, withStoreOptions } from './common.js';
 import { scanJson, scanTable } from './status.js';
 
 const STATES = ['mapping', 'mapped', 'reduced'] as const;
 
 export function registerScans(program: Command): void {
-  program
-    .command('scans')
+  withStoreOptions(program.command('scans'))
     .description('recent scans (coordinator ticks), newest first: claimed, shards, done / skipped / failed / retried, duration')
     .addOption(databaseOption())
     .addOption(jsonOption())

@@ -2,13 +2,24 @@
 // size, state, attempts, owner, counts, duration and the first error.
 import { sql } from 'kysely';
 import type { Command } from 'commander';
-import { databaseOption, formatSeconds, inputError, jsonOption, parseId, print, printJson, table, withDatabase, type DbOptions } from './common.js';
+import {
+  databaseOption,
+  formatSeconds,
+  inputError,
+  jsonOption,
+  parseId,
+  print,
+  printJson,
+  table,
+  withDatabase,
+  type DbOptions,
+  withStoreOptions,
+} from './common.js';
 
 const STATES = ['queued', 'running', 'done', 'failed'] as const;
 
 export function registerShards(program: Command): void {
-  program
-    .command('shards')
+  withStoreOptions(program.command('shards'))
     .description('the shards of one scan: kind, size, state, attempts, owner, done / skipped / failed / retried, duration, first error')
     .argument('<scanId>', 'scan id (see `timeout-center scans`)')
     .addOption(databaseOption())
