@@ -105,6 +105,9 @@ interface StoreFigures {
   latenessP50Ms: number;
   latenessP99Ms: number;
   latenessMaxMs: number;
+  /** due_at -> its shard written by the plan (the coordinator's part of the lateness) */
+  mappedP50Ms: number;
+  mappedP99Ms: number;
 }
 
 interface Run {
@@ -115,6 +118,8 @@ interface Run {
   coordinatorCpuMs: number;
   coordinatorCpuMsPerS: number;
   coordinatorCpuMsPerStorePerS: number;
+  /** process CPU / every tick it ran (the stores' and the center's) */
+  cpuMsPerTick: number;
   workerCpuMsPerS: number;
   coordinatorConnections: { redis: number; postgres: number };
   center: { ticksPerS: number; pgMsPerS: number };
@@ -126,6 +131,8 @@ interface Run {
   latenessP50Ms: number;
   latenessP99Ms: number;
   latenessMaxMs: number;
+  mappedP50Ms: number;
+  mappedP99Ms: number;
   fed: number;
   errors: string[];
 }
@@ -269,13 +276,26 @@ async function measure(server: BenchServer, n: number, roundNo: number, status: 
         'SELECT count(*)::int AS n FROM timeout_center.scans WHERE started_at >= $1 AND started_at < $2',
         [window.t0, window.t1],
       );
-      const { rows: late } = await st.pool.query<{ due: number; closed: number; p50: number | null; p99: number | null; max: number | null }>(
+      const { rows: late } = await st.pool.query<{
+        due: number;
+        closed: number;
+        p50: number | null;
+        p99: number | null;
+        max: number | null;
+        m50: number | null;
+        m99: number | null;
+      }>(
         `WITH due AS (SELECT id FROM timeout_center.all_timeouts WHERE kind = $3 AND due_at >= $1 AND due_at < $2),
               l AS (SELECT extract(epoch FROM pg_xact_commit_timestamp(d.xmin) - d.due_at) * 1000 AS ms
-                      FROM timeout_center.done_timeouts d WHERE d.kind = $3 AND d.due_at >= $1 AND d.due_at < $2)
+                      FROM timeout_center.done_timeouts d WHERE d.kind = $3 AND d.due_at >= $1 AND d.due_at < $2),
+              m AS (SELECT extract(epoch FROM sh.created_at - d.due_at) * 1000 AS ms
+                      FROM timeout_center.done_timeouts d JOIN timeout_center.shards sh ON sh.id = d.shard_id
+                     WHERE d.kind = $3 AND d.due_at >= $1 AND d.due_at < $2)
          SELECT (SELECT count(*) FROM due)::int AS due, (SELECT count(*) FROM l)::int AS closed,
                 percentile_cont(0.5) WITHIN GROUP (ORDER BY ms)::float8 AS p50,
-                percentile_cont(0.99) WITHIN GROUP (ORDER BY ms)::float8 AS p99, max(ms)::float8 AS max FROM l`,
+                percentile_cont(0.99) WITHIN GROUP (ORDER BY ms)::float8 AS p99, max(ms)::float8 AS max,
+                (SELECT percentile_cont(0.5) WITHIN GROUP (ORDER BY ms) FROM m)::float8 AS m50,
+                (SELECT percentile_cont(0.99) WITHIN GROUP (ORDER BY ms) FROM m)::float8 AS m99 FROM l`,
         [window.t0, window.t1, KIND],
       );
       const l = late[0]!;
@@ -293,6 +313,8 @@ async function measure(server: BenchServer, n: number, roundNo: number, status: 
         latenessP50Ms: round(l.p50 ?? NaN, 1),
         latenessP99Ms: round(l.p99 ?? NaN, 1),
         latenessMaxMs: round(l.max ?? NaN, 1),
+        mappedP50Ms: round(l.m50 ?? NaN, 1),
+        mappedP99Ms: round(l.m99 ?? NaN, 1),
       });
     }
     const centerStats = statsOf(center.name);
@@ -304,6 +326,7 @@ async function measure(server: BenchServer, n: number, roundNo: number, status: 
       coordinatorCpuMs: window.cpu,
       coordinatorCpuMsPerS: round(window.cpu / s),
       coordinatorCpuMsPerStorePerS: round(window.cpu / s / n),
+      cpuMsPerTick: round(window.cpu / (perStore.reduce((a, p) => a + p.ticks, 0) + centerStats.ticks), 2),
       workerCpuMsPerS: round(window.workerCpu / s),
       coordinatorConnections: connections,
       center: { ticksPerS: round(centerStats.ticks / s, 1), pgMsPerS: round(centerStats.ms / s, 2) },
@@ -314,13 +337,15 @@ async function measure(server: BenchServer, n: number, roundNo: number, status: 
       latenessP50Ms: round(median(perStore.map((p) => p.latenessP50Ms)), 1),
       latenessP99Ms: round(Math.max(...perStore.map((p) => p.latenessP99Ms)), 1),
       latenessMaxMs: round(Math.max(...perStore.map((p) => p.latenessMaxMs)), 1),
+      mappedP50Ms: round(median(perStore.map((p) => p.mappedP50Ms)), 1),
+      mappedP99Ms: round(Math.max(...perStore.map((p) => p.mappedP99Ms)), 1),
       fed,
       errors,
     };
     status.log(
       `round ${roundNo}, ${n} store${n > 1 ? 's' : ''}: coordinator ${run.coordinatorCpuMsPerStorePerS} ms CPU/store/s (idle ${run.idle.cpuMsPerStorePerS}), ` +
         `${run.ticksPerStorePerS} ticks/store/s, ${run.pgMsPerStorePerS} ms PG/store/s, ${run.scansPerStorePerS} scans/store/s, ` +
-        `lateness p50 ${run.latenessP50Ms} ms p99 ${run.latenessP99Ms} ms; redis connections ${connections.redis}, PG ${connections.postgres}` +
+        `lateness p50 ${run.latenessP50Ms} ms p99 ${run.latenessP99Ms} ms (mapped p50 ${run.mappedP50Ms} p99 ${run.mappedP99Ms}), ${run.cpuMsPerTick} ms CPU/tick; redis connections ${connections.redis}, PG ${connections.postgres}` +
         (errors.length ? `; ${errors.join('; ')}` : ''),
     );
     return run;
@@ -387,6 +412,9 @@ const summary = SIZES.map((n) => {
     scansPerStorePerS: m((r) => r.scansPerStorePerS),
     latenessP50Ms: m((r) => r.latenessP50Ms),
     latenessP99Ms: m((r) => r.latenessP99Ms),
+    mappedP50Ms: m((r) => r.mappedP50Ms),
+    mappedP99Ms: m((r) => r.mappedP99Ms),
+    cpuMsPerTick: m((r) => r.cpuMsPerTick),
     redisConnections: m((r) => r.coordinatorConnections.redis),
     postgresConnections: m((r) => r.coordinatorConnections.postgres),
   };
@@ -410,24 +438,28 @@ console.log(
 const header = [
   'stores',
   'CPU ms/store/s',
+  'CPU ms/tick',
   'idle ms/store/s',
   'ticks/store/s',
   'PG ms/store/s',
   'scans/store/s',
   'late p50 ms',
   'late p99 ms',
+  'mapped p50/p99 ms',
   'redis conns',
   'PG conns',
 ];
 const rowsOut = summary.map((x) => [
   x.stores,
   x.cpuMsPerStorePerS,
+  x.cpuMsPerTick,
   x.idleCpuMsPerStorePerS,
   x.ticksPerStorePerS,
   x.pgMsPerStorePerS,
   x.scansPerStorePerS,
   x.latenessP50Ms,
   x.latenessP99Ms,
+  `${x.mappedP50Ms}/${x.mappedP99Ms}`,
   x.redisConnections,
   x.postgresConnections,
 ]);
