@@ -6,6 +6,7 @@
 // rate / n timeouts per second, so the fleet never exceeds the rate, and a store without backlog
 // leaves its share unused (the cost of needing no coordination between stores' leaders).
 import type pg from 'pg';
+import type { Logger } from 'pino';
 import { withTransaction } from '../db/pool.js';
 import { sql } from '../db/queries.js';
 
@@ -30,18 +31,36 @@ export function storeShare(row: ControlRow, stores: number): ControlRow {
 
 export class SharedControls {
   private lastAt = 0;
+  private centerDownSince: number | undefined;
 
   constructor(
     private readonly center: pg.Pool,
     private readonly store: pg.Pool,
     /** Kind -> how many stores it is spread over. */
     private readonly storesOfKind: Map<string, number>,
+    private readonly logger: Logger,
   ) {}
 
-  /** Copies the store's share of the center's controls, unless done within the last second. */
+  /** Copies the store's share of the center's controls, unless done within the last second. The
+   *  center's database down must not stop a store: the store keeps the controls it last copied
+   *  (said once, and again when the center answers). */
   async refresh(force = false): Promise<void> {
     if (!force && Date.now() - this.lastAt < EVERY_MS) return;
-    const { rows } = await this.center.query<ControlRow>(sql('stores/center_controls', { kinds: [...this.storesOfKind.keys()] }));
+    let rows: ControlRow[];
+    try {
+      ({ rows } = await this.center.query<ControlRow>(sql('stores/center_controls', { kinds: [...this.storesOfKind.keys()] })));
+    } catch (err) {
+      this.lastAt = Date.now();
+      if (this.centerDownSince === undefined) {
+        this.centerDownSince = Date.now();
+        this.logger.warn({ err }, "the center's database does not answer: this store keeps the flow controls it last copied, and goes on");
+      }
+      return;
+    }
+    if (this.centerDownSince !== undefined) {
+      this.logger.info({ downMs: Date.now() - this.centerDownSince }, "the center's database answers again: flow controls copied from it again");
+      this.centerDownSince = undefined;
+    }
     const shares = rows.map((r) => storeShare(r, this.storesOfKind.get(r.kind) ?? 1));
     await withTransaction(this.store, async (client) => {
       await client.query(`SELECT set_config('timeout_center.actor', 'center', true)`);

@@ -1,5 +1,5 @@
 // One coordinator per store (docs/scale.md): each store is led and fenced on its own, by its own
-// lock (`<prefix>:store:<store>:coordinator-lock`) and the fencing epoch in its own database, so
+// lock (`<prefix>:coordinator-lock:store:<store>`) and the fencing epoch in its own database, so
 // every coordinator process competes for every store and a store's leader can be any of them. A
 // store that is down stops only its own coordinator's ticks (its lock lapses or its epoch cannot
 // be bumped; it retries), never the others'.
@@ -58,7 +58,7 @@ export function storeCoordinators(options: StoreCoordinatorOptions): Service[] {
           coordinatorId,
           logger,
         });
-        const controls = new SharedControls(options.centerPool, pool, new Map(kinds.map((k) => [k, storesOfKind.get(k) ?? 1])));
+        const controls = new SharedControls(options.centerPool, pool, new Map(kinds.map((k) => [k, storesOfKind.get(k) ?? 1])), logger);
         const storeConfig: LoadedConfig = { ...config, kinds: Object.fromEntries(kinds.map((k) => [k, config.kinds[k]!])) };
         const coordinator = new Coordinator({
           store,

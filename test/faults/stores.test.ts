@@ -4,6 +4,7 @@
 // order; pay with a cancel then a guarded update); every scenario ends with the invariants per
 // store: nothing lost, one effect per order, no paid order closed, reduce totals = rows.
 import { execFile } from 'node:child_process';
+import { readFileSync } from 'node:fs';
 import { hostname } from 'node:os';
 import pg from 'pg';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
@@ -70,8 +71,13 @@ afterAll(async () => {
   expect(leaked).toEqual([]);
 }, 60_000);
 
-const spawn = (name: string, role: 'coordinator' | 'worker', failpoints?: string) => {
-  const p = spawnCli(name, [role, '--config', configPath], { ...env, TC_FAILPOINTS: failpoints });
+const spawn = (
+  name: string,
+  role: 'coordinator' | 'worker',
+  failpoints?: string,
+  fleet: { config: string; env: Record<string, string | undefined> } = { config: configPath, env },
+) => {
+  const p = spawnCli(name, [role, '--config', fleet.config], { ...fleet.env, TC_FAILPOINTS: failpoints });
   procs.push(p);
   return p;
 };
@@ -120,6 +126,13 @@ async function pay(id: number): Promise<{ cancelled: boolean; paid: boolean }> {
 async function expectInvariantsPerStore(timeoutMs = 60_000): Promise<Record<string, Invariants & { applied: number; failed: number }>> {
   const out: Record<string, Invariants & { applied: number; failed: number }> = {};
   for (const [i, store] of STORES.entries()) {
+    // Every timeout seeded is due within seconds: wait until none is left pending or in flight
+    // (waitForDrain alone counts only what is due now).
+    await waitUntil(
+      `${store}: every seeded timeout final`,
+      async () => Number((await pools[i]!.query(`SELECT count(*) AS n FROM timeout_center.timeouts WHERE state IN ('pending', 'dispatched')`)).rows[0].n) === 0,
+      timeoutMs,
+    );
     const inv = await waitForDrain(pools[i]!, timeoutMs);
     const { rows } = await pools[i]!.query<{ applied: number; failed: number }>(
       `SELECT count(*) FILTER (WHERE state = 'done' AND result = 'applied')::int AS applied, count(*) FILTER (WHERE state = 'failed')::int AS failed
@@ -324,6 +337,49 @@ describe('timeouts stored beside the orders, three stores', () => {
     expect(seconds, 'and drains at about the limit, not far below it').toBeLessThan(12);
     await runCli(['limit', KIND, '--reset', '--actor', 'test'], env);
     await expectInvariantsPerStore();
+  }, 120_000);
+
+  it("the center's database down: every store goes on closing its own timeouts", async () => {
+    // A fleet whose center is a server of its own, so that it can be stopped; same three stores.
+    const centerServer = await startPostgres();
+    const config = writeConfig({ ...JSON.parse(readFileSync(configPath, 'utf8')), redisKeyPrefix: testKeyPrefix('stores-center') });
+    const fleetEnv = { DATABASE_URL: centerServer.url(), REDIS_URL: TEST_REDIS_URL, TC_FAILPOINTS: undefined };
+    const migrated = await runCli(['migrate', '--config', config], fleetEnv, 60_000);
+    expect(migrated.code, migrated.stderr).toBe(0);
+    const c = spawn('coordinator', 'coordinator', undefined, { config, env: fleetEnv });
+    spawn('worker', 'worker', undefined, { config, env: fleetEnv });
+    await waitUntil('the center and every store led', () => c.lines.filter((l) => l.msg === 'became leader').length >= STORES.length + 1, 20_000);
+    await centerServer.pgCtl('-m', 'fast', 'stop');
+    // Every store's leader notices at its next copy of the flow controls, and goes on.
+    const tail = () => `coordinator alive: ${String(c.alive)}; its last lines: ${JSON.stringify(c.lines.slice(-15).map((l) => [l.msg, l['store']]))}`;
+    const [from] = await seed(3000, 300);
+    await waitUntil(
+      'the stores closed their new timeouts with the center down',
+      async () => {
+        const n = await Promise.all(
+          pools.map(async (p) =>
+            Number((await p.query(`SELECT count(*) AS n FROM timeout_center.done_timeouts WHERE biz_id::bigint >= $1`, [from])).rows[0].n),
+          ),
+        );
+        return n.reduce((a, b) => a + b, 0) === 3000;
+      },
+      60_000,
+    ).catch((err: Error) => {
+      throw new Error(`${err.message}; ${tail()}`);
+    });
+    // And they said why they go on without the center (at their next copy of the flow controls).
+    await waitUntil(
+      'a store leader kept its last flow controls',
+      () => c.lines.some((l) => /keeps the flow controls it last copied/.test(String(l.msg))),
+      20_000,
+    ).catch((err: Error) => {
+      throw new Error(`${err.message}; ${tail()}`);
+    });
+    await expectInvariantsPerStore();
+    expect(
+      c.lines.some((l) => /flow controls/.test(String(l.msg))),
+      'the store leaders said they keep the last controls',
+    ).toBe(true);
   }, 120_000);
 
   it('one store stopped for 10 s mid-drain: the others go on, it resumes, nothing fails for good', async () => {
