@@ -347,8 +347,10 @@ describe('timeouts stored beside the orders, three stores', () => {
     const migrated = await runCli(['migrate', '--config', config], fleetEnv, 60_000);
     expect(migrated.code, migrated.stderr).toBe(0);
     const c = spawn('coordinator', 'coordinator', undefined, { config, env: fleetEnv });
-    spawn('worker', 'worker', undefined, { config, env: fleetEnv });
+    const w = spawn('worker', 'worker', undefined, { config, env: fleetEnv });
     await waitUntil('the center and every store led', () => c.lines.filter((l) => l.msg === 'became leader').length >= STORES.length + 1, 20_000);
+    // The worker starts against the center (its checks), then opens each store's side.
+    await waitUntil('the worker serves every store', () => w.lines.filter((l) => /^worker serves store/.test(String(l.msg))).length >= STORES.length, 20_000);
     await centerServer.pgCtl('-m', 'fast', 'stop');
     // Every store's leader notices at its next copy of the flow controls, and goes on.
     const tail = () => `coordinator alive: ${String(c.alive)}; its last lines: ${JSON.stringify(c.lines.slice(-15).map((l) => [l.msg, l['store']]))}`;
