@@ -3,20 +3,16 @@
 // with the store's own pools, lease keeper and heartbeat (the store's leader counts only the
 // workers it sees in its own timeout_center.workers). Opened at a store's first shard, not at
 // start: a store that is down must not keep a worker from serving the others.
-import { hostname } from 'node:os';
 import type pg from 'pg';
 import type { Logger } from 'pino';
 import type { LoadedConfig } from '../config.js';
 import { createPool } from '../db/pool.js';
 import { sql } from '../db/queries.js';
 import type { Metrics } from '../observability/metrics.js';
-import { periodic, ServiceGroup } from '../service.js';
 import { ShardExecutor } from './executor.js';
 import type { ShardHandler } from './handler-contract.js';
 import { resolveHandlers } from './handlers.js';
-import { LeaseKeeper } from './lease-keeper.js';
-
-const HEARTBEAT_EVERY_MS = 5000;
+import { Housekeeping } from './housekeeping.js';
 
 export interface StoreSideOptions {
   store: string;
@@ -33,9 +29,8 @@ export class StoreSide {
   private constructor(
     readonly store: string,
     readonly pool: pg.Pool,
-    private readonly housekeepingPool: pg.Pool,
     readonly executor: ShardExecutor,
-    private readonly housekeeping: ServiceGroup,
+    private readonly housekeeping: Housekeeping,
   ) {}
 
   static async open(o: StoreSideOptions): Promise<StoreSide> {
@@ -49,7 +44,15 @@ export class StoreSide {
       logger,
       idleInTransactionTimeoutMs: Math.max(o.config.worker.leaseMs, 10_000),
     });
-    const housekeepingPool = createPool({ connectionString: url, max: 1, applicationName: `timeout-center worker heartbeat (store ${o.store})`, logger });
+    const housekeeping = new Housekeeping({
+      url,
+      label: ` (store ${o.store})`,
+      workerId: o.workerId,
+      kinds: o.kinds,
+      leaseMs: o.config.worker.leaseMs,
+      logger,
+      failureMessage: `PostgreSQL: worker heartbeat in store ${o.store} failed; retrying in 5 s`,
+    });
     try {
       // In its store a beside kind's handler runs where its timeouts are: the same-database path.
       const kinds = Object.fromEntries(
@@ -59,7 +62,6 @@ export class StoreSide {
         }),
       );
       const handlers = await resolveHandlers({ ...o.config, kinds }, o.kinds, o.registered, pool);
-      const leaseKeeper = new LeaseKeeper(housekeepingPool, o.config.worker.leaseMs, logger);
       const executor = new ShardExecutor({
         pool,
         handlers,
@@ -67,28 +69,15 @@ export class StoreSide {
         leaseMs: o.config.worker.leaseMs,
         metrics: o.metrics,
         logger,
-        leaseKeeper,
+        leaseKeeper: housekeeping.leaseKeeper,
         store: o.store,
       });
-      const heartbeat = () =>
-        housekeepingPool.query(sql('worker/heartbeat', { workerId: o.workerId, host: hostname(), pid: process.pid, kinds: o.kinds })).then(() => {});
-      await heartbeat();
-      const housekeeping = new ServiceGroup(
-        `worker housekeeping (store ${o.store})`,
-        [
-          leaseKeeper,
-          periodic(`worker-heartbeat ${o.store}`, HEARTBEAT_EVERY_MS, heartbeat, (err) =>
-            logger.warn({ err }, `PostgreSQL: worker heartbeat in store ${o.store} failed; retrying in 5 s`),
-          ),
-        ],
-        logger,
-      );
       await housekeeping.start();
       logger.info({ kinds: o.kinds }, `worker serves store ${o.store}`);
-      return new StoreSide(o.store, pool, housekeepingPool, executor, housekeeping);
+      return new StoreSide(o.store, pool, executor, housekeeping);
     } catch (err) {
       await pool.end().catch(() => {});
-      await housekeepingPool.end().catch(() => {});
+      await housekeeping.stop();
       throw err;
     }
   }
@@ -98,7 +87,6 @@ export class StoreSide {
     await this.housekeeping.stop();
     await this.pool.query(sql('worker/worker_stopped', { workerId })).catch(() => {});
     await this.pool.end().catch(() => {});
-    await this.housekeepingPool.end().catch(() => {});
   }
 }
 

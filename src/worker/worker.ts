@@ -9,22 +9,17 @@ import type { LoadedConfig } from '../config.js';
 import type { Metrics } from '../observability/metrics.js';
 import type { ShardChannel, ShardDelivery } from '../transport/channel.js';
 import { Alerter } from '../alerts/alerter.js';
-import { createPool } from '../db/pool.js';
 import { CircuitBreakers } from './breakers.js';
 import { BusinessDatabases } from './business-db.js';
 import { ShardExecutor } from './executor.js';
 import { ExternalExecutor } from './external-executor.js';
-import { LeaseKeeper } from './lease-keeper.js';
+import { Housekeeping } from './housekeeping.js';
 import type { ShardHandler } from './handler-contract.js';
 import { resolveHandlers } from './handlers.js';
 import { StoreSide, StoreSides } from './store-side.js';
 import { centerKinds, parseStreamName, storeLabel, storeLayout, streamName } from '../stores/layout.js';
-import { periodic, ServiceGroup, type Service } from '../service.js';
+import type { Service } from '../service.js';
 import { sql } from '../db/queries.js';
-
-/** How often a worker says it is alive (timeout_center.workers.last_seen_at); `status` counts a
- *  worker gone after 15 s without one. */
-const HEARTBEAT_EVERY_MS = 5000;
 
 export interface WorkerDeps {
   config: LoadedConfig;
@@ -54,12 +49,9 @@ export class Worker implements Service {
   private starting: Promise<void> | undefined;
   private stopped: Promise<void> | undefined;
   private lastReclaimAt = 0;
-  /** Heartbeats and lease renewals: a pool of their own, on timers, so that they go on while
-   *  every slot (and every connection of the main pool) is busy with a shard. */
-  private housekeepingPool: pg.Pool | undefined;
-  private leaseKeeper: LeaseKeeper | undefined;
-  /** The lease keeper and the heartbeat: started before the loop, stopped after the drain. */
-  private housekeeping: ServiceGroup | undefined;
+  /** The lease keeper and the heartbeat in the center's database (housekeeping.ts): started
+   *  before the loop, stopped after the drain. */
+  private housekeeping: Housekeeping | undefined;
   private wakeSlot: (() => void) | undefined;
   /** Shard id of each running task, and the backend pid of each pool connection checked out
    *  now: what a drain that runs out of time rolls back and releases. */
@@ -129,13 +121,15 @@ export class Worker implements Service {
     for (const h of handlers.values())
       logger.info({ kind: h.kind, form: h.form.form, reason: h.form.reason }, `kind ${h.kind}: handler runs in the ${h.form.form} form`);
     const log = logger.child({ workerId: this.id });
-    this.housekeepingPool = createPool({
-      connectionString: config.databaseUrl,
-      max: 1,
-      applicationName: 'timeout-center worker heartbeat',
-      logger,
+    this.housekeeping = new Housekeeping({
+      url: config.databaseUrl,
+      label: '',
+      workerId: this.id,
+      kinds: this.kinds,
+      leaseMs: config.worker.leaseMs,
+      logger: log,
+      failureMessage: 'PostgreSQL: worker heartbeat failed (timeout_center.workers not updated); retrying in 5 s',
     });
-    this.leaseKeeper = new LeaseKeeper(this.housekeepingPool, config.worker.leaseMs, log);
     let external: ExternalExecutor | undefined;
     if ([...handlers.values()].some((h) => h.external)) {
       const sizes = Object.fromEntries(Object.entries(config.businessDatabases).map(([name, db]) => [name, db.poolSize]));
@@ -151,26 +145,12 @@ export class Worker implements Service {
       leaseMs: config.worker.leaseMs,
       metrics,
       logger: log,
-      leaseKeeper: this.leaseKeeper,
+      leaseKeeper: this.housekeeping.leaseKeeper,
       external,
     });
     await channel.init(this.streams);
     pool.on('acquire', this.onAcquire);
     pool.on('release', this.onRelease);
-    await this.heartbeat();
-    this.housekeeping = new ServiceGroup(
-      'worker housekeeping',
-      [
-        this.leaseKeeper,
-        periodic(
-          'worker-heartbeat',
-          HEARTBEAT_EVERY_MS,
-          () => this.heartbeat(),
-          (err) => logger.warn({ err, workerId: this.id }, 'PostgreSQL: worker heartbeat failed (timeout_center.workers not updated); retrying in 5 s'),
-        ),
-      ],
-      log,
-    );
     await this.housekeeping.start();
     logger.info(
       { workerId: this.id, kinds: this.kinds, concurrency: config.worker.concurrency, databaseConcurrency: config.worker.databaseConcurrency },
@@ -290,12 +270,6 @@ export class Worker implements Service {
     void ack.finally(() => this.acks.delete(ack));
   }
 
-  private async heartbeat(): Promise<void> {
-    await (this.housekeepingPool ?? this.deps.pool).query(
-      sql('worker/heartbeat', { workerId: this.id, host: hostname(), pid: process.pid, kinds: this.kinds }),
-    );
-  }
-
   /** Number of shards running now. */
   get busy(): number {
     return this.active.size;
@@ -396,6 +370,5 @@ export class Worker implements Service {
     await this.storeSides.closeAll(this.id);
     await this.breakers?.forget();
     await this.businessDatabases?.close();
-    await this.housekeepingPool?.end().catch(() => {});
   }
 }
