@@ -317,6 +317,9 @@ function checkBusinessDatabases(
         path: ['businessDatabases', name],
         message: 'database names are lower-case letters, digits and _, starting with a letter (e.g. orders_0)',
       });
+    } else if (name === 'center') {
+      // Operators, logs and metrics call the center's own database "center" (stores/layout.ts).
+      ctx.addIssue({ code: 'custom', path: ['businessDatabases', name], message: '"center" names the center\'s own database: pick another name' });
     }
   }
   const known = (path: (string | number)[], name: string) => {

@@ -21,6 +21,8 @@ export interface PoolOptions {
   idleInTransactionTimeoutMs?: number;
   /** How long to wait for a new connection (default 10 s). */
   connectionTimeoutMs?: number;
+  /** Cancel a statement running longer than this (default: the server's setting). */
+  statementTimeoutMs?: number;
 }
 
 /**
@@ -66,6 +68,7 @@ export function createPool(options: PoolOptions): pg.Pool {
     types: typeParsers,
     Client: jitOffClient(options.logger),
     ...(options.idleInTransactionTimeoutMs ? { idle_in_transaction_session_timeout: options.idleInTransactionTimeoutMs } : {}),
+    ...(options.statementTimeoutMs ? { statement_timeout: options.statementTimeoutMs } : {}),
   });
   pool.on('error', (err) => {
     options.logger.warn({ err: describePgError(err) }, 'PostgreSQL connection lost (idle client); the pool will reconnect');

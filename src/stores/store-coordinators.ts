@@ -15,6 +15,7 @@ import { leaderLockKey } from '../transport/keys.js';
 import { RedisStreamsChannel } from '../transport/redis-streams.js';
 import { StoreChannel } from '../transport/store-channel.js';
 import { storeLayout } from './layout.js';
+import { AuditOutbox } from './audit-outbox.js';
 import { SharedControls } from './shared-controls.js';
 import { prepareStore } from './store-database.js';
 
@@ -59,6 +60,7 @@ export function storeCoordinators(options: StoreCoordinatorOptions): Service[] {
           logger,
         });
         const controls = new SharedControls(options.centerPool, pool, new Map(kinds.map((k) => [k, storesOfKind.get(k) ?? 1])), logger);
+        const auditOutbox = new AuditOutbox(pool, options.centerPool, store, logger);
         const storeConfig: LoadedConfig = { ...config, kinds: Object.fromEntries(kinds.map((k) => [k, config.kinds[k]!])) };
         const coordinator = new Coordinator({
           store,
@@ -74,7 +76,10 @@ export function storeCoordinators(options: StoreCoordinatorOptions): Service[] {
             await channel.init(kinds);
             await controls.refresh(true);
           },
-          beforeTick: () => controls.refresh(),
+          beforeTick: async () => {
+            await controls.refresh();
+            await auditOutbox.flush();
+          },
         });
         await coordinator.start();
         stop = async () => {

@@ -1,10 +1,15 @@
 // `timeout-center cancel <kind> <bizId...>`: cancels the pending timeout of each business object,
-// through the same cancel() the business API uses, in one transaction, each cancel audited with
-// --actor (operations/: the console's cancel too). A cancelled timeout never acts; a dispatched
-// one (in a worker's hands) cannot be cancelled any more.
+// through the same cancel() the business API uses, in one transaction per database, each cancel
+// audited with --actor (operations/: the console's cancel too). A cancelled timeout never acts; a
+// dispatched one (in a worker's hands) cannot be cancelled any more. With a config, a kind stored
+// beside its orders is cancelled in the store its route picks for each id, and the audit rows are
+// copied to the center's audit_log.
 import type { Command } from 'commander';
 import { cancelManyAudited } from '../../operations/actions.js';
-import { actorOption, assertKind, databaseOption, defaultActor, inputError, jsonOption, print, printJson, withDatabase, type DbOptions } from './common.js';
+import { placeBizIds, type Placement } from '../../stores/place-biz-ids.js';
+import { CENTER } from '../../stores/store-directory.js';
+import { actorOption, assertKind, databaseOption, defaultActor, inputError, jsonOption, print, printJson, type DbOptions } from './common.js';
+import { acrossStores, eachStore, forwardAudit, storesConfigOption, type Across } from './across.js';
 
 export function registerCancel(program: Command): void {
   program
@@ -13,27 +18,68 @@ export function registerCancel(program: Command): void {
     .argument('<kind>', 'timeout kind, e.g. order.unpaid')
     .argument('<bizId...>', 'business object id(s)')
     .addOption(databaseOption())
+    .addOption(storesConfigOption())
     .addOption(jsonOption())
     .addOption(actorOption())
     .action(async (kind: string, bizIds: string[], opts: DbOptions & { json?: boolean; actor?: string }) => {
       for (const id of bizIds) {
         if (id.length === 0 || id.length > 200) throw inputError(`bizId must be 1 to 200 characters, got ${JSON.stringify(id)}`);
       }
-      await withDatabase(opts, async (db) => {
-        await assertKind(db, kind);
-        const outcome = await cancelManyAudited(db, kind, bizIds, opts.actor ?? defaultActor());
+      const ids = [...new Set(bizIds)];
+      await acrossStores(opts, async (a) => {
+        const placement = await place(a, kind, ids);
+        const stores = [...placement.byStore.keys()];
+        const answers = await eachStore({ ...a, stores }, opts, async (db, _pool, d) => {
+          await assertKind(db, kind);
+          const outcome = await cancelManyAudited(db, kind, placement.byStore.get(d.store)!, opts.actor ?? defaultActor());
+          return { ...outcome, auditInCenter: outcome.cancelled.length === 0 || (await forwardAudit(a, d.store)) };
+        });
+        const cancelled = answers.flatMap((r) => (r.ok ? r.value.cancelled : []));
+        const notLive = answers.flatMap((r) => (r.ok ? r.value.notLive : []));
+        const unreachable = answers.flatMap((r) => (r.ok ? [] : [{ store: r.store, error: r.error, bizIds: placement.byStore.get(r.store)! }]));
         if (opts.json) {
-          printJson({ kind, ...outcome });
-          return;
+          printJson({
+            kind,
+            cancelled,
+            notLive,
+            ...(a.multi ? { unroutable: placement.unroutable, unreachable, stores: Object.fromEntries(placement.byStore) } : {}),
+          });
+        } else {
+          const lines = [`cancelled ${cancelled.length} ${kind} timeout${cancelled.length === 1 ? '' : 's'}`];
+          if (cancelled.length > 0) lines[0] += `: ${cancelled.join(', ')}`;
+          if (notLive.length > 0) {
+            lines.push(`not cancelled (too late: a worker holds it, or it is already done, failed or cancelled; or never scheduled): ${notLive.join(', ')}`);
+          }
+          if (placement.unroutable.length > 0) {
+            lines.push(
+              `not cancelled (the store rule of ${kind} cannot place these ids: modulo and range take integer ids): ${placement.unroutable.join(', ')}`,
+            );
+          }
+          for (const u of unreachable) {
+            lines.push(`not cancelled (store ${u.store} UNREACHABLE: ${u.error}; run the same cancel again when it answers): ${u.bizIds.join(', ')}`);
+          }
+          if (answers.some((r) => r.ok && !r.value.auditInCenter)) {
+            lines.push("(audited in the store; the center's database did not answer: the store's leader copies the records to its audit_log when it does)");
+          }
+          print(lines.join('\n'));
         }
-        const lines = [`cancelled ${outcome.cancelled.length} ${kind} timeout${outcome.cancelled.length === 1 ? '' : 's'}`];
-        if (outcome.cancelled.length > 0) lines[0] += `: ${outcome.cancelled.join(', ')}`;
-        if (outcome.notLive.length > 0) {
-          lines.push(
-            `not cancelled (too late: a worker holds it, or it is already done, failed or cancelled; or never scheduled): ${outcome.notLive.join(', ')}`,
-          );
-        }
-        print(lines.join('\n'));
+        if (unreachable.length > 0 || placement.unroutable.length > 0) process.exitCode = 1;
       });
     });
+}
+
+/** Which database holds each id's timeout: the center for a center kind; for a kind stored
+ *  beside, its rule evaluated by the first database that answers. */
+async function place(a: Across, kind: string, ids: string[]): Promise<Placement> {
+  const center: Placement = { byStore: new Map([[CENTER, ids]]), unroutable: [] };
+  if (!a.config || !a.multi || a.directory.storesOfKind(kind)[0] === CENTER) return center;
+  let lastError: unknown;
+  for (const store of a.directory.names) {
+    try {
+      return (await placeBizIds(a.directory.database(store).pool, a.config.kinds, kind, ids)) ?? center;
+    } catch (err) {
+      lastError = err;
+    }
+  }
+  throw new Error(`no database answers to place the ids of ${kind} (center and every store tried): ${(lastError as Error).message}`);
 }

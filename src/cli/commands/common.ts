@@ -3,9 +3,7 @@
 // exit 2 before anything is written, and the two output styles (aligned tables for people, --json
 // for scripts).
 import { hostname, userInfo } from 'node:os';
-import { CommanderError, Option, type Command } from 'commander';
-import { loadConfig, type LoadedConfig } from '../../config.js';
-import { storeLayout } from '../../stores/layout.js';
+import { CommanderError, Option } from 'commander';
 import type { Kysely } from 'kysely';
 import type pg from 'pg';
 import { assertMigrated } from '../../db/migrate.js';
@@ -42,41 +40,15 @@ export type { DbTimestamp } from '../../db/schema.js';
 
 export interface DbOptions {
   databaseUrl?: string;
-  /** Read a store's database instead of the center's (storeOptions). */
+  /** Only this store (across.ts: `center` or a store of the config). */
   store?: string;
+  /** The config naming the stores (across.ts). */
   config?: string;
-}
-
-/** --store and --config on the read verbs (scans, shards, failed): the same views in a store's
- *  database, found through the config's businessDatabases. */
-export function withStoreOptions(cmd: Command): Command {
-  return cmd
-    .addOption(new Option('--store <name>', "read this store's database (a kind stored beside its orders) instead of the center's; needs --config"))
-    .addOption(new Option('--config <file>', 'config file naming the stores (businessDatabases)').env('TIMEOUT_CENTER_CONFIG'));
-}
-
-/** The database a verb reads: the center's, or with --store that store's, from the config. */
-function databaseUrlOf(opts: DbOptions): string | undefined {
-  if (opts.store === undefined) return opts.databaseUrl;
-  if (!opts.config) throw inputError(`--store ${opts.store} needs the config that names the stores: pass --config <file> or set TIMEOUT_CENTER_CONFIG`);
-  let config: LoadedConfig;
-  try {
-    config = loadConfig({ path: opts.config });
-  } catch (err) {
-    throw inputError((err as Error).message);
-  }
-  const stores = [...storeLayout(config.kinds).keys()];
-  if (!stores.includes(opts.store)) {
-    throw inputError(
-      `--store ${opts.store}: not a store of ${opts.config}; its stores: ${stores.length ? stores.join(', ') : 'none (no kind has store: beside)'}`,
-    );
-  }
-  return config.businessDatabaseUrls[opts.store];
 }
 
 /** Opens a small pool, checks the server and the schema, runs fn, closes everything. */
 export async function withDatabase<T>(opts: DbOptions, fn: (db: Kysely<Database>, pool: pg.Pool) => Promise<T>): Promise<T> {
-  const url = databaseUrlOf(opts);
+  const url = opts.databaseUrl;
   if (!url) throw inputError('DATABASE_URL is not set (e.g. DATABASE_URL=postgres://user@127.0.0.1:5432/app), or pass --database-url');
   const pool = createPool({ connectionString: url, max: 2, applicationName: 'timeout-center cli', logger: createLogger('silent') });
   const db = createKysely(pool);

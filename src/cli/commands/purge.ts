@@ -2,30 +2,19 @@
 // retention.intervalMs): deletes done and cancelled timeouts and reduced scans (with their
 // shards) older than the configured ages, in short batches. Failed timeouts are kept.
 // Ages come from the flags, else from the config file's retention section (when --config or
-// TIMEOUT_CENTER_CONFIG names one), else from the defaults in src/config.ts.
+// TIMEOUT_CENTER_CONFIG names one), else from the defaults in src/config.ts. With a config that
+// names stores, the center and every store (or --store) purge, each audited (copied to the center).
 import type { Command } from 'commander';
 import { Option } from 'commander';
 import { configSchema, parseConfig, readConfigFile, type RetentionConfig } from '../../config.js';
 import { purgeAudited } from '../../operations/actions.js';
-import { countPurgeable } from '../../retention/retention.js';
-import {
-  actorOption,
-  databaseOption,
-  defaultActor,
-  formatSeconds,
-  jsonOption,
-  parseDuration,
-  parseLimit,
-  print,
-  printJson,
-  withDatabase,
-  type DbOptions,
-} from './common.js';
+import { countPurgeable, type PurgeResult } from '../../retention/retention.js';
+import { actorOption, databaseOption, defaultActor, formatSeconds, jsonOption, parseDuration, parseLimit, print, printJson, type DbOptions } from './common.js';
+import { acrossStores, eachStore, forwardAudit } from './across.js';
 
 interface PurgeCliOptions extends DbOptions {
   actor?: string;
   json?: boolean;
-  config?: string;
   doneAfter?: number;
   scansAfter?: number;
   batchSize?: number;
@@ -43,6 +32,7 @@ export function registerPurge(program: Command): void {
     .option('--scans-after <age>', 'purge reduced scans (and their shards) older than this', (v) => parseDuration(v, '--scans-after'))
     .option('--batch-size <n>', 'timeouts deleted per statement', (v) => parseLimit(v, '--batch-size'))
     .option('--dry-run', 'only count what would be deleted')
+    .addOption(new Option('--store <name>', 'only this store (`center`, or a store of the config); default with a config: the center and every store'))
     .addOption(actorOption())
     .action(async (opts: PurgeCliOptions) => {
       // Only the retention section is read: purge needs no Redis URL and no valid kinds beyond
@@ -56,16 +46,29 @@ export function registerPurge(program: Command): void {
         batchSize: opts.batchSize ?? retention.batchSize,
         scanBatchSize: retention.scanBatchSize,
       };
-      await withDatabase(opts, async (_db, pool) => {
+      await acrossStores(opts, async (a) => {
+        const label = (store: string) => (a.multi ? `store ${store}: ` : '');
         if (opts.dryRun) {
-          const counts = await countPurgeable(pool, options);
-          if (opts.json) printJson({ dryRun: true, ...options, wouldDelete: counts });
-          else {
-            print(
-              `would delete ${counts.timeouts} done/cancelled timeouts finished over ${formatSeconds(options.doneAfterMs / 1000)} ago and ` +
-                `${counts.scans} reduced scans over ${formatSeconds(options.scansAfterMs / 1000)} old (with their shards)`,
-            );
+          const answers = await eachStore(a, opts, (_db, pool) => countPurgeable(pool, options));
+          if (opts.json) {
+            if (!a.multi) printJson({ dryRun: true, ...options, wouldDelete: (answers[0] as { value: unknown }).value });
+            else
+              printJson({
+                dryRun: true,
+                ...options,
+                stores: answers.map((r) => (r.ok ? { store: r.store, wouldDelete: r.value } : { store: r.store, unreachable: r.error })),
+              });
+          } else {
+            for (const r of answers) {
+              print(
+                r.ok
+                  ? `${label(r.store)}would delete ${r.value.timeouts} done/cancelled timeouts finished over ${formatSeconds(options.doneAfterMs / 1000)} ago and ` +
+                      `${r.value.scans} reduced scans over ${formatSeconds(options.scansAfterMs / 1000)} old (with their shards)`
+                  : `${label(r.store)}UNREACHABLE (${r.error})`,
+              );
+            }
           }
+          if (answers.some((r) => !r.ok)) process.exitCode = 1;
           return;
         }
         let stop = false;
@@ -75,19 +78,53 @@ export function registerPurge(program: Command): void {
         process.once('SIGINT', onSignal);
         process.once('SIGTERM', onSignal);
         try {
-          const result = await purgeAudited(pool, options, opts.actor ?? defaultActor(), { shouldStop: () => stop });
-          if (opts.json) printJson({ dryRun: false, ...options, deleted: result, interrupted: stop });
-          else {
-            const rate = result.ms > 0 ? Math.round((result.timeouts / result.ms) * 1000) : 0;
-            print(
-              `deleted ${result.timeouts} timeouts, ${result.scans} scans (with their shards) and ${result.workers} stopped workers ` +
-                `in ${result.batches} batches, ${formatSeconds(result.ms / 1000)}${result.timeouts > 0 ? ` (${rate} timeouts/s)` : ''}${stop ? '; interrupted' : ''}`,
-            );
+          // Each database purges its own rows, audited there; a store's record is then copied to
+          // the center's audit_log.
+          const answers = await eachStore(a, opts, async (_db, pool, d) => {
+            const result = await purgeAudited(pool, options, opts.actor ?? defaultActor(), { shouldStop: () => stop });
+            return { ...result, auditInCenter: await forwardAudit(a, d.store) };
+          });
+          if (opts.json) {
+            if (!a.multi)
+              printJson({
+                dryRun: false,
+                ...options,
+                deleted: withoutFlag((answers[0] as { value: PurgeResult & { auditInCenter: boolean } }).value),
+                interrupted: stop,
+              });
+            else {
+              printJson({
+                dryRun: false,
+                ...options,
+                interrupted: stop,
+                stores: answers.map((r) => (r.ok ? { store: r.store, deleted: withoutFlag(r.value) } : { store: r.store, unreachable: r.error })),
+              });
+            }
+          } else {
+            for (const r of answers) {
+              if (!r.ok) {
+                print(`${label(r.store)}UNREACHABLE (${r.error}): nothing purged there; its leader's retention purges it when it answers`);
+                continue;
+              }
+              const result = r.value;
+              const rate = result.ms > 0 ? Math.round((result.timeouts / result.ms) * 1000) : 0;
+              print(
+                `${label(r.store)}deleted ${result.timeouts} timeouts, ${result.scans} scans (with their shards) and ${result.workers} stopped workers ` +
+                  `in ${result.batches} batches, ${formatSeconds(result.ms / 1000)}${result.timeouts > 0 ? ` (${rate} timeouts/s)` : ''}${stop ? '; interrupted' : ''}` +
+                  (result.auditInCenter ? '' : "; audited in the store (the center's database did not answer: its leader copies the record later)"),
+              );
+            }
           }
+          if (answers.some((r) => !r.ok)) process.exitCode = 1;
         } finally {
           process.off('SIGINT', onSignal);
           process.off('SIGTERM', onSignal);
         }
       });
     });
+}
+
+function withoutFlag(r: PurgeResult & { auditInCenter: boolean }): PurgeResult {
+  const { auditInCenter: _flag, ...rest } = r;
+  return rest;
 }

@@ -6,21 +6,9 @@
 // alone (the one-live-per-object rule), and so is all but the newest failed one per object.
 import type { Command } from 'commander';
 import { retryAudited } from '../../operations/actions.js';
-import { retryFailed } from '../../operations/retry.js';
-import {
-  actorOption,
-  assertKind,
-  databaseOption,
-  defaultActor,
-  idList,
-  inputError,
-  jsonOption,
-  parseId,
-  print,
-  printJson,
-  withDatabase,
-  type DbOptions,
-} from './common.js';
+import { retryFailed, type RetryResult } from '../../operations/retry.js';
+import { acrossStores, eachStore, forwardAudit, withStoreOptions } from './across.js';
+import { actorOption, assertKind, databaseOption, defaultActor, idList, inputError, jsonOption, parseId, print, printJson, type DbOptions } from './common.js';
 
 interface RetryOptions extends DbOptions {
   json?: boolean;
@@ -33,8 +21,7 @@ interface RetryOptions extends DbOptions {
 }
 
 export function registerRetry(program: Command): void {
-  program
-    .command('retry')
+  withStoreOptions(program.command('retry'))
     .description('put failed timeouts back to pending (attempts 0, due now): by --id, --kind, --scan or --shard (combine to narrow)')
     .addOption(databaseOption())
     .addOption(jsonOption())
@@ -48,25 +35,53 @@ export function registerRetry(program: Command): void {
       if (!opts.id && opts.kind === undefined && opts.scan === undefined && !opts.shard) {
         throw inputError('retry needs a selector: --id <ids>, --kind <kind>, --scan <scanId> or --shard <ids> (see `timeout-center failed`)');
       }
-      await withDatabase(opts, async (db) => {
-        if (opts.kind !== undefined) await assertKind(db, opts.kind);
-        // A dry run changes nothing and is not audited; a retry is, as from the console.
+      await acrossStores(opts, async (a) => {
+        const byId = opts.id !== undefined || opts.scan !== undefined || opts.shard !== undefined;
+        // Ids of timeouts, scans and shards are per store; a kind names its stores itself.
+        const stores = opts.store !== undefined || !opts.kind ? a.stores : a.directory.storesOfKind(opts.kind);
+        if (byId && stores.length > 1) {
+          throw inputError(
+            `timeout, scan and shard ids are per store: with --id, --scan or --shard, pass --store <name> (${stores.join(', ')}), as \`timeout-center failed\` shows it`,
+          );
+        }
         const selector = { id: opts.id, kind: opts.kind, scan: opts.scan, shard: opts.shard };
-        const result = opts.dryRun
-          ? await db.transaction().execute((trx) => retryFailed(trx, { ...selector, dryRun: true }))
-          : await retryAudited(db, selector, opts.actor ?? defaultActor());
+        const actor = opts.actor ?? defaultActor();
+        const answers = await eachStore({ ...a, stores }, opts, async (db, _pool, d) => {
+          if (opts.kind !== undefined) await assertKind(db, opts.kind);
+          // A dry run changes nothing and is not audited; a retry is, as from the console, in the
+          // store it changes, and copied to the center's audit_log right after.
+          if (opts.dryRun) return { ...(await db.transaction().execute((trx) => retryFailed(trx, { ...selector, dryRun: true }))), auditInCenter: true };
+          const result = await retryAudited(db, selector, actor);
+          return { ...result, auditInCenter: result.matched === 0 || (await forwardAudit(a, d.store)) };
+        });
         if (opts.json) {
-          printJson(result);
-          return;
+          if (!a.multi) printJson(answers[0]!.ok ? withoutAuditFlag(answers[0]!.value) : answers[0]);
+          else printJson({ stores: answers.map((r) => (r.ok ? { store: r.store, ...withoutAuditFlag(r.value) } : { store: r.store, unreachable: r.error })) });
+        } else {
+          for (const r of answers)
+            print(
+              `${a.multi ? `store ${r.store}: ` : ''}${r.ok ? describeRetry(r.value, Boolean(opts.dryRun)) : `UNREACHABLE (${r.error}): nothing retried there; run again when it answers`}`,
+            );
         }
-        const verb = opts.dryRun ? 'would retry' : 'retried';
-        let text = `${verb} ${result.retried} failed timeout${result.retried === 1 ? '' : 's'}`;
-        if (result.matched === 0) text = 'no failed timeouts match (nothing changed); see `timeout-center failed`';
-        else if (result.left > 0) {
-          text += `; left ${result.left} alone: its business object already has a live timeout of the same kind, or a newer failed one`;
-        }
-        if (result.notFailed.length > 0) text += `\nnot failed (or unknown) ids: ${result.notFailed.join(', ')}`;
-        print(text);
+        if (answers.some((r) => !r.ok)) process.exitCode = 1;
       });
     });
+}
+
+function withoutAuditFlag<T extends { auditInCenter: boolean }>(r: T): Omit<T, 'auditInCenter'> {
+  const { auditInCenter: _flag, ...rest } = r;
+  return rest;
+}
+
+function describeRetry(result: RetryResult & { auditInCenter: boolean }, dryRun: boolean): string {
+  const verb = dryRun ? 'would retry' : 'retried';
+  let text = `${verb} ${result.retried} failed timeout${result.retried === 1 ? '' : 's'}`;
+  if (result.matched === 0) text = 'no failed timeouts match (nothing changed); see `timeout-center failed`';
+  else if (result.left > 0) {
+    text += `; left ${result.left} alone: its business object already has a live timeout of the same kind, or a newer failed one`;
+  }
+  if (result.notFailed.length > 0) text += `\nnot failed (or unknown) ids: ${result.notFailed.join(', ')}`;
+  if (!result.auditInCenter)
+    text += "\n  (audited in the store; the center's database did not answer: the store's leader copies the record to its audit_log when it does)";
+  return text;
 }

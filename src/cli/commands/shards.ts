@@ -2,19 +2,10 @@
 // size, state, attempts, owner, counts, duration and the first error.
 import { sql } from 'kysely';
 import type { Command } from 'commander';
-import {
-  databaseOption,
-  formatSeconds,
-  inputError,
-  jsonOption,
-  parseId,
-  print,
-  printJson,
-  table,
-  withDatabase,
-  type DbOptions,
-  withStoreOptions,
-} from './common.js';
+import type { Kysely } from 'kysely';
+import type { Database } from '../../db/schema.js';
+import { databaseOption, formatSeconds, inputError, jsonOption, parseId, print, printJson, table, withDatabase, type DbOptions } from './common.js';
+import { acrossStores, withStoreOptions } from './across.js';
 
 const STATES = ['queued', 'running', 'done', 'failed'] as const;
 
@@ -31,7 +22,14 @@ export function registerShards(program: Command): void {
       if (state !== undefined && !(STATES as readonly string[]).includes(state)) {
         throw inputError(`--state must be one of ${STATES.join(', ')}, got "${state}"`);
       }
-      await withDatabase(opts, async (db) => {
+      await acrossStores(opts, async (a) => {
+        if (a.stores.length > 1) {
+          throw inputError(`scan ids are per store: pass --store <name> (${a.stores.join(', ')}), as \`timeout-center scans\` shows it`);
+        }
+        const store = a.multi ? a.stores[0] : undefined;
+        await withDatabase({ databaseUrl: a.directory.database(a.stores[0]!).url }, (db) => showShards(db, store));
+      });
+      async function showShards(db: Kysely<Database>, store: string | undefined): Promise<void> {
         const scan = await db.selectFrom('timeout_center.scans').select('id').where('id', '=', scanId).executeTakeFirst();
         if (!scan) throw inputError(`scan ${scanId} does not exist (never created, or purged by retention); see \`timeout-center scans\``);
         const rows = await db
@@ -45,6 +43,7 @@ export function registerShards(program: Command): void {
         if (opts.json) {
           printJson(
             rows.map((s) => ({
+              ...(store !== undefined ? { store } : {}),
               shardId: s.shard_id,
               scanId: s.scan_id,
               kind: s.kind,
@@ -69,9 +68,10 @@ export function registerShards(program: Command): void {
           return;
         }
         if (rows.length === 0) {
-          print(`scan ${scanId} has no shards${state ? ` in state ${state}` : ''}`);
+          print(`scan ${scanId}${store !== undefined ? ` of store ${store}` : ''} has no shards${state ? ` in state ${state}` : ''}`);
           return;
         }
+        if (store !== undefined) print(`store ${store}, scan ${scanId}:`);
         print(
           table(rows, [
             { header: 'shard', value: (s) => s.shard_id },
@@ -89,6 +89,6 @@ export function registerShards(program: Command): void {
             { header: 'error', value: (s) => s.error_sample, max: 60 },
           ]),
         );
-      });
+      }
     });
 }

@@ -295,8 +295,11 @@ export function scanJson(s: ScanRow) {
   };
 }
 
-export function scanTable(scans: ScanRow[]): string {
+/** The scans as a table; with a `store` on each row (several stores read), a STORE column first. */
+export function scanTable(scans: (ScanRow & { store?: string })[]): string {
+  const storeColumn = scans.some((s) => s.store !== undefined) ? [{ header: 'store', value: (s: ScanRow & { store?: string }) => s.store }] : [];
   return table(scans, [
+    ...storeColumn,
     { header: 'scan', value: (s) => s.scan_id },
     { header: 'state', value: (s) => s.state },
     { header: 'claimed', value: (s) => s.claimed },
