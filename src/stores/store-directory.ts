@@ -123,7 +123,14 @@ export class StoreDirectory {
   }
 
   async close(): Promise<void> {
-    await Promise.all([...this.open.values()].map((d) => d.db.destroy().catch(() => d.pool.end().catch(() => {}))));
+    // kysely ends a pool only once it has run a query on it; a pool used directly (pg style) is
+    // ended here, or its idle clients would keep the process alive for idleTimeoutMillis.
+    await Promise.all(
+      [...this.open.values()].map(async (d) => {
+        await d.db.destroy().catch(() => {});
+        if (!d.pool.ended && !d.pool.ending) await d.pool.end().catch(() => {});
+      }),
+    );
     this.open.clear();
   }
 }

@@ -238,7 +238,7 @@ describe('timeouts stored beside the orders, three stores', () => {
     expect(failed.stdout).toMatch(/no failed timeouts/);
     const unknown = await cliOutput(['failed', '--store', 'orders_9', '--config', configPath]);
     expect(unknown.code).toBe(2);
-    expect(unknown.stderr).toMatch(/--store orders_9: not a store of .*; its stores: orders_0, orders_1, orders_2/);
+    expect(unknown.stderr).toMatch(/--store orders_9: not a store of .*; its stores: center, orders_0, orders_1, orders_2/);
     const noConfig = await cliOutput(['shards', '1', '--store', 'orders_0'], { TIMEOUT_CENTER_CONFIG: undefined });
     expect(noConfig.code).toBe(2);
     expect(noConfig.stderr).toMatch(/--store orders_0 needs the config/);

@@ -82,14 +82,14 @@ export async function acrossStores<T>(opts: DbOptions, fn: (a: Across) => Promis
   }
 }
 
-/** fn on each database of the call: through withDatabase's checks when it is one database, with
- *  one answer per store otherwise. */
+/** fn on each database of the call: through withDatabase's checks (and exit codes) when there is
+ *  only the center, with one answer per store when the config names stores. */
 export async function eachStore<T>(
   a: Across,
   opts: DbOptions,
   fn: (db: Kysely<Database>, pool: pg.Pool, d: StoreDatabase) => Promise<T>,
 ): Promise<PerStore<T>[]> {
-  if (a.stores.length === 1) {
+  if (!a.multi) {
     const d = a.directory.database(a.stores[0]!);
     const value = await withDatabase({ databaseUrl: d.url }, (db, pool) => fn(db, pool, d));
     return [{ store: d.store, ok: true, value }];

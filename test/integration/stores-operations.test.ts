@@ -1,0 +1,267 @@
+// The operator verbs across stores (issue 27, docs/scale.md "Acting across stores"), as real
+// processes: a center database, two stores (databases of their own) holding order.unpaid by
+// `id % 2`, and a third store that is down (order.unshipped), with a real `timeout-center run`.
+// With the config, scans / failed / purge read every store and name the store of each row, the
+// unreachable one shown as such; retry --kind and cancel act in the store that holds the rows; and
+// every action's audit row ends in the center's audit_log naming its store (copied by the verb,
+// or by the store's leader when it was left behind), never twice.
+import { execFile } from 'node:child_process';
+import net from 'node:net';
+import pg from 'pg';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { forwardStoreAudit } from '../../src/stores/audit-outbox.js';
+import { sql } from '../../src/db/queries.js';
+import { CLOSE_SQL, createOrdersSchema, writeConfig } from '../helpers/orders.js';
+import { CLI, killAll, spawnCli, runCli, type CliProcess } from '../helpers/processes.js';
+import { createTestDatabase, testKeyPrefix, TEST_REDIS_URL, type TestDatabase } from '../helpers/services.js';
+
+const KIND = 'order.unpaid';
+const STORES = ['store_a', 'store_b'] as const; // id % 2 = 0 -> store_a, 1 -> store_b
+const ORDERS = 400; // every 25th is poison: 16 fail, 8 in each store
+const LIVE = [1001, 1002, 1003]; // due in an hour, for cancel
+
+async function closedPort(): Promise<number> {
+  const server = net.createServer();
+  await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
+  const port = (server.address() as net.AddressInfo).port;
+  await new Promise((r) => server.close(r));
+  return port;
+}
+
+function cli(args: string[], env: Record<string, string>): Promise<{ code: number; stdout: string; stderr: string }> {
+  return new Promise((resolve) => {
+    execFile(process.execPath, [CLI, ...args], { env: { PATH: process.env['PATH'] ?? '', ...env }, timeout: 60_000 }, (err, stdout, stderr) => {
+      const code = err ? (typeof (err as { code?: unknown }).code === 'number' ? (err as { code: number }).code : -1) : 0;
+      resolve({ code, stdout, stderr });
+    });
+  });
+}
+
+async function waitFor(what: string, test: () => Promise<boolean>, timeoutMs = 60_000): Promise<void> {
+  const deadline = Date.now() + timeoutMs;
+  while (!(await test())) {
+    if (Date.now() > deadline) throw new Error(`timed out waiting for: ${what}`);
+    await new Promise((r) => setTimeout(r, 200));
+  }
+}
+
+describe('operator verbs across stores', () => {
+  let center: TestDatabase;
+  let stores: TestDatabase[] = [];
+  let centerPool: pg.Pool;
+  let pools: pg.Pool[] = [];
+  let env: Record<string, string>;
+  let runner: CliProcess | undefined;
+  const json = async <T>(args: string[], code = 0): Promise<T> => {
+    const r = await cli([...args, '--json'], env);
+    expect(r.code, r.stderr).toBe(code);
+    return JSON.parse(r.stdout) as T;
+  };
+  const centerAudit = async (action: string) =>
+    (
+      await centerPool.query<{ actor: string; store: string | null; kind: string | null; target: string | null }>(
+        'SELECT actor, store, kind, target FROM timeout_center.audit_log WHERE action = $1 ORDER BY store, id',
+        [action],
+      )
+    ).rows;
+
+  beforeAll(async () => {
+    center = await createTestDatabase('ops_center');
+    stores = await Promise.all(STORES.map((s) => createTestDatabase(`ops_${s}`, { empty: true })));
+    centerPool = new pg.Pool({ connectionString: center.url, max: 3 });
+    pools = stores.map((s) => new pg.Pool({ connectionString: s.url, max: 3 }));
+    await Promise.all(pools.map((p) => createOrdersSchema(p)));
+    const downUrl = `postgres://root@127.0.0.1:${await closedPort()}/gone`;
+    const configPath = writeConfig({
+      redisKeyPrefix: testKeyPrefix('ops'),
+      kinds: {
+        [KIND]: {
+          store: 'beside',
+          shardSize: 100,
+          maxAttempts: 1,
+          handler: { type: 'sql', sql: CLOSE_SQL, route: { by: 'modulo', databases: [...STORES] } },
+        },
+        'order.unshipped': { store: 'beside', handler: { type: 'sql', sql: CLOSE_SQL, database: 'store_down' } },
+      },
+      businessDatabases: { store_a: { url: stores[0]!.url }, store_b: { url: stores[1]!.url }, store_down: { url: downUrl } },
+      coordinator: { lockTtlMs: 3000, minTickIntervalMs: 50 },
+      worker: { concurrency: 2, leaseMs: 15_000 },
+    });
+    env = { DATABASE_URL: center.url, REDIS_URL: TEST_REDIS_URL, TIMEOUT_CENTER_CONFIG: configPath };
+    // migrate prepares the center and both stores, and fails naming the store it cannot reach.
+    const migrated = await runCli(['migrate'], env, 60_000);
+    expect(migrated.code).not.toBe(0);
+    expect(migrated.stderr).toMatch(/these stores could not be migrated: store_down/);
+    for (const [i, pool] of pools.entries()) {
+      await pool.query(
+        `WITH o AS (INSERT INTO orders (id, status, poison) SELECT g, 'unpaid', g % 25 = 0 FROM generate_series(1, $1::int) g WHERE g % 2 = $2 RETURNING id)
+         INSERT INTO timeout_center.timeouts (kind, biz_id, due_at) SELECT $3, id::text, now() FROM o`,
+        [ORDERS, i, KIND],
+      );
+      await pool.query(
+        `WITH o AS (INSERT INTO orders (id, status) SELECT g, 'unpaid' FROM unnest($1::int[]) g WHERE g % 2 = $2 RETURNING id)
+         INSERT INTO timeout_center.timeouts (kind, biz_id, due_at) SELECT $3, id::text, now() + interval '1 hour' FROM o`,
+        [LIVE, i, KIND],
+      );
+    }
+    runner = spawnCli('run', ['run'], env);
+    await runner.waitForMsg('worker started');
+    await waitFor('both stores drained and reduced', async () => {
+      for (const pool of pools) {
+        const { rows } = await pool.query(`SELECT
+            (SELECT count(*) FROM timeout_center.all_timeouts WHERE state IN ('pending', 'dispatched') AND due_at < now() + interval '1 minute')::int AS open,
+            (SELECT count(*) FROM timeout_center.scans WHERE state <> 'reduced')::int AS scans,
+            (SELECT count(*) FROM timeout_center.scans)::int AS all_scans`);
+        if (rows[0].open > 0 || rows[0].scans > 0 || rows[0].all_scans === 0) return false;
+      }
+      return true;
+    });
+  }, 120_000);
+
+  afterAll(async () => {
+    const stopped = await runner?.stop();
+    const leaked = await killAll();
+    await Promise.all([centerPool, ...pools].map((p) => p?.end()));
+    await Promise.all([center, ...stores].map((d) => d?.drop()));
+    expect(stopped?.code ?? 0).toBe(0);
+    expect(leaked).toEqual([]);
+  }, 60_000);
+
+  it('scans: every store, each row with its store; the store that is down shown as unreachable', async () => {
+    const doc = await json<{ stores: { store: string; reachable: boolean; error?: string }[]; scans: { store: string; scanId: number }[] }>(['scans']);
+    expect(doc.stores.map((s) => [s.store, s.reachable])).toEqual([
+      ['center', true],
+      ['store_a', true],
+      ['store_b', true],
+      ['store_down', false],
+    ]);
+    expect(doc.stores[3]!.error).toMatch(/ECONNREFUSED|connect/);
+    expect(new Set(doc.scans.map((s) => s.store))).toEqual(new Set(['store_a', 'store_b']));
+    const text = await cli(['scans'], env);
+    expect(text.code, text.stderr).toBe(0);
+    expect(text.stdout).toMatch(/^STORE\s+SCAN\s+STATE/m);
+    expect(text.stdout).toMatch(/^store store_down: UNREACHABLE \(.*\): its scans are not shown/m);
+    // One store: as before, no other store read.
+    const one = await json<{ stores: { store: string }[]; scans: { store: string }[] }>(['scans', '--store', 'store_b']);
+    expect(one.stores.map((s) => s.store)).toEqual(['store_b']);
+    expect(one.scans.every((s) => s.store === 'store_b')).toBe(true);
+    // Without the config: the center alone, the JSON of old (an array).
+    const plain = await cli(['scans', '--json'], { DATABASE_URL: center.url });
+    expect(plain.code, plain.stderr).toBe(0);
+    expect(JSON.parse(plain.stdout)).toEqual([]);
+  });
+
+  it('shards: a scan id needs its store; failed: the failed timeouts of every store', async () => {
+    const many = await cli(['shards', '1'], env);
+    expect(many.code).toBe(2);
+    expect(many.stderr).toMatch(/scan ids are per store: pass --store <name> \(center, store_a, store_b, store_down\)/);
+    const shards = await json<{ store: string; scanId: number }[]>(['shards', '1', '--store', 'store_a']);
+    expect(shards.length).toBeGreaterThan(0);
+    expect(shards.every((s) => s.store === 'store_a' && s.scanId === 1)).toBe(true);
+
+    const failed = await json<{ total: number; timeouts: { store: string; bizId: string }[] }>(['failed']);
+    expect(failed.total).toBe(16);
+    for (const t of failed.timeouts) expect(t.store).toBe(Number(t.bizId) % 2 === 0 ? 'store_a' : 'store_b');
+  });
+
+  it('retry --kind acts in each store of the kind, audited in the center with the store; ids need their store', async () => {
+    const byId = await cli(['retry', '--id', '1'], env);
+    expect(byId.code).toBe(2);
+    expect(byId.stderr).toMatch(/ids are per store: with --id, --scan or --shard, pass --store <name>/);
+    const dry = await json<{ stores: { store: string; retried: number }[] }>(['retry', '--kind', KIND, '--dry-run']);
+    expect(dry.stores.map((s) => [s.store, s.retried])).toEqual([
+      ['store_a', 8],
+      ['store_b', 8],
+    ]);
+    expect(await centerAudit('retry')).toEqual([]);
+
+    const done = await json<{ stores: { store: string; retried: number }[] }>(['retry', '--kind', KIND, '--actor', 'ops-test']);
+    expect(done.stores.map((s) => [s.store, s.retried])).toEqual([
+      ['store_a', 8],
+      ['store_b', 8],
+    ]);
+    expect((await centerAudit('retry')).map((r) => [r.store, r.actor, r.kind])).toEqual([
+      ['store_a', 'ops-test', KIND],
+      ['store_b', 'ops-test', KIND],
+    ]);
+    // Copied, not kept twice: the stores' outboxes are empty of it.
+    for (const pool of pools) {
+      expect((await pool.query(`SELECT count(*)::int AS n FROM timeout_center.audit_log WHERE actor = 'ops-test'`)).rows[0].n).toBe(0);
+    }
+    // By id, in its store: the retried poison fails again (the runner claims it), then retry it by id.
+    await waitFor('the retried poison failed again', async () => (await json<{ total: number }>(['failed'])).total === 16);
+    const one = await json<{ retried: number; ids: number[] }[] | { stores: { store: string; retried: number }[] }>([
+      'retry',
+      '--store',
+      'store_b',
+      '--kind',
+      KIND,
+      '--id',
+      String((await pools[1]!.query(`SELECT id FROM timeout_center.timeouts WHERE state = 'failed' ORDER BY id LIMIT 1`)).rows[0].id),
+    ]);
+    expect(one).toMatchObject({ stores: [{ store: 'store_b', retried: 1 }] });
+  });
+
+  it('cancel goes to the store the route picks for each id; a store that is down is named, exit 1', async () => {
+    const r = await json<{ cancelled: string[]; notLive: string[]; stores: Record<string, string[]> }>([
+      'cancel',
+      KIND,
+      ...LIVE.map(String),
+      '--actor',
+      'ops-test',
+    ]);
+    expect(r.cancelled.sort()).toEqual(LIVE.map(String));
+    expect(r.stores).toEqual({ store_b: ['1001', '1003'], store_a: ['1002'] });
+    for (const id of LIVE) {
+      const { rows } = await pools[id % 2]!.query(`SELECT state FROM timeout_center.timeouts WHERE kind = $1 AND biz_id = $2`, [KIND, String(id)]);
+      expect(rows.map((x) => x.state)).toEqual(['cancelled']);
+    }
+    expect((await centerAudit('cancel')).map((a) => [a.store, a.target])).toEqual([
+      ['store_a', '1002'],
+      ['store_b', '1001'],
+      ['store_b', '1003'],
+    ]);
+    const down = await cli(['cancel', 'order.unshipped', '7'], env);
+    expect(down.code).toBe(1);
+    expect(down.stdout).toMatch(/not cancelled \(store store_down UNREACHABLE: .*; run the same cancel again when it answers\): 7/);
+    const unroutable = await cli(['cancel', KIND, 'abc'], env);
+    expect(unroutable.code).toBe(1);
+    expect(unroutable.stdout).toMatch(/cannot place these ids: modulo and range take integer ids\): abc/);
+  });
+
+  it("an audit row left in a store reaches the center through the store's leader, once", async () => {
+    // As if the verb's copy had failed (the center down at that moment): the row waits in the store.
+    await pools[0]!.query(`INSERT INTO timeout_center.audit_log (actor, action, kind, target) VALUES ('left-behind', 'cancel', $1, '42')`, [KIND]);
+    await waitFor("the store's leader copied it", async () => (await centerAudit('cancel')).some((a) => a.actor === 'left-behind'), 30_000);
+    expect((await pools[0]!.query(`SELECT count(*)::int AS n FROM timeout_center.audit_log WHERE actor = 'left-behind'`)).rows[0].n).toBe(0);
+
+    // A crash between the copy and the delete: the row is copied again later, and recorded once.
+    const { rows } = await pools[1]!.query(
+      `INSERT INTO timeout_center.audit_log (actor, action, kind, target) VALUES ('crashed-copy', 'cancel', $1, '43') RETURNING id, at, actor, action, kind, target, details`,
+      [KIND],
+    );
+    await centerPool.query(sql('stores/copy_store_audit', { store: 'store_b', rows: JSON.stringify(rows) }));
+    await forwardStoreAudit(pools[1]!, centerPool, 'store_b');
+    const copies = (await centerAudit('cancel')).filter((a) => a.actor === 'crashed-copy');
+    expect(copies).toEqual([{ actor: 'crashed-copy', store: 'store_b', kind: KIND, target: '43' }]);
+  });
+
+  it('purge: each store, audited; the store that is down named, exit 1', async () => {
+    const dry = await cli(['purge', '--dry-run'], env);
+    expect(dry.code).toBe(1);
+    expect(dry.stdout).toMatch(/^store store_a: would delete \d+ done\/cancelled timeouts/m);
+    expect(dry.stdout).toMatch(/^store store_down: UNREACHABLE/m);
+    const real = await json<{ stores: { store: string; deleted?: { timeouts: number }; unreachable?: string }[] }>([
+      'purge',
+      '--store',
+      'store_a',
+      '--done-after',
+      '0s',
+      '--actor',
+      'ops-test',
+    ]);
+    expect(real.stores).toMatchObject([{ store: 'store_a', deleted: { timeouts: expect.any(Number) } }]);
+    expect(real.stores[0]!.deleted!.timeouts).toBeGreaterThan(0);
+    expect((await centerAudit('purge')).map((a) => [a.store, a.actor])).toEqual([['store_a', 'ops-test']]);
+  });
+});
