@@ -188,6 +188,9 @@ const alertsSchema = z.strictObject({
   lagSlaMs: z.number().int().min(1).default(60_000),
   /** Do not repeat the same lag alert more often than this. */
   lagAlertEveryMs: z.number().int().min(1000).default(60_000),
+  /** Alert (store_unreachable) when a store's database has not answered for this long: a few
+   *  seconds, so an operator hears of a store that stopped before its timeouts are late. */
+  storeDownMs: z.number().int().min(1000).default(5000),
 });
 
 const DAY_MS = 86_400_000;

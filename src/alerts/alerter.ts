@@ -5,7 +5,16 @@ import type { AlertsConfig } from '../config.js';
 import type { Metrics } from '../observability/metrics.js';
 
 export type AlertType =
-  'scan_failures' | 'consecutive_failed_scans' | 'lag_sla' | 'shard_abandoned' | 'circuit_open' | 'circuit_closed' | 'kind_unserved' | 'kind_served';
+  | 'scan_failures'
+  | 'consecutive_failed_scans'
+  | 'lag_sla'
+  | 'shard_abandoned'
+  | 'circuit_open'
+  | 'circuit_closed'
+  | 'kind_unserved'
+  | 'kind_served'
+  | 'store_unreachable'
+  | 'store_reachable';
 
 export interface Alert {
   type: AlertType;

@@ -87,6 +87,12 @@ export class Metrics {
     labelNames: ['store'] as const,
     registers: [this.registry],
   });
+  readonly storeUp = new Gauge({
+    name: 'tc_store_up',
+    help: "1 while the store's database answers this coordinator's probe, else 0 (one series per store of the config)",
+    labelNames: ['store'] as const,
+    registers: [this.registry],
+  });
   readonly reclaims = new Counter({
     name: 'tc_reclaims_total',
     help: 'Shards recovered, by how (lease_expired, stale_queue, channel_lost, xautoclaim, abandoned)',

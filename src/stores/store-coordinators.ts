@@ -6,6 +6,7 @@
 import type pg from 'pg';
 import type { Logger } from 'pino';
 import type { LoadedConfig } from '../config.js';
+import { Alerter } from '../alerts/alerter.js';
 import { Coordinator } from '../coordinator/coordinator.js';
 import { Leadership } from '../coordinator/leadership.js';
 import { createPool } from '../db/pool.js';
@@ -17,6 +18,7 @@ import { StoreChannel } from '../transport/store-channel.js';
 import { storeLayout } from './layout.js';
 import { AuditOutbox } from './audit-outbox.js';
 import { SharedControls } from './shared-controls.js';
+import { StoreWatch } from './store-watch.js';
 import { prepareStore } from './store-database.js';
 
 export interface StoreCoordinatorOptions {
@@ -81,9 +83,23 @@ export function storeCoordinators(options: StoreCoordinatorOptions): Service[] {
             await auditOutbox.flush();
           },
         });
+        const watch = new StoreWatch({
+          store,
+          url,
+          pool,
+          redis: base.redis,
+          alertKey: `${storeLockKey(config.redisKeyPrefix, store)}:down-alerted`,
+          alerter: new Alerter(config.alerts, logger, metrics, coordinatorId),
+          metrics,
+          logger,
+          downAfterMs: config.alerts.storeDownMs,
+          everyMs: 1000,
+        }).service();
+        await watch.start();
         await coordinator.start();
         stop = async () => {
           await coordinator.stop();
+          await watch.stop();
           await channel.close();
           await options.endPool(pool);
         };

@@ -429,9 +429,14 @@ describe('timeouts stored beside the orders, three stores', () => {
     expect(text.stdout).toMatch(/Stores \(kinds stored beside their orders[^\n]*: 3, 1 UNREACHABLE/);
     expect(text.stdout).toMatch(/orders_2: its timeouts wait until it answers/);
     await sleep(Math.max(0, 10_000 - (Date.now() - stoppedAt)));
+    // An alert fires while it is unreachable (once for the fleet), naming it.
+    const alerts = (type: string) => c.lines.filter((l) => l['alert'] === type && l['store'] === 'orders_2');
+    expect(alerts('store_unreachable').length, 'store_unreachable alert while orders_2 is down').toBe(1);
+    expect(String(alerts('store_unreachable')[0]!.msg)).toMatch(/ALERT store_unreachable: store orders_2 .* does not answer/);
     await down.pgCtl('-w', 'start');
     stopped = false;
     await feeding;
+    await waitUntil('store_reachable alert once orders_2 answers', async () => alerts('store_reachable').length === 1, 20_000);
     const inv = await expectInvariantsPerStore(90_000);
     report('27 stores: orders_2 stopped 10 s mid-drain', { perStore: inv });
   }, 240_000);
