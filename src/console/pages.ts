@@ -6,19 +6,16 @@ import type { TargetControls } from '../flow/target-controls.js';
 import type { AuditEntry } from '../operations/audit.js';
 import type { KindBacklog, Leader, LiveWorker, MinutePoint, OpenBreaker } from '../operations/overview.js';
 import type { ScanSummary, ShardSummary } from '../operations/scans.js';
+import type { StoreOverview } from '../operations/stores-overview.js';
 import type { FailedFilter, FailedRow, TimeoutHistoryRow } from '../operations/timeouts.js';
 import { formatBytes, type Warning, type WarningsReport } from '../operations/warnings.js';
 import { lastHourChart } from './chart.js';
 import { formatSeconds, formatTime, html, raw, type Html } from './html.js';
+import { actionButton, csrfField, num, stateCell, type PageContext } from './parts.js';
+import { inStore, scanPath, storeCell, storeHead, storePicker, storesSection, unreachableNotice } from './store-pages.js';
+import type { StoreState } from './stores.js';
 
-export interface PageContext {
-  base: string;
-  actor: string;
-  csrf: string;
-  readOnly: boolean;
-  /** The result of the last action (after its redirect), shown once at the top. */
-  flash?: { ok: boolean; text: string } | undefined;
-}
+export type { PageContext } from './parts.js';
 
 const STYLE = `
 body{font:14px/1.45 system-ui,-apple-system,"Segoe UI",sans-serif;margin:0;color:#1a202c;background:#f7fafc}
@@ -77,24 +74,6 @@ export function layout(ctx: PageContext, current: string, title: string, body: H
     </html>`.text;
 }
 
-function csrfField(ctx: PageContext): Html {
-  return html`<input type="hidden" name="_csrf" value="${ctx.csrf}" />`;
-}
-
-/** A one-button form posting to an action; `back` is where the result is shown. */
-function actionButton(ctx: PageContext, action: string, label: string, back: string, fields: Record<string, string> = {}): Html {
-  return html`<form class="inline" method="post" action="${ctx.base}${action}">
-    ${csrfField(ctx)}<input
-      type="hidden"
-      name="back"
-      value="${back}"
-    />${Object.entries(fields).map(([k, v]) => html`<input type="hidden" name="${k}" value="${v}" />`)}<button type="submit">${label}</button>
-  </form>`;
-}
-
-const num = (v: number | null | undefined) => html`<td class="n">${v ?? ''}</td>`;
-const stateCell = (s: string) => html`<td class="state-${s}">${s}</td>`;
-
 // Overview ----------------------------------------------------------------------------------------
 
 export interface OverviewData {
@@ -104,6 +83,8 @@ export interface OverviewData {
   lastHour: MinutePoint[];
   breakers: OpenBreaker[];
   warnings: Warning[];
+  /** With stores: each store's figures, or why it does not answer. */
+  stores?: StoreOverview[] | undefined;
 }
 
 export function overviewPage(ctx: PageContext, d: OverviewData): string {
@@ -127,6 +108,7 @@ export function overviewPage(ctx: PageContext, d: OverviewData): string {
           </tr>`,
       )}
     </table>
+    ${storesSection(ctx, d.stores)}
     <h2>Last hour: ${finished} timeouts finished</h2>
     <div class="card">${lastHourChart(d.lastHour)}</div>
     <h2>Leader</h2>
@@ -296,9 +278,11 @@ function databasesTable(ctx: PageContext, databases: TargetControls[], back: str
 
 // Scans ---------------------------------------------------------------------------------------------
 
-export function scansPage(ctx: PageContext, scans: ScanSummary[]): string {
-  const body = html`<table id="scans">
+export function scansPage(ctx: PageContext, scans: (ScanSummary & { store?: string })[], states?: StoreState[]): string {
+  const body = html`${unreachableNotice(states, 'scans')}
+    <table id="scans">
       <tr>
+        ${storeHead(ctx)}
         <th>scan</th>
         <th>state</th>
         <th>claimed</th>
@@ -314,7 +298,8 @@ export function scansPage(ctx: PageContext, scans: ScanSummary[]): string {
       ${scans.map(
         (s) =>
           html`<tr>
-            <td><a href="${ctx.base}/scans/${s.scanId}">${s.scanId}</a></td>
+            ${storeCell(ctx, s.store)}
+            <td><a href="${ctx.base}${scanPath(s.store, s.scanId)}">${s.scanId}</a></td>
             <td>${s.state}</td>
             ${num(s.claimed)}${num(s.shards)}${num(s.done)}${num(s.skipped)}
             <td class="n ${s.failed ? 'state-failed' : ''}">${s.failed ?? ''}</td>
@@ -325,12 +310,13 @@ export function scansPage(ctx: PageContext, scans: ScanSummary[]): string {
           </tr>`,
       )}
     </table>
-    ${scans.length === 0 ? html`<p class="muted">no scans yet</p>` : ''}`;
+    ${scans.length === 0 ? html`<p class="muted">no scans yet</p>` : ''}
+    ${ctx.stores ? html`<p class="muted">Scan ids are per store: each store's coordinator numbers its own.</p>` : ''}`;
   return layout(ctx, '/scans', 'Scans', body);
 }
 
-export function scanPage(ctx: PageContext, scan: ScanSummary, shards: ShardSummary[]): string {
-  const back = `/scans/${scan.scanId}`;
+export function scanPage(ctx: PageContext, scan: ScanSummary, shards: ShardSummary[], store?: string): string {
+  const back = scanPath(store, scan.scanId);
   const body = html` <div class="card">
       state <strong>${scan.state}</strong> · cutoff ${scan.cutoff} · claimed ${scan.claimed} · ${scan.shards} shards · coordinator ${scan.coordinator} (epoch
       ${scan.epoch}) · started ${scan.startedAt}${scan.reducedAt ? html` · reduced ${scan.reducedAt}` : ''}
@@ -362,13 +348,13 @@ export function scanPage(ctx: PageContext, scan: ScanSummary, shards: ShardSumma
             <td class="n">${formatSeconds(s.durationSeconds)}</td>
             <td class="err">${s.errorSample}</td>
             <td>
-              ${(s.state === 'done' || s.state === 'failed') && s.failedNow > 0 ? actionButton(ctx, `/actions/shards/${s.shardId}/rerun`, `Rerun this shard (${s.failedNow} failed)`, back) : ''}
+              ${(s.state === 'done' || s.state === 'failed') && s.failedNow > 0 ? actionButton(ctx, `/actions/shards/${s.shardId}/rerun`, `Rerun this shard (${s.failedNow} failed)`, back, store ? { store } : {}) : ''}
             </td>
           </tr>`,
       )}
     </table>
     <p class="muted">Rerun puts the shard's failed timeouts back to pending (attempts 0, due now); the next scan applies them in a new shard.</p>`;
-  return layout(ctx, '/scans', `Scan ${scan.scanId}`, body);
+  return layout(ctx, '/scans', `Scan ${scan.scanId}${inStore(ctx, store)}`, body);
 }
 
 // Timeouts ------------------------------------------------------------------------------------------
@@ -378,6 +364,7 @@ export function timeoutsPage(
   kinds: string[],
   query: { kind?: string | undefined; bizId?: string | undefined },
   rows: TimeoutHistoryRow[] | null,
+  store?: string,
 ): string {
   const back = `/timeouts?kind=${encodeURIComponent(query.kind ?? '')}&bizId=${encodeURIComponent(query.bizId ?? '')}`;
   const live = rows?.find((r) => r.state === 'pending' || r.state === 'dispatched');
@@ -393,7 +380,7 @@ export function timeoutsPage(
         ? ''
         : rows.length === 0
           ? html`<p id="not-found">No timeout of ${query.kind} for ${query.bizId}: never scheduled, or purged by retention.</p>`
-          : html`<h2>History of ${query.kind} ${query.bizId}</h2>
+          : html`<h2>History of ${query.kind} ${query.bizId}${inStore(ctx, store)}</h2>
               <table id="history">
                 <tr>
                   <th>timeout</th>
@@ -415,7 +402,7 @@ export function timeoutsPage(
                       <td>${t.dueAt}</td>
                       <td>${t.availableAt}</td>
                       ${num(t.attempts)}
-                      <td>${t.shardId !== null ? html`<a href="${ctx.base}/scans/${t.scanId ?? ''}">${t.shardId}</a>` : ''}</td>
+                      <td>${t.shardId !== null ? html`<a href="${ctx.base}${scanPath(store, t.scanId ?? '')}">${t.shardId}</a>` : ''}</td>
                       <td>${t.result}</td>
                       <td class="err">${t.lastError}</td>
                       <td>${t.createdAt}</td>
@@ -454,22 +441,39 @@ export function timeoutsPage(
 
 // Failed --------------------------------------------------------------------------------------------
 
-export function failedPage(ctx: PageContext, kinds: string[], filter: FailedFilter, total: number, rows: FailedRow[]): string {
+export function failedPage(
+  ctx: PageContext,
+  kinds: string[],
+  filter: FailedFilter & { store?: string | undefined },
+  total: number,
+  rows: (FailedRow & { store?: string })[],
+  states?: StoreState[],
+): string {
   const qs = new URLSearchParams();
+  if (filter.store) qs.set('store', filter.store);
   if (filter.kind) qs.set('kind', filter.kind);
   if (filter.scan) qs.set('scan', String(filter.scan));
   if (filter.errorContains) qs.set('error', filter.errorContains);
   const back = `/failed${qs.size ? `?${qs}` : ''}`;
-  const filterFields = { kind: filter.kind ?? '', scan: filter.scan ? String(filter.scan) : '', error: filter.errorContains ?? '' };
+  const filterFields = {
+    kind: filter.kind ?? '',
+    scan: filter.scan ? String(filter.scan) : '',
+    error: filter.errorContains ?? '',
+    ...(filter.store ? { store: filter.store } : {}),
+  };
+  // With stores, a ticked timeout names its store (ids are per store).
+  const idValue = (t: FailedRow & { store?: string }) => (ctx.stores && t.store ? `${t.store}:${t.timeoutId}` : String(t.timeoutId));
   const body = html` <form method="get" action="${ctx.base}/failed" id="filter">
       <select name="kind" aria-label="kind">
         <option value="">all kinds</option>
         ${kinds.map((k) => html`<option value="${k}" ${k === filter.kind ? raw('selected') : ''}>${k}</option>`)}
       </select>
+      ${storePicker(ctx, filter.store)}
       <input name="scan" placeholder="scan id" size="8" value="${filter.scan ?? ''}" aria-label="scan" />
       <input name="error" placeholder="error contains" size="30" value="${filter.errorContains ?? ''}" aria-label="error contains" />
       <button type="submit">Filter</button>
     </form>
+    ${unreachableNotice(states, 'failed timeouts')}
     <p id="failed-total">
       ${total} failed timeout${total === 1 ? '' : 's'} match${rows.length < total ? html` (showing ${rows.length})` : ''}
       ${total > 0 ? actionButton(ctx, '/actions/failed/retry', `Retry all ${total} matching`, back, { ...filterFields, all: '1' }) : ''}
@@ -481,6 +485,7 @@ export function failedPage(ctx: PageContext, kinds: string[], filter: FailedFilt
             <table id="failed">
               <tr>
                 <th></th>
+                ${storeHead(ctx)}
                 <th>timeout</th>
                 <th>kind</th>
                 <th>biz id</th>
@@ -494,8 +499,9 @@ export function failedPage(ctx: PageContext, kinds: string[], filter: FailedFilt
               </tr>
               ${rows.map(
                 (t) =>
-                  html`<tr data-timeout="${t.timeoutId}">
-                    <td><input type="checkbox" name="id" value="${t.timeoutId}" aria-label="select ${t.timeoutId}" /></td>
+                  html`<tr data-timeout="${t.timeoutId}" data-store="${t.store ?? ''}">
+                    <td><input type="checkbox" name="id" value="${idValue(t)}" aria-label="select ${t.timeoutId}" /></td>
+                    ${storeCell(ctx, t.store)}
                     <td>${t.timeoutId}</td>
                     <td>${t.kind}</td>
                     <td><a href="${ctx.base}/timeouts?kind=${encodeURIComponent(t.kind)}&bizId=${encodeURIComponent(t.bizId)}">${t.bizId}</a></td>
@@ -503,9 +509,9 @@ export function failedPage(ctx: PageContext, kinds: string[], filter: FailedFilt
                     ${num(t.attempts)}
                     <td>${t.failedAt}</td>
                     ${num(t.shardId)}
-                    <td>${t.scanId !== null ? html`<a href="${ctx.base}/scans/${t.scanId}">${t.scanId}</a>` : ''}</td>
+                    <td>${t.scanId !== null ? html`<a href="${ctx.base}${scanPath(t.store, t.scanId)}">${t.scanId}</a>` : ''}</td>
                     <td class="err">${t.lastError}</td>
-                    <td><button type="submit" name="one" value="${t.timeoutId}">Retry</button></td>
+                    <td><button type="submit" name="one" value="${idValue(t)}">Retry</button></td>
                   </tr>`,
               )}
             </table>
@@ -594,9 +600,12 @@ export function warningsPage(ctx: PageContext, report: WarningsReport, lagSlaSec
 // Audit -----------------------------------------------------------------------------------------------
 
 export function auditPage(ctx: PageContext, entries: AuditEntry[]): string {
+  // The store column: with stores, or when an entry came from a store.
+  const c = ctx.stores || !entries.some((e) => e.store !== null) ? ctx : { ...ctx, stores: [] };
   const body = html`<table id="audit">
       <tr>
         <th>when</th>
+        ${storeHead(c)}
         <th>who</th>
         <th>action</th>
         <th>kind</th>
@@ -607,6 +616,7 @@ export function auditPage(ctx: PageContext, entries: AuditEntry[]): string {
         (e) =>
           html`<tr data-action="${e.action}">
             <td>${formatTime(e.at)}</td>
+            ${storeCell(c, e.store)}
             <td>${e.actor}</td>
             <td>${e.action}</td>
             <td>${e.kind}</td>
