@@ -1,19 +1,18 @@
 // The console's pages: pure functions from data to HTML (server-rendered, no script needed).
 // Every link and form action is prefixed with the base path, so the console can be mounted under
-// a sub-path behind a proxy; every form post carries the CSRF token.
+// a sub-path behind a proxy; every form post carries the CSRF token. The scans pages are in
+// scan-pages.ts, the failed page in failed-page.ts, the stores' pieces in store-pages.ts.
 import type { KindControls } from '../flow/kind-controls.js';
 import type { TargetControls } from '../flow/target-controls.js';
 import type { AuditEntry } from '../operations/audit.js';
 import type { KindBacklog, Leader, LiveWorker, MinutePoint, OpenBreaker } from '../operations/overview.js';
-import type { ScanSummary, ShardSummary } from '../operations/scans.js';
 import type { StoreOverview } from '../operations/stores-overview.js';
-import type { FailedFilter, FailedRow, TimeoutHistoryRow } from '../operations/timeouts.js';
+import type { TimeoutHistoryRow } from '../operations/timeouts.js';
 import { formatBytes, type Warning, type WarningsReport } from '../operations/warnings.js';
 import { lastHourChart } from './chart.js';
 import { formatSeconds, formatTime, html, raw, type Html } from './html.js';
 import { actionButton, csrfField, num, stateCell, type PageContext } from './parts.js';
-import { inStore, scanPath, storeCell, storeHead, storePicker, storesSection, unreachableNotice } from './store-pages.js';
-import type { StoreState } from './stores.js';
+import { inStore, scanPath, storeCell, storeHead, storesSection } from './store-pages.js';
 
 export type { PageContext } from './parts.js';
 
@@ -276,87 +275,6 @@ function databasesTable(ctx: PageContext, databases: TargetControls[], back: str
     </table>`;
 }
 
-// Scans ---------------------------------------------------------------------------------------------
-
-export function scansPage(ctx: PageContext, scans: (ScanSummary & { store?: string })[], states?: StoreState[]): string {
-  const body = html`${unreachableNotice(states, 'scans')}
-    <table id="scans">
-      <tr>
-        ${storeHead(ctx)}
-        <th>scan</th>
-        <th>state</th>
-        <th>claimed</th>
-        <th>shards</th>
-        <th>done</th>
-        <th>skipped</th>
-        <th>failed</th>
-        <th>retried</th>
-        <th>started</th>
-        <th>duration</th>
-        <th>epoch</th>
-      </tr>
-      ${scans.map(
-        (s) =>
-          html`<tr>
-            ${storeCell(ctx, s.store)}
-            <td><a href="${ctx.base}${scanPath(s.store, s.scanId)}">${s.scanId}</a></td>
-            <td>${s.state}</td>
-            ${num(s.claimed)}${num(s.shards)}${num(s.done)}${num(s.skipped)}
-            <td class="n ${s.failed ? 'state-failed' : ''}">${s.failed ?? ''}</td>
-            ${num(s.retried)}
-            <td>${s.startedAt}</td>
-            <td class="n">${formatSeconds(s.durationSeconds)}</td>
-            ${num(s.epoch)}
-          </tr>`,
-      )}
-    </table>
-    ${scans.length === 0 ? html`<p class="muted">no scans yet</p>` : ''}
-    ${ctx.stores ? html`<p class="muted">Scan ids are per store: each store's coordinator numbers its own.</p>` : ''}`;
-  return layout(ctx, '/scans', 'Scans', body);
-}
-
-export function scanPage(ctx: PageContext, scan: ScanSummary, shards: ShardSummary[], store?: string): string {
-  const back = scanPath(store, scan.scanId);
-  const body = html` <div class="card">
-      state <strong>${scan.state}</strong> · cutoff ${scan.cutoff} · claimed ${scan.claimed} · ${scan.shards} shards · coordinator ${scan.coordinator} (epoch
-      ${scan.epoch}) · started ${scan.startedAt}${scan.reducedAt ? html` · reduced ${scan.reducedAt}` : ''}
-    </div>
-    <table id="shards">
-      <tr>
-        <th>shard</th>
-        <th>kind</th>
-        <th>size</th>
-        <th>state</th>
-        <th>attempts</th>
-        <th>owner</th>
-        <th>done</th>
-        <th>skipped</th>
-        <th>failed</th>
-        <th>retried</th>
-        <th>duration</th>
-        <th>error sample</th>
-        <th></th>
-      </tr>
-      ${shards.map(
-        (s) =>
-          html`<tr data-shard="${s.shardId}">
-            <td>${s.shardId}</td>
-            <td>${s.kind}</td>
-            ${num(s.size)}${stateCell(s.state)}${num(s.attempts)}
-            <td>${s.owner}</td>
-            ${num(s.done)}${num(s.skipped)}${num(s.failed)}${num(s.retried)}
-            <td class="n">${formatSeconds(s.durationSeconds)}</td>
-            <td class="err">${s.errorSample}</td>
-            <td>
-              ${(s.state === 'done' || s.state === 'failed') && s.failedNow > 0 ? actionButton(ctx, `/actions/shards/${s.shardId}/rerun`, `Rerun this shard (${s.failedNow} failed)`, back, store ? { store } : {}) : ''}
-            </td>
-          </tr>`,
-      )}
-    </table>
-    <p class="muted">Rerun puts the shard's failed timeouts back to pending (attempts 0, due now); the next scan applies them in a new shard.</p>`;
-  return layout(ctx, '/scans', `Scan ${scan.scanId}${inStore(ctx, store)}`, body);
-}
-
 // Timeouts ------------------------------------------------------------------------------------------
 
 export function timeoutsPage(
@@ -437,89 +355,6 @@ export function timeoutsPage(
               }`
     }`;
   return layout(ctx, '/timeouts', 'Timeouts', body);
-}
-
-// Failed --------------------------------------------------------------------------------------------
-
-export function failedPage(
-  ctx: PageContext,
-  kinds: string[],
-  filter: FailedFilter & { store?: string | undefined },
-  total: number,
-  rows: (FailedRow & { store?: string })[],
-  states?: StoreState[],
-): string {
-  const qs = new URLSearchParams();
-  if (filter.store) qs.set('store', filter.store);
-  if (filter.kind) qs.set('kind', filter.kind);
-  if (filter.scan) qs.set('scan', String(filter.scan));
-  if (filter.errorContains) qs.set('error', filter.errorContains);
-  const back = `/failed${qs.size ? `?${qs}` : ''}`;
-  const filterFields = {
-    kind: filter.kind ?? '',
-    scan: filter.scan ? String(filter.scan) : '',
-    error: filter.errorContains ?? '',
-    ...(filter.store ? { store: filter.store } : {}),
-  };
-  // With stores, a ticked timeout names its store (ids are per store).
-  const idValue = (t: FailedRow & { store?: string }) => (ctx.stores && t.store ? `${t.store}:${t.timeoutId}` : String(t.timeoutId));
-  const body = html` <form method="get" action="${ctx.base}/failed" id="filter">
-      <select name="kind" aria-label="kind">
-        <option value="">all kinds</option>
-        ${kinds.map((k) => html`<option value="${k}" ${k === filter.kind ? raw('selected') : ''}>${k}</option>`)}
-      </select>
-      ${storePicker(ctx, filter.store)}
-      <input name="scan" placeholder="scan id" size="8" value="${filter.scan ?? ''}" aria-label="scan" />
-      <input name="error" placeholder="error contains" size="30" value="${filter.errorContains ?? ''}" aria-label="error contains" />
-      <button type="submit">Filter</button>
-    </form>
-    ${unreachableNotice(states, 'failed timeouts')}
-    <p id="failed-total">
-      ${total} failed timeout${total === 1 ? '' : 's'} match${rows.length < total ? html` (showing ${rows.length})` : ''}
-      ${total > 0 ? actionButton(ctx, '/actions/failed/retry', `Retry all ${total} matching`, back, { ...filterFields, all: '1' }) : ''}
-    </p>
-    ${
-      rows.length > 0
-        ? html`<form method="post" action="${ctx.base}/actions/failed/retry" id="selection">
-            ${csrfField(ctx)}<input type="hidden" name="back" value="${back}" />
-            <table id="failed">
-              <tr>
-                <th></th>
-                ${storeHead(ctx)}
-                <th>timeout</th>
-                <th>kind</th>
-                <th>biz id</th>
-                <th>due</th>
-                <th>attempts</th>
-                <th>failed at</th>
-                <th>shard</th>
-                <th>scan</th>
-                <th>error</th>
-                <th></th>
-              </tr>
-              ${rows.map(
-                (t) =>
-                  html`<tr data-timeout="${t.timeoutId}" data-store="${t.store ?? ''}">
-                    <td><input type="checkbox" name="id" value="${idValue(t)}" aria-label="select ${t.timeoutId}" /></td>
-                    ${storeCell(ctx, t.store)}
-                    <td>${t.timeoutId}</td>
-                    <td>${t.kind}</td>
-                    <td><a href="${ctx.base}/timeouts?kind=${encodeURIComponent(t.kind)}&bizId=${encodeURIComponent(t.bizId)}">${t.bizId}</a></td>
-                    <td>${t.dueAt}</td>
-                    ${num(t.attempts)}
-                    <td>${t.failedAt}</td>
-                    ${num(t.shardId)}
-                    <td>${t.scanId !== null ? html`<a href="${ctx.base}${scanPath(t.store, t.scanId)}">${t.scanId}</a>` : ''}</td>
-                    <td class="err">${t.lastError}</td>
-                    <td><button type="submit" name="one" value="${idValue(t)}">Retry</button></td>
-                  </tr>`,
-              )}
-            </table>
-            <button type="submit">Retry selected</button>
-          </form>`
-        : ''
-    }`;
-  return layout(ctx, '/failed', 'Failed timeouts', body);
 }
 
 // Warnings ------------------------------------------------------------------------------------------

@@ -12,7 +12,9 @@ import { readStoreFigures, type StoreOverview } from '../operations/stores-overv
 import { listFailed, timeoutHistory } from '../operations/timeouts.js';
 import { collectWarnings } from '../operations/warnings.js';
 import { failedFilter, HttpError, positiveId, type ConsoleRequest } from './http.js';
-import { auditPage, failedPage, kindsPage, overviewPage, scanPage, scansPage, timeoutsPage, warningsPage, type KindRow, type PageContext } from './pages.js';
+import { failedPage } from './failed-page.js';
+import { auditPage, kindsPage, overviewPage, timeoutsPage, warningsPage, type KindRow, type PageContext } from './pages.js';
+import { scanPage, scansPage } from './scan-pages.js';
 import { CENTER, mergeRows, storeStates, type ConsoleStores } from './stores.js';
 
 export interface RouteDeps {

@@ -208,7 +208,8 @@ describe('console across stores', () => {
     await b.query(`UPDATE orders SET poison = false WHERE id IN (15, 21)`);
     await a.query(`UPDATE orders SET poison = false WHERE id = 10`);
     const id15 = (await b.query<{ id: string }>(`SELECT id FROM timeout_center.all_timeouts WHERE biz_id = '15' AND state = 'failed'`)).rows[0]!.id;
-    const retried = await post('/api/failed/retry', { store: 'orders_b', id: [id15] });
+    // As the failed page's checkboxes send it: the store, then the id (ids are per store).
+    const retried = await post('/api/failed/retry', { id: [`orders_b:${id15}`] });
     expect(retried.status, JSON.stringify(retried.json)).toBe(200);
     expect(retried.json).toMatchObject({ retried: 1 });
     await until('order 15 closed in orders_b', async () => (await stateOf(b, '15')) === 'done');
@@ -230,6 +231,33 @@ describe('console across stores', () => {
     await until('orders 10 and 21 closed', async () => (await stateOf(a, '10')) === 'done' && (await stateOf(b, '21')) === 'done');
     const stores = await centerPool.query(`SELECT store FROM timeout_center.audit_log WHERE action = 'retry' ORDER BY store`);
     expect(stores.rows.map((r: { store: string }) => r.store)).toEqual(['orders_a', 'orders_b', 'orders_b']);
+  });
+
+  it("reruns a shard in its store from the store's scan page, audited in the center with the store", async () => {
+    // Order 1004 (orders_a) refuses to close once.
+    await a.query(`INSERT INTO orders (id, status, poison) VALUES (1004, 'unpaid', true)`);
+    await a.query(`INSERT INTO timeout_center.timeouts (kind, biz_id, due_at) VALUES ($1, '1004', now())`, [KIND]);
+    const failed = await until(
+      'order 1004 failed in a finished shard',
+      async () =>
+        (
+          await a.query<{ shard_id: string; scan_id: string }>(
+            `SELECT t.shard_id, sh.scan_id FROM timeout_center.all_timeouts t JOIN timeout_center.shards sh ON sh.id = t.shard_id
+              WHERE t.biz_id = '1004' AND t.state = 'failed' AND sh.state IN ('done', 'failed')`,
+          )
+        ).rows[0],
+    );
+    await a.query(`UPDATE orders SET poison = false WHERE id = 1004`);
+    const scan = await get<{ shards: { shardId: string; failedNow: number }[] }>(`/api/scans/orders_a/${failed.scan_id}`);
+    expect(scan.shards.find((s) => String(s.shardId) === failed.shard_id)?.failedNow).toBe(1);
+    const html = await (await fetch(`${url}/scans/orders_a/${failed.scan_id}`)).text();
+    expect(html).toMatch(new RegExp(`/actions/shards/${failed.shard_id}/rerun[\\s\\S]*name="store" value="orders_a"`));
+    const rerun = await post(`/api/shards/${failed.shard_id}/rerun`, { store: 'orders_a' });
+    expect(rerun.status, JSON.stringify(rerun.json)).toBe(200);
+    expect(rerun.json).toMatchObject({ store: 'orders_a', retried: 1 });
+    await until('order 1004 closed', async () => (await stateOf(a, '1004')) === 'done');
+    const audit = await centerPool.query(`SELECT store, target FROM timeout_center.audit_log WHERE action = 'rerun_shard'`);
+    expect(audit.rows).toEqual([{ store: 'orders_a', target: `shard ${failed.shard_id}` }]);
   });
 
   it('cancel and reschedule of an order go to its store, audited in the center with the store', async () => {
