@@ -504,6 +504,13 @@ export function loadConfig(options: LoadOptions): LoadedConfig {
   if (missing.length > 0) throw new ConfigError(source, missing);
   const redisConnection = redis as RedisConnectionConfig;
   const redisUrl = redisConnection.mode === 'single' ? redisConnection.url : '';
+  const businessDatabaseUrls = resolveBusinessDatabaseUrls(config, source, env);
+  return { ...config, databaseUrl: databaseUrl!, redisUrl, redisConnection, baseDir, source, businessDatabaseUrls };
+}
+
+/** Each business database's URL (urlEnv read from the environment); a missing variable is a
+ *  ConfigError naming it. */
+export function resolveBusinessDatabaseUrls(config: Config, source: string, env: NodeJS.ProcessEnv = process.env): Record<string, string> {
   const businessDatabaseUrls: Record<string, string> = {};
   for (const [name, db] of Object.entries(config.businessDatabases)) {
     const url = db.url ?? env[db.urlEnv!];
@@ -514,5 +521,5 @@ export function loadConfig(options: LoadOptions): LoadedConfig {
     }
     businessDatabaseUrls[name] = url;
   }
-  return { ...config, databaseUrl: databaseUrl!, redisUrl, redisConnection, baseDir, source, businessDatabaseUrls };
+  return businessDatabaseUrls;
 }

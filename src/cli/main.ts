@@ -120,7 +120,7 @@ function serve(role: 'coordinator' | 'worker' | 'run', description: string) {
     // soon as the start completes (drained, leadership released), not by Node's default exit.
     const untilSignalled = handleShutdownSignals(logger);
     // The console (--console), with its own pool, is one more service of the process.
-    const console_ = consoleService(opts, config.databaseUrl, config.alerts.lagSlaMs, logger);
+    const console_ = consoleService(opts, config, logger);
     const runtime = await startRuntime({
       config,
       logger,

@@ -1,24 +1,20 @@
 // The console's pages: pure functions from data to HTML (server-rendered, no script needed).
 // Every link and form action is prefixed with the base path, so the console can be mounted under
-// a sub-path behind a proxy; every form post carries the CSRF token.
+// a sub-path behind a proxy; every form post carries the CSRF token. The scans pages are in
+// scan-pages.ts, the failed page in failed-page.ts, the stores' pieces in store-pages.ts.
 import type { KindControls } from '../flow/kind-controls.js';
 import type { TargetControls } from '../flow/target-controls.js';
 import type { AuditEntry } from '../operations/audit.js';
 import type { KindBacklog, Leader, LiveWorker, MinutePoint, OpenBreaker } from '../operations/overview.js';
-import type { ScanSummary, ShardSummary } from '../operations/scans.js';
-import type { FailedFilter, FailedRow, TimeoutHistoryRow } from '../operations/timeouts.js';
+import type { StoreOverview } from '../operations/stores-overview.js';
+import type { TimeoutHistoryRow } from '../operations/timeouts.js';
 import { formatBytes, type Warning, type WarningsReport } from '../operations/warnings.js';
 import { lastHourChart } from './chart.js';
 import { formatSeconds, formatTime, html, raw, type Html } from './html.js';
+import { actionButton, csrfField, num, stateCell, type PageContext } from './parts.js';
+import { inStore, scanPath, storeCell, storeHead, storesSection } from './store-pages.js';
 
-export interface PageContext {
-  base: string;
-  actor: string;
-  csrf: string;
-  readOnly: boolean;
-  /** The result of the last action (after its redirect), shown once at the top. */
-  flash?: { ok: boolean; text: string } | undefined;
-}
+export type { PageContext } from './parts.js';
 
 const STYLE = `
 body{font:14px/1.45 system-ui,-apple-system,"Segoe UI",sans-serif;margin:0;color:#1a202c;background:#f7fafc}
@@ -77,24 +73,6 @@ export function layout(ctx: PageContext, current: string, title: string, body: H
     </html>`.text;
 }
 
-function csrfField(ctx: PageContext): Html {
-  return html`<input type="hidden" name="_csrf" value="${ctx.csrf}" />`;
-}
-
-/** A one-button form posting to an action; `back` is where the result is shown. */
-function actionButton(ctx: PageContext, action: string, label: string, back: string, fields: Record<string, string> = {}): Html {
-  return html`<form class="inline" method="post" action="${ctx.base}${action}">
-    ${csrfField(ctx)}<input
-      type="hidden"
-      name="back"
-      value="${back}"
-    />${Object.entries(fields).map(([k, v]) => html`<input type="hidden" name="${k}" value="${v}" />`)}<button type="submit">${label}</button>
-  </form>`;
-}
-
-const num = (v: number | null | undefined) => html`<td class="n">${v ?? ''}</td>`;
-const stateCell = (s: string) => html`<td class="state-${s}">${s}</td>`;
-
 // Overview ----------------------------------------------------------------------------------------
 
 export interface OverviewData {
@@ -104,6 +82,8 @@ export interface OverviewData {
   lastHour: MinutePoint[];
   breakers: OpenBreaker[];
   warnings: Warning[];
+  /** With stores: each store's figures, or why it does not answer. */
+  stores?: StoreOverview[] | undefined;
 }
 
 export function overviewPage(ctx: PageContext, d: OverviewData): string {
@@ -127,6 +107,7 @@ export function overviewPage(ctx: PageContext, d: OverviewData): string {
           </tr>`,
       )}
     </table>
+    ${storesSection(ctx, d.stores)}
     <h2>Last hour: ${finished} timeouts finished</h2>
     <div class="card">${lastHourChart(d.lastHour)}</div>
     <h2>Leader</h2>
@@ -294,83 +275,6 @@ function databasesTable(ctx: PageContext, databases: TargetControls[], back: str
     </table>`;
 }
 
-// Scans ---------------------------------------------------------------------------------------------
-
-export function scansPage(ctx: PageContext, scans: ScanSummary[]): string {
-  const body = html`<table id="scans">
-      <tr>
-        <th>scan</th>
-        <th>state</th>
-        <th>claimed</th>
-        <th>shards</th>
-        <th>done</th>
-        <th>skipped</th>
-        <th>failed</th>
-        <th>retried</th>
-        <th>started</th>
-        <th>duration</th>
-        <th>epoch</th>
-      </tr>
-      ${scans.map(
-        (s) =>
-          html`<tr>
-            <td><a href="${ctx.base}/scans/${s.scanId}">${s.scanId}</a></td>
-            <td>${s.state}</td>
-            ${num(s.claimed)}${num(s.shards)}${num(s.done)}${num(s.skipped)}
-            <td class="n ${s.failed ? 'state-failed' : ''}">${s.failed ?? ''}</td>
-            ${num(s.retried)}
-            <td>${s.startedAt}</td>
-            <td class="n">${formatSeconds(s.durationSeconds)}</td>
-            ${num(s.epoch)}
-          </tr>`,
-      )}
-    </table>
-    ${scans.length === 0 ? html`<p class="muted">no scans yet</p>` : ''}`;
-  return layout(ctx, '/scans', 'Scans', body);
-}
-
-export function scanPage(ctx: PageContext, scan: ScanSummary, shards: ShardSummary[]): string {
-  const back = `/scans/${scan.scanId}`;
-  const body = html` <div class="card">
-      state <strong>${scan.state}</strong> · cutoff ${scan.cutoff} · claimed ${scan.claimed} · ${scan.shards} shards · coordinator ${scan.coordinator} (epoch
-      ${scan.epoch}) · started ${scan.startedAt}${scan.reducedAt ? html` · reduced ${scan.reducedAt}` : ''}
-    </div>
-    <table id="shards">
-      <tr>
-        <th>shard</th>
-        <th>kind</th>
-        <th>size</th>
-        <th>state</th>
-        <th>attempts</th>
-        <th>owner</th>
-        <th>done</th>
-        <th>skipped</th>
-        <th>failed</th>
-        <th>retried</th>
-        <th>duration</th>
-        <th>error sample</th>
-        <th></th>
-      </tr>
-      ${shards.map(
-        (s) =>
-          html`<tr data-shard="${s.shardId}">
-            <td>${s.shardId}</td>
-            <td>${s.kind}</td>
-            ${num(s.size)}${stateCell(s.state)}${num(s.attempts)}
-            <td>${s.owner}</td>
-            ${num(s.done)}${num(s.skipped)}${num(s.failed)}${num(s.retried)}
-            <td class="n">${formatSeconds(s.durationSeconds)}</td>
-            <td class="err">${s.errorSample}</td>
-            <td>
-              ${(s.state === 'done' || s.state === 'failed') && s.failedNow > 0 ? actionButton(ctx, `/actions/shards/${s.shardId}/rerun`, `Rerun this shard (${s.failedNow} failed)`, back) : ''}
-            </td>
-          </tr>`,
-      )}
-    </table>
-    <p class="muted">Rerun puts the shard's failed timeouts back to pending (attempts 0, due now); the next scan applies them in a new shard.</p>`;
-  return layout(ctx, '/scans', `Scan ${scan.scanId}`, body);
-}
-
 // Timeouts ------------------------------------------------------------------------------------------
 
 export function timeoutsPage(
@@ -378,6 +282,7 @@ export function timeoutsPage(
   kinds: string[],
   query: { kind?: string | undefined; bizId?: string | undefined },
   rows: TimeoutHistoryRow[] | null,
+  store?: string,
 ): string {
   const back = `/timeouts?kind=${encodeURIComponent(query.kind ?? '')}&bizId=${encodeURIComponent(query.bizId ?? '')}`;
   const live = rows?.find((r) => r.state === 'pending' || r.state === 'dispatched');
@@ -393,7 +298,7 @@ export function timeoutsPage(
         ? ''
         : rows.length === 0
           ? html`<p id="not-found">No timeout of ${query.kind} for ${query.bizId}: never scheduled, or purged by retention.</p>`
-          : html`<h2>History of ${query.kind} ${query.bizId}</h2>
+          : html`<h2>History of ${query.kind} ${query.bizId}${inStore(ctx, store)}</h2>
               <table id="history">
                 <tr>
                   <th>timeout</th>
@@ -415,7 +320,7 @@ export function timeoutsPage(
                       <td>${t.dueAt}</td>
                       <td>${t.availableAt}</td>
                       ${num(t.attempts)}
-                      <td>${t.shardId !== null ? html`<a href="${ctx.base}/scans/${t.scanId ?? ''}">${t.shardId}</a>` : ''}</td>
+                      <td>${t.shardId !== null ? html`<a href="${ctx.base}${scanPath(store, t.scanId ?? '')}">${t.shardId}</a>` : ''}</td>
                       <td>${t.result}</td>
                       <td class="err">${t.lastError}</td>
                       <td>${t.createdAt}</td>
@@ -450,70 +355,6 @@ export function timeoutsPage(
               }`
     }`;
   return layout(ctx, '/timeouts', 'Timeouts', body);
-}
-
-// Failed --------------------------------------------------------------------------------------------
-
-export function failedPage(ctx: PageContext, kinds: string[], filter: FailedFilter, total: number, rows: FailedRow[]): string {
-  const qs = new URLSearchParams();
-  if (filter.kind) qs.set('kind', filter.kind);
-  if (filter.scan) qs.set('scan', String(filter.scan));
-  if (filter.errorContains) qs.set('error', filter.errorContains);
-  const back = `/failed${qs.size ? `?${qs}` : ''}`;
-  const filterFields = { kind: filter.kind ?? '', scan: filter.scan ? String(filter.scan) : '', error: filter.errorContains ?? '' };
-  const body = html` <form method="get" action="${ctx.base}/failed" id="filter">
-      <select name="kind" aria-label="kind">
-        <option value="">all kinds</option>
-        ${kinds.map((k) => html`<option value="${k}" ${k === filter.kind ? raw('selected') : ''}>${k}</option>`)}
-      </select>
-      <input name="scan" placeholder="scan id" size="8" value="${filter.scan ?? ''}" aria-label="scan" />
-      <input name="error" placeholder="error contains" size="30" value="${filter.errorContains ?? ''}" aria-label="error contains" />
-      <button type="submit">Filter</button>
-    </form>
-    <p id="failed-total">
-      ${total} failed timeout${total === 1 ? '' : 's'} match${rows.length < total ? html` (showing ${rows.length})` : ''}
-      ${total > 0 ? actionButton(ctx, '/actions/failed/retry', `Retry all ${total} matching`, back, { ...filterFields, all: '1' }) : ''}
-    </p>
-    ${
-      rows.length > 0
-        ? html`<form method="post" action="${ctx.base}/actions/failed/retry" id="selection">
-            ${csrfField(ctx)}<input type="hidden" name="back" value="${back}" />
-            <table id="failed">
-              <tr>
-                <th></th>
-                <th>timeout</th>
-                <th>kind</th>
-                <th>biz id</th>
-                <th>due</th>
-                <th>attempts</th>
-                <th>failed at</th>
-                <th>shard</th>
-                <th>scan</th>
-                <th>error</th>
-                <th></th>
-              </tr>
-              ${rows.map(
-                (t) =>
-                  html`<tr data-timeout="${t.timeoutId}">
-                    <td><input type="checkbox" name="id" value="${t.timeoutId}" aria-label="select ${t.timeoutId}" /></td>
-                    <td>${t.timeoutId}</td>
-                    <td>${t.kind}</td>
-                    <td><a href="${ctx.base}/timeouts?kind=${encodeURIComponent(t.kind)}&bizId=${encodeURIComponent(t.bizId)}">${t.bizId}</a></td>
-                    <td>${t.dueAt}</td>
-                    ${num(t.attempts)}
-                    <td>${t.failedAt}</td>
-                    ${num(t.shardId)}
-                    <td>${t.scanId !== null ? html`<a href="${ctx.base}/scans/${t.scanId}">${t.scanId}</a>` : ''}</td>
-                    <td class="err">${t.lastError}</td>
-                    <td><button type="submit" name="one" value="${t.timeoutId}">Retry</button></td>
-                  </tr>`,
-              )}
-            </table>
-            <button type="submit">Retry selected</button>
-          </form>`
-        : ''
-    }`;
-  return layout(ctx, '/failed', 'Failed timeouts', body);
 }
 
 // Warnings ------------------------------------------------------------------------------------------
@@ -594,9 +435,12 @@ export function warningsPage(ctx: PageContext, report: WarningsReport, lagSlaSec
 // Audit -----------------------------------------------------------------------------------------------
 
 export function auditPage(ctx: PageContext, entries: AuditEntry[]): string {
+  // The store column: with stores, or when an entry came from a store.
+  const c = ctx.stores || !entries.some((e) => e.store !== null) ? ctx : { ...ctx, stores: [] };
   const body = html`<table id="audit">
       <tr>
         <th>when</th>
+        ${storeHead(c)}
         <th>who</th>
         <th>action</th>
         <th>kind</th>
@@ -607,6 +451,7 @@ export function auditPage(ctx: PageContext, entries: AuditEntry[]): string {
         (e) =>
           html`<tr data-action="${e.action}">
             <td>${formatTime(e.at)}</td>
+            ${storeCell(c, e.store)}
             <td>${e.actor}</td>
             <td>${e.action}</td>
             <td>${e.kind}</td>

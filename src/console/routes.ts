@@ -5,33 +5,24 @@ import type { Kysely } from 'kysely';
 import type pg from 'pg';
 import type { Database } from '../db/schema.js';
 import { listAudit } from '../operations/audit.js';
-import {
-  cancelAudited,
-  kindNames,
-  kindSettings,
-  listKindControls,
-  listTargetControls,
-  pauseKind,
-  rerunShard,
-  rescheduleAudited,
-  resumeKind,
-  retryAudited,
-  retryEveryFailed,
-  setKindLimits,
-  setTargetRateLimit,
-} from '../operations/actions.js';
+import { kindNames, kindSettings, listKindControls, listTargetControls } from '../operations/actions.js';
 import { kindBacklog, lastHour, leader, liveWorkers, openBreakers, type MinutePoint } from '../operations/overview.js';
-import type { RetrySelector } from '../operations/retry.js';
 import { getScan, listScans } from '../operations/scans.js';
+import { readStoreFigures, type StoreOverview } from '../operations/stores-overview.js';
 import { listFailed, timeoutHistory } from '../operations/timeouts.js';
 import { collectWarnings } from '../operations/warnings.js';
-import { failedFilter, HttpError, limitValue, many, one, positiveId, type ConsoleRequest } from './http.js';
-import { auditPage, failedPage, kindsPage, overviewPage, scanPage, scansPage, timeoutsPage, warningsPage, type KindRow, type PageContext } from './pages.js';
+import { failedFilter, HttpError, positiveId, type ConsoleRequest } from './http.js';
+import { failedPage } from './failed-page.js';
+import { auditPage, kindsPage, overviewPage, timeoutsPage, warningsPage, type KindRow, type PageContext } from './pages.js';
+import { scanPage, scansPage } from './scan-pages.js';
+import { CENTER, mergeRows, storeStates, type ConsoleStores } from './stores.js';
 
 export interface RouteDeps {
   pool: pg.Pool;
   db: Kysely<Database>;
   lagSlaSeconds: number;
+  /** The center and, with a config that names them, the stores. */
+  stores: ConsoleStores;
 }
 
 export interface PageRoute {
@@ -41,8 +32,9 @@ export interface PageRoute {
 
 export interface ActionRoute {
   path: RegExp;
-  /** What it did, as JSON and as one line for the page. */
-  act(r: ConsoleRequest, match: RegExpExecArray): Promise<{ json: unknown; text: string }>;
+  /** What it did, as JSON and as one line for the page (shown as an error when ok is false: a
+   *  store did not answer). */
+  act(r: ConsoleRequest, match: RegExpExecArray): Promise<{ json: unknown; text: string; ok?: boolean }>;
 }
 
 /** The first route whose pattern matches the path, with its match. */
@@ -56,7 +48,7 @@ export function findRoute<T extends { path: RegExp }>(routes: T[], path: string)
 
 const param = (m: RegExpExecArray) => decodeURIComponent(m[1]!);
 
-export function pageRoutes({ pool, lagSlaSeconds }: RouteDeps): PageRoute[] {
+export function pageRoutes({ pool, lagSlaSeconds, stores }: RouteDeps): PageRoute[] {
   const kindRows = async (): Promise<KindRow[]> => {
     const [controls, settings] = await Promise.all([listKindControls(pool), kindSettings(pool)]);
     const byKind = new Map(settings.map((r) => [r.kind, r]));
@@ -74,20 +66,39 @@ export function pageRoutes({ pool, lagSlaSeconds }: RouteDeps): PageRoute[] {
     return hourCache.points;
   };
   const kindsAndDatabases = () => Promise.all([kindRows(), listTargetControls(pool)]);
+  // Each store's figures for the overview, or why it does not answer (undefined without stores).
+  const storesFigures = async (): Promise<StoreOverview[] | undefined> => {
+    if (!stores.multi) return undefined;
+    const answers = await stores.each(
+      stores.names.filter((s) => s !== CENTER),
+      (d) => readStoreFigures(d.pool),
+    );
+    return answers.map((a) => {
+      const kinds = stores.kindsOf(a.store) ?? [];
+      return a.ok ? { store: a.store, kinds, reachable: true, ...a.value } : { store: a.store, kinds, reachable: false, error: a.error };
+    });
+  };
+  const scanRead = async (ctx: PageContext, store: string, id: string) => {
+    const scanId = positiveId(id, 'scan id');
+    const found = await stores.one(store, (d) => getScan(d.pool, scanId));
+    if (!found) throw new HttpError(404, `scan ${scanId} does not exist${stores.multi ? ` in store ${store}` : ''} (never created, or purged by retention)`);
+    return { json: stores.multi ? { store, ...found } : found, page: () => scanPage(ctx, found.scan, found.shards, store) };
+  };
 
   return [
     {
       path: /^(?:\/|\/overview)?$/,
       async read(_r, ctx) {
-        const [backlog, lead, workers, hour, breakers, warnings] = await Promise.all([
+        const [backlog, lead, workers, hour, breakers, warnings, storeFigures] = await Promise.all([
           kindBacklog(pool),
           leader(pool),
           liveWorkers(pool),
           lastHourCached(),
           openBreakers(pool),
           collectWarnings(pool, { lagSlaSeconds }),
+          storesFigures(),
         ]);
-        const d = { backlog, leader: lead, workers, lastHour: hour, breakers, warnings: warnings.warnings };
+        const d = { backlog, leader: lead, workers, lastHour: hour, breakers, warnings: warnings.warnings, stores: storeFigures };
         return { json: d, page: () => overviewPage(ctx, d) };
       },
     },
@@ -111,18 +122,23 @@ export function pageRoutes({ pool, lagSlaSeconds }: RouteDeps): PageRoute[] {
       async read(r, ctx) {
         const limitText = r.query.get('limit');
         const limit = limitText ? Math.min(positiveId(limitText, 'limit'), 1000) : 50;
-        const scans = await listScans(pool, { limit, kind: r.query.get('kind') || undefined });
-        return { json: scans, page: () => scansPage(ctx, scans) };
+        const kind = r.query.get('kind') || undefined;
+        const answers = await stores.each(stores.scope(r.query.get('store')), (d) => listScans(d.pool, { limit, kind }));
+        if (!stores.multi) return { json: answers[0]!.ok ? answers[0]!.value : [], page: () => scansPage(ctx, answers[0]!.ok ? answers[0]!.value : []) };
+        // Newest first by start time (scan ids are per store), then the limit.
+        const scans = mergeRows(answers, (x, y) => y.startedAt.getTime() - x.startedAt.getTime()).slice(0, limit);
+        const states = storeStates(answers);
+        return { json: { stores: states, scans }, page: () => scansPage(ctx, scans, states) };
       },
     },
     {
+      // A store's scan: scan ids are per store.
+      path: /^\/scans\/([^/]+)\/([^/]+)$/,
+      read: (_r, ctx, m) => scanRead(ctx, param(m), decodeURIComponent(m[2]!)),
+    },
+    {
       path: /^\/scans\/([^/]+)$/,
-      async read(_r, ctx, m) {
-        const scanId = positiveId(param(m), 'scan id');
-        const found = await getScan(pool, scanId);
-        if (!found) throw new HttpError(404, `scan ${scanId} does not exist (never created, or purged by retention)`);
-        return { json: found, page: () => scanPage(ctx, found.scan, found.shards) };
-      },
+      read: (_r, ctx, m) => scanRead(ctx, CENTER, param(m)),
     },
     {
       path: /^\/timeouts$/,
@@ -130,16 +146,31 @@ export function pageRoutes({ pool, lagSlaSeconds }: RouteDeps): PageRoute[] {
         const kind = r.query.get('kind') || undefined;
         const bizId = r.query.get('bizId')?.trim() || undefined;
         const kinds = await kindNames(pool);
-        const rows = kind && bizId ? await timeoutHistory(pool, kind, bizId) : null;
-        return { json: rows ?? [], page: () => timeoutsPage(ctx, kinds, { kind, bizId }, rows) };
+        // A kind stored beside its orders: the store its rule picks for the business id.
+        const store = kind && bizId ? await stores.place(kind, bizId) : undefined;
+        const rows = kind && bizId && store ? await stores.one(store, (d) => timeoutHistory(d.pool, kind, bizId)) : null;
+        return {
+          json: stores.multi ? { store: store ?? null, rows: rows ?? [] } : (rows ?? []),
+          page: () => timeoutsPage(ctx, kinds, { kind, bizId }, rows, store),
+        };
       },
     },
     {
       path: /^\/failed$/,
       async read(r, ctx) {
-        const filter = failedFilter(r.query);
-        const [kinds, found] = await Promise.all([kindNames(pool), listFailed(pool, filter, 200)]);
-        return { json: found, page: () => failedPage(ctx, kinds, filter, found.total, found.rows) };
+        const filter = { ...failedFilter(r.query), store: r.query.get('store') || undefined };
+        let scope = stores.scope(filter.store);
+        if (filter.kind) scope = scope.filter((s) => stores.storesOfKind(filter.kind!).includes(s));
+        if (filter.scan && scope.length > 1) throw new HttpError(400, `scan ids are per store: pick the store of scan ${filter.scan} (${scope.join(', ')})`);
+        const [kinds, answers] = await Promise.all([kindNames(pool), stores.each(scope, (d) => listFailed(d.pool, filter, 200))]);
+        const total = answers.reduce((n, a) => n + (a.ok ? a.value.total : 0), 0);
+        const rows = mergeRows(
+          answers.map((a) => (a.ok ? { ...a, value: a.value.rows } : a)),
+          (x, y) => (y.failedAt?.getTime() ?? 0) - (x.failedAt?.getTime() ?? 0) || y.timeoutId - x.timeoutId,
+        ).slice(0, 200);
+        const states = storeStates(answers);
+        if (!stores.multi) return { json: { total, rows: rows.map(({ store: _s, ...t }) => t) }, page: () => failedPage(ctx, kinds, filter, total, rows) };
+        return { json: { total, stores: states, rows }, page: () => failedPage(ctx, kinds, filter, total, rows, states) };
       },
     },
     {
@@ -154,116 +185,6 @@ export function pageRoutes({ pool, lagSlaSeconds }: RouteDeps): PageRoute[] {
       async read(r, ctx) {
         const entries = await listAudit(pool, { limit: 200, kind: r.query.get('kind') || undefined, action: r.query.get('action') || undefined });
         return { json: entries, page: () => auditPage(ctx, entries) };
-      },
-    },
-  ];
-}
-
-export function actionRoutes({ pool, db }: RouteDeps): ActionRoute[] {
-  const timeoutOf = (r: ConsoleRequest) => {
-    const kind = one(r.body, 'kind') ?? '';
-    const bizId = one(r.body, 'bizId')?.trim() ?? '';
-    if (!kind || !bizId) throw new HttpError(400, 'give a kind and a business id (bizId)');
-    return { kind, bizId };
-  };
-  return [
-    {
-      path: /^\/kinds\/([^/]+)\/pause$/,
-      act: async (r, m) => ({ json: await pauseKind(pool, param(m), r.actor), text: `paused ${param(m)}: nothing of it starts until it is resumed` }),
-    },
-    {
-      path: /^\/kinds\/([^/]+)\/resume$/,
-      act: async (r, m) => ({ json: await resumeKind(pool, param(m), r.actor), text: `resumed ${param(m)}` }),
-    },
-    {
-      path: /^\/kinds\/([^/]+)\/limit$/,
-      async act(r, m) {
-        const kind = param(m);
-        const change = { maxRunningShards: limitValue(one(r.body, 'maxRunningShards')), rateLimit: limitValue(one(r.body, 'rateLimit')) };
-        const controls = await setKindLimits(pool, kind, change, r.actor);
-        return {
-          json: controls,
-          text: `${kind}: at most ${controls.maxRunningShards ?? 'any number of'} running shards, ${controls.rateLimit === null ? 'no rate limit' : `${controls.rateLimit} timeouts/s`}`,
-        };
-      },
-    },
-    {
-      path: /^\/databases\/([^/]+)\/limit$/,
-      async act(r, m) {
-        const target = param(m);
-        const rate = limitValue(one(r.body, 'rateLimit'));
-        if (rate === undefined) throw new HttpError(400, 'give rateLimit: timeouts per second, or empty for no limit');
-        const controls = await setTargetRateLimit(pool, target, rate, r.actor);
-        return {
-          json: controls,
-          text: `database ${target}: ${controls.rateLimit === null ? 'no rate limit' : `at most ${controls.rateLimit} timeouts/s over all its kinds`}`,
-        };
-      },
-    },
-    {
-      path: /^\/shards\/([^/]+)\/rerun$/,
-      async act(r, m) {
-        const shardId = positiveId(param(m), 'shard id');
-        const result = await rerunShard(db, shardId, r.actor);
-        return {
-          json: result,
-          text: `shard ${shardId}: ${result.retried} failed timeout(s) back to pending${result.left ? `, ${result.left} left alone (a live timeout exists for the object)` : ''}`,
-        };
-      },
-    },
-    {
-      path: /^\/timeouts\/cancel$/,
-      async act(r) {
-        const { kind, bizId } = timeoutOf(r);
-        if (!(await cancelAudited(db, kind, bizId, r.actor))) {
-          throw new HttpError(
-            409,
-            `${kind} ${bizId} has no pending timeout to cancel (too late: a worker holds it, or it is already done, failed or cancelled; or never scheduled)`,
-          );
-        }
-        return { json: { kind, bizId, cancelled: true }, text: `cancelled the pending ${kind} timeout of ${bizId}` };
-      },
-    },
-    {
-      path: /^\/timeouts\/reschedule$/,
-      async act(r) {
-        const { kind, bizId } = timeoutOf(r);
-        const dueText = one(r.body, 'dueAt')?.trim() ?? '';
-        const dueAt = new Date(dueText);
-        if (!dueText || Number.isNaN(dueAt.getTime())) throw new HttpError(400, `dueAt must be a date and time such as 2026-11-23T08:00:00Z, got "${dueText}"`);
-        if (!(await rescheduleAudited(db, kind, bizId, dueAt, r.actor))) {
-          throw new HttpError(409, `${kind} ${bizId} has no pending timeout (an in-flight one is being applied now and cannot move)`);
-        }
-        return { json: { kind, bizId, dueAt }, text: `moved ${kind} ${bizId} to ${dueAt.toISOString()}` };
-      },
-    },
-    {
-      path: /^\/failed\/retry$/,
-      async act(r) {
-        const p = r.body;
-        const single = one(p, 'one');
-        const ids = (single ? [single] : many(p, 'id'))
-          .flatMap((v) => v.split(','))
-          .filter((v) => v.trim() !== '')
-          .map((v) => positiveId(v, 'timeout id'));
-        let selector: RetrySelector;
-        if (ids.length > 0) selector = { id: ids };
-        // A form says "all matching" explicitly; an API call names its filter (kind, scan, error).
-        else if (one(p, 'all') === '1' || (r.api && (one(p, 'kind') || one(p, 'scan') || one(p, 'error')))) {
-          const f = failedFilter({ get: (k: string) => one(p, k) });
-          // "All matching" with no filter is every failed timeout: allowed, but only when asked for.
-          if (!f.kind && !f.scan && !f.errorContains) {
-            const { retried, left } = await retryEveryFailed(db, r.actor);
-            return { json: { retried, left }, text: `retried ${retried} failed timeout(s)${left ? `; left ${left} alone` : ''}` };
-          }
-          selector = { kind: f.kind, scan: f.scan, errorContains: f.errorContains, id: undefined };
-        } else throw new HttpError(400, 'select failed timeouts to retry (tick them), or use "retry all matching"');
-        const result = await retryAudited(db, selector, r.actor);
-        if (result.matched === 0) throw new HttpError(409, 'no failed timeouts match (nothing changed): already retried?');
-        return {
-          json: result,
-          text: `retried ${result.retried} failed timeout(s)${result.left ? `; left ${result.left} alone: its object already has a live timeout, or a newer failed one` : ''}${result.notFailed.length ? `; not failed: ${result.notFailed.join(', ')}` : ''}`,
-        };
       },
     },
   ];

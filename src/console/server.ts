@@ -11,11 +11,15 @@ import { createServer, type IncomingMessage, type Server, type ServerResponse } 
 import type { AddressInfo } from 'node:net';
 import type pg from 'pg';
 import type { Logger } from 'pino';
+import type { Config } from '../config.js';
 import { createKysely } from '../db/kysely.js';
+import type { StoreDirectory } from '../stores/store-directory.js';
+import { actionRoutes } from './action-routes.js';
 import { authenticate, authEnabled, Csrf, isLoopback, sameOrigin, type AuthConfig } from './auth.js';
 import { formParams, HttpError, isInputError, jsonParams, one, readBody, send, type Params } from './http.js';
 import { messagePage, type PageContext } from './pages.js';
-import { actionRoutes, findRoute, pageRoutes } from './routes.js';
+import { findRoute, pageRoutes } from './routes.js';
+import { ConsoleStores } from './stores.js';
 
 export interface ConsoleOptions {
   /** The console's own pool (a few connections; it never shares the worker's). */
@@ -30,6 +34,9 @@ export interface ConsoleOptions {
   /** Serve without auth on a non-loopback address (the operator said so explicitly). */
   allowUnauthenticated: boolean;
   lagSlaSeconds: number;
+  /** With a config that names stores: their databases and the kinds (where a business object's
+   *  timeout lives). The console then reads and acts across the center and every store. */
+  stores?: { directory: StoreDirectory; kinds: Config['kinds'] } | undefined;
 }
 
 export interface ConsoleServer {
@@ -62,7 +69,9 @@ export async function startConsole(options: ConsoleOptions): Promise<ConsoleServ
     );
   }
   const { pool, logger } = options;
-  const routeDeps = { pool, db: createKysely(pool), lagSlaSeconds: options.lagSlaSeconds };
+  const db = createKysely(pool);
+  const stores = new ConsoleStores({ pool, db }, options.stores?.directory, options.stores?.kinds);
+  const routeDeps = { pool, db, lagSlaSeconds: options.lagSlaSeconds, stores };
   const pages = pageRoutes(routeDeps);
   const actions = actionRoutes(routeDeps);
   const csrf = new Csrf();
@@ -96,7 +105,13 @@ export async function startConsole(options: ConsoleOptions): Promise<ConsoleServ
         challenge,
       );
     }
-    const ctx: PageContext = { base, actor: auth.actor, csrf: csrf.token(auth.actor), readOnly: options.readOnly };
+    const ctx: PageContext = {
+      base,
+      actor: auth.actor,
+      csrf: csrf.token(auth.actor),
+      readOnly: options.readOnly,
+      stores: stores.multi ? stores.names : undefined,
+    };
     const flashId = url.searchParams.get('done');
     if (flashId) {
       const f = flashes.get(flashId);
@@ -149,7 +164,7 @@ export async function startConsole(options: ConsoleOptions): Promise<ConsoleServ
         if (!found) return fail(404, `no such action: ${path}`);
         const result = await found[0].act({ method, path: actionPath, query: url.searchParams, actor: auth.actor, api, body }, found[1]);
         logger.info({ actor: auth.actor, action: actionPath }, 'console action');
-        return api ? send(res, 200, 'application/json', JSON.stringify(result.json)) : redirect(true, result.text);
+        return api ? send(res, 200, 'application/json', JSON.stringify(result.json)) : redirect(result.ok ?? true, result.text);
       } catch (err) {
         const status = err instanceof HttpError ? err.status : isInputError(err) ? 400 : 0;
         if (status === 0) throw err;

@@ -1,14 +1,17 @@
-// `timeout-center console`: the web console (src/console/) on its own, needing only DATABASE_URL;
+// `timeout-center console`: the web console (src/console/) on its own, needing only DATABASE_URL (and
+// --config for the stores: kinds stored beside their orders);
 // and the --console <port> option that serves the same console from a coordinator, worker or
 // run process. Auth comes from the environment (TC_CONSOLE_TOKEN, TC_CONSOLE_USER +
 // TC_CONSOLE_PASSWORD): never on the command line, where `ps` shows it.
 import { CommanderError, Option, type Command } from 'commander';
-import { parseConfig, readConfigFile } from '../../config.js';
+import { parseConfig, readConfigFile, resolveBusinessDatabaseUrls, type Config, type LoadedConfig } from '../../config.js';
 import { assertMigrated } from '../../db/migrate.js';
 import { createPool } from '../../db/pool.js';
 import { createLogger, type Logger } from '../../observability/logger.js';
 import { checkPostgres } from '../../runtime.js';
 import { service, type Service } from '../../service.js';
+import { storeLayout } from '../../stores/layout.js';
+import { StoreDirectory } from '../../stores/store-directory.js';
 import { AuthConfigError, authFromEnv } from '../../console/auth.js';
 import { ConsoleConfigError, normalizeBasePath, startConsole, type ConsoleServer } from '../../console/server.js';
 import { databaseOption, inputError, parseDuration } from './common.js';
@@ -41,9 +44,28 @@ export interface StartConsoleInput extends ConsoleFlags {
   port: number;
   lagSlaSeconds: number;
   logger: Logger;
+  /** The config's kinds and business database URLs: with kinds stored beside their orders, the
+   *  console reads and acts in each store too. */
+  config?: Pick<LoadedConfig, 'kinds' | 'businessDatabaseUrls'> | undefined;
 }
 
-/** Opens the console's own small pool and serves; close() stops both. */
+/** The stores of the config (none: undefined), their pools opened on first use. */
+function storeDirectory(input: StartConsoleInput): { directory: StoreDirectory; kinds: Config['kinds'] } | undefined {
+  if (!input.config) return undefined;
+  const layout = storeLayout(input.config.kinds);
+  if (layout.size === 0) return undefined;
+  const urls = input.config.businessDatabaseUrls;
+  const directory = new StoreDirectory({
+    centerUrl: input.databaseUrl,
+    stores: new Map([...layout].map(([store, kinds]) => [store, { url: urls[store] ?? '', kinds }])),
+    logger: input.logger,
+    applicationName: 'timeout-center console',
+    connectTimeoutMs: 3000,
+  });
+  return { directory, kinds: input.config.kinds };
+}
+
+/** Opens the console's own small pool (and the stores' directory) and serves; close() stops them. */
 export async function serveConsole(input: StartConsoleInput): Promise<ConsoleServer> {
   let auth;
   try {
@@ -53,18 +75,22 @@ export async function serveConsole(input: StartConsoleInput): Promise<ConsoleSer
     throw err;
   }
   const pool = createPool({ connectionString: input.databaseUrl, max: 4, applicationName: 'timeout-center console', logger: input.logger });
+  let stores: ReturnType<typeof storeDirectory>;
   try {
     await checkPostgres(pool, input.databaseUrl);
     await assertMigrated(pool);
-    const server = await startConsole({ ...input, pool, auth });
+    stores = storeDirectory(input);
+    const server = await startConsole({ ...input, pool, auth, stores });
     return {
       ...server,
       close: async () => {
         await server.close();
+        await stores?.directory.close();
         await pool.end();
       },
     };
   } catch (err) {
+    await stores?.directory.close();
     await pool.end();
     if (err instanceof ConsoleConfigError) throw new CommanderError(2, 'tc.console', err.message);
     throw err;
@@ -95,7 +121,7 @@ export interface ServeConsoleOpts {
 
 /** The console of a coordinator / worker / run process when --console was given: a service of
  *  the process (runtime.ts), started after the engine and stopped before it. */
-export function consoleService(opts: ServeConsoleOpts, databaseUrl: string, lagSlaMs: number, logger: Logger): Service | undefined {
+export function consoleService(opts: ServeConsoleOpts, config: LoadedConfig, logger: Logger): Service | undefined {
   if (opts.console === undefined) return undefined;
   const port = opts.console;
   let server: ConsoleServer | undefined;
@@ -103,13 +129,14 @@ export function consoleService(opts: ServeConsoleOpts, databaseUrl: string, lagS
     'console',
     async () => {
       server = await serveConsole({
-        databaseUrl,
+        databaseUrl: config.databaseUrl,
+        config,
         port,
         host: opts.consoleHost,
         basePath: opts.consoleBasePath ?? '',
         readOnly: Boolean(opts.consoleReadOnly),
         allowUnauthenticated: Boolean(opts.consoleAllowUnauthenticated),
-        lagSlaSeconds: lagSlaMs / 1000,
+        lagSlaSeconds: config.alerts.lagSlaMs / 1000,
         logger,
       });
     },
@@ -136,7 +163,11 @@ export function registerConsole(program: Command): void {
     .command('console')
     .description('serve the web console and its JSON API: overview, kinds (pause / resume / limit), scans and shards, timeouts, failed, warnings, audit')
     .addOption(databaseOption())
-    .addOption(new Option('-c, --config <file>', 'config file: the lag SLA (alerts.lagSlaMs) for the warnings').env('TIMEOUT_CENTER_CONFIG'))
+    .addOption(
+      new Option('-c, --config <file>', 'config file: the stores (kinds with store: beside) and the lag SLA (alerts.lagSlaMs) for the warnings').env(
+        'TIMEOUT_CENTER_CONFIG',
+      ),
+    )
     .addOption(new Option('-p, --port <port>', 'port to serve on (0 = any free port)').argParser((v) => parsePort(v, '--port')).default(DEFAULT_CONSOLE_PORT))
     .addOption(
       new Option('--host <host>', 'address to listen on; a non-loopback one needs auth (TC_CONSOLE_TOKEN or TC_CONSOLE_USER + TC_CONSOLE_PASSWORD)').default(
@@ -153,10 +184,13 @@ export function registerConsole(program: Command): void {
     )
     .action(async (opts: ConsoleCommandOpts) => {
       if (!opts.databaseUrl) throw inputError('DATABASE_URL is not set (e.g. DATABASE_URL=postgres://user@127.0.0.1:5432/app), or pass --database-url');
-      const lagSlaMs = opts.lagSla ?? (opts.config ? parseConfig(readConfigFile(opts.config), opts.config).alerts.lagSlaMs : 60_000);
+      const parsed = opts.config ? parseConfig(readConfigFile(opts.config), opts.config) : undefined;
+      const lagSlaMs = opts.lagSla ?? parsed?.alerts.lagSlaMs ?? 60_000;
+      const config = parsed && opts.config ? { kinds: parsed.kinds, businessDatabaseUrls: resolveBusinessDatabaseUrls(parsed, opts.config) } : undefined;
       const logger = createLogger(process.env['LOG_LEVEL'] === 'debug' ? 'debug' : 'info');
       const server = await serveConsole({
         databaseUrl: opts.databaseUrl,
+        config,
         port: opts.port,
         host: opts.host,
         basePath: opts.basePath ?? '',
