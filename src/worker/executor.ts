@@ -78,10 +78,18 @@ export class ShardExecutor {
   private readonly logger: Logger;
 
   private readonly store: string;
+  private givenUp = false;
 
   constructor(private readonly options: ShardExecutorOptions) {
     ({ pool: this.pool, handlers: this.handlers, leaseMs: this.leaseMs, metrics: this.metrics, logger: this.logger } = options);
     this.store = options.store ?? 'center';
+  }
+
+  /** A drain past its bound is ending this worker's sessions to release its shards: a shard
+   *  transaction that fails from now on is not tried again (a retry would take the shard's row
+   *  lock back before release_running.sql, which skips locked shards, gets to it). */
+  giveUp(): void {
+    this.givenUp = true;
   }
 
   async run(shardId: number): Promise<ShardOutcome> {
@@ -157,10 +165,11 @@ export class ShardExecutor {
       } catch (err) {
         if (err instanceof LeaseLostError) return { status: 'not-ours', reason: err.message };
         const transient = isRetryableConflict(err) || isConnectionError(err);
-        if (!transient || Date.now() + 1000 > deadline) throw err;
+        if (!transient || this.givenUp || Date.now() + 1000 > deadline) throw err;
         const delay = Math.min(2000, 50 * 2 ** attempt);
         log.warn({ err, attempt, delay }, 'shard transaction failed on a transient error; retrying');
         await new Promise((r) => setTimeout(r, delay));
+        if (this.givenUp) throw err;
       }
     }
   }

@@ -13,6 +13,8 @@ import { ShardExecutor } from './executor.js';
 import type { ShardHandler } from './handler-contract.js';
 import { resolveHandlers } from './handlers.js';
 import { Housekeeping } from './housekeeping.js';
+import { within } from './bounded.js';
+import { BusyBackends } from './release-running.js';
 
 export interface StoreSideOptions {
   store: string;
@@ -31,6 +33,8 @@ export class StoreSide {
     readonly pool: pg.Pool,
     readonly executor: ShardExecutor,
     private readonly housekeeping: Housekeeping,
+    /** The pool's connections checked out now: the sessions a drain past its bound ends. */
+    readonly busy: BusyBackends,
   ) {}
 
   static async open(o: StoreSideOptions): Promise<StoreSide> {
@@ -74,7 +78,7 @@ export class StoreSide {
       });
       await housekeeping.start();
       logger.info({ kinds: o.kinds }, `worker serves store ${o.store}`);
-      return new StoreSide(o.store, pool, executor, housekeeping);
+      return new StoreSide(o.store, pool, executor, housekeeping, new BusyBackends(pool));
     } catch (err) {
       await pool.end().catch(() => {});
       await housekeeping.stop();
@@ -84,6 +88,7 @@ export class StoreSide {
 
   /** Stops renewals and the heartbeat (after the drain), says this worker stopped, closes pools. */
   async close(workerId: string): Promise<void> {
+    this.busy.detach();
     await this.housekeeping.stop();
     await this.pool.query(sql('worker/worker_stopped', { workerId })).catch(() => {});
     await this.pool.end().catch(() => {});
@@ -94,28 +99,51 @@ export class StoreSide {
  *  (down, not migrated) is tried again at its next shard. */
 export class StoreSides {
   private readonly opened = new Map<string, Promise<StoreSide>>();
+  /** The sides whose opening completed. */
+  private readonly ready = new Map<string, StoreSide>();
 
   constructor(private readonly open: (store: string) => Promise<StoreSide>) {}
 
   get(store: string): Promise<StoreSide> {
     let side = this.opened.get(store);
     if (!side) {
-      side = this.open(store);
+      const opening = this.open(store);
+      side = opening;
       this.opened.set(store, side);
-      side.catch(() => this.opened.delete(store));
+      side.then(
+        (s) => this.opened.get(store) === opening && this.ready.set(store, s),
+        () => this.opened.get(store) === opening && this.opened.delete(store),
+      );
     }
     return side;
   }
 
-  /** The store sides opened so far. */
-  async all(): Promise<StoreSide[]> {
-    const settled = await Promise.allSettled([...this.opened.values()]);
-    return settled.flatMap((s) => (s.status === 'fulfilled' ? [s.value] : []));
+  /** The sides open now (no wait for one still opening). */
+  openNow(): StoreSide[] {
+    return [...this.ready.values()];
   }
 
-  async closeAll(workerId: string): Promise<void> {
-    const sides = await this.all();
+  /** Closes every side (one still opening once it opens), each within boundMs: a store that
+   *  does not answer is left with its connections. Returns the stores left so. */
+  async closeAll(workerId: string, boundMs: number): Promise<string[]> {
+    const sides = [...this.opened];
     this.opened.clear();
-    await Promise.all(sides.map((s) => s.close(workerId)));
+    this.ready.clear();
+    const left = await Promise.all(
+      sides.map(([store, side]) =>
+        within(
+          side.then(
+            (s) => s.close(workerId),
+            () => {},
+          ),
+          boundMs,
+          `closing store ${store}`,
+        ).then(
+          () => [],
+          () => [store],
+        ),
+      ),
+    );
+    return left.flat();
   }
 }

@@ -3,7 +3,7 @@
 // ACKs each after its commit. It also takes over deliveries left by dead workers (XAUTOCLAIM) and
 // announces itself in timeout_center.workers.
 import { hostname } from 'node:os';
-import pg from 'pg';
+import type pg from 'pg';
 import type { Logger } from 'pino';
 import type { LoadedConfig } from '../config.js';
 import type { Metrics } from '../observability/metrics.js';
@@ -14,6 +14,8 @@ import { BusinessDatabases } from './business-db.js';
 import { ShardExecutor } from './executor.js';
 import { ExternalExecutor } from './external-executor.js';
 import { Housekeeping } from './housekeeping.js';
+import { within } from './bounded.js';
+import { BusyBackends, RELEASE_BOUND_MS, releaseRunning, type RunningIn } from './release-running.js';
 import type { ShardHandler } from './handler-contract.js';
 import { resolveHandlers } from './handlers.js';
 import { StoreSide, StoreSides } from './store-side.js';
@@ -46,6 +48,8 @@ export class Worker implements Service {
   private readonly backlog: ShardDelivery[] = [];
   private loop: Promise<void> | undefined;
   private stopping = false;
+  /** The drain ran out of time: the running shards are being rolled back and released. */
+  private releasing = false;
   private starting: Promise<void> | undefined;
   private stopped: Promise<void> | undefined;
   private lastReclaimAt = 0;
@@ -53,9 +57,11 @@ export class Worker implements Service {
    *  before the loop, stopped after the drain. */
   private housekeeping: Housekeeping | undefined;
   private wakeSlot: (() => void) | undefined;
-  /** Shard id of each running task, and the backend pid of each pool connection checked out
-   *  now: what a drain that runs out of time rolls back and releases. */
-  private readonly activeShards = new Map<Promise<boolean>, number>();
+  /** Shard id and store (undefined: the center) of each running task: what a drain that runs
+   *  out of time rolls back and releases, each in its own database (release-running.ts). */
+  private readonly activeShards = new Map<Promise<boolean>, { shardId: number; store: string | undefined }>();
+  /** The center pool's connections checked out now (a store side has its own). */
+  private centerBackends: BusyBackends | undefined;
   /** Running shards whose handler runs in the center's PostgreSQL (worker.databaseConcurrency). */
   private readonly activeInDatabase = new Map<string, Set<Promise<boolean>>>();
   /** Kinds whose handler runs in the center's PostgreSQL (not external). */
@@ -66,14 +72,6 @@ export class Worker implements Service {
   /** The kinds it serves whose timeouts live in the center's database. */
   private readonly centerServed: string[];
   private readonly storeSides: StoreSides;
-  private readonly busyBackends = new Map<pg.PoolClient, number>();
-  private readonly onAcquire = (client: pg.PoolClient) => {
-    const pid = (client as unknown as { processID?: number | null }).processID;
-    if (pid) this.busyBackends.set(client, pid);
-  };
-  private readonly onRelease = (_err: Error | undefined, client: pg.PoolClient) => {
-    this.busyBackends.delete(client);
-  };
 
   constructor(private readonly deps: WorkerDeps) {
     const cfg = deps.config.worker;
@@ -149,8 +147,7 @@ export class Worker implements Service {
       external,
     });
     await channel.init(this.streams);
-    pool.on('acquire', this.onAcquire);
-    pool.on('release', this.onRelease);
+    this.centerBackends = new BusyBackends(pool);
     await this.housekeeping.start();
     logger.info(
       { workerId: this.id, kinds: this.kinds, concurrency: config.worker.concurrency, databaseConcurrency: config.worker.databaseConcurrency },
@@ -232,12 +229,13 @@ export class Worker implements Service {
         return true;
       } catch (err) {
         // Not acknowledged: the lease runs out and the reaper (or XAUTOCLAIM) hands it on.
-        logger.error({ err, shardId, store }, 'shard failed; it will be retried after its lease expires');
+        if (this.releasing) logger.warn({ err, shardId, store }, 'shard rolled back by the drain bound');
+        else logger.error({ err, shardId, store }, 'shard failed; it will be retried after its lease expires');
         return false;
       }
     })();
     this.active.add(task);
-    this.activeShards.set(task, shardId);
+    this.activeShards.set(task, { shardId, store });
     const database = databaseOf(delivery.message.kind);
     if (this.inDatabaseKinds.has(delivery.message.kind)) {
       const running = this.activeInDatabase.get(database) ?? new Set();
@@ -277,39 +275,27 @@ export class Worker implements Service {
 
   /**
    * Stops taking shards and waits up to drainTimeoutMs for the running ones to commit. Shards
-   * still running after that are rolled back and released (releaseRunning), or, when that fails,
-   * left to their lease (another worker takes them over). Idempotent.
+   * still running after that are rolled back and released in their own database, the center's or
+   * their store's (release-running.ts), or, where that fails, left to their lease (another worker
+   * takes them over). A store that does not answer holds up neither the others nor the exit: each
+   * step there is bounded. Idempotent.
    */
   stop(drainTimeoutMs = this.deps.config.worker.drainTimeoutMs): Promise<void> {
     this.stopped ??= this.doStop(drainTimeoutMs);
     return this.stopped;
   }
 
-  /**
-   * After the drain bound: ends this process's busy PostgreSQL sessions (their shard transactions
-   * roll back, nothing half-applied) and gives the shards back at once (queued, unpublished: the
-   * coordinator republishes them within a second) instead of after the lease. Runs on its own
-   * connection and is bounded; a shard whose row stays locked is left to its lease.
-   */
-  private async releaseRunning(shardIds: number[]): Promise<number[]> {
-    if (shardIds.length === 0) return [];
-    const pids = [...this.busyBackends.values()];
-    const client = new pg.Client({
-      connectionString: this.deps.config.databaseUrl,
-      connectionTimeoutMillis: 3000,
-      statement_timeout: 3000,
-      application_name: 'timeout-center worker stop',
+  /** The shards running now, by the database they run in, with this process's busy sessions
+   *  there. A store whose side is not open yet has none of its shards leased by this worker. */
+  private runningIn(): RunningIn[] {
+    const byStore = new Map<string | undefined, number[]>();
+    for (const { shardId, store } of this.activeShards.values()) byStore.set(store, [...(byStore.get(store) ?? []), shardId]);
+    const { config } = this.deps;
+    return [...byStore].flatMap(([store, shardIds]) => {
+      const url = store === undefined ? config.databaseUrl : config.businessDatabaseUrls[store];
+      const busy = store === undefined ? this.centerBackends : this.storeSides.openNow().find((side) => side.store === store)?.busy;
+      return url ? [{ store: storeLabel(store), url, pids: busy?.pids ?? [], shardIds }] : [];
     });
-    client.on('error', () => {});
-    await client.connect();
-    try {
-      if (pids.length > 0) await client.query(sql('worker/terminate_backends', { pids }));
-      const { rows } = await client.query<{ id: string; kind: string }>(sql('worker/release_running', { shardIds, workerId: this.id }));
-      for (const r of rows) this.deps.metrics.shards.inc({ store: 'center', kind: r.kind, outcome: 'released' });
-      return rows.map((r) => Number(r.id));
-    } finally {
-      await client.end().catch(() => {});
-    }
   }
 
   /**
@@ -317,7 +303,8 @@ export class Worker implements Service {
    * not after republishAfterMs or a lease: PostgreSQL still has the shard queued (or running under
    * a dead worker's lease, which the reaper requeues), so clearing published_at lets the leader
    * republish it within a second, and the delivery is acknowledged. If PostgreSQL or Redis does
-   * not answer, they stay pending under this consumer for XAUTOCLAIM and the reaper.
+   * not answer (within RELEASE_BOUND_MS, each database on its own), they stay pending under this
+   * consumer for XAUTOCLAIM and the reaper.
    */
   private async handBack(): Promise<void> {
     if (this.backlog.length === 0) return;
@@ -325,19 +312,24 @@ export class Worker implements Service {
     // Each shard goes back in its own database: the center's, or its store's.
     const byDatabase = new Map<string, ShardDelivery[]>();
     for (const d of left) byDatabase.set(databaseOf(d.message.kind), [...(byDatabase.get(databaseOf(d.message.kind)) ?? []), d]);
-    for (const [database, deliveries] of byDatabase) {
-      const shardIds = deliveries.map((d) => d.message.shardId);
-      try {
-        const store = parseStreamName(deliveries[0]!.message.kind).store;
-        const pool = store === undefined ? this.deps.pool : (await this.storeSides.get(store)).pool;
-        await pool.query(sql('worker/hand_back', { shardIds }));
-        await this.deps.channel.ack(deliveries);
-        this.deps.logger.info({ shards: shardIds, store: database }, 'handed back shards read but not started');
-      } catch (err) {
-        this.backlog.push(...deliveries);
-        this.deps.logger.warn({ err, shards: shardIds, store: database }, 'could not hand back unstarted shards; they are recovered after republishAfterMs');
-      }
-    }
+    const handBackIn = async (deliveries: ShardDelivery[], shardIds: number[]) => {
+      const store = parseStreamName(deliveries[0]!.message.kind).store;
+      const pool = store === undefined ? this.deps.pool : (await this.storeSides.get(store)).pool;
+      await pool.query(sql('worker/hand_back', { shardIds }));
+      await this.deps.channel.ack(deliveries);
+    };
+    await Promise.all(
+      [...byDatabase].map(async ([database, deliveries]) => {
+        const shardIds = deliveries.map((d) => d.message.shardId);
+        try {
+          await within(handBackIn(deliveries, shardIds), RELEASE_BOUND_MS, `handing back shards in ${database}`);
+          this.deps.logger.info({ shards: shardIds, store: database }, 'handed back shards read but not started');
+        } catch (err) {
+          this.backlog.push(...deliveries);
+          this.deps.logger.warn({ err, shards: shardIds, store: database }, 'could not hand back unstarted shards; they are recovered after republishAfterMs');
+        }
+      }),
+    );
   }
 
   private async doStop(drainTimeoutMs: number): Promise<void> {
@@ -345,29 +337,30 @@ export class Worker implements Service {
     // A stop that arrives while the worker starts undoes the start once it is done.
     await this.starting?.catch(() => {});
     this.wakeSlot?.();
-    const { logger, pool, channel } = this.deps;
+    const { logger, pool, channel, metrics } = this.deps;
     const drained = Promise.all([...this.active]).then(() => true);
     const timedOut = new Promise<boolean>((r) => setTimeout(() => r(false), drainTimeoutMs).unref());
     const clean = await Promise.race([drained, timedOut]);
     if (!clean) {
-      const shardIds = [...this.activeShards.values()];
-      logger.warn({ running: shardIds }, 'drain timeout: rolling back the running shards and releasing them to other workers');
-      try {
-        const released = await this.releaseRunning(shardIds);
-        logger.warn({ released, leftToLease: shardIds.filter((id) => !released.includes(id)) }, 'running shards released');
-      } catch (err) {
-        logger.warn({ err }, 'could not release the running shards; they go to another worker when their lease runs out');
-      }
+      this.releasing = true;
+      this.executor?.giveUp();
+      for (const side of this.storeSides.openNow()) side.executor.giveUp();
+      const running = this.runningIn();
+      logger.warn(
+        { running: Object.fromEntries(running.map((r) => [r.store, r.shardIds])) },
+        'drain timeout: rolling back the running shards and releasing them to other workers',
+      );
+      await releaseRunning(running, { workerId: this.id, metrics, logger });
     }
-    pool.off('acquire', this.onAcquire);
-    pool.off('release', this.onRelease);
+    this.centerBackends?.detach();
     await this.housekeeping?.stop();
     await this.loop?.catch(() => {});
     await Promise.all([...this.acks]);
     await this.handBack();
     await pool.query(sql('worker/worker_stopped', { workerId: this.id })).catch(() => {});
     if (clean && this.backlog.length === 0) await channel.removeConsumer(this.id, this.streams).catch(() => {});
-    await this.storeSides.closeAll(this.id);
+    const unanswered = await this.storeSides.closeAll(this.id, RELEASE_BOUND_MS);
+    if (unanswered.length > 0) logger.warn({ stores: unanswered }, 'stores that did not answer while closing: their connections are left behind');
     await this.breakers?.forget();
     await this.businessDatabases?.close();
   }
