@@ -26,9 +26,11 @@ WITH route AS MATERIALIZED (
 ), fresh AS MATERIALIZED (
   SELECT d.id FROM timeout_center.timeouts d
    WHERE d.kind = $2 AND d.state = 'pending' AND d.available_at <= statement_timestamp()
+     -- routes_to, not route_target(...) = target: the planner must expect many matches to walk the
+     -- due index in order instead of reading and sorting the whole backlog (sql/0016).
      AND (NOT $5::boolean
-          OR timeout_center.route_target((SELECT route_by FROM route), (SELECT databases FROM route), (SELECT range_from FROM route),
-                                         (SELECT range_to FROM route), d.biz_id) IS NOT DISTINCT FROM (SELECT target FROM ours))
+          OR timeout_center.routes_to((SELECT route_by FROM route), (SELECT databases FROM route), (SELECT range_from FROM route),
+                                      (SELECT range_to FROM route), d.biz_id, (SELECT target FROM ours)))
      AND EXISTS (SELECT 1 FROM ours WHERE claimed_at IS NULL) AND NOT EXISTS (SELECT 1 FROM held)
    ORDER BY d.available_at
    LIMIT $3

@@ -25,21 +25,21 @@ WITH ours AS MATERIALIZED (
   SELECT sh.id FROM timeout_center.shards sh
    WHERE sh.id = $1 AND sh.lease_token = $2 AND sh.state = 'running'
      FOR UPDATE
-), failure AS (
-  SELECT * FROM unnest($4::text[], $5::text[], $6::boolean[]) AS f (biz_id, error, permanent)
-), rows AS (
-  SELECT t.id, t.attempts, f.error, f.permanent, f.biz_id IS NOT NULL AS failed, t.biz_id = ANY ($3::text[]) AS applied,
-         ($11::text[] IS NULL OR t.biz_id = ANY ($11::text[])) AS covered
+), rows AS MATERIALIZED (
+  -- Each row's fate comes from the arrays, looked up by biz_id (hashed: the arrays are constants of
+  -- the statement's plan). The writes below find their rows by id in an array, through the primary
+  -- key: a join of the table with this CTE was planned as a nested loop over two 1-row estimates,
+  -- and cost 0.2 s per 1,000-row shard (bench:external at 0.12x instead of 0.53x).
+  SELECT t.id, t.biz_id = ANY ($4::text[]) AS failed, ($11::text[] IS NULL OR t.biz_id = ANY ($11::text[])) AS covered
     FROM timeout_center.timeouts t
-    LEFT JOIN failure f ON f.biz_id = t.biz_id
    WHERE t.shard_id = $1 AND t.state = 'dispatched' AND EXISTS (SELECT 1 FROM ours)
 ), moved AS (
   -- Done (applied, or skipped: nothing to change): out of the hot table, into the history.
   DELETE FROM timeout_center.timeouts t
-   USING rows r
-   WHERE t.id = r.id AND t.shard_id = $1 AND t.state = 'dispatched' AND $9::int IS NULL AND NOT r.failed AND r.covered
+   WHERE t.id = ANY (ARRAY(SELECT r.id FROM rows r WHERE NOT r.failed AND r.covered))
+     AND t.shard_id = $1 AND t.state = 'dispatched' AND $9::int IS NULL
   RETURNING t.id, t.kind, t.biz_id, t.due_at, t.payload, t.attempts, t.shard_id, t.last_error, t.created_at,
-            CASE WHEN r.applied THEN 'applied' ELSE 'skipped' END AS result
+            CASE WHEN t.biz_id = ANY ($3::text[]) THEN 'applied' ELSE 'skipped' END AS result
 ), archived AS (
   INSERT INTO timeout_center.done_timeouts (id, kind, biz_id, due_at, payload, attempts, shard_id, result, last_error, created_at, finished_at)
   SELECT id, kind, biz_id, due_at, payload, attempts, shard_id, result, last_error, created_at, statement_timestamp()
@@ -47,21 +47,27 @@ WITH ours AS MATERIALIZED (
   RETURNING 'done'::text AS state, result, NULL::text AS last_error
 ), kept AS (
   -- Failed, or the whole batch failed, or not handled by the run: stays, pending again or failed.
+  -- A failed row's error and permanence are at its biz_id's position in $4.
   UPDATE timeout_center.timeouts t
-     SET state = CASE WHEN $9::int IS NOT NULL OR NOT r.covered THEN 'pending'
-                      WHEN r.permanent OR r.attempts >= $7 THEN 'failed'
+     SET state = CASE WHEN $9::int IS NOT NULL OR NOT ($11::text[] IS NULL OR t.biz_id = ANY ($11::text[])) THEN 'pending'
+                      WHEN coalesce(($6::boolean[])[array_position($4::text[], t.biz_id)], false) OR t.attempts >= $7 THEN 'failed'
                       ELSE 'pending' END,
          result = NULL,
-         attempts = CASE WHEN $9::int IS NOT NULL OR NOT r.covered THEN greatest(t.attempts - 1, 0) ELSE t.attempts END,
-         last_error = CASE WHEN $9::int IS NOT NULL THEN $10 WHEN NOT r.covered THEN t.last_error ELSE r.error END,
+         attempts = CASE WHEN $9::int IS NOT NULL OR NOT ($11::text[] IS NULL OR t.biz_id = ANY ($11::text[]))
+                         THEN greatest(t.attempts - 1, 0) ELSE t.attempts END,
+         last_error = CASE WHEN $9::int IS NOT NULL THEN $10
+                           WHEN NOT ($11::text[] IS NULL OR t.biz_id = ANY ($11::text[])) THEN t.last_error
+                           ELSE ($5::text[])[array_position($4::text[], t.biz_id)] END,
          available_at = CASE WHEN $9::int IS NOT NULL THEN statement_timestamp() + $9::int * interval '1 millisecond'
-                             WHEN NOT r.covered THEN statement_timestamp()
-                             WHEN NOT (r.permanent OR r.attempts >= $7)
-                               THEN statement_timestamp() + least($8 * power(2, r.attempts - 1), 600000) * interval '1 millisecond'
+                             WHEN NOT ($11::text[] IS NULL OR t.biz_id = ANY ($11::text[])) THEN statement_timestamp()
+                             WHEN NOT (coalesce(($6::boolean[])[array_position($4::text[], t.biz_id)], false) OR t.attempts >= $7)
+                               THEN statement_timestamp() + least($8 * power(2, t.attempts - 1), 600000) * interval '1 millisecond'
                              ELSE t.available_at END,
-         finished_at = CASE WHEN $9::int IS NULL AND r.covered AND (r.permanent OR r.attempts >= $7) THEN statement_timestamp() END
-    FROM rows r
-   WHERE t.id = r.id AND t.shard_id = $1 AND t.state = 'dispatched' AND ($9::int IS NOT NULL OR r.failed OR NOT r.covered)
+         finished_at = CASE WHEN $9::int IS NULL AND ($11::text[] IS NULL OR t.biz_id = ANY ($11::text[]))
+                             AND (coalesce(($6::boolean[])[array_position($4::text[], t.biz_id)], false) OR t.attempts >= $7)
+                            THEN statement_timestamp() END
+   WHERE t.id = ANY (ARRAY(SELECT r.id FROM rows r WHERE $9::int IS NOT NULL OR r.failed OR NOT r.covered))
+     AND t.shard_id = $1 AND t.state = 'dispatched'
   RETURNING t.state, t.result, t.last_error
 ), written AS (
   SELECT * FROM archived UNION ALL SELECT * FROM kept
