@@ -458,6 +458,9 @@ export interface LoadOptions {
   /** Command-line flags (e.g. --concurrency): merged into the file's object before it is
    *  validated, so they meet the same bounds and cross-field checks as the file. */
   overrides?: ConfigOverrides;
+  /** false: a missing Redis setting is not an error (the operator verbs that read databases only);
+   *  redisConnection is then a single node with an empty URL. */
+  needsRedis?: boolean;
 }
 
 export interface ConfigOverrides {
@@ -499,7 +502,8 @@ export function loadConfig(options: LoadOptions): LoadedConfig {
   const databaseUrl = env['DATABASE_URL'] || config.databaseUrl;
   const missing: string[] = [];
   if (!databaseUrl) missing.push('databaseUrl: not set: set DATABASE_URL (e.g. postgres://user@127.0.0.1:5432/db) or databaseUrl in the file');
-  const redis = resolveRedis(config, env);
+  let redis = resolveRedis(config, env);
+  if (Array.isArray(redis) && options.needsRedis === false) redis = { mode: 'single', url: '' };
   if (Array.isArray(redis)) missing.push(...redis);
   if (missing.length > 0) throw new ConfigError(source, missing);
   const redisConnection = redis as RedisConnectionConfig;

@@ -145,6 +145,10 @@ describe('operator verbs across stores', () => {
     const one = await json<{ stores: { store: string }[]; scans: { store: string }[] }>(['scans', '--store', 'store_b']);
     expect(one.stores.map((s) => s.store)).toEqual(['store_b']);
     expect(one.scans.every((s) => s.store === 'store_b')).toBe(true);
+    // The read verbs need no Redis: the config without REDIS_URL is enough.
+    const noRedis = await cli(['scans', '--json'], { DATABASE_URL: center.url, TIMEOUT_CENTER_CONFIG: env['TIMEOUT_CENTER_CONFIG']! });
+    expect(noRedis.code, noRedis.stderr).toBe(0);
+    expect((JSON.parse(noRedis.stdout) as { stores: unknown[] }).stores).toHaveLength(4);
     // Without the config: the center alone, the JSON of old (an array).
     const plain = await cli(['scans', '--json'], { DATABASE_URL: center.url });
     expect(plain.code, plain.stderr).toBe(0);

@@ -49,7 +49,7 @@ export interface Across {
 function configOf(opts: DbOptions): LoadedConfig | undefined {
   if (!opts.config) return undefined;
   try {
-    return loadConfig({ path: opts.config });
+    return loadConfig({ path: opts.config, needsRedis: false });
   } catch (err) {
     throw inputError((err as Error).message);
   }

@@ -226,7 +226,7 @@ async function redisStatus(path: string): Promise<RedisProbe | { error: string }
 /** The stores the config names, each read on its own; a config that does not load gives none. */
 async function storesStatus(path: string): Promise<StoreOverview[]> {
   try {
-    return await storesOverview(loadConfig({ path }));
+    return await storesOverview(loadConfig({ path, needsRedis: false }));
   } catch {
     return [];
   }
