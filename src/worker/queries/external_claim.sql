@@ -25,7 +25,7 @@ WITH route AS MATERIALIZED (
    WHERE h.shard_id = $1 AND h.state = 'dispatched' AND EXISTS (SELECT 1 FROM ours)
 ), fresh AS MATERIALIZED (
   SELECT d.id FROM timeout_center.timeouts d
-   WHERE d.kind = $2 AND d.state = 'pending' AND d.available_at <= statement_timestamp()
+   WHERE d.kind = $2::timeout_center.kind AND d.state = 'pending' AND d.available_at <= statement_timestamp()
      AND (NOT $5::boolean
           OR timeout_center.route_target((SELECT route_by FROM route), (SELECT databases FROM route), (SELECT range_from FROM route),
                                          (SELECT range_to FROM route), d.biz_id) IS NOT DISTINCT FROM (SELECT target FROM ours))
