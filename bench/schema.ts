@@ -18,6 +18,7 @@ import { pino } from 'pino';
 import { migrate } from '../dist/db/migrate.js';
 import { startBenchServer, type BenchServer } from './lib/server.ts';
 import { drainLoop, expectDrained } from './lib/drain-loop.ts';
+import { migrationsBefore } from './lib/migrations.ts';
 import { insertOrders, KIND, ORDERS_DDL } from './lib/orders.ts';
 import { failUsage, positiveCounts, printUsage } from './lib/usage.ts';
 
@@ -71,6 +72,12 @@ const OURS_SET = `state = 'done', result = 'applied', attempts = t.attempts + 1,
 
 async function ours(pool: pg.Pool): Promise<void> {
   await migrate(pool, pino({ level: 'silent' }));
+  await pool.query(`INSERT INTO timeout_center.kinds (kind) VALUES ($1)`, [KIND]);
+}
+
+/** Our schema before sql/0017: kind text, the columns in 0001's order. */
+async function oursBefore0017(pool: pg.Pool): Promise<void> {
+  await migrate(pool, pino({ level: 'silent' }), migrationsBefore(17));
   await pool.query(`INSERT INTO timeout_center.kinds (kind) VALUES ($1)`, [KIND]);
 }
 
@@ -212,6 +219,12 @@ SELECT (SELECT count(*) FROM due)::int AS n`,
       await pool.query('DROP INDEX timeout_center.done_timeouts_finished');
       await pool.query('ALTER TABLE timeout_center.done_timeouts DROP CONSTRAINT done_timeouts_pkey');
     },
+    statement: OURS_MOVE,
+  },
+  {
+    name: 'ours-text-kind',
+    what: "ours before sql/0017: kind text (13 bytes for order.unpaid in the row and both kind indexes), columns in 0001's order",
+    setup: oursBefore0017,
     statement: OURS_MOVE,
   },
   {

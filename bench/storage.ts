@@ -4,7 +4,9 @@
 // variant says; n pending timeouts are inserted with the README's INSERT (kind, biz_id, due_at,
 // payload; one statement over generate_series), the table is VACUUMed, and the sizes are read:
 // heap (main fork, with its free space and visibility maps), TOAST, and each index of the
-// timeouts table, divided by n. Sizes do not depend on load, so one run is enough.
+// timeouts table, divided by n. Sizes do not depend on load, so one run is enough. as-migrated is
+// the schema of record (sql/0017: kind an enum, columns in alignment order); text-kind and the
+// alternatives measured before it migrate only up to sql/0016 (kind text, 0001's column order).
 //
 // Workloads (the inserted rows; due_at = now() + 15 min + i × 10 ms, distinct due times):
 //   bench    biz_id = i::text, no payload: how docs/benchmarks.md's "243 bytes per pending
@@ -25,6 +27,7 @@ import pg from 'pg';
 import { pino } from 'pino';
 // dist/: npm run bench:storage builds first.
 import { migrate } from '../dist/db/migrate.js';
+import { migrationsBefore } from './lib/migrations.ts';
 import { KIND } from './lib/orders.ts';
 import { startBenchServer } from './lib/server.ts';
 import { failUsage, positiveCounts, printUsage } from './lib/usage.ts';
@@ -57,6 +60,8 @@ const WORKLOADS: Record<string, { bizId: string; payload: string }> = {
 interface Variant {
   name: string;
   what: string;
+  /** migrated only up to sql/0016 (kind text, 0001's column order): the schema the variant changes */
+  before0017?: boolean;
   ddl: string;
   table: string;
   /** the kind column's value in the INSERT ($2 is the kind's name) */
@@ -71,7 +76,7 @@ const FF100 = (indexes: string[]) => indexes.map((i) => `ALTER INDEX timeout_cen
  *  variable-length ones (no padding between fixed-width columns; the NULL-able ones last in each
  *  group, so a pending row's nulls cost only their bitmap bits). Same names, types and
  *  constraints as sql/0001 (+ later migrations), so every statement would run on it unchanged. */
-const reordered = (name: string, kind: 'text' | 'smallint') => `
+const reordered = (name: string, kind: 'text' | 'smallint' | 'enum') => `
 CREATE TABLE timeout_center.${name} (
   id            bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
   due_at        timestamptz NOT NULL,
@@ -80,51 +85,85 @@ CREATE TABLE timeout_center.${name} (
   shard_id      bigint,
   finished_at   timestamptz,
   attempts      integer NOT NULL DEFAULT 0,
-  ${kind === 'text' ? `kind          text NOT NULL REFERENCES timeout_center.kinds (kind) ON UPDATE CASCADE ON DELETE RESTRICT,` : `kind_id       smallint NOT NULL,`}
+  ${
+    kind === 'text'
+      ? `kind          text NOT NULL REFERENCES timeout_center.kinds (kind) ON UPDATE CASCADE ON DELETE RESTRICT,`
+      : kind === 'enum'
+        ? `kind          timeout_center.kind_name NOT NULL,`
+        : `kind_id       smallint NOT NULL,`
+  }
   state         text NOT NULL DEFAULT 'pending' CHECK (state IN ('pending', 'dispatched', 'done', 'cancelled', 'failed')),
   biz_id        text NOT NULL CHECK (length(biz_id) BETWEEN 1 AND 200),
   payload       jsonb,
   result        text CHECK (result IN ('applied', 'skipped')),
   last_error    text
 );
-CREATE UNIQUE INDEX ${name}_one_live_per_biz ON timeout_center.${name} (${kind === 'text' ? 'kind' : 'kind_id'}, biz_id) WHERE state IN ('pending', 'dispatched');
-CREATE INDEX ${name}_due_by_kind ON timeout_center.${name} (${kind === 'text' ? 'kind' : 'kind_id'}, available_at) WHERE state = 'pending';
+CREATE UNIQUE INDEX ${name}_one_live_per_biz ON timeout_center.${name} (${kind === 'smallint' ? 'kind_id' : 'kind'}, biz_id) WHERE state IN ('pending', 'dispatched');
+CREATE INDEX ${name}_due_by_kind ON timeout_center.${name} (${kind === 'smallint' ? 'kind_id' : 'kind'}, available_at) WHERE state = 'pending';
 CREATE INDEX ${name}_in_flight ON timeout_center.${name} (shard_id) WHERE state = 'dispatched';
-CREATE INDEX ${name}_failed ON timeout_center.${name} (${kind === 'text' ? 'kind' : 'kind_id'}, finished_at) WHERE state = 'failed';
+CREATE INDEX ${name}_failed ON timeout_center.${name} (${kind === 'smallint' ? 'kind_id' : 'kind'}, finished_at) WHERE state = 'failed';
 CREATE INDEX ${name}_purgeable ON timeout_center.${name} (finished_at) WHERE state IN ('done', 'cancelled');
 CREATE INDEX ${name}_failed_by_shard ON timeout_center.${name} (shard_id) WHERE state = 'failed';
 CREATE TRIGGER ${name}_before_write BEFORE INSERT OR UPDATE OF due_at ON timeout_center.${name}
   FOR EACH ROW EXECUTE FUNCTION timeout_center.timeouts_before_write();`;
 
+/** kind as a PostgreSQL enum (4 bytes; reads and writes as its name, so the README's SQL is
+ *  unchanged), its one label the bench's kind. */
+const KIND_ENUM = `CREATE TYPE timeout_center.kind_name AS ENUM ('${KIND}');`;
+/** The enum in place: ALTER COLUMN TYPE rewrites the table (column order kept). The bench drops the
+ *  views that read timeouts.kind and its foreign key to kinds (text) rather than recreating them:
+ *  sizes only. */
+const ENUM_IN_PLACE = `${KIND_ENUM}
+DO $$ DECLARE v record; BEGIN
+  FOR v IN SELECT c.relname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+            WHERE n.nspname = 'timeout_center' AND c.relkind = 'v' LOOP
+    EXECUTE format('DROP VIEW IF EXISTS timeout_center.%I CASCADE', v.relname);
+  END LOOP;
+END $$;
+ALTER TABLE timeout_center.timeouts DROP CONSTRAINT timeouts_kind_fkey;
+ALTER TABLE timeout_center.timeouts ALTER COLUMN kind TYPE timeout_center.kind_name USING kind::timeout_center.kind_name;`;
+
 const VARIANTS: Variant[] = [
-  { name: 'as-migrated', what: 'timeout_center.timeouts as sql/0001..0013 leave it', ddl: '', table: T },
+  { name: 'as-migrated', what: 'timeout_center.timeouts as the migrations leave it (sql/0017: kind an enum, columns in alignment order)', ddl: '', table: T },
+  {
+    name: 'as-migrated-ff100',
+    what: 'as-migrated + timeouts_due_by_kind and timeouts_one_live_per_biz at fillfactor 100',
+    ddl: FF100(['timeouts_due_by_kind', 'timeouts_one_live_per_biz']),
+    table: T,
+  },
+  { name: 'text-kind', what: "before sql/0017: kind text, columns in 0001's order (the 243 B of record until then)", before0017: true, ddl: '', table: T },
   {
     name: 'ff100-due',
     what: 'timeouts_due_by_kind at fillfactor 100 (ALTER INDEX ... SET, then REINDEX CONCURRENTLY: online)',
+    before0017: true,
     ddl: FF100(['timeouts_due_by_kind']),
     table: T,
   },
   {
     name: 'ff100-due-live',
     what: 'timeouts_due_by_kind and timeouts_one_live_per_biz at fillfactor 100',
+    before0017: true,
     ddl: FF100(['timeouts_due_by_kind', 'timeouts_one_live_per_biz']),
     table: T,
   },
   {
     name: 'reordered',
     what: 'the same columns in alignment order (8-byte, 4-byte, then variable-length): a table rewrite',
+    before0017: true,
     ddl: reordered('timeouts_r', 'text'),
     table: 'timeout_center.timeouts_r',
   },
   {
     name: 'reordered-ff100',
     what: 'reordered + both indexes at fillfactor 100',
+    before0017: true,
     ddl: reordered('timeouts_r', 'text') + FF100(['timeouts_r_due_by_kind', 'timeouts_r_one_live_per_biz']),
     table: 'timeout_center.timeouts_r',
   },
   {
     name: 'per-kind-due',
     what: 'timeouts_due_by_kind replaced by one partial index (available_at) per kind (WHERE kind = ...): no kind in its entries',
+    before0017: true,
     ddl: `DROP INDEX timeout_center.timeouts_due_by_kind;
           CREATE INDEX timeouts_due_order_unpaid ON timeout_center.timeouts (available_at) WHERE state = 'pending' AND kind = '${KIND}';`,
     table: T,
@@ -132,6 +171,7 @@ const VARIANTS: Variant[] = [
   {
     name: 'citus-bucket',
     what: 'the Citus layout on one server (docs/scale.md): bucket smallint generated from hashtextextended(biz_id, 0), in the unique index (bucket, kind, biz_id) and the claim index (kind, bucket, available_at)',
+    before0017: true,
     ddl: `ALTER TABLE timeout_center.timeouts ADD COLUMN bucket smallint NOT NULL
             GENERATED ALWAYS AS ((hashtextextended(biz_id, 0) & 1023)::smallint) STORED;
           DROP INDEX timeout_center.timeouts_due_by_kind;
@@ -143,6 +183,7 @@ const VARIANTS: Variant[] = [
   {
     name: 'kind-smallint',
     what: 'reordered, kind as a smallint id (kinds gets an id column); the README INSERT would need the id or a trigger',
+    before0017: true,
     ddl: `ALTER TABLE timeout_center.kinds ADD COLUMN kind_id smallint GENERATED ALWAYS AS IDENTITY UNIQUE;` + reordered('timeouts_k', 'smallint'),
     table: 'timeout_center.timeouts_k',
     kindColumn: 'kind_id',
@@ -151,6 +192,7 @@ const VARIANTS: Variant[] = [
   {
     name: 'kind-smallint-ff100',
     what: 'kind-smallint + both indexes at fillfactor 100',
+    before0017: true,
     ddl:
       `ALTER TABLE timeout_center.kinds ADD COLUMN kind_id smallint GENERATED ALWAYS AS IDENTITY UNIQUE;` +
       reordered('timeouts_k', 'smallint') +
@@ -158,6 +200,34 @@ const VARIANTS: Variant[] = [
     table: 'timeout_center.timeouts_k',
     kindColumn: 'kind_id',
     kindValue: '(SELECT kind_id FROM timeout_center.kinds WHERE kind = $2)',
+  },
+  {
+    name: 'enum-kind',
+    what: 'kind as an enum (4 bytes, written and read as its name), in place: ALTER COLUMN TYPE (a table rewrite, column order kept)',
+    before0017: true,
+    ddl: ENUM_IN_PLACE,
+    table: T,
+  },
+  {
+    name: 'enum-kind-ff100',
+    what: 'enum-kind + both indexes at fillfactor 100',
+    before0017: true,
+    ddl: ENUM_IN_PLACE + FF100(['timeouts_due_by_kind', 'timeouts_one_live_per_biz']),
+    table: T,
+  },
+  {
+    name: 'enum-kind-reordered',
+    what: 'kind as an enum, columns in alignment order (a new table, copy and swap)',
+    before0017: true,
+    ddl: KIND_ENUM + reordered('timeouts_e', 'enum'),
+    table: 'timeout_center.timeouts_e',
+  },
+  {
+    name: 'enum-kind-reordered-ff100',
+    what: 'enum-kind-reordered + both indexes at fillfactor 100',
+    before0017: true,
+    ddl: KIND_ENUM + reordered('timeouts_e', 'enum') + FF100(['timeouts_e_due_by_kind', 'timeouts_e_one_live_per_biz']),
+    table: 'timeout_center.timeouts_e',
   },
 ];
 
@@ -202,7 +272,7 @@ async function once(server: Awaited<ReturnType<typeof startBenchServer>>, v: Var
   const pool = new pg.Pool({ connectionString: db.url, max: 1 });
   pool.on('error', () => {});
   try {
-    await migrate(pool, pino({ level: 'silent' }));
+    await migrate(pool, pino({ level: 'silent' }), v.before0017 ? migrationsBefore(17) : undefined);
     await pool.query(`INSERT INTO timeout_center.kinds (kind) VALUES ($1)`, [KIND]);
     if (v.ddl) await pool.query(v.ddl);
     const { bizId, payload } = WORKLOADS[w]!;

@@ -79,7 +79,8 @@ function dueArgs(input: { dueAt?: Date | undefined; delayMs?: number | undefined
 
 function translate(err: unknown, kind: string): never {
   const e = err as { code?: string; constraint?: string };
-  if (e.code === '23503' && e.constraint === 'timeouts_kind_fkey') throw new UnknownKindError(kind);
+  // A kind no config declared is no label of the enum timeout_center.kind (sql/0017).
+  if (e.code === '22P02' && /enum timeout_center\.kind\b/.test(String((err as Error).message))) throw new UnknownKindError(kind);
   throw err;
 }
 

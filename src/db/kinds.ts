@@ -1,5 +1,7 @@
-// Writes the config's kinds into timeout_center.kinds, the table that timeouts reference: an
-// INSERT of a kind no config declared fails on the foreign key.
+// Writes the config's kinds into timeout_center.kinds. Each kind is also a label of the enum
+// timeout_center.kind, the type of timeouts.kind (sql/0017): the kinds_keep_labels trigger adds
+// the label of a new kind in this transaction, usable once it commits, so an INSERT of a kind no
+// config declared fails on the enum's input.
 //
 // Flow control (paused, max_running_shards, rate_limit): the config's values always go to the
 // config_* columns (what `limit <kind> --reset` restores), and to the live columns only while the

@@ -32,6 +32,8 @@ export interface KindsTable {
 
 export interface TimeoutsTable {
   id: Generated<number>;
+  /** The enum timeout_center.kind (sql/0017): read and written as the kind's name. In a
+   *  comparison, kysely's untyped parameter takes the enum's type (a known kind only). */
   kind: string;
   biz_id: string;
   due_at: Timestamp;

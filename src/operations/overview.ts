@@ -59,7 +59,7 @@ export async function kindBacklog(db: Queryable): Promise<KindBacklog[]> {
     SELECT k.kind, k.paused,
            coalesce(b.pending_due, 0)::int8 AS "pendingDue", coalesce(b.in_flight, 0)::int8 AS "inFlight",
            b.oldest_due_at AS "oldestDueAt", extract(epoch FROM b.oldest_lag)::float8 AS "oldestLagSeconds",
-           (SELECT count(*) FROM timeout_center.timeouts t WHERE t.kind = k.kind AND t.state = 'failed')::int AS failed
+           (SELECT count(*) FROM timeout_center.timeouts t WHERE t.kind = k.kind::timeout_center.kind AND t.state = 'failed')::int AS failed
       FROM timeout_center.kinds k
       LEFT JOIN timeout_center.backlog b ON b.kind = k.kind
      ORDER BY k.kind`);

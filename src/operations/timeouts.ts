@@ -61,7 +61,7 @@ export interface FailedRow {
 
 /** Failed timeouts matching the filter (view failed_timeouts), newest first, and their total. */
 export async function listFailed(db: Queryable, filter: FailedFilter, limit: number): Promise<{ total: number; rows: FailedRow[] }> {
-  const where = `($1::text IS NULL OR kind = $1) AND ($2::int8 IS NULL OR scan_id = $2)
+  const where = `($1::text IS NULL OR kind = timeout_center.kind_or_null($1)) AND ($2::int8 IS NULL OR scan_id = $2)
     AND ($3::text IS NULL OR last_error ILIKE '%' || replace(replace(replace($3, '\\', '\\\\'), '%', '\\%'), '_', '\\_') || '%')`;
   const values = [filter.kind ?? null, filter.scan ?? null, filter.errorContains || null];
   const [rows, total] = await Promise.all([

@@ -47,10 +47,10 @@ beforeAll(async () => {
 afterAll(() => tearDown({ pool, db }));
 
 describe('inserting timeouts', () => {
-  it('rejects an unknown kind in plain SQL, naming the foreign key, and writes nothing', async () => {
+  it('rejects an unknown kind in plain SQL, naming the kind type and the kind, and writes nothing', async () => {
     await expect(pool.query("INSERT INTO timeout_center.timeouts (kind, biz_id, due_at) VALUES ('order.unknown', '1', now())")).rejects.toMatchObject({
-      code: '23503',
-      constraint: 'timeouts_kind_fkey',
+      code: '22P02',
+      message: 'invalid input value for enum timeout_center.kind: "order.unknown"',
     });
     expect(await count()).toBe(0);
   });
@@ -115,6 +115,39 @@ describe('inserting timeouts', () => {
     expect(await cancel(pool, 'order.unpaid', 43)).toBe(false);
     expect(await reschedule(pool, 'order.unpaid', 43, { delayMs: 1 })).toBe(false);
     await pool.query('DELETE FROM timeout_center.timeouts');
+  });
+
+  it("cancel() and reschedule() of an unknown kind find nothing, and the caller's transaction goes on", async () => {
+    const client = await pool.connect();
+    try {
+      await client.query('BEGIN');
+      expect(await cancel(client, 'order.nope', 1)).toBe(false);
+      expect(await reschedule(client, 'order.nope', 1, { delayMs: 5 })).toBe(false);
+      expect((await schedule(client, { kind: 'order.unpaid', bizId: 44, delayMs: 60_000 })).created).toBe(true);
+      await client.query('ROLLBACK');
+    } finally {
+      client.release();
+    }
+    expect(await count()).toBe(0);
+  });
+
+  it('a kind inserted into timeout_center.kinds by hand is a kind once committed, in name order; one with timeouts cannot be deleted', async () => {
+    await pool.query("INSERT INTO timeout_center.kinds (kind) VALUES ('zz.by_hand'), ('aa.by_hand')");
+    // A value typed varchar or text (as some drivers bind strings) is taken by INSERT too.
+    await pool.query(
+      "INSERT INTO timeout_center.timeouts (kind, biz_id, due_at) VALUES ($1::varchar, '1', now() + interval '1 hour'), ($2::text, '1', now() + interval '1 hour')",
+      ['zz.by_hand', 'aa.by_hand'],
+    );
+    const { rows } = await pool.query('SELECT kind FROM timeout_center.timeouts ORDER BY kind');
+    expect(rows.map((r) => r.kind)).toEqual(['aa.by_hand', 'zz.by_hand']);
+    const labels = await pool.query('SELECT enum_range(NULL::timeout_center.kind)::text[] AS l');
+    expect(labels.rows[0].l).toEqual(['aa.by_hand', 'order.unpaid', 'zz.by_hand']);
+    await expect(pool.query("DELETE FROM timeout_center.kinds WHERE kind = 'zz.by_hand'")).rejects.toMatchObject({
+      code: '23503',
+      constraint: 'timeouts_kind_fkey',
+    });
+    await pool.query('DELETE FROM timeout_center.timeouts');
+    await pool.query("DELETE FROM timeout_center.kinds WHERE kind IN ('zz.by_hand', 'aa.by_hand')");
   });
 });
 

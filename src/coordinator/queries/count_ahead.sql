@@ -21,7 +21,7 @@ SELECT k.kind,
                       WHERE sh.kind = k.kind AND sh.state IN ('queued', 'running')) l ON true
  CROSS JOIN LATERAL (SELECT count(*) AS n
                        FROM (SELECT 1 FROM timeout_center.timeouts t
-                              WHERE t.kind = k.kind AND t.state = 'pending' AND t.available_at <= $2
+                              WHERE t.kind = k.kind::timeout_center.kind AND t.state = 'pending' AND t.available_at <= $2
                               ORDER BY t.available_at
                               LIMIT coalesce(l.capacity, 0) + $3) d) cnt
  WHERE k.kind = ANY ($1::text[])

@@ -24,13 +24,13 @@ SELECT now() AS now,
           FROM unnest($1::text[]) AS k (kind)
           JOIN timeout_center.kinds kc ON kc.kind = k.kind AND NOT kc.paused
          CROSS JOIN LATERAL (SELECT t.available_at FROM timeout_center.timeouts t
-                              WHERE t.kind = k.kind AND t.state = 'pending' AND t.available_at <= now()
+                              WHERE t.kind = kc.kind::timeout_center.kind AND t.state = 'pending' AND t.available_at <= now()
                               ORDER BY t.available_at DESC LIMIT 1) d) AS latest_due,
        (SELECT min(d.available_at)
           FROM unnest($1::text[]) AS k (kind)
           JOIN timeout_center.kinds kc ON kc.kind = k.kind AND NOT kc.paused
          CROSS JOIN LATERAL (SELECT t.available_at FROM timeout_center.timeouts t
-                              WHERE t.kind = k.kind AND t.state = 'pending' AND t.available_at > now()
+                              WHERE t.kind = kc.kind::timeout_center.kind AND t.state = 'pending' AND t.available_at > now()
                               ORDER BY t.available_at LIMIT 1) d) AS next_after,
        (SELECT count(*) FROM timeout_center.shards sh
          WHERE sh.state IN ('queued', 'running')
@@ -39,7 +39,7 @@ SELECT now() AS now,
        (SELECT coalesce(jsonb_object_agg(kc.kind, jsonb_build_array(kc.paused, kc.max_running_shards, kc.rate_limit,
                  CASE WHEN kc.rate_limit IS NOT NULL
                       THEN EXISTS (SELECT 1 FROM timeout_center.timeouts t
-                                    WHERE t.kind = kc.kind AND t.state = 'pending' AND t.available_at <= now()) END,
+                                    WHERE t.kind = kc.kind::timeout_center.kind AND t.state = 'pending' AND t.available_at <= now()) END,
                  EXISTS (SELECT 1 FROM timeout_center.live_workers w WHERE kc.kind = ANY (w.kinds)))), '{}')
           FROM timeout_center.kinds kc
          WHERE kc.kind = ANY ($1::text[])) AS controls,
@@ -49,12 +49,12 @@ SELECT now() AS now,
            AND NOT EXISTS (SELECT 1 FROM timeout_center.live_workers w WHERE kc.kind = ANY (w.kinds))
            AND (EXISTS (SELECT 1 FROM timeout_center.shards sh WHERE sh.kind = kc.kind AND sh.state = 'queued')
                 OR EXISTS (SELECT 1 FROM timeout_center.timeouts t
-                            WHERE t.kind = kc.kind AND t.state = 'pending' AND t.available_at <= now()))) AS unserved,
+                            WHERE t.kind = kc.kind::timeout_center.kind AND t.state = 'pending' AND t.available_at <= now()))) AS unserved,
        (SELECT coalesce(jsonb_object_agg(tg.target, jsonb_build_array(tg.rate_limit,
                  EXISTS (SELECT 1 FROM timeout_center.kind_routes r
                            JOIN timeout_center.kinds kc ON kc.kind = r.kind AND NOT kc.paused
                           WHERE r.kind = ANY ($1::text[]) AND tg.target = ANY (r.databases)
                             AND EXISTS (SELECT 1 FROM timeout_center.timeouts t
-                                         WHERE t.kind = r.kind AND t.state = 'pending' AND t.available_at <= now())))), '{}')
+                                         WHERE t.kind = r.kind::timeout_center.kind AND t.state = 'pending' AND t.available_at <= now())))), '{}')
           FROM timeout_center.targets tg
          WHERE tg.rate_limit IS NOT NULL) AS target_controls

@@ -92,7 +92,7 @@ WITH live_target AS (
    CROSS JOIN LATERAL (SELECT CASE WHEN cr.credit IS NULL THEN
                                 (SELECT count(*)
                                    FROM (SELECT 1 FROM timeout_center.timeouts t
-                                          WHERE t.kind = f.kind AND t.state = 'pending' AND t.available_at <= $1
+                                          WHERE t.kind = f.kind::timeout_center.kind AND t.state = 'pending' AND t.available_at <= $1
                                           ORDER BY t.available_at
                                           LIMIT coalesce(l.capacity, 0) + $4) d)
                               END AS n) cnt
@@ -114,12 +114,12 @@ WITH live_target AS (
    CROSS JOIN LATERAL (SELECT d.target, count(*) AS n
                          FROM (SELECT timeout_center.route_target(r.route_by, r.databases, r.range_from, r.range_to, w.biz_id) AS target
                                  FROM ((SELECT t.id, t.biz_id FROM timeout_center.timeouts t
-                                         WHERE t.kind = f.kind AND t.state = 'pending' AND t.available_at <= $1
+                                         WHERE t.kind = f.kind::timeout_center.kind AND t.state = 'pending' AND t.available_at <= $1
                                          ORDER BY t.available_at
                                          LIMIT coalesce(l.capacity, 0) + $4)
                                        UNION
                                        (SELECT t.id, t.biz_id FROM timeout_center.timeouts t
-                                         WHERE t.kind = f.kind AND t.state = 'pending' AND t.available_at <= $1
+                                         WHERE t.kind = f.kind::timeout_center.kind AND t.state = 'pending' AND t.available_at <= $1
                                          ORDER BY t.available_at DESC
                                          LIMIT coalesce(l.capacity, 0) + $4)) w) d
                         GROUP BY d.target) c

@@ -4,4 +4,4 @@
 -- @params kind: string, bizId: string, dueAt: Date | null, delayMs: number | null
 UPDATE timeout_center.timeouts
    SET due_at = coalesce($3::timestamptz, now() + $4::double precision * interval '1 millisecond')
- WHERE kind = $1 AND biz_id = $2 AND state = 'pending' RETURNING id
+ WHERE kind = timeout_center.kind_or_null($1) AND biz_id = $2 AND state = 'pending' RETURNING id

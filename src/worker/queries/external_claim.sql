@@ -25,7 +25,7 @@ WITH route AS MATERIALIZED (
    WHERE h.shard_id = $1 AND h.state = 'dispatched' AND EXISTS (SELECT 1 FROM ours)
 ), fresh AS MATERIALIZED (
   SELECT d.id FROM timeout_center.timeouts d
-   WHERE d.kind = $2 AND d.state = 'pending' AND d.available_at <= statement_timestamp()
+   WHERE d.kind = $2::timeout_center.kind AND d.state = 'pending' AND d.available_at <= statement_timestamp()
      -- routes_to, not route_target(...) = target: the planner must expect many matches to walk the
      -- due index in order instead of reading and sorting the whole backlog (sql/0016).
      AND (NOT $5::boolean
