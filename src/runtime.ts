@@ -21,6 +21,7 @@ import { describeTarget } from './transport/redis-connection.js';
 import { RedisStreamsChannel } from './transport/redis-streams.js';
 import { service, ServiceGroup, type Service } from './service.js';
 import { centerKinds, storeLayout } from './stores/layout.js';
+import { LeaderBalance } from './stores/leader-balance.js';
 import { storeCoordinators } from './stores/store-coordinators.js';
 import { Worker } from './worker/worker.js';
 
@@ -182,8 +183,22 @@ export async function startRuntime(options: RuntimeOptions): Promise<Runtime> {
     coordinator = new Coordinator({ config: centerConfig, pool, channel, leadership, metrics, logger, coordinatorId });
     services.push(coordinator);
     if (stores.size > 0) {
-      if (options.embedded) throw new Error('kinds stored beside their orders (store: beside) need Redis: the embedded mode serves the center database only');
-      services.push(...storeCoordinators({ config, metrics, logger, coordinatorId, centerPool: pool, endPool: (p) => endPool(p, logger) }));
+      if (options.embedded || !redisChannel) {
+        throw new Error('kinds stored beside their orders (store: beside) need Redis: the embedded mode serves the center database only');
+      }
+      // The center and the stores shared between the coordinator processes (stores/leader-balance.ts).
+      const balance = new LeaderBalance({
+        redis: redisChannel.redis,
+        key: `${leaderLockKey(config.redisKeyPrefix)}:coordinators`,
+        coordinatorId,
+        ttlMs: config.coordinator.lockTtlMs,
+        logger,
+      });
+      balance.register('center', leadership);
+      services.push(
+        ...storeCoordinators({ config, metrics, logger, coordinatorId, centerPool: pool, endPool: (p) => endPool(p, logger), balance }),
+        balance.service(),
+      );
     }
   }
   if (config.httpPort !== undefined) {

@@ -21,6 +21,9 @@ export interface LeadershipOptions {
   ttlMs: number;
   coordinatorId: string;
   logger: Logger;
+  /** False while this process should not take the lock (stores/leader-balance.ts: a store it just
+   *  handed over to another coordinator). */
+  mayAcquire?: () => boolean;
 }
 
 export interface LeadershipEvents {
@@ -78,6 +81,7 @@ export class Leadership extends EventEmitter<LeadershipEvents> implements Servic
   }
 
   private async tryAcquire(): Promise<void> {
+    if (this.options.mayAcquire && !this.options.mayAcquire()) return;
     let lock: HeldLock;
     try {
       lock = await this.locker.acquire(this.options.lockKey, this.options.ttlMs);

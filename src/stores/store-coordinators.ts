@@ -17,6 +17,7 @@ import { RedisStreamsChannel } from '../transport/redis-streams.js';
 import { StoreChannel } from '../transport/store-channel.js';
 import { storeLayout } from './layout.js';
 import { AuditOutbox } from './audit-outbox.js';
+import type { LeaderBalance } from './leader-balance.js';
 import { SharedControls } from './shared-controls.js';
 import { StoreWatch } from './store-watch.js';
 import { prepareStore } from './store-database.js';
@@ -30,6 +31,8 @@ export interface StoreCoordinatorOptions {
   centerPool: pg.Pool;
   /** Closes a pool when its store's coordinator stops (runtime.ts's bounded end). */
   endPool: (pool: pg.Pool) => Promise<void>;
+  /** The stores shared between coordinator processes (leader-balance.ts). */
+  balance?: LeaderBalance;
 }
 
 /** The lock of a store's leadership: a key of its own, hashed whole (any slot of a cluster). */
@@ -60,7 +63,9 @@ export function storeCoordinators(options: StoreCoordinatorOptions): Service[] {
           ttlMs: config.coordinator.lockTtlMs,
           coordinatorId,
           logger,
+          mayAcquire: () => options.balance?.mayAcquire(store) ?? true,
         });
+        options.balance?.register(store, leadership);
         const controls = new SharedControls(options.centerPool, pool, new Map(kinds.map((k) => [k, storesOfKind.get(k) ?? 1])), logger);
         const auditOutbox = new AuditOutbox(pool, options.centerPool, store, logger);
         const storeConfig: LoadedConfig = { ...config, kinds: Object.fromEntries(kinds.map((k) => [k, config.kinds[k]!])) };

@@ -268,6 +268,38 @@ describe('timeouts stored beside the orders, three stores', () => {
     report('27 stores: coordinator SIGKILL, stores taken over', { perStore: inv, after });
   }, 180_000);
 
+  it('a coordinator started later takes its share of the stores, without restarting the first; nothing lost', async () => {
+    const a = spawn('coordinator-a', 'coordinator');
+    await waitUntil(
+      'coordinator-a leads the center and every store',
+      () => a.lines.filter((l) => l.msg === 'became leader').length >= STORES.length + 1,
+      20_000,
+    );
+    const aId = `${hostname()}-${a.pid}`;
+    const holders = async () => [
+      (await centerPool.query('SELECT holder FROM timeout_center.coordinator_lease')).rows[0].holder as string,
+      ...(await Promise.all(pools.map(async (p) => (await p.query('SELECT holder FROM timeout_center.coordinator_lease')).rows[0].holder as string))),
+    ];
+    const b = spawn('coordinator-b', 'coordinator');
+    const bId = `${hostname()}-${b.pid}`;
+    const workers = [spawn('worker-1', 'worker'), spawn('worker-2', 'worker')];
+    await Promise.all(workers.map((w) => w.waitForMsg('worker started', 20_000)));
+    // A drain runs through the hand-over.
+    await seed(9_000, 300);
+    // Four leaderships (the center and three stores), two coordinators: a share of 2 each.
+    const split = (h: string[]) => [h.filter((x) => x === aId).length, h.filter((x) => x === bId).length];
+    await waitUntil('each coordinator leads its share, 2 of the 4', async () => JSON.stringify(split(await holders())) === '[2,2]', 30_000);
+    const handed = a.lines.filter((l) => String(l.msg).startsWith('handing store')).map((l) => l['store']);
+    expect(handed.length, 'coordinator-a handed stores over').toBeGreaterThanOrEqual(2);
+    expect(handed, 'the center is never handed over by the balance').not.toContain('center');
+    // Settled: the same split a few rounds later, and coordinator-a was never restarted.
+    await sleep(4000);
+    expect(split(await holders())).toEqual([2, 2]);
+    expect(a.alive && b.alive).toBe(true);
+    const inv = await expectInvariantsPerStore();
+    report('27 stores: a second coordinator takes its share', { handed, holders: await holders(), perStore: inv });
+  }, 180_000);
+
   it('a worker SIGKILLed mid-shard in each store: the shards run again elsewhere, each order changes once', async () => {
     const c = spawn('coordinator', 'coordinator');
     await c.waitForMsg('became leader', 20_000);
