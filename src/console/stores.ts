@@ -7,19 +7,12 @@ import type { Kysely } from 'kysely';
 import type pg from 'pg';
 import type { Config } from '../config.js';
 import type { Database } from '../db/schema.js';
-import { forwardStoreAudit } from '../stores/audit-outbox.js';
+import { forwardStoreAuditNow } from '../stores/audit-outbox.js';
 import { placeBizIds } from '../stores/place-biz-ids.js';
 import { CENTER, type PerStore, type StoreDatabase, type StoreDirectory } from '../stores/store-directory.js';
 import { HttpError } from './http.js';
 
-export { CENTER, type PerStore } from '../stores/store-directory.js';
-
-/** Where a store stands for this request: reachable, or why not. */
-export interface StoreState {
-  store: string;
-  reachable: boolean;
-  error?: string;
-}
+export { CENTER, mergeRows, storeStates, type PerStore, type StoreState } from '../stores/store-directory.js';
 
 export class ConsoleStores {
   private readonly center: StoreDatabase;
@@ -97,22 +90,8 @@ export class ConsoleStores {
    *  when that failed: they wait in the store, and its leader copies them later. */
   async forwardAudit(store: string): Promise<boolean> {
     if (store === CENTER || !this.directory) return true;
-    try {
-      await forwardStoreAudit(this.directory.database(store).pool, this.center.pool, store);
-      return true;
-    } catch {
-      return false;
-    }
+    return forwardStoreAuditNow(this.directory.database(store).pool, this.center.pool, store);
   }
-}
-
-export function storeStates(answers: PerStore<unknown>[]): StoreState[] {
-  return answers.map((r) => (r.ok ? { store: r.store, reachable: true } : { store: r.store, reachable: false, error: r.error }));
-}
-
-/** The rows of every store that answered, each with its store, in the order `order` gives. */
-export function mergeRows<R>(answers: PerStore<R[]>[], order: (a: R, b: R) => number): (R & { store: string })[] {
-  return answers.flatMap((r) => (r.ok ? r.value.map((row) => ({ ...row, store: r.store })) : [])).sort(order);
 }
 
 /** The note added to an action's result when its audit rows could not reach the center yet. */

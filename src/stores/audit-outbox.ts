@@ -36,6 +36,17 @@ export async function forwardStoreAudit(store: Queryable, center: Queryable, sto
   }
 }
 
+/** After an action in a store: its audit rows into the center now. False when that failed: they
+ *  wait in the store, and its leader copies them later (never an error for the action). */
+export async function forwardStoreAuditNow(store: Queryable, center: Queryable, storeName: string): Promise<boolean> {
+  try {
+    await forwardStoreAudit(store, center, storeName);
+    return true;
+  } catch {
+    return false;
+  }
+}
+
 /** The store leader's share: forwards at most every 5 s; the center down is said once, not fatal. */
 export class AuditOutbox {
   private lastAt = 0;

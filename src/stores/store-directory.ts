@@ -29,6 +29,23 @@ export interface StoreDatabase {
 /** One database's answer: its value, or why it could not give one (down, not migrated). */
 export type PerStore<T> = { store: string; ok: true; value: T } | { store: string; ok: false; error: string };
 
+/** Where a store stands for one call: reachable, or why not (CLI --json and the console). */
+export interface StoreState {
+  store: string;
+  reachable: boolean;
+  error?: string;
+}
+
+export function storeStates(answers: PerStore<unknown>[]): StoreState[] {
+  return answers.map((r) => (r.ok ? { store: r.store, reachable: true } : { store: r.store, reachable: false, error: r.error }));
+}
+
+/** The rows of every store that answered, each with its store, in the order `order` gives. */
+export function mergeRows<R>(answers: PerStore<R[]>[], order?: (a: R, b: R) => number): (R & { store: string })[] {
+  const rows = answers.flatMap((r) => (r.ok ? r.value.map((row) => ({ ...row, store: r.store })) : []));
+  return order ? rows.sort(order) : rows;
+}
+
 export interface StoreDirectoryOptions {
   centerUrl: string;
   /** Store name -> URL and kinds, in the order to show them. */

@@ -9,8 +9,9 @@ import type pg from 'pg';
 import { loadConfig, type LoadedConfig } from '../../config.js';
 import type { Database } from '../../db/schema.js';
 import { createLogger } from '../../observability/logger.js';
-import { forwardStoreAudit } from '../../stores/audit-outbox.js';
+import { forwardStoreAuditNow } from '../../stores/audit-outbox.js';
 import { CENTER, StoreDirectory, type PerStore, type StoreDatabase } from '../../stores/store-directory.js';
+export { mergeRows, storeStates, type StoreState } from '../../stores/store-directory.js';
 import { inputError, print, withDatabase, type DbOptions } from './common.js';
 
 /** --config: the file that names the stores. */
@@ -27,13 +28,6 @@ export function withStoreOptions(cmd: Command): Command {
       ),
     )
     .addOption(storesConfigOption());
-}
-
-/** Where a store stands for this call: reachable, or why not. */
-export interface StoreState {
-  store: string;
-  reachable: boolean;
-  error?: string;
 }
 
 export interface Across {
@@ -84,27 +78,13 @@ export async function acrossStores<T>(opts: DbOptions, fn: (a: Across) => Promis
 
 /** fn on each database of the call: through withDatabase's checks (and exit codes) when there is
  *  only the center, with one answer per store when the config names stores. */
-export async function eachStore<T>(
-  a: Across,
-  opts: DbOptions,
-  fn: (db: Kysely<Database>, pool: pg.Pool, d: StoreDatabase) => Promise<T>,
-): Promise<PerStore<T>[]> {
+export async function eachStore<T>(a: Across, fn: (db: Kysely<Database>, pool: pg.Pool, d: StoreDatabase) => Promise<T>): Promise<PerStore<T>[]> {
   if (!a.multi) {
     const d = a.directory.database(a.stores[0]!);
     const value = await withDatabase({ databaseUrl: d.url }, (db, pool) => fn(db, pool, d));
     return [{ store: d.store, ok: true, value }];
   }
   return a.directory.each(a.stores, (d) => fn(d.db, d.pool, d));
-}
-
-export function storeStates(answers: PerStore<unknown>[]): StoreState[] {
-  return answers.map((r) => (r.ok ? { store: r.store, reachable: true } : { store: r.store, reachable: false, error: r.error }));
-}
-
-/** The rows of every store that answered, each with its store, in the order `order` gives. */
-export function mergeRows<R>(answers: PerStore<R[]>[], order?: (a: R, b: R) => number): (R & { store: string })[] {
-  const rows = answers.flatMap((r) => (r.ok ? r.value.map((row) => ({ ...row, store: r.store })) : []));
-  return order ? rows.sort(order) : rows;
 }
 
 /** One line per store that did not answer, for the end of a table. */
@@ -120,12 +100,13 @@ export function printUnreachable(answers: PerStore<unknown>[], what: string): vo
 
 /** After an action in a store: its audit rows into the center's audit_log now (sql/0015). When the
  *  center does not answer they wait in the store, and its leader copies them later. */
-export async function forwardAudit(a: Across, store: string): Promise<boolean> {
-  if (store === CENTER) return true;
-  try {
-    await forwardStoreAudit(a.directory.database(store).pool, a.directory.database(CENTER).pool, store);
-    return true;
-  } catch {
-    return false;
-  }
+export function forwardAudit(a: Across, store: string): Promise<boolean> {
+  if (store === CENTER) return Promise.resolve(true);
+  return forwardStoreAuditNow(a.directory.database(store).pool, a.directory.database(CENTER).pool, store);
+}
+
+/** A result as --json prints it: without whether its audit reached the center (said in the text). */
+export function withoutAuditFlag<T extends { auditInCenter: boolean }>(r: T): Omit<T, 'auditInCenter'> {
+  const { auditInCenter: _flag, ...rest } = r;
+  return rest;
 }

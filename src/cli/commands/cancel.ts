@@ -29,7 +29,7 @@ export function registerCancel(program: Command): void {
       await acrossStores(opts, async (a) => {
         const placement = await place(a, kind, ids);
         const stores = [...placement.byStore.keys()];
-        const answers = await eachStore({ ...a, stores }, opts, async (db, _pool, d) => {
+        const answers = await eachStore({ ...a, stores }, async (db, _pool, d) => {
           await assertKind(db, kind);
           const outcome = await cancelManyAudited(db, kind, placement.byStore.get(d.store)!, opts.actor ?? defaultActor());
           return { ...outcome, auditInCenter: outcome.cancelled.length === 0 || (await forwardAudit(a, d.store)) };

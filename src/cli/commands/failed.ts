@@ -20,7 +20,7 @@ export function registerFailed(program: Command): void {
         if (opts.scan !== undefined && a.stores.length > 1) {
           throw inputError(`scan ids are per store: with --scan, pass --store <name> (${a.stores.join(', ')})`);
         }
-        const answers = await eachStore(a, opts, async (db) => {
+        const answers = await eachStore(a, async (db) => {
           if (opts.kind !== undefined) await assertKind(db, opts.kind);
           const base = db
             .selectFrom('timeout_center.failed_timeouts')

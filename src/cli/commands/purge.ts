@@ -10,7 +10,7 @@ import { configSchema, parseConfig, readConfigFile, type RetentionConfig } from 
 import { purgeAudited } from '../../operations/actions.js';
 import { countPurgeable, type PurgeResult } from '../../retention/retention.js';
 import { actorOption, databaseOption, defaultActor, formatSeconds, jsonOption, parseDuration, parseLimit, print, printJson, type DbOptions } from './common.js';
-import { acrossStores, eachStore, forwardAudit } from './across.js';
+import { acrossStores, eachStore, forwardAudit, withoutAuditFlag } from './across.js';
 
 interface PurgeCliOptions extends DbOptions {
   actor?: string;
@@ -49,7 +49,7 @@ export function registerPurge(program: Command): void {
       await acrossStores(opts, async (a) => {
         const label = (store: string) => (a.multi ? `store ${store}: ` : '');
         if (opts.dryRun) {
-          const answers = await eachStore(a, opts, (_db, pool) => countPurgeable(pool, options));
+          const answers = await eachStore(a, (_db, pool) => countPurgeable(pool, options));
           if (opts.json) {
             if (!a.multi) printJson({ dryRun: true, ...options, wouldDelete: (answers[0] as { value: unknown }).value });
             else
@@ -80,7 +80,7 @@ export function registerPurge(program: Command): void {
         try {
           // Each database purges its own rows, audited there; a store's record is then copied to
           // the center's audit_log.
-          const answers = await eachStore(a, opts, async (_db, pool, d) => {
+          const answers = await eachStore(a, async (_db, pool, d) => {
             const result = await purgeAudited(pool, options, opts.actor ?? defaultActor(), { shouldStop: () => stop });
             return { ...result, auditInCenter: await forwardAudit(a, d.store) };
           });
@@ -89,7 +89,7 @@ export function registerPurge(program: Command): void {
               printJson({
                 dryRun: false,
                 ...options,
-                deleted: withoutFlag((answers[0] as { value: PurgeResult & { auditInCenter: boolean } }).value),
+                deleted: withoutAuditFlag((answers[0] as { value: PurgeResult & { auditInCenter: boolean } }).value),
                 interrupted: stop,
               });
             else {
@@ -97,7 +97,7 @@ export function registerPurge(program: Command): void {
                 dryRun: false,
                 ...options,
                 interrupted: stop,
-                stores: answers.map((r) => (r.ok ? { store: r.store, deleted: withoutFlag(r.value) } : { store: r.store, unreachable: r.error })),
+                stores: answers.map((r) => (r.ok ? { store: r.store, deleted: withoutAuditFlag(r.value) } : { store: r.store, unreachable: r.error })),
               });
             }
           } else {
@@ -122,9 +122,4 @@ export function registerPurge(program: Command): void {
         }
       });
     });
-}
-
-function withoutFlag(r: PurgeResult & { auditInCenter: boolean }): PurgeResult {
-  const { auditInCenter: _flag, ...rest } = r;
-  return rest;
 }

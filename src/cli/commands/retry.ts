@@ -7,7 +7,7 @@
 import type { Command } from 'commander';
 import { retryAudited } from '../../operations/actions.js';
 import { retryFailed, type RetryResult } from '../../operations/retry.js';
-import { acrossStores, eachStore, forwardAudit, withStoreOptions } from './across.js';
+import { acrossStores, eachStore, forwardAudit, withoutAuditFlag, withStoreOptions } from './across.js';
 import { actorOption, assertKind, databaseOption, defaultActor, idList, inputError, jsonOption, parseId, print, printJson, type DbOptions } from './common.js';
 
 interface RetryOptions extends DbOptions {
@@ -46,7 +46,7 @@ export function registerRetry(program: Command): void {
         }
         const selector = { id: opts.id, kind: opts.kind, scan: opts.scan, shard: opts.shard };
         const actor = opts.actor ?? defaultActor();
-        const answers = await eachStore({ ...a, stores }, opts, async (db, _pool, d) => {
+        const answers = await eachStore({ ...a, stores }, async (db, _pool, d) => {
           if (opts.kind !== undefined) await assertKind(db, opts.kind);
           // A dry run changes nothing and is not audited; a retry is, as from the console, in the
           // store it changes, and copied to the center's audit_log right after.
@@ -66,11 +66,6 @@ export function registerRetry(program: Command): void {
         if (answers.some((r) => !r.ok)) process.exitCode = 1;
       });
     });
-}
-
-function withoutAuditFlag<T extends { auditInCenter: boolean }>(r: T): Omit<T, 'auditInCenter'> {
-  const { auditInCenter: _flag, ...rest } = r;
-  return rest;
 }
 
 function describeRetry(result: RetryResult & { auditInCenter: boolean }, dryRun: boolean): string {

@@ -22,7 +22,7 @@ export function registerScans(program: Command): void {
         throw inputError(`--state must be one of ${STATES.join(', ')}, got "${state}"`);
       }
       await acrossStores(opts, async (a) => {
-        const answers = await eachStore(a, opts, (db) =>
+        const answers = await eachStore(a, (db) =>
           db
             .selectFrom('timeout_center.scan_report')
             .selectAll()
