@@ -1,6 +1,7 @@
 // Public API for Node services: the business functions (schedule / cancel / reschedule), and the
 // pieces to embed a coordinator or worker in your own process.
-export { schedule, cancel, reschedule, TimeoutInputError, UnknownKindError } from './schedule.js';
+export { schedule, cancel, reschedule, storeOf, TimeoutInputError, UnknownKindError } from './schedule.js';
+export { StoreRouter } from './stores/store-router.js';
 export type { Executor, PgQueryable, ScheduleInput, ScheduledTimeout } from './schedule.js';
 export { loadConfig, parseConfig, ConfigError } from './config.js';
 export type { Config, ConfigInput, LoadedConfig, KindConfig } from './config.js';

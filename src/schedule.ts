@@ -125,3 +125,14 @@ export async function reschedule(db: Executor, kind: string, bizId: ScheduleInpu
   const rows = await run(db, sql('schedule/reschedule', { kind: checkKind(kind), bizId: bizIdText(bizId), dueAt, delayMs }));
   return rows.length > 0;
 }
+
+/** The store (a name under businessDatabases) that holds (kind, bizId)'s timeout, or undefined for
+ *  the center's database; any database of the fleet answers. Throws when the kind's store rule
+ *  cannot place the id (modulo and range take integer ids). See StoreRouter to act there. */
+export async function storeOf(db: Executor, kind: string, bizId: ScheduleInput['bizId']): Promise<string | undefined> {
+  const id = bizIdText(bizId);
+  const rows = await run<{ store: string | null }>(db, sql('schedule/store_of', { kind: checkKind(kind), bizId: id }));
+  const store = rows[0]?.store ?? undefined;
+  if (store === '-unroutable') throw new TimeoutInputError(`the store rule of kind ${kind} cannot place biz_id ${id} (modulo and range take integer ids)`);
+  return store;
+}

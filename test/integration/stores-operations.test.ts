@@ -11,6 +11,8 @@ import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { forwardStoreAudit } from '../../src/stores/audit-outbox.js';
 import { sql } from '../../src/db/queries.js';
+import { schedule } from '../../src/schedule.js';
+import { StoreRouter } from '../../src/stores/store-router.js';
 import { CLOSE_SQL, createOrdersSchema, writeConfig } from '../helpers/orders.js';
 import { CLI, killAll, spawnCli, runCli, type CliProcess } from '../helpers/processes.js';
 import { createTestDatabase, testKeyPrefix, TEST_REDIS_URL, type TestDatabase } from '../helpers/services.js';
@@ -248,6 +250,29 @@ describe('operator verbs across stores', () => {
     await forwardStoreAudit(pools[1]!, centerPool, 'store_b');
     const copies = (await centerAudit('cancel')).filter((a) => a.actor === 'crashed-copy');
     expect(copies).toEqual([{ actor: 'crashed-copy', store: 'store_b', kind: KIND, target: '43' }]);
+  });
+
+  it('schedule(), reschedule() and cancel() through the StoreRouter go to the store the rule picks; the wrong database refuses', async () => {
+    const router = new StoreRouter(centerPool, { store_a: pools[0]!, store_b: pools[1]! });
+    const stateIn = async (i: number, id: number) =>
+      (await pools[i]!.query(`SELECT state FROM timeout_center.timeouts WHERE kind = $1 AND biz_id = $2`, [KIND, String(id)])).rows.map((r) => r.state);
+    for (const id of [2001, 2002]) {
+      await pools[id % 2]!.query(`INSERT INTO orders (id, status) VALUES ($1, 'unpaid')`, [id]);
+      const t = await router.schedule({ kind: KIND, bizId: id, delayMs: 3_600_000 });
+      expect(t.created).toBe(true);
+      expect(await stateIn(id % 2, id)).toEqual(['pending']);
+      expect(await stateIn(1 - (id % 2), id)).toEqual([]);
+    }
+    expect(await router.reschedule(KIND, 2001, { delayMs: 7_200_000 })).toBe(true);
+    expect(await router.cancel(KIND, 2002)).toBe(true);
+    expect(await stateIn(0, 2002)).toEqual(['cancelled']);
+    // Called on the wrong database, schedule() is refused naming the right store, and writes nothing.
+    await expect(schedule(pools[0]!, { kind: KIND, bizId: 2003, delayMs: 1000 })).rejects.toThrow(/belongs in store store_b, not in store store_a/);
+    expect(await stateIn(0, 2003)).toEqual([]);
+    await expect(router.schedule({ kind: KIND, bizId: 'abc', delayMs: 1000 })).rejects.toThrow(/cannot place biz_id abc/);
+    await expect(router.schedule({ kind: 'order.unshipped', bizId: 5, delayMs: 1000 })).rejects.toThrow(
+      /belongs in store store_down, and no database was given/,
+    );
   });
 
   it('purge: each store, audited; the store that is down named, exit 1', async () => {
