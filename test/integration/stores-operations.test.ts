@@ -87,6 +87,9 @@ describe('operator verbs across stores', () => {
       },
       businessDatabases: { store_a: { url: stores[0]!.url }, store_b: { url: stores[1]!.url }, store_down: { url: downUrl } },
       coordinator: { lockTtlMs: 3000, minTickIntervalMs: 50 },
+      // Each store's leader purges its own done timeouts (the last test); late enough that the
+      // tests before it still see the burst's done rows.
+      retention: { intervalMs: 1000, doneAfterMs: 40_000 },
       worker: { concurrency: 2, leaseMs: 15_000 },
     });
     env = { DATABASE_URL: center.url, REDIS_URL: TEST_REDIS_URL, TIMEOUT_CENTER_CONFIG: configPath };
@@ -293,4 +296,14 @@ describe('operator verbs across stores', () => {
     expect(real.stores[0]!.deleted!.timeouts).toBeGreaterThan(0);
     expect((await centerAudit('purge')).map((a) => [a.store, a.actor])).toEqual([['store_a', 'ops-test']]);
   });
+
+  it("each store's leader runs retention in its own database", async () => {
+    // store_b's done rows (store_a's were purged by the operator above) go once they are 40 s old.
+    await waitFor(
+      "store_b's leader purged its done timeouts",
+      async () => (await pools[1]!.query(`SELECT count(*)::int AS n FROM timeout_center.done_timeouts`)).rows[0].n === 0,
+      90_000,
+    );
+    expect(runner!.lines.some((l) => l.msg === 'retention purged old rows' && l['store'] === 'store_b')).toBe(true);
+  }, 120_000);
 });
