@@ -10,7 +10,7 @@ import type { Logger } from 'pino';
 import type { Alerter } from '../alerts/alerter.js';
 import type { Metrics } from '../observability/metrics.js';
 import { redactDbUrl } from '../worker/business-db.js';
-import { periodic, type Service } from '../service.js';
+import { periodic, service, type Service } from '../service.js';
 
 export interface StoreWatchOptions {
   store: string;
@@ -33,13 +33,22 @@ export class StoreWatch {
 
   constructor(private readonly o: StoreWatchOptions) {}
 
-  /** The periodic probe, as a service of the store's coordinator. */
+  /** The periodic probe, as a service of the store's coordinator; the first probe at start, so
+   *  tc_store_up has its series from the first second. */
   service(): Service {
-    return periodic(
+    const onError = (err: unknown) => this.o.logger.warn({ err }, 'store probe failed');
+    const rounds = periodic(`store watch ${this.o.store}`, this.o.everyMs, () => this.probe(), onError);
+    let first: Promise<void> | undefined;
+    return service(
       `store watch ${this.o.store}`,
-      this.o.everyMs,
-      () => this.probe(),
-      (err) => this.o.logger.warn({ err }, 'store probe failed'),
+      async () => {
+        await rounds.start();
+        first = this.probe().catch(onError);
+      },
+      async () => {
+        await rounds.stop();
+        await first;
+      },
     );
   }
 

@@ -109,7 +109,7 @@ describe('operator verbs across stores', () => {
         [LIVE, i, KIND],
       );
     }
-    runner = spawnCli('run', ['run'], env);
+    runner = spawnCli('run', ['run', '--port', '0'], env);
     await runner.waitForMsg('worker started');
     await waitFor('both stores drained and reduced', async () => {
       for (const pool of pools) {
@@ -158,6 +158,23 @@ describe('operator verbs across stores', () => {
     const plain = await cli(['scans', '--json'], { DATABASE_URL: center.url });
     expect(plain.code, plain.stderr).toBe(0);
     expect(JSON.parse(plain.stdout)).toEqual([]);
+  });
+
+  it('metrics carry the store: leaders, store probes and the worker counters per store', async () => {
+    const port = Number((await runner!.waitForMsg('serving /metrics, /healthz, /readyz', 30_000))['port']);
+    let text = '';
+    const value = (name: string, labels: string) => Number(new RegExp(`^${name}\\{[^}]*${labels}[^}]*\\} (\\S+)$`, 'm').exec(text)?.[1] ?? NaN);
+    // The store probe answers within its first round.
+    await waitFor('tc_store_up for every store', async () => {
+      text = await (await fetch(`http://127.0.0.1:${port}/metrics`)).text();
+      return !Number.isNaN(value('tc_store_up', 'store="store_down"')) && !Number.isNaN(value('tc_store_up', 'store="store_a"'));
+    });
+    for (const store of ['center', 'store_a', 'store_b']) expect(value('tc_leader', `store="${store}"`), `tc_leader ${store}`).toBe(1);
+    expect(value('tc_store_up', 'store="store_a"')).toBe(1);
+    expect(value('tc_store_up', 'store="store_down"')).toBe(0);
+    for (const store of ['store_a', 'store_b']) {
+      expect(value('tc_timeouts_total', `store="${store}",kind="${KIND}",outcome="applied"`), `applied in ${store}`).toBeGreaterThan(0);
+    }
   });
 
   it('shards: a scan id needs its store; failed: the failed timeouts of every store', async () => {
