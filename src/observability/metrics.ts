@@ -95,7 +95,7 @@ export class Metrics {
   });
   readonly reclaims = new Counter({
     name: 'tc_reclaims_total',
-    help: 'Shards recovered, by how (lease_expired, stale_queue, channel_lost, xautoclaim, abandoned)',
+    help: 'Shards recovered, by how (worker_gone, lease_expired, stale_queue, channel_lost, xautoclaim, abandoned)',
     labelNames: ['source'] as const,
     registers: [this.registry],
   });

@@ -128,9 +128,11 @@ export class ShardExecutor {
         keptExternal?.stop();
       }
     }
-    if (lease.attempts > 1) {
-      // An earlier run of this shard died: fix its rows first, so that the rows that may be
-      // killing workers stay with this shard and fail with it after maxAttempts.
+    if (lease.attempts > 1 && lease.suspect) {
+      // An earlier run of this shard died after it began its claim: fix its rows first, so that
+      // the rows that may be killing workers stay with this shard and fail with it after
+      // maxAttempts. (A run that died before its claim, e.g. frozen or killed right after its
+      // lease, held no row: this run is an ordinary one.)
       const { rows: pinned } = await this.pool.query<{ pinned: number }>(
         sql('worker/pin', { shardId: lease.id, kind: lease.kind, claimLimit: lease.claim_limit, leaseToken: lease.lease_token }),
       );
@@ -199,10 +201,15 @@ export class ShardExecutor {
         ? `; SAVEPOINT tc_batch; SET LOCAL statement_timeout = ${Math.floor(batch.timeLimitMs)}; SET LOCAL lock_timeout = ${HANDLER_LOCK_TIMEOUT_MS}`
         : '';
       open = true;
+      // In the same round trip: first, in a transaction of its own (no wait for the WAL flush),
+      // the mark that this run began its claim (mark_claim.sql: a re-run after a death makes its
+      // rows suspects of killing workers only then); then the shard transaction.
+      const mark = bindLiterals(sql('worker/mark_claim', { shardId: lease.id, leaseToken: lease.lease_token }));
       const begun = (await client.query(
-        `BEGIN; ${bindLiterals(sql('worker/lock_shard', { shardId: lease.id, leaseToken: lease.lease_token }))}${savepoint}`,
+        `BEGIN; SET LOCAL synchronous_commit = off; ${mark}; COMMIT; ` +
+          `BEGIN; ${bindLiterals(sql('worker/lock_shard', { shardId: lease.id, leaseToken: lease.lease_token }))}${savepoint}`,
       )) as unknown as pg.QueryResult[];
-      if (begun[1]!.rowCount === 0) throw new LeaseLostError(`lease on shard ${lease.id} was lost (the reaper requeued it)`);
+      if (begun[5]!.rowCount === 0) throw new LeaseLostError(`lease on shard ${lease.id} was lost (the reaper requeued it)`);
       if (batch && lease.claimAt > performance.now()) {
         // Leased ahead of the due instant: plan the claim now (EXPLAIN executes nothing), so
         // that this session has the tables, indexes and statistics it reads loaded when the

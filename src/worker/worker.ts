@@ -125,8 +125,9 @@ export class Worker implements Service {
       workerId: this.id,
       kinds: this.kinds,
       leaseMs: config.worker.leaseMs,
+      goneAfterMs: config.worker.goneAfterMs,
       logger: log,
-      failureMessage: 'PostgreSQL: worker heartbeat failed (timeout_center.workers not updated); retrying in 5 s',
+      failureMessage: 'PostgreSQL: worker heartbeat failed (timeout_center.workers not updated); retrying at the next beat',
     });
     let external: ExternalExecutor | undefined;
     if ([...handlers.values()].some((h) => h.external)) {
