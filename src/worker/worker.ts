@@ -66,6 +66,9 @@ export class Worker implements Service {
   private readonly activeInDatabase = new Map<string, Set<Promise<boolean>>>();
   /** Kinds whose handler runs in the center's PostgreSQL (not external). */
   private inDatabaseKinds = new Set<string>();
+  /** The databases those run in (the center's, each store's): what startFromBacklog shares the
+   *  slots among. */
+  private databases: string[] = [];
   /** The streams this worker reads: its center kinds, and `<kind>@<store>` for each store of
    *  each kind stored beside its orders (stores/layout.ts). */
   private readonly streams: string[];
@@ -116,6 +119,7 @@ export class Worker implements Service {
       ...[...handlers.values()].filter((h) => !h.external).map((h) => h.kind),
       ...this.streams.filter((s) => parseStreamName(s).store),
     ]);
+    this.databases = [...new Set(this.streams.filter((s) => this.inDatabaseKinds.has(s)).map(databaseOf))];
     for (const h of handlers.values())
       logger.info({ kind: h.kind, form: h.form.form, reason: h.form.reason }, `kind ${h.kind}: handler runs in the ${h.form.form} form`);
     const log = logger.child({ workerId: this.id });
@@ -205,12 +209,34 @@ export class Worker implements Service {
   /** Starts waiting deliveries while slots are free (also called when a shard ends, so a
    *  prefetched delivery never waits for a blocking read to return). A shard whose handler runs
    *  in a PostgreSQL database (the center's, or a store's) waits while databaseConcurrency of them
-   *  run there; others pass it. */
+   *  run there; others pass it.
+   *
+   *  Fair across databases (issue 31): a worker serving several (stores) shares its slots, so that
+   *  no store's shards wait behind another's. The next shard is the waiting one whose database
+   *  runs the fewest (first come on a tie), and a database that runs one already takes another
+   *  slot only while a slot stays free for each other database served with nothing running: with
+   *  the defaults (concurrency 4, databaseConcurrency 2) and three stores whose bursts come a few
+   *  milliseconds apart, each store gets a slot at the due instant instead of two stores taking
+   *  all four. A store alone still gets min(databaseConcurrency, concurrency - other stores). */
   private startFromBacklog(): void {
     const { concurrency, databaseConcurrency } = this.deps.config.worker;
-    const full = (stream: string) => this.inDatabaseKinds.has(stream) && (this.activeInDatabase.get(databaseOf(stream))?.size ?? 0) >= databaseConcurrency;
+    const running = (database: string) => this.activeInDatabase.get(database)?.size ?? 0;
+    const idleOthers = (database: string) => this.databases.filter((d) => d !== database && running(d) === 0).length;
+    const rank = (stream: string): number | undefined => {
+      if (!this.inDatabaseKinds.has(stream)) return 0;
+      const database = databaseOf(stream);
+      const r = running(database);
+      if (r >= databaseConcurrency) return undefined;
+      if (r > 0 && concurrency - this.active.size - 1 < idleOthers(database)) return undefined;
+      return r;
+    };
     while (this.active.size < concurrency && !this.stopping) {
-      const next = this.backlog.findIndex((d) => !full(d.message.kind));
+      let next = -1;
+      let best = Infinity;
+      this.backlog.forEach((d, i) => {
+        const r = rank(d.message.kind);
+        if (r !== undefined && r < best) [next, best] = [i, r];
+      });
       if (next < 0) return;
       this.startShard(this.backlog.splice(next, 1)[0]!);
     }
