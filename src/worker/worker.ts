@@ -214,20 +214,21 @@ export class Worker implements Service {
    *  Fair across databases (issue 31): a worker serving several (stores) shares its slots, so that
    *  no store's shards wait behind another's. The next shard is the waiting one whose database
    *  runs the fewest (first come on a tie), and a database that runs one already takes another
-   *  slot only while a slot stays free for each other database served with nothing running: with
-   *  the defaults (concurrency 4, databaseConcurrency 2) and three stores whose bursts come a few
-   *  milliseconds apart, each store gets a slot at the due instant instead of two stores taking
-   *  all four. A store alone still gets min(databaseConcurrency, concurrency - other stores). */
+   *  slot only while a slot stays free for each other database served with nothing running (at
+   *  most concurrency - databaseConcurrency slots are kept so, so one database alone still gets
+   *  min(databaseConcurrency, concurrency) as before). With the defaults (concurrency 4,
+   *  databaseConcurrency 2) and three stores whose bursts come a few milliseconds apart, each store
+   *  gets a slot at the due instant instead of two stores taking all four. */
   private startFromBacklog(): void {
     const { concurrency, databaseConcurrency } = this.deps.config.worker;
     const running = (database: string) => this.activeInDatabase.get(database)?.size ?? 0;
-    const idleOthers = (database: string) => this.databases.filter((d) => d !== database && running(d) === 0).length;
+    const kept = (database: string) => Math.min(this.databases.filter((d) => d !== database && running(d) === 0).length, concurrency - databaseConcurrency);
     const rank = (stream: string): number | undefined => {
       if (!this.inDatabaseKinds.has(stream)) return 0;
       const database = databaseOf(stream);
       const r = running(database);
       if (r >= databaseConcurrency) return undefined;
-      if (r > 0 && concurrency - this.active.size - 1 < idleOthers(database)) return undefined;
+      if (r > 0 && concurrency - this.active.size - 1 < kept(database)) return undefined;
       return r;
     };
     while (this.active.size < concurrency && !this.stopping) {

@@ -8,7 +8,7 @@
 import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { CLOSE_SQL, createOrdersSchema, writeConfig } from '../helpers/orders.js';
-import { killAll, runCli, spawnCli } from '../helpers/processes.js';
+import { killAll, runCli, spawnCli, type CliProcess } from '../helpers/processes.js';
 import { startPostgres, stopAllServers, type PostgresServer } from '../helpers/servers.js';
 import { TEST_REDIS_URL, testKeyPrefix } from '../helpers/services.js';
 import { report, sleep, waitUntil } from './harness.js';
@@ -98,47 +98,55 @@ async function lateness(round: number): Promise<{ p50: number; max: number; clai
 describe('one worker serving three stores', () => {
   it('a burst in each store with the defaults: per-store median lateness within 2x of each other', async () => {
     const run = spawnCli('run', ['run', '--config', configPath], env);
-    await run.waitForMsg('worker started', 30_000);
-    await Promise.all(STORES.map((s) => run.waitForMsg(`worker serves store ${s}`, 30_000)));
-    // Per round and store: lateness at commit (p50, max), the median of finished_at - due_at
-    // (stamped when the claim statement started, until lateness at commit lands there too), and
-    // the shards that closed the store's rows.
-    // waited: stores whose first shard began its claim only after a shard of another store had
-    // committed (it waited behind that store's shards for a slot).
-    const rounds: { p50: number[]; max: number[]; claimP50: number[]; shards: number[]; waited: number; ratio: number }[] = [];
-    for (let round = 0; round < ROUNDS; round += 1) {
-      await burst(round, 2000);
-      await waitUntil(
-        `round ${round}: every store drained`,
-        async () => {
-          const left = await Promise.all(
-            pools.map(async (p) =>
-              Number((await p.query(`SELECT count(*) AS n FROM timeout_center.timeouts WHERE state IN ('pending', 'dispatched')`)).rows[0].n),
-            ),
-          );
-          return left.every((n) => n === 0);
-        },
-        30_000,
-      );
-      const per = await lateness(round);
-      const p50 = per.map((s) => s.p50);
-      const firstCommit = Math.min(...per.map((s) => s.firstCommit.getTime()));
-      const waited = per.filter((s) => s.firstClaim.getTime() > firstCommit).length;
-      rounds.push({
-        p50,
-        max: per.map((s) => s.max),
-        claimP50: per.map((s) => s.claimP50),
-        shards: per.map((s) => s.shards),
-        waited,
-        ratio: Math.round((Math.max(...p50) / Math.max(1, Math.min(...p50))) * 100) / 100,
-      });
-      await sleep(500);
+    try {
+      await measure(run);
+    } finally {
+      await run.stop(15_000);
     }
-    report('3 stores, one run process with the defaults, 2 shards per store per burst', { perStore: PER_STORE, rounds });
-    // The first round also opens sessions and plans: the median round says how the slots are shared.
-    const ratios = rounds.map((r) => r.ratio).sort((a, b) => a - b);
-    const median = ratios[Math.floor(ratios.length / 2)]!;
-    expect(median, `per-store p50 ratio by round: ${JSON.stringify(rounds.map((r) => r.ratio))}`).toBeLessThanOrEqual(2);
-    await run.stop(15_000);
   }, 120_000);
 });
+
+/** Bursts ROUNDS times and checks the per-store medians (see the test's title). */
+async function measure(run: CliProcess): Promise<void> {
+  await run.waitForMsg('worker started', 30_000);
+  await Promise.all(STORES.map((s) => run.waitForMsg(`worker serves store ${s}`, 30_000)));
+  // Per round and store: lateness at commit (p50, max), the median of finished_at - due_at
+  // (stamped when the claim statement started, until lateness at commit lands there too), and
+  // the shards that closed the store's rows.
+  // waited: stores whose first shard began its claim only after a shard of another store had
+  // committed (it waited behind that store's shards for a slot).
+  const rounds: { p50: number[]; max: number[]; claimP50: number[]; shards: number[]; waited: number; ratio: number }[] = [];
+  for (let round = 0; round < ROUNDS; round += 1) {
+    await burst(round, 2000);
+    await waitUntil(
+      `round ${round}: every store drained`,
+      async () => {
+        const left = await Promise.all(
+          pools.map(async (p) =>
+            Number((await p.query(`SELECT count(*) AS n FROM timeout_center.timeouts WHERE state IN ('pending', 'dispatched')`)).rows[0].n),
+          ),
+        );
+        return left.every((n) => n === 0);
+      },
+      30_000,
+    );
+    const per = await lateness(round);
+    const p50 = per.map((s) => s.p50);
+    const firstCommit = Math.min(...per.map((s) => s.firstCommit.getTime()));
+    const waited = per.filter((s) => s.firstClaim.getTime() > firstCommit).length;
+    rounds.push({
+      p50,
+      max: per.map((s) => s.max),
+      claimP50: per.map((s) => s.claimP50),
+      shards: per.map((s) => s.shards),
+      waited,
+      ratio: Math.round((Math.max(...p50) / Math.max(1, Math.min(...p50))) * 100) / 100,
+    });
+    await sleep(500);
+  }
+  report('3 stores, one run process with the defaults, 2 shards per store per burst', { perStore: PER_STORE, rounds });
+  // The first round also opens sessions and plans: the median round says how the slots are shared.
+  const ratios = rounds.map((r) => r.ratio).sort((a, b) => a - b);
+  const median = ratios[Math.floor(ratios.length / 2)]!;
+  expect(median, `per-store p50 ratio by round: ${JSON.stringify(rounds.map((r) => r.ratio))}`).toBeLessThanOrEqual(2);
+}
