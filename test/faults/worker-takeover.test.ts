@@ -11,7 +11,7 @@ import { afterEach, describe, expect, it } from 'vitest';
 import { streamKey } from '../../src/transport/keys.js';
 import { killAll } from '../helpers/processes.js';
 import { TEST_REDIS_URL } from '../helpers/services.js';
-import { KIND, procState, report, Scenario, waitUntil } from './harness.js';
+import { KIND, procState, report, Scenario, sleep, waitUntil } from './harness.js';
 
 /** worker.goneAfterMs's default (config.ts), and the reaper's period (recovery.ts). */
 const GONE_AFTER_MS = 3000;
@@ -103,6 +103,60 @@ describe('a worker that dies holding shards', () => {
     // Its leased shard never reached its claim: the re-run is an ordinary run, nothing is split.
     expect(splits).toBe(0);
     await c.waitForMsg(/^took over the shards of gone workers/, 1000);
+    await s.stopAll();
+  }, 90_000);
+
+  it('SIGSTOP right after a lease, past goneAfterMs but well inside the 30 s lease, then SIGCONT: taken over within the bound, the late run refused, nothing applied twice', async () => {
+    s = await Scenario.create('fault-worker-frozen-takeover', { logLevel: 'debug', worker: { leaseMs: 30_000 }, coordinator: { republishAfterMs: 30_000 } });
+    const victim = s.worker('worker-victim', { failpoints: 'worker.after-lease=1*pause' });
+    const survivor = s.worker('worker-survivor');
+    await Promise.all([victim.waitForMsg('worker started'), survivor.waitForMsg('worker started')]);
+    const victimId = `${hostname()}-${victim.pid}`;
+    const n = 3000;
+    await s.seed(n);
+    const c = s.coordinator();
+
+    await waitUntil('the victim to freeze after its first lease', () => procState(victim.pid) === 'T', 15_000);
+    const frozenAt = Date.now();
+    const { rows: leased } = await s.pool.query<{ id: string }>(`SELECT id FROM timeout_center.shards WHERE owner = $1 AND state = 'running'`, [victimId]);
+    expect(leased.length).toBe(1);
+    const shardId = Number(leased[0]!.id);
+    // Taken over and run by the survivor while the victim is still frozen, long before its lease.
+    await waitUntil(
+      'the shard of the frozen worker done by another worker',
+      async () =>
+        (await s!.count(`SELECT count(*) AS n FROM timeout_center.shards WHERE id = $1 AND state = 'done' AND owner <> $2`, [shardId, victimId])) === 1,
+      15_000,
+    );
+    const takeoverMs = Date.now() - frozenAt;
+    const inv = await s.expectInvariants(30_000);
+    expect(inv.applied).toBe(n);
+    process.kill(victim.pid, 'SIGCONT');
+    // Thawed, it goes on with its old lease token: refused, nothing written.
+    const refused = await victim.waitFor(
+      (l) => l.msg === 'dropped duplicate shard delivery' && /lease on shard \d+ was lost/.test(String(l['reason'])),
+      10_000,
+      'lease-lost refusal',
+    );
+    expect(refused['shardId']).toBe(shardId);
+    await sleep(500);
+    expect(victim.alive).toBe(true);
+    const after = await s.expectInvariants(5000);
+    expect(after.applied).toBe(n);
+    // The run that froze never claimed: its re-run was an ordinary one.
+    const splits = await s.count(`SELECT count(*) AS n FROM timeout_center.shards WHERE error_sample LIKE 'split into%'`);
+    expect(splits).toBe(0);
+    report('worker SIGSTOP after its lease past goneAfterMs, SIGCONT after the takeover', {
+      timeouts: n,
+      applied: after.applied,
+      takeoverMs,
+      refusal: refused['reason'],
+      splits,
+      wallMs: s.elapsedMs(),
+    });
+    await c.waitForMsg(/^took over the shards of gone workers/, 1000);
+    // Gone after goneAfterMs, handed on by the next reap; the 100-row shard then runs on the survivor.
+    expect(takeoverMs).toBeLessThan(GONE_AFTER_MS + REAP_EVERY_MS + 1000);
     await s.stopAll();
   }, 90_000);
 });
