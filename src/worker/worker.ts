@@ -172,6 +172,7 @@ export class Worker implements Service {
     const concurrency = this.streams.every((k) => this.inDatabaseKinds.has(k))
       ? Math.min(config.worker.concurrency, config.worker.databaseConcurrency * databases.size)
       : config.worker.concurrency;
+    let readFailures = 0;
     while (!this.stopping) {
       try {
         this.startFromBacklog();
@@ -193,9 +194,14 @@ export class Worker implements Service {
         }
         const room = concurrency + prefetch - this.active.size - this.backlog.length;
         this.backlog.push(...(await channel.receive(this.id, this.streams, room, blockMs)));
+        readFailures = 0;
       } catch (err) {
         if (this.stopping) break;
-        logger.warn({ err }, 'Redis: reading shards failed; retrying in 1 s');
+        // Once per episode at warn (a failover fails a few reads in a row; the transport logs the
+        // outage itself, naming the node: redis-outages.ts), the rest at debug.
+        readFailures += 1;
+        if (readFailures === 1) logger.warn({ err }, 'Redis: reading shards failed; retrying in 1 s');
+        else logger.debug({ err, failures: readFailures }, 'Redis: reading shards failed again; retrying in 1 s');
         await new Promise((r) => setTimeout(r, 1000));
       }
     }
