@@ -36,6 +36,8 @@ interface LeftNode {
 }
 
 export class RedisOutages {
+  /** Every connection of the process to the target that is not closed for good. */
+  private readonly clients = new Set<Client>();
   /** Connections that lost Redis and are not ready again. */
   private readonly down = new Set<Client>();
   private downSince = 0;
@@ -53,6 +55,7 @@ export class RedisOutages {
   }
 
   watch(client: Client): void {
+    watched.set(client, this);
     let lastError: Error | undefined;
     client.on('error', (err: Error) => {
       lastError = err;
@@ -67,7 +70,8 @@ export class RedisOutages {
       lastError = undefined;
       this.ready(client);
     });
-    client.on('end', () => this.down.delete(client));
+    this.clients.add(client);
+    client.on('end', () => this.ended(client));
     if (client instanceof Cluster) {
       // A node is unreachable when connecting to it fails, not when a connection to it ends: a
       // slot refresh also drops and re-adds live nodes (a partial CLUSTER SLOTS reply during a
@@ -85,6 +89,15 @@ export class RedisOutages {
     }
   }
 
+  /** A connection closed for good (its owner closed it: a read thrown away past its bound, a
+   *  shutdown). If it was the last one still down, the outage is over when another is ready. */
+  ended(client: Client): void {
+    this.clients.delete(client);
+    if (!this.down.delete(client) || this.down.size > 0) return;
+    const ready = [...this.clients].find((c) => c.status === 'ready');
+    if (ready) this.recovered(ready);
+  }
+
   private lost(client: Client, err: Error | undefined): void {
     if (this.down.has(client)) return;
     this.down.add(client);
@@ -97,7 +110,11 @@ export class RedisOutages {
     const nodes = this.reached(client);
     if (nodes.length > 0 && !nodes.some((n) => n.startsWith('('))) this.lastReached = nodes;
     if (!this.down.delete(client) || this.down.size > 0) return;
-    this.log.info({ nodes, downMs: Date.now() - this.downSince }, 'Redis reachable again');
+    this.recovered(client);
+  }
+
+  private recovered(client: Client): void {
+    this.log.info({ nodes: this.reached(client), downMs: Date.now() - this.downSince }, 'Redis reachable again');
   }
 
   private nodeUnreachable(client: Cluster, key: string, err: Error): void {
@@ -152,6 +169,13 @@ function slotOf(client: Cluster, key: string): number | undefined {
 }
 
 const byTarget = new Map<string, RedisOutages>();
+const watched = new WeakMap<Client, RedisOutages>();
+
+/** The owner of a connection throws it away (disconnect() of a client that is reconnecting emits
+ *  no 'end'): it no longer counts as down. */
+export function forgetConnection(client: Client): void {
+  watched.get(client)?.ended(client);
+}
 
 /** The one outage log of this process for a Redis target (by its description). */
 export function outagesOf(where: string, create: () => RedisOutages): RedisOutages {
