@@ -160,6 +160,13 @@ describe('lateness at commit (handlers that take 1.2 s)', () => {
     }
   });
 
+  it("a shard's done rows share one finished_at (rates by finished_at count whole shards)", async () => {
+    const { rows } = await pool.query<{ stamps: number }>(
+      `SELECT max(n)::int AS stamps FROM (SELECT count(DISTINCT finished_at) AS n FROM timeout_center.done_timeouts GROUP BY shard_id) s`,
+    );
+    expect(rows[0]!.stamps).toBe(1);
+  });
+
   it("the console's lateness chart reads the shards' commit stamps", async () => {
     const points = await lastHour(pool);
     const finished = points.filter((p) => Number(p.finished) > 0);

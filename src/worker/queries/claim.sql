@@ -37,9 +37,10 @@
 -- at this statement's start; measured_ms is that instant (epoch ms, float8): the worker moves the
 -- lateness to the PostgreSQL clock read right after the shard's COMMIT (executor.ts), so
 -- tc_lateness_seconds counts the handler, the rest of the transaction and the commit.
--- A done row's finished_at is clock_timestamp() as this statement moves it: after the handler
--- ran, before the shard's commit; the shard's finished_at (finish.sql) is the later stamp, taken
--- by the last statement before COMMIT.
+-- A done row's finished_at is clock_timestamp() read once as this statement moves its rows (the
+-- sub-SELECT: one value for the shard's rows): after the handler ran, before the shard's commit;
+-- the shard's finished_at (finish.sql) is the later stamp, taken by the last statement before
+-- COMMIT.
 WITH pinned AS MATERIALIZED (
   SELECT p.id, p.biz_id, p.payload, p.due_at FROM timeout_center.timeouts p
    WHERE p.shard_id = $1 AND p.state = 'dispatched'
@@ -63,7 +64,7 @@ WITH pinned AS MATERIALIZED (
                  THEN 'applied' ELSE 'skipped' END AS result
 ), moved AS (
   INSERT INTO timeout_center.done_timeouts (id, kind, biz_id, due_at, payload, attempts, shard_id, result, last_error, created_at, finished_at)
-  SELECT id, kind, biz_id, due_at, payload, attempts + 1, $1, result, last_error, created_at, clock_timestamp()
+  SELECT id, kind, biz_id, due_at, payload, attempts + 1, $1, result, last_error, created_at, (SELECT clock_timestamp())
     FROM taken
 )
 -- Batch form: counted per distinct due time of the rows moved, then summed. HAVING: one row in

@@ -13,7 +13,8 @@
 -- Times: clock_timestamp(), not the statement's start. This is the last statement of the shard's
 -- transaction before COMMIT (in the batch form, in the COMMIT's own round trip), so the shard's
 -- finished_at is when the shard committed, to within that COMMIT (its WAL flush); the rows this
--- statement writes get the time they were written, after their handler ran.
+-- statement writes get the time they were written (read once per write: one value for the
+-- shard's rows), after their handler ran.
 -- Returns the shard's counts.
 WITH failure AS (
   SELECT * FROM unnest($3::bigint[], $4::text[], $5::boolean[]) AS f (id, error, permanent)
@@ -24,7 +25,7 @@ WITH failure AS (
             CASE WHEN t.id = ANY ($2::bigint[]) THEN 'skipped' ELSE 'applied' END AS result
 ), moved AS (
   INSERT INTO timeout_center.done_timeouts (id, kind, biz_id, due_at, payload, attempts, shard_id, result, last_error, created_at, finished_at)
-  SELECT id, kind, biz_id, due_at, payload, attempts + 1, $1, result, last_error, created_at, clock_timestamp()
+  SELECT id, kind, biz_id, due_at, payload, attempts + 1, $1, result, last_error, created_at, (SELECT clock_timestamp())
     FROM taken
   RETURNING result
 ), failed AS (
@@ -36,7 +37,7 @@ WITH failure AS (
          last_error = f.error,
          available_at = CASE WHEN f.permanent OR t.attempts + 1 >= $6 THEN t.available_at
                              ELSE statement_timestamp() + least($7 * power(2, t.attempts), 600000) * interval '1 millisecond' END,
-         finished_at = CASE WHEN f.permanent OR t.attempts + 1 >= $6 THEN clock_timestamp() END
+         finished_at = CASE WHEN f.permanent OR t.attempts + 1 >= $6 THEN (SELECT clock_timestamp()) END
     FROM failure f
    WHERE t.id = f.id
   RETURNING t.state, t.last_error
