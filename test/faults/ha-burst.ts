@@ -112,7 +112,7 @@ const REDIS_LINE = /redis/i;
 const REACHABILITY = /^Redis (unreachable|reachable again)/;
 const NODE = /^[\w.-]+:\d+$/;
 
-export function failoverLog(b: Burst, at: Date, until: Date): FailoverLog[] {
+export function failoverLog(b: Pick<Burst, 's'>, at: Date, until: Date): FailoverLog[] {
   return b.s.procs.map((p) => {
     const lines = p.lines.filter((l) => {
       const time = typeof l.time === 'number' ? l.time : Date.parse(String(l.time));
