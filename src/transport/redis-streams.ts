@@ -14,6 +14,7 @@ import type { RedisConnectionConfig } from '../config.js';
 import type { ShardChannel, ShardDelivery, ShardMessage } from './channel.js';
 import { markerKey, streamKey } from './keys.js';
 import { createRedisClient, describeTarget, reachedNodes, type RedisClient } from './redis-connection.js';
+import { forgetConnection } from './redis-outages.js';
 import { StreamReader, type RawEntry } from './stream-reader.js';
 
 export { redactUrl } from './redis-connection.js';
@@ -295,6 +296,7 @@ export class RedisStreamsChannel implements ShardChannel {
   async close(): Promise<void> {
     const readers = [...this.readers.values()];
     this.readers.clear();
+    forgetConnection(this.commands);
     await Promise.all([...readers.map((r) => r.close()), this.commands.quit().catch(() => this.commands.disconnect())]);
   }
 }

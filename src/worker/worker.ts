@@ -7,6 +7,7 @@ import type pg from 'pg';
 import type { Logger } from 'pino';
 import type { LoadedConfig } from '../config.js';
 import type { Metrics } from '../observability/metrics.js';
+import { QuietRepeats } from '../observability/quiet-repeats.js';
 import type { ShardChannel, ShardDelivery } from '../transport/channel.js';
 import { Alerter } from '../alerts/alerter.js';
 import { CircuitBreakers } from './breakers.js';
@@ -45,6 +46,9 @@ export class Worker implements Service {
   private readonly active = new Set<Promise<boolean>>();
   /** ACKs sent and not yet answered: a stop waits for them. */
   private readonly acks = new Set<Promise<void>>();
+  /** Read and ACK failures a Redis outage repeats: warn once per 10 s each. */
+  private readonly quietReads = new QuietRepeats();
+  private readonly quietAcks = new QuietRepeats();
   private readonly backlog: ShardDelivery[] = [];
   private loop: Promise<void> | undefined;
   private stopping = false;
@@ -200,7 +204,9 @@ export class Worker implements Service {
         this.backlog.push(...(await channel.receive(this.id, this.streams, room, blockMs)));
       } catch (err) {
         if (this.stopping) break;
-        logger.warn({ err }, 'Redis: reading shards failed; retrying in 1 s');
+        // A failover fails a few reads: warn once per 10 s (the transport logs the outage itself,
+        // naming the node: redis-outages.ts), the repeats at debug.
+        this.quietReads.log(logger, 'warn', { err }, 'Redis: reading shards failed; retrying in 1 s');
         await new Promise((r) => setTimeout(r, 1000));
       }
     }
@@ -290,7 +296,12 @@ export class Worker implements Service {
     const ack = this.deps.channel.ack([delivery]).catch((err: unknown) => {
       // The outcome is committed; only the ACK is lost (Redis unreachable). The redelivery finds
       // the shard final and is dropped, or the entry vanished with Redis's data.
-      this.deps.logger.warn({ err, shardId: delivery.message.shardId }, 'shard committed, but its ACK failed; a redelivery will be dropped as a duplicate');
+      this.quietAcks.log(
+        this.deps.logger,
+        'warn',
+        { err, shardId: delivery.message.shardId },
+        'shard committed, but its ACK failed; a redelivery will be dropped as a duplicate',
+      );
     });
     this.acks.add(ack);
     void ack.finally(() => this.acks.delete(ack));
