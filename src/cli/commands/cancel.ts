@@ -9,7 +9,8 @@ import { cancelManyAudited } from '../../operations/actions.js';
 import { placeBizIds, type Placement } from '../../stores/place-biz-ids.js';
 import { CENTER } from '../../stores/store-directory.js';
 import { actorOption, assertKind, databaseOption, defaultActor, inputError, jsonOption, print, printJson, type DbOptions } from './common.js';
-import { acrossStores, eachStore, forwardAudit, storesConfigOption, type Across } from './across.js';
+import { acrossStores, eachStore, forwardAudit, type Across } from './across.js';
+import { partial } from '../exit-codes.js';
 
 export function registerCancel(program: Command): void {
   program
@@ -18,7 +19,6 @@ export function registerCancel(program: Command): void {
     .argument('<kind>', 'timeout kind, e.g. order.unpaid')
     .argument('<bizId...>', 'business object id(s)')
     .addOption(databaseOption())
-    .addOption(storesConfigOption())
     .addOption(jsonOption())
     .addOption(actorOption())
     .action(async (kind: string, bizIds: string[], opts: DbOptions & { json?: boolean; actor?: string }) => {
@@ -63,7 +63,9 @@ export function registerCancel(program: Command): void {
           }
           print(lines.join('\n'));
         }
-        if (unreachable.length > 0 || placement.unroutable.length > 0) process.exitCode = 1;
+        // Exit 0 only when every id was cancelled: an id already done, cancelled, held by a worker,
+        // never scheduled, unroutable or in a store that did not answer makes it 1.
+        if (cancelled.length < ids.length) partial();
       });
     });
 }
