@@ -49,7 +49,8 @@ export function readConfig(opts: { config?: string | undefined; databaseUrl?: st
 
 /** The center's URL: --database-url, else DATABASE_URL, else the config's databaseUrl. */
 export function centerUrl(opts: DbOptions): string {
-  const url = opts.databaseUrl ?? readConfig(opts)?.databaseUrl;
+  const config = readConfig(opts); // read (and checked) whenever given, like every verb does
+  const url = opts.databaseUrl ?? config?.databaseUrl;
   if (!url) {
     throw inputError(
       'DATABASE_URL is not set: set it (e.g. DATABASE_URL=postgres://user@127.0.0.1:5432/app), pass --database-url, or give a config with databaseUrl',
