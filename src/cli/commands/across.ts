@@ -108,7 +108,7 @@ export function assertSomeAnswered(answers: PerStore<unknown>[]): void {
   if (answers.length === 0 || answers.some((r) => r.ok)) return;
   const why = answers.map((r) => `${r.store}: ${r.ok ? '' : r.error}`).join('; ');
   if (answers.every((r) => !r.ok && r.unsetVariable)) throw inputError(why);
-  throw unavailableError(`no database answered: ${why}`);
+  throw unavailableError(`nothing done: no database of this call answered (${why}). Start it, then run the same command again`);
 }
 
 /** After an action in a store: its audit rows into the center's audit_log now (sql/0015). When the

@@ -55,7 +55,8 @@ export function registerMigrate(program: Command): void {
     .option('--no-logs', 'never print the JSON log lines, only the summary')
     .action(async (opts: MigrateOptions) => {
       const logsOn = opts.logs ?? (!process.stdout.isTTY && !opts.json);
-      const logger = createLogger(logsOn ? (process.env['LOG_LEVEL'] === 'debug' ? 'debug' : 'info') : 'silent');
+      // Written synchronously, so that the summary comes after the last log line.
+      const logger = createLogger(logsOn ? (process.env['LOG_LEVEL'] === 'debug' ? 'debug' : 'info') : 'silent', {}, { sync: true });
       let config: LoadedConfig | undefined;
       let url = process.env['DATABASE_URL'];
       if (!opts.schemaOnly) {
