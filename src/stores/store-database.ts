@@ -22,12 +22,7 @@ export class StoreIdentityError extends Error {
 }
 
 /** Installs or upgrades the schema in a store's database and names it as the store. */
-export async function migrateStore(
-  pool: pg.Pool,
-  store: string,
-  kinds: Config['kinds'],
-  logger: Logger,
-): Promise<{ applied: string[]; current: number }> {
+export async function migrateStore(pool: pg.Pool, store: string, kinds: Config['kinds'], logger: Logger): Promise<{ applied: string[]; current: number }> {
   // A database that served the external path holds timeout_center.markers without the schema's
   // migrations: an empty marker table gives way to the schema's own; one with rows is a run in
   // flight, which must record first.

@@ -197,7 +197,9 @@ describe('operator CLI against a real database', () => {
     // A database nobody answers on: nothing done, exit 3 (unavailable), saying what to check.
     const down = await runRaw(['status'], { DATABASE_URL: 'postgres://postgres@127.0.0.1:1/none' });
     expect(down.code).toBe(3);
-    expect(down.stderr).toMatch(/cannot reach PostgreSQL: center: postgres:\/\/postgres@127.0.0.1:1\/none: .*ECONNREFUSED.*Is the server running and DATABASE_URL right\?/);
+    expect(down.stderr).toMatch(
+      /cannot reach PostgreSQL: center: postgres:\/\/postgres@127.0.0.1:1\/none: .*ECONNREFUSED.*Is the server running and DATABASE_URL right\?/,
+    );
     expect(await snapshot()).toBe(before);
   });
 
@@ -331,7 +333,8 @@ describe('operator CLI against a real database', () => {
       const r = await runRaw([verb, '--help'], dbEnv);
       if (r.code !== 0) lacking.push(`${verb} --help: exit ${r.code} ${r.stderr}`);
       if (!/-c, --config <file> .*\(env:\s+TIMEOUT_CENTER_CONFIG\)/s.test(r.stdout)) lacking.push(`${verb}: no -c, --config (env TIMEOUT_CENTER_CONFIG)`);
-      if (!/Exit codes \(the same for every verb\):\n {2}0 .*\n[\s\S]* {2}1 [\s\S]* {2}2 [\s\S]* {2}3 [\s\S]* {2}4 /.test(r.stdout)) lacking.push(`${verb}: no exit code table`);
+      if (!/Exit codes \(the same for every verb\):\n {2}0 .*\n[\s\S]* {2}1 [\s\S]* {2}2 [\s\S]* {2}3 [\s\S]* {2}4 /.test(r.stdout))
+        lacking.push(`${verb}: no exit code table`);
     });
     expect(lacking).toEqual([]);
     // Each reads it, as the flag and as the variable: a file that is not there is bad input (exit
@@ -356,7 +359,8 @@ describe('operator CLI against a real database', () => {
       verbs.flatMap((verb) => forms.filter((f) => f[0] === '-c' || ['status', 'failed', 'run'].includes(verb)).map((form) => [verb, form] as const)),
       async ([verb, [how, extra, env_]]) => {
         const r = await runRaw([verb, ...(args[verb] ?? []), ...extra], env_);
-        if (r.code !== 2 || !/nonexistent\/tc\.yaml:\n {2}- file not found/.test(r.stderr)) ignored.push(`${verb} (${how}): exit ${r.code}, ${r.stderr.trim()}`);
+        if (r.code !== 2 || !/nonexistent\/tc\.yaml:\n {2}- file not found/.test(r.stderr))
+          ignored.push(`${verb} (${how}): exit ${r.code}, ${r.stderr.trim()}`);
       },
     );
     expect(ignored).toEqual([]);
@@ -424,7 +428,10 @@ describe('operator CLI against a real database', () => {
     expect(quiet.code, quiet.stderr).toBe(0);
     expect(quiet.stdout).not.toMatch(/^\{/m);
     expect(quiet.stdout).toMatch(/^migrate: done, 1 database$/m);
-    const doc = JSON.parse((await runRaw(['migrate', '--json'], env)).stdout) as { ok: boolean; databases: { database: string; version: number; applied: string[] }[] };
+    const doc = JSON.parse((await runRaw(['migrate', '--json'], env)).stdout) as {
+      ok: boolean;
+      databases: { database: string; version: number; applied: string[] }[];
+    };
     expect(doc.ok).toBe(true);
     expect(doc.databases).toEqual([expect.objectContaining({ database: 'center', applied: [], version: expect.any(Number) })]);
   });

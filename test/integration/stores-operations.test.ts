@@ -176,7 +176,8 @@ describe('operator verbs across stores', () => {
     );
     // One row per database: backlog, lag, failed, last scan, leader, live workers.
     expect(text).toMatch(/^ {2}DATABASE +DUE WAITING +IN FLIGHT +OLDEST LAG +FAILED +LAST SCAN +LEADER +LIVE WORKERS$/m);
-    for (const store of ['store_a', 'store_b']) expect(text).toMatch(new RegExp(`^ {2}${store} +0 +0 +- +8 +#\\d+ reduced, \\S+ ago +.*\\(epoch \\d+\\) +[1-9]\\d*$`, 'm'));
+    for (const store of ['store_a', 'store_b'])
+      expect(text).toMatch(new RegExp(`^ {2}${store} +0 +0 +- +8 +#\\d+ reduced, \\S+ ago +.*\\(epoch \\d+\\) +[1-9]\\d*$`, 'm'));
     expect(text).toMatch(/^ {2}center +0 +0 +- +0 +none yet +.*\(epoch \d+\) +[1-9]\d*$/m);
     expect(text).toMatch(/^ {2}store_down +UNREACHABLE/m);
     expect(text).toMatch(/^ {2}all: 0 due and waiting, 0 in flight, oldest lag -, 16 failed, 1 live workers$/m);
@@ -235,7 +236,10 @@ describe('operator verbs across stores', () => {
     );
     expect(status.stdout).toMatch(/^ {2}store_b +NOT SET/m);
     expect(status.stdout).toMatch(/^ {2}store_a +0 +0 +- +8 /m); // the others are shown
-    const statusJson = JSON.parse((await cli(['status', '--json'], unsetEnv)).stdout) as { problems: { store: string; topic: string }[]; fleet: { store: string; unsetVariable?: string }[] };
+    const statusJson = JSON.parse((await cli(['status', '--json'], unsetEnv)).stdout) as {
+      problems: { store: string; topic: string }[];
+      fleet: { store: string; unsetVariable?: string }[];
+    };
     expect(statusJson.problems.map((p) => [p.store, p.topic])).toEqual([
       ['store_b', 'unset'],
       ['store_down', 'unreachable'],
@@ -245,7 +249,9 @@ describe('operator verbs across stores', () => {
     const failed = await cli(['failed'], unsetEnv);
     expect(failed.code, failed.stderr).toBe(1);
     expect(failed.stdout).toMatch(/^store_a +\d+ +order\.unpaid /m);
-    expect(failed.stdout).toMatch(/^store store_b: NOT SET \(TC_TEST_STORE_B_URL is not set: .*\): its failed timeouts are not shown; the other stores are shown\.$/m);
+    expect(failed.stdout).toMatch(
+      /^store store_b: NOT SET \(TC_TEST_STORE_B_URL is not set: .*\): its failed timeouts are not shown; the other stores are shown\.$/m,
+    );
     const one = await cli(['failed', '--store', 'store_b'], unsetEnv);
     expect(one.code).toBe(2);
     expect(one.stderr).toMatch(/--store store_b: TC_TEST_STORE_B_URL is not set/);
@@ -258,7 +264,9 @@ describe('operator verbs across stores', () => {
     expect(migrated.stdout).toMatch(/^store_a +store +none: already up to date +\d+ /m);
     expect(migrated.stdout).toMatch(/^store_b +store +NOT SET: TC_TEST_STORE_B_URL is not set/m);
     expect(migrated.stdout).toMatch(/^store_down +store +NOT DONE: /m);
-    expect(migrated.stdout).toMatch(/^store store_b: TC_TEST_STORE_B_URL is not set\. Set it to the URL of store_b \(businessDatabases\.store_b\.urlEnv\), then run migrate again\.$/m);
+    expect(migrated.stdout).toMatch(
+      /^store store_b: TC_TEST_STORE_B_URL is not set\. Set it to the URL of store_b \(businessDatabases\.store_b\.urlEnv\), then run migrate again\.$/m,
+    );
   });
 
   it('metrics carry the store: leaders, store probes and the worker counters per store', async () => {

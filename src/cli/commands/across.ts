@@ -36,7 +36,6 @@ export interface Across {
   multi: boolean;
 }
 
-
 /**
  * Runs fn over the databases the options name. A call that covers the center alone keeps the
  * single-database behaviour (its errors exit as before: unreachable, schema missing); a call over

@@ -36,20 +36,23 @@ export function registerDemo(program: Command): void {
     .addOption(new Option('--redis-url <url>', 'Redis to use instead of the in-process channel').env('REDIS_URL'))
     .option('--redis-prefix <prefix>', 'Redis key prefix (with --redis-url)', 'tc-demo')
     .action(
-      async (opts: {
-        orders: number;
-        spread: number;
-        paid: number;
-        shardSize: number;
-        concurrency: number;
-        dataDir: string;
-        grace: number;
-        json?: boolean;
-        databaseUrl?: string;
-        redisUrl?: string;
-        redisPrefix: string;
-        config?: string;
-      }, cmd: Command) => {
+      async (
+        opts: {
+          orders: number;
+          spread: number;
+          paid: number;
+          shardSize: number;
+          concurrency: number;
+          dataDir: string;
+          grace: number;
+          json?: boolean;
+          databaseUrl?: string;
+          redisUrl?: string;
+          redisPrefix: string;
+          config?: string;
+        },
+        cmd: Command,
+      ) => {
         // With -c/--config: its database, Redis and key prefix instead of the embedded ones (the
         // flags still win).
         const config = readConfig(opts);

@@ -65,7 +65,8 @@ export function registerMigrate(program: Command): void {
         config = loadConfig({ path: opts.config, allowUnsetUrls: true, needsRedis: false });
         url = config.databaseUrl;
       }
-      if (!url) throw new ConfigError('(environment)', ['DATABASE_URL is not set: set it to the center database URL (e.g. postgres://postgres@127.0.0.1:5432/app)']);
+      if (!url)
+        throw new ConfigError('(environment)', ['DATABASE_URL is not set: set it to the center database URL (e.g. postgres://postgres@127.0.0.1:5432/app)']);
       const pool = createPool({ connectionString: url, max: 2, applicationName: 'timeout-center migrate', logger });
       const rows: DatabaseMigrated[] = [];
       try {
@@ -104,7 +105,15 @@ async function storesAndBusinessDatabases(config: LoadedConfig, logger: ReturnTy
   for (const store of storeNames) {
     const done = stores.migrated.find((m) => m.store === store);
     const failed = stores.failed.find((f) => f.store === store);
-    if (done) rows.push({ database: store, role: 'store', url: redactDbUrl(config.businessDatabaseUrls[store] ?? ''), ok: true, applied: done.applied, version: done.current });
+    if (done)
+      rows.push({
+        database: store,
+        role: 'store',
+        url: redactDbUrl(config.businessDatabaseUrls[store] ?? ''),
+        ok: true,
+        applied: done.applied,
+        version: done.current,
+      });
     else if (failed) {
       rows.push({
         database: store,
@@ -136,7 +145,8 @@ async function storesAndBusinessDatabases(config: LoadedConfig, logger: ReturnTy
         unsetVariable: unset,
       });
     } else if (bad) rows.push({ database: name, role: 'business database', url: bad.url, ok: false, applied: [], version: null, error: bad.error });
-    else rows.push({ database: name, role: 'business database', url: redactDbUrl(config.businessDatabaseUrls[name] ?? ''), ok: true, applied: [], version: null });
+    else
+      rows.push({ database: name, role: 'business database', url: redactDbUrl(config.businessDatabaseUrls[name] ?? ''), ok: true, applied: [], version: null });
   }
   return rows;
 }
@@ -151,7 +161,11 @@ function migrations(applied: string[]): string {
 export function describe(rows: DatabaseMigrated[], config: LoadedConfig | undefined): string {
   const out: string[] = [];
   const failed = rows.filter((r) => !r.ok);
-  out.push(failed.length === 0 ? `migrate: done, ${rows.length} database${rows.length === 1 ? '' : 's'}` : `migrate: ${failed.length} of ${rows.length} databases NOT done`);
+  out.push(
+    failed.length === 0
+      ? `migrate: done, ${rows.length} database${rows.length === 1 ? '' : 's'}`
+      : `migrate: ${failed.length} of ${rows.length} databases NOT done`,
+  );
   out.push(
     table(rows, [
       { header: 'database', value: (r) => r.database },

@@ -143,7 +143,8 @@ async function readDatabase(d: StoreDatabase, scans: number): Promise<DatabaseFi
 /** The Redis the config names, probed; not checked without a config or a Redis setting. */
 async function redisStatus(config: LoadedConfig | undefined): Promise<Fleet['redis']> {
   if (!config) return undefined;
-  if (config.redisConnection.mode === 'single' && !config.redisConnection.url) return { error: 'not set: set REDIS_URL (or redisUrl / redis in the config) to check it' };
+  if (config.redisConnection.mode === 'single' && !config.redisConnection.url)
+    return { error: 'not set: set REDIS_URL (or redisUrl / redis in the config) to check it' };
   try {
     return await probeRedis(config.redisConnection, config.redisKeyPrefix, Object.keys(config.kinds), createLogger('silent'));
   } catch (err) {
@@ -153,7 +154,13 @@ async function redisStatus(config: LoadedConfig | undefined): Promise<Fleet['red
 
 /** Reads the whole fleet: the center and every store of the config, and Redis. */
 export async function readFleet(input: { centerUrl: string; config: LoadedConfig | undefined; scans: number }): Promise<Fleet> {
-  const o = { centerUrl: input.centerUrl, logger: createLogger('silent'), applicationName: 'timeout-center status', connectTimeoutMs: 3000, statementTimeoutMs: 10_000 };
+  const o = {
+    centerUrl: input.centerUrl,
+    logger: createLogger('silent'),
+    applicationName: 'timeout-center status',
+    connectTimeoutMs: 3000,
+    statementTimeoutMs: 10_000,
+  };
   const directory = input.config ? StoreDirectory.fromConfig(input.config, o) : new StoreDirectory(o);
   try {
     const [answers, redis] = await Promise.all([directory.each(directory.names, (d) => readDatabase(d, input.scans)), redisStatus(input.config)]);
@@ -226,7 +233,10 @@ export function problemsOf(fleet: Fleet): Problem[] {
     });
   }
   if (fleet.redis && 'mode' in fleet.redis && fleet.redis.error) {
-    out.push({ topic: 'redis', message: `Redis: UNREACHABLE (${fleet.redis.error}): no shard moves until it answers. Start it, or check REDIS_URL / the config's redis` });
+    out.push({
+      topic: 'redis',
+      message: `Redis: UNREACHABLE (${fleet.redis.error}): no shard moves until it answers. Start it, or check REDIS_URL / the config's redis`,
+    });
   }
   return out;
 }

@@ -8,7 +8,20 @@
 // view (a layout line, the hosts of a pool) is one more entry, in text and in --json.
 import type { Command } from 'commander';
 import { describeControls, describeTargetControls, controlsJson, targetControlsJson } from './flow.js';
-import { databaseOption, formatSeconds, formatTime, jsonOption, inputError, parseLimit, print, printJson, readConfig, table, unavailableError, type DbOptions } from './common.js';
+import {
+  databaseOption,
+  formatSeconds,
+  formatTime,
+  jsonOption,
+  inputError,
+  parseLimit,
+  print,
+  printJson,
+  readConfig,
+  table,
+  unavailableError,
+  type DbOptions,
+} from './common.js';
 import { partial } from '../exit-codes.js';
 import { LIVE_WINDOW_S } from '../../operations/overview.js';
 import { CENTER } from '../../stores/store-directory.js';
@@ -53,7 +66,12 @@ export function registerStatus(program: Command): void {
       }
       if (fleet.problems.length > 0) partial();
       if (opts.json) printJson(Object.assign({}, ...SECTIONS.map((s) => s.json(fleet))));
-      else print(SECTIONS.map((s) => s.text(fleet)).filter((t): t is string => t !== undefined).join('\n\n'));
+      else
+        print(
+          SECTIONS.map((s) => s.text(fleet))
+            .filter((t): t is string => t !== undefined)
+            .join('\n\n'),
+        );
     });
 }
 
@@ -95,7 +113,6 @@ function scansOf(fleet: Fleet, limit: number): (ScanRow & { store?: string })[] 
   return rows.sort((a, b) => b.started_at.getTime() - a.started_at.getTime()).slice(0, limit);
 }
 
-
 function lastScan(f: DatabaseFigures): string | null {
   const s = f.scans[0];
   if (!s) return 'none yet';
@@ -131,7 +148,11 @@ const fleetSection: StatusSection = {
       indent(
         table(rows, [
           { header: 'database', value: (r) => r.d.store },
-          { header: 'due waiting', value: (r) => (r.f ? r.f.backlog.reduce((a, b) => a + b.pendingDue, 0) : r.d.ok ? null : r.d.unsetVariable ? 'NOT SET' : 'UNREACHABLE'), align: 'right' },
+          {
+            header: 'due waiting',
+            value: (r) => (r.f ? r.f.backlog.reduce((a, b) => a + b.pendingDue, 0) : r.d.ok ? null : r.d.unsetVariable ? 'NOT SET' : 'UNREACHABLE'),
+            align: 'right',
+          },
           { header: 'in flight', value: (r) => (r.f ? r.f.backlog.reduce((a, b) => a + b.inFlight, 0) : null), align: 'right' },
           { header: 'oldest lag', value: (r) => (r.f ? formatSeconds(totalsOf([r.f]).oldestLagSeconds) : null), align: 'right' },
           { header: 'failed', value: (r) => (r.f ? totalsOf([r.f]).failed : null), align: 'right' },
