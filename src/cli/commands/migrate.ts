@@ -197,6 +197,6 @@ export function describe(rows: DatabaseMigrated[], config: LoadedConfig | undefi
         : `${what}: ${r.error}. Start it or fix businessDatabases.${r.database}, then run migrate again.`,
     );
   }
-  if (failed.length > 0) out.push('What was done stays done: migrate again only redoes what is missing.');
+  if (failed.length > 0) out.push('What was done stays done: running migrate again does only what is missing.');
   return out.join('\n');
 }
