@@ -85,7 +85,7 @@ export async function migrateStores(config: LoadedConfig, logger: Logger): Promi
     const url = config.businessDatabaseUrls[store] ?? '';
     const pool = createPool({ connectionString: url, max: 1, applicationName: 'timeout-center migrate', logger, connectionTimeoutMs: 5000 });
     try {
-      const { applied, current } = await migrateStore(pool, store, config.kinds, logger);
+      const { applied, current } = await migrateStore(pool, store, config.kinds, logger.child({ store }));
       out.migrated.push({ store, applied, current });
       logger.info({ store, applied }, applied.length ? `store ${store} migrated` : `store ${store} already up to date`);
     } catch (err) {
