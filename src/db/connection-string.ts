@@ -227,7 +227,11 @@ function hostUrl(h: HostPort, rest: [string, string][]): string {
   const password = rest.find(([k]) => k === 'password')?.[1];
   const dbname = rest.find(([k]) => k === 'dbname')?.[1];
   const userinfo = user !== undefined ? `${encodeURIComponent(user)}${password !== undefined ? `:${encodeURIComponent(password)}` : ''}@` : '';
-  const query = [['host', h.host] as [string, string], ['port', String(h.port)] as [string, string], ...rest.filter(([k]) => !['user', 'password', 'dbname'].includes(k))]
+  const query = [
+    ['host', h.host] as [string, string],
+    ['port', String(h.port)] as [string, string],
+    ...rest.filter(([k]) => !['user', 'password', 'dbname'].includes(k)),
+  ]
     .map(([k, v]) => `${encodeURIComponent(k)}=${encodeURIComponent(v)}`)
     .join('&');
   return `postgres://${userinfo}/${dbname !== undefined ? encodeURIComponent(dbname) : ''}?${query}`;

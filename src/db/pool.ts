@@ -6,7 +6,7 @@ import pg from 'pg';
 import type { Logger } from 'pino';
 import { hostLabel, parseConnectionString } from './connection-string.js';
 import { engineClientClass } from './multi-host-client.js';
-import { noteReached, trackPool, type ReachedHost } from './reached-hosts.js';
+import { noteReached, trackPool } from './reached-hosts.js';
 
 // Our pools read int8 (ids, counts) as numbers; ids stay far below 2^53. Scoped to our pools
 // instead of pg.types.setTypeParser, which would change every pg user in the process.
@@ -56,12 +56,10 @@ function jitOff(logger: Logger): (client: pg.Client) => Promise<void> {
 export function createPool(options: PoolOptions): pg.Pool {
   const target = parseConnectionString(options.connectionString);
   const connectionTimeoutMs = options.connectionTimeoutMs ?? 10_000;
-  let reached: ReachedHost | undefined;
   const Client = engineClientClass(
     target,
     jitOff(options.logger),
     {
-      onConnected: (h) => reached && noteReached(reached, hostLabel(h)),
       onStandby: (h) =>
         options.logger.warn({ host: hostLabel(h) }, 'PostgreSQL server turned standby under this connection (SQLSTATE 25006); dropping the connection'),
     },
@@ -80,11 +78,12 @@ export function createPool(options: PoolOptions): pg.Pool {
     ...(options.idleInTransactionTimeoutMs ? { idle_in_transaction_session_timeout: options.idleInTransactionTimeoutMs } : {}),
     ...(options.statementTimeoutMs ? { statement_timeout: options.statementTimeoutMs } : {}),
   });
-  reached = trackPool(pool, options.applicationName, target.display);
+  const reached = trackPool(pool, options.applicationName, target.display);
   pool.on('error', (err) => {
     options.logger.warn({ err: describePgError(err) }, 'PostgreSQL connection lost (idle client); the pool will reconnect');
   });
   pool.on('connect', (client) => {
+    noteReached(reached, hostLabel({ host: client.host, port: client.port }));
     client.on('error', (err) => {
       options.logger.warn({ err: describePgError(err) }, 'PostgreSQL connection lost; the pool will reconnect');
     });

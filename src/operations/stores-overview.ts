@@ -1,7 +1,6 @@
 // What each store holds now (docs/scale.md), for `status` and the console: its backlog, its leader
 // and epoch, its live workers and failed timeouts, read from the store's own database. A store
 // that does not answer is reported as unreachable, with why, instead of failing the whole view.
-import pg from 'pg';
 import type { LoadedConfig } from '../config.js';
 import { createClient } from '../db/pool.js';
 import type { Queryable } from '../flow/kind-controls.js';

@@ -5,7 +5,7 @@
 // database's leader republishes them within a second). The databases are released side by side,
 // each within its bound: one that does not answer leaves its shards to their lease and holds up
 // no other.
-import pg from 'pg';
+import type pg from 'pg';
 import type { Logger } from 'pino';
 import { createClient } from '../db/pool.js';
 import { sql } from '../db/queries.js';

@@ -107,7 +107,7 @@ describe('refused, each with an error naming what', () => {
 });
 
 describe('config', () => {
-  const kinds = { k: { handler: { type: 'sql', sql: 'SELECT $1::text[]' } } };
+  const kinds = { k: { handler: { type: 'sql' as const, sql: 'SELECT $1::text[]' } } };
   it('a multi-host databaseUrl and business database URL load', () => {
     const c = loadConfig({
       object: {

@@ -1,0 +1,194 @@
+// PostgreSQL failover the way production runs it (issue 35): a primary and a streaming-replication
+// standby on free ports (pg_basebackup -R), and every process given the multi-host connection
+// string `postgres://h1,h2/db?target_session_attrs=read-write&connect_timeout=3`. (a) The pool
+// alone: each new connection tries the hosts in order (a dead one, a standby, the primary) and
+// keeps the first that qualifies; a session whose server turns read-only meets 25006 and is
+// dropped, never reused. (b) A switchover under a running engine: the primary stopped, the
+// standby promoted, the old primary back as a standby of the new one; the processes find the new
+// primary through the same string, /readyz names it, and I1-I4 hold. (c) The same after the
+// primary turned read-only under the engine's open sessions (25006 on their writes).
+import { pino } from 'pino';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { createPool } from '../../src/db/pool.js';
+import { reachedHost } from '../../src/db/reached-hosts.js';
+import { killAll, type CliProcess } from '../helpers/processes.js';
+import { freePort, startPostgres, startStandby, stopAllServers, type PostgresServer } from '../helpers/servers.js';
+import { linesMatching, report, Scenario, sleep, waitUntil } from './harness.js';
+
+const N = 6000;
+const silent = pino({ level: 'silent' });
+let a: PostgresServer;
+let b: PostgresServer;
+let s: Scenario | undefined;
+
+const multi = (servers: PostgresServer[], database = 'postgres') =>
+  `postgres://postgres@${servers.map((x) => `127.0.0.1:${x.port}`).join(',')}/${database}?target_session_attrs=read-write&connect_timeout=3`;
+
+/** Waits until `standby` has replayed everything `primary` has written (a clean switchover). */
+async function caughtUp(primary: PostgresServer, standby: PostgresServer): Promise<void> {
+  const lsn = async (server: PostgresServer, q: string) => {
+    const p = createPool({ connectionString: server.url(), max: 1, applicationName: 'lsn', logger: silent });
+    try {
+      return (await p.query<{ l: string }>(q)).rows[0]!.l;
+    } finally {
+      await p.end();
+    }
+  };
+  const target = await lsn(primary, 'SELECT pg_current_wal_lsn()::text AS l');
+  await waitUntil('the standby caught up', async () => {
+    const p = createPool({ connectionString: standby.url(), max: 1, applicationName: 'lsn', logger: silent });
+    try {
+      return (await p.query<{ ok: boolean }>(`SELECT pg_last_wal_replay_lsn() >= $1::pg_lsn AS ok`, [target])).rows[0]!.ok;
+    } finally {
+      await p.end();
+    }
+  });
+}
+
+async function readyz(p: CliProcess): Promise<{ postgres: { host?: string; target?: string; pools: { pool: string; host?: string }[] } }> {
+  const port = (await p.waitForMsg('serving /metrics, /healthz, /readyz', 20_000)).port;
+  const res = await fetch(`http://127.0.0.1:${String(port)}/readyz`);
+  return (await res.json()) as { postgres: { host?: string; target?: string; pools: { pool: string; host?: string }[] } };
+}
+
+beforeAll(async () => {
+  a = await startPostgres();
+  b = await startStandby(a);
+});
+
+afterAll(async () => {
+  await killAll();
+  await s?.close();
+  await stopAllServers();
+});
+
+describe('PostgreSQL failover through a multi-host connection string', () => {
+  it('each new connection keeps the first host that qualifies; a session that meets 25006 is dropped, never reused', async () => {
+    const dead = await freePort();
+    // Order: nothing listening, the standby, the primary.
+    const url = `postgres://postgres@127.0.0.1:${dead},127.0.0.1:${b.port},127.0.0.1:${a.port}/postgres?target_session_attrs=read-write&connect_timeout=2`;
+    const pool = createPool({ connectionString: url, max: 2, applicationName: 'failover unit', logger: silent });
+    try {
+      expect((await pool.query<{ r: boolean }>('SELECT pg_is_in_recovery() AS r')).rows[0]!.r).toBe(false);
+      expect(reachedHost(pool)).toMatchObject({
+        host: `127.0.0.1:${a.port}`,
+        target: `127.0.0.1:${dead},127.0.0.1:${b.port},127.0.0.1:${a.port}/postgres (read-write)`,
+      });
+      // With any, the standby (the first host that answers) is kept.
+      const any = createPool({ connectionString: url.replace('read-write', 'any'), max: 1, applicationName: 'failover unit', logger: silent });
+      expect((await any.query<{ r: boolean }>('SELECT pg_is_in_recovery() AS r')).rows[0]!.r).toBe(true);
+      await any.end();
+
+      // The primary turns read-only under an open session: its next write fails with 25006, the
+      // session is ended and the pool does not hand it out again.
+      await pool.query('CREATE TABLE IF NOT EXISTS failover_probe (x int)');
+      const client = await pool.connect();
+      const pid = (await client.query<{ pid: number }>('SELECT pg_backend_pid() AS pid')).rows[0]!.pid;
+      const admin = createPool({ connectionString: a.url(), max: 1, applicationName: 'admin', logger: silent });
+      await admin.query('ALTER SYSTEM SET default_transaction_read_only = on');
+      await admin.query('SELECT pg_reload_conf()');
+      await sleep(300);
+      const err = await client.query('INSERT INTO failover_probe VALUES (1)').then(
+        () => undefined,
+        (e: unknown) => e as { code?: string },
+      );
+      expect(err?.code).toBe('25006');
+      client.release();
+      // A new connection: the primary no longer qualifies (read-only), the standby neither.
+      await expect(pool.query('SELECT 1')).rejects.toThrow(/no host of .* accepted a read-write session: .*ECONNREFUSED.*hot standby.*read-only/);
+      await admin.query('ALTER SYSTEM RESET default_transaction_read_only');
+      await admin.query('SELECT pg_reload_conf()');
+      await admin.end();
+      await sleep(300);
+      const { rows } = await pool.query<{ pid: number }>('SELECT pg_backend_pid() AS pid');
+      expect(rows[0]!.pid, 'the session that met 25006 was not reused').not.toBe(pid);
+      await pool.query('DROP TABLE failover_probe');
+    } finally {
+      await pool.end();
+    }
+  });
+
+  it('switchover under a running engine: primary stopped, standby promoted, old primary back as its standby; I1-I4 hold', async () => {
+    s = await Scenario.create('pg-failover-switch', { databaseUrl: multi([a, b]) });
+    const c = s.coordinator('coordinator', { args: ['--port', '0'] });
+    await c.waitForMsg('became leader', 20_000);
+    const workers = [s.worker('worker-1', { args: ['--port', '0'] }), s.worker('worker-2')];
+    await Promise.all(workers.map((w) => w.waitForMsg('worker started', 20_000)));
+    expect((await readyz(workers[0]!)).postgres.host).toBe(`127.0.0.1:${a.port}`);
+    await s.seed(N, { spreadMs: 6000 });
+    await waitUntil('the drain under way', async () => (await s!.count(`SELECT count(*) AS n FROM order_transitions`)) >= N * 0.2, 30_000, 20);
+
+    const at = new Date();
+    await a.pgCtl('-w', '-m', 'fast', 'stop'); // a clean switchover: the standby has every commit
+    await b.promote();
+    const answeringAt = new Date();
+    await a.followAs(b);
+
+    const inv = await s.expectInvariants(60_000);
+    expect(inv.applied).toBe(N);
+    for (const p of [c, ...workers]) expect(p.alive, `${p.name} survived (stderr: ${p.stderr.slice(-500)})`).toBe(true);
+    const w1 = await readyz(workers[0]!);
+    expect(w1.postgres.host, 'the worker reaches the new primary').toBe(`127.0.0.1:${b.port}`);
+    expect((await readyz(c)).postgres.host).toBe(`127.0.0.1:${b.port}`);
+    expect(await a.inRecovery(), 'the old primary follows the new one').toBe(true);
+    const { rows } = await s.pool.query<{ gap: number; resume: number }>(
+      `WITH c AS (SELECT at, lag(at) OVER (ORDER BY at) AS prev FROM order_transitions WHERE to_status = 'closed')
+       SELECT (SELECT max(extract(epoch FROM at - greatest(prev, $1)) * 1000) FROM c WHERE at >= $1)::float8 AS gap,
+              (SELECT extract(epoch FROM min(at) - $2) * 1000 FROM c WHERE at >= $2)::float8 AS resume`,
+      [at, answeringAt],
+    );
+    const figures = {
+      timeouts: N,
+      applied: inv.applied,
+      switchoverMs: answeringAt.getTime() - at.getTime(),
+      longestGapMs: Math.round(rows[0]!.gap),
+      closesResumeAfterPromotedMs: Math.round(rows[0]!.resume),
+      connectionLostEvents: [c, ...workers].reduce((n, p) => n + linesMatching(p, /PostgreSQL connection lost/).length, 0),
+      wallMs: s.elapsedMs(),
+    };
+    await s.stopAll();
+    report('pg switchover (fast stop, promote, old primary follows)', figures);
+    await s.close();
+    s = undefined;
+  });
+
+  it('the primary turns read-only under the engine (25006 on open sessions), then the standby is promoted: the sessions are dropped and the engine drains on the new primary', async () => {
+    // After the previous test b is the primary and a its standby. A database of its own.
+    const admin = createPool({ connectionString: b.url(), max: 1, applicationName: 'admin', logger: silent });
+    await admin.query('CREATE DATABASE readonly_case');
+    s = await Scenario.create('pg-failover-readonly', { databaseUrl: multi([b, a], 'readonly_case') });
+    const c = s.coordinator('coordinator');
+    await c.waitForMsg('became leader', 20_000);
+    const workers = [s.worker('worker-1'), s.worker('worker-2')];
+    await Promise.all(workers.map((w) => w.waitForMsg('worker started', 20_000)));
+    await s.seed(N, { spreadMs: 6000 });
+    await waitUntil('the drain under way', async () => (await s!.count(`SELECT count(*) AS n FROM order_transitions`)) >= N * 0.2, 30_000, 20);
+
+    const at = new Date();
+    await admin.query('ALTER SYSTEM SET default_transaction_read_only = on');
+    await admin.query('SELECT pg_reload_conf()');
+    await sleep(1500); // the engine's sessions meet 25006 meanwhile
+    await admin.query('SET default_transaction_read_only = off');
+    await admin.query('ALTER SYSTEM RESET default_transaction_read_only');
+    await admin.end();
+    await caughtUp(b, a);
+    await b.pgCtl('-w', '-m', 'fast', 'stop');
+    await a.promote();
+    const answeringAt = new Date();
+    await b.followAs(a);
+
+    const inv = await s.expectInvariants(60_000);
+    expect(inv.applied).toBe(N);
+    for (const p of [c, ...workers]) expect(p.alive, `${p.name} survived (stderr: ${p.stderr.slice(-500)})`).toBe(true);
+    const dropped = [c, ...workers].reduce((n, p) => n + linesMatching(p, /turned standby under this connection/).length, 0);
+    expect(dropped, 'sessions that met 25006 were dropped').toBeGreaterThan(0);
+    await s.stopAll();
+    report('pg read-only primary then promotion', {
+      timeouts: N,
+      applied: inv.applied,
+      readOnlyToPromotedMs: answeringAt.getTime() - at.getTime(),
+      sessionsDroppedOn25006: dropped,
+      wallMs: s.elapsedMs(),
+    });
+  });
+});
