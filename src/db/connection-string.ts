@@ -22,7 +22,8 @@ export interface ParsedConnection {
   /** One URL per host, in order, each naming that host only and carrying the other parameters. */
   perHost: string[];
   /** The string needs nothing pg does not do already (a URL with one host and no
-   *  target_session_attrs or connect_timeout): pg reads it unchanged. */
+   *  target_session_attrs or connect_timeout, or neither libpq form): pg reads it unchanged.
+   *  hosts and perHost are empty for a string in neither form. */
   plain: boolean;
   /** For logs, status and /readyz: hosts, ports and database, never the password. */
   display: string;
@@ -170,7 +171,9 @@ export function parseConnectionString(s: string): ParsedConnection {
   const trimmed = s.trim();
   const isUri = /^postgres(?:ql)?:\/\//i.test(trimmed);
   if (!isUri && !/^\s*[A-Za-z_][A-Za-z0-9_]*\s*=/.test(trimmed)) {
-    fail('expected a postgres:// URL or key=value pairs (host=... dbname=...)');
+    // Neither libpq form (pg's own socket forms, "/var/run/postgresql db" or socket:...): pg
+    // reads it as it always did.
+    return { hosts: [], targetSessionAttrs: 'any', connectTimeoutMs: undefined, perHost: [], plain: true, display: '(a connection string pg reads as is)' };
   }
   const params = isUri ? parseUri(trimmed) : parseKeyValue(trimmed);
   for (const [key, why] of Object.entries(REFUSED_KEYS)) {

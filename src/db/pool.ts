@@ -70,7 +70,7 @@ export function createPool(options: PoolOptions): pg.Pool {
     max: options.max,
     application_name: options.applicationName,
     // A new connection may try every host before it lands: each attempt gets connect_timeout.
-    connectionTimeoutMillis: connectionTimeoutMs + (target.hosts.length - 1) * (target.connectTimeoutMs ?? connectionTimeoutMs),
+    connectionTimeoutMillis: connectionTimeoutMs + Math.max(target.hosts.length - 1, 0) * (target.connectTimeoutMs ?? connectionTimeoutMs),
     idleTimeoutMillis: 30_000,
     keepAlive: true,
     types: typeParsers,

@@ -92,7 +92,6 @@ describe('refused, each with an error naming what', () => {
     ['postgres://h:99999/db', /port "99999" of host "h" is not a port number/],
     ['postgres://h/db?connect_timeout=3s', /connect_timeout=3s is not a whole number of seconds/],
     ["host='h1", /unterminated quoted value for host/],
-    ['mysql://h/db', /expected a postgres:\/\/ URL or key=value pairs/],
     ['postgres://::1/db', /an IPv6 address goes in brackets|port/],
   ];
   for (const [s, error] of refused) {
@@ -101,6 +100,10 @@ describe('refused, each with an error naming what', () => {
       expect(() => parseConnectionString(s)).toThrow(error);
     });
   }
+  it('a string in neither libpq form (pg socket forms) is left to pg, unchanged', () => {
+    expect(parseConnectionString('/var/run/postgresql mydb')).toMatchObject({ plain: true, hosts: [] });
+    expect(parseConnectionString('socket:/var/run/postgresql?db=x')).toMatchObject({ plain: true, hosts: [] });
+  });
   it('load_balance_hosts=disable is libpq default and accepted', () => {
     expect(hostsOf('postgres://h1,h2/db?load_balance_hosts=disable')).toEqual(['h1:5432', 'h2:5432']);
   });
