@@ -4,7 +4,7 @@
 // is clock_timestamp() at the close).
 import { expect } from 'vitest';
 import { streamKey } from '../../src/transport/keys.js';
-import { KIND, report, Scenario, waitUntil, type ScenarioOptions } from './harness.js';
+import { KIND, report, Scenario, waitUntil } from './harness.js';
 
 export const KINDS = [KIND, 'order.unshipped', 'order.unconfirmed'] as const;
 export const BURST = 50_000;

@@ -9,9 +9,13 @@
 // primary turned read-only under the engine's open sessions (25006 on their writes).
 import { pino } from 'pino';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { FencedError, fencedTransaction } from '../../src/coordinator/fence.js';
 import { createPool } from '../../src/db/pool.js';
+import { sql } from '../../src/db/queries.js';
 import { reachedHost } from '../../src/db/reached-hosts.js';
-import { killAll, type CliProcess } from '../helpers/processes.js';
+import { CLOSE_SQL, writeConfig } from '../helpers/orders.js';
+import { killAll, runCli, type CliProcess } from '../helpers/processes.js';
+import { TEST_REDIS_URL } from '../helpers/services.js';
 import { freePort, startPostgres, startStandby, stopAllServers, type PostgresServer } from '../helpers/servers.js';
 import { linesMatching, report, Scenario, sleep, waitUntil } from './harness.js';
 
@@ -190,5 +194,49 @@ describe('PostgreSQL failover through a multi-host connection string', () => {
       sessionsDroppedOn25006: dropped,
       wallMs: s.elapsedMs(),
     });
+    await s.close();
+    s = undefined;
+  });
+  it('a fencing epoch taken on the old primary and lost with it (asynchronous standby) is never handed out again: the next leader gets a greater one', async () => {
+    // After the previous test a is the primary and b its asynchronous standby.
+    const admin = createPool({ connectionString: a.url(), max: 1, applicationName: 'admin', logger: silent });
+    await admin.query('CREATE DATABASE epoch_case');
+    await admin.end();
+    const url = multi([a, b], 'epoch_case');
+    const config = writeConfig({ kinds: { k: { handler: { type: 'sql', sql: CLOSE_SQL } } } });
+    const migrated = await runCli(['migrate', '--config', config], { DATABASE_URL: url, REDIS_URL: TEST_REDIS_URL });
+    expect(migrated.code, migrated.stderr).toBe(0);
+    const pool = createPool({ connectionString: url, max: 2, applicationName: 'epoch test', logger: silent });
+    try {
+      const bump = async (who: string) => (await pool.query<{ epoch: number }>(sql('coordinator/bump_epoch', { coordinatorId: who }))).rows[0]!.epoch;
+      const epochA = await bump('leader-a');
+      await caughtUp(a, b);
+      // The standby stops receiving (as if it lagged): leader B's epoch commits on the primary only.
+      const standby = createPool({ connectionString: b.url(), max: 1, applicationName: 'admin', logger: silent });
+      await standby.query(`ALTER SYSTEM SET primary_conninfo = ''`);
+      await standby.query('SELECT pg_reload_conf()');
+      await waitUntil(
+        'the standby stopped streaming',
+        async () => (await standby.query<{ n: number }>('SELECT count(*)::int AS n FROM pg_stat_wal_receiver')).rows[0]!.n === 0,
+      );
+      await standby.end();
+      await sleep(100);
+      const epochB = await bump('leader-b');
+      expect(epochB).toBeGreaterThan(epochA);
+      // The primary's machine dies; the standby, without B's epoch, is promoted.
+      await a.kill();
+      await b.promote();
+      const after = (await pool.query<{ epoch: number; holder: string }>('SELECT epoch, holder FROM timeout_center.coordinator_lease')).rows[0]!;
+      expect(after, 'the lost transaction: the lease went back to leader A').toEqual({ epoch: epochA, holder: 'leader-a' });
+      // Leader C takes over after the failover. Were its epoch B's (epoch + 1 from the row it
+      // finds), B and C would both pass the fence: two leaders writing at once.
+      const epochC = await bump('leader-c');
+      expect(epochC, 'the epoch never goes back to one already handed out').toBeGreaterThan(epochB);
+      await expect(fencedTransaction(pool, epochB, async () => 'written')).rejects.toThrow(FencedError);
+      await expect(fencedTransaction(pool, epochC, async () => 'written')).resolves.toBe('written');
+      report('fencing epoch across a failover that lost a commit', { epochA, epochB, epochC });
+    } finally {
+      await pool.end();
+    }
   });
 });
