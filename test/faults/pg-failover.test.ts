@@ -7,6 +7,8 @@
 // standby promoted, the old primary back as a standby of the new one; the processes find the new
 // primary through the same string, /readyz names it, and I1-I4 hold. (c) The same after the
 // primary turned read-only under the engine's open sessions (25006 on their writes).
+import { execFile } from 'node:child_process';
+import { promisify } from 'node:util';
 import { pino } from 'pino';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { FencedError, fencedTransaction } from '../../src/coordinator/fence.js';
@@ -14,11 +16,12 @@ import { createPool } from '../../src/db/pool.js';
 import { sql } from '../../src/db/queries.js';
 import { reachedHost } from '../../src/db/reached-hosts.js';
 import { CLOSE_SQL, writeConfig } from '../helpers/orders.js';
-import { killAll, runCli, type CliProcess } from '../helpers/processes.js';
+import { CLI, killAll, runCli, type CliProcess } from '../helpers/processes.js';
 import { TEST_REDIS_URL } from '../helpers/services.js';
 import { freePort, startPostgres, startStandby, stopAllServers, type PostgresServer } from '../helpers/servers.js';
 import { linesMatching, report, Scenario, sleep, waitUntil } from './harness.js';
 
+const run = promisify(execFile);
 const N = 6000;
 const silent = pino({ level: 'silent' });
 let a: PostgresServer;
@@ -135,6 +138,12 @@ describe('PostgreSQL failover through a multi-host connection string', () => {
     expect(w1.postgres.host, 'the worker reaches the new primary').toBe(`127.0.0.1:${b.port}`);
     expect((await readyz(c)).postgres.host).toBe(`127.0.0.1:${b.port}`);
     expect(await a.inRecovery(), 'the old primary follows the new one').toBe(true);
+    // `status` says where the same string leads now.
+    const { stdout } = await run(process.execPath, [CLI, 'status', '--json'], { env: { ...process.env, DATABASE_URL: multi([a, b]) } });
+    expect((JSON.parse(stdout) as { postgres: unknown }).postgres).toEqual({
+      host: `127.0.0.1:${b.port}`,
+      target: `127.0.0.1:${a.port},127.0.0.1:${b.port}/postgres (read-write)`,
+    });
     const { rows } = await s.pool.query<{ gap: number; resume: number }>(
       `WITH c AS (SELECT at, lag(at) OVER (ORDER BY at) AS prev FROM order_transitions WHERE to_status = 'closed')
        SELECT (SELECT max(extract(epoch FROM at - greatest(prev, $1)) * 1000) FROM c WHERE at >= $1)::float8 AS gap,

@@ -57,19 +57,34 @@ async function until(what: string, test: () => Promise<boolean>, timeoutMs: numb
   throw new Error(`pg_auto_failover: ${what} not within ${timeoutMs} ms`);
 }
 
-/** Pids of processes whose command line names `pgdata` (pg_autoctl and its sub-processes). */
+/** Pids of processes whose command line names `pgdata` (pg_autoctl ... --pgdata), with every
+ *  descendant: the keeper's sub-processes rename themselves ("pg_autoctl: node active",
+ *  "pg_autoctl: start/stop postgres") and one left alive would start PostgreSQL again. */
 function autoctlPids(pgdata: string): number[] {
-  const pids: number[] = [];
+  const parent = new Map<number, number>();
+  const roots: number[] = [];
   for (const entry of readdirSync('/proc')) {
     if (!/^\d+$/.test(entry)) continue;
     try {
+      const stat = readFileSync(`/proc/${entry}/stat`, 'utf8');
+      parent.set(Number(entry), Number(stat.slice(stat.lastIndexOf(')') + 2).split(' ')[1]));
       const cmd = readFileSync(`/proc/${entry}/cmdline`, 'utf8').split('\0');
-      if (cmd.some((a) => a.includes('pg_autoctl')) && cmd.includes(pgdata)) pids.push(Number(entry));
+      if (cmd.some((a) => a.includes('pg_autoctl')) && cmd.includes(pgdata)) roots.push(Number(entry));
     } catch {
       // gone
     }
   }
-  return pids;
+  const all = new Set(roots);
+  for (let grew = true; grew; ) {
+    grew = false;
+    for (const [pid, ppid] of parent) {
+      if (!all.has(pid) && all.has(ppid)) {
+        all.add(pid);
+        grew = true;
+      }
+    }
+  }
+  return [...all];
 }
 
 function postmasterPid(pgdata: string): number | undefined {

@@ -26,6 +26,7 @@ import { listTargetControls } from '../../flow/target-controls.js';
 import { controlsJson, describeControls, describeTargetControls, targetControlsJson } from './flow.js';
 import { Option } from 'commander';
 import { loadConfig } from '../../config.js';
+import { reachedHost } from '../../db/reached-hosts.js';
 import { createLogger } from '../../observability/logger.js';
 import { probeRedis, type RedisProbe } from '../../transport/redis-probe.js';
 import { storesOverview, type StoreOverview } from '../../operations/stores-overview.js';
@@ -94,9 +95,13 @@ export function registerStatus(program: Command): void {
         const unserved = backlog.filter((b) => !b.paused && !served.has(b.kind) && Number(b.pending_due) + Number(b.in_flight) > 0).map((b) => b.kind);
         const redisProbe = await redis;
         const storeRows = await stores;
+        // Which host the center's connection string led to (a multi-host string: the primary now).
+        const reached = reachedHost(pool);
+        const postgres = reached ? { target: reached.target, host: reached.host ?? null } : null;
         if (opts.json) {
           printJson({
             now: now.rows[0]!.now,
+            postgres,
             redis: redisProbe ?? null,
             stores: storeRows,
             backlog: backlog.map((b) => ({
@@ -134,6 +139,7 @@ export function registerStatus(program: Command): void {
           return;
         }
         const out: string[] = [];
+        if (postgres) out.push(`PostgreSQL: ${postgres.host ?? '-'} (of ${postgres.target})`);
         out.push(`Backlog: ${totals.pendingDue} due and waiting, ${totals.inFlight} in flight, oldest lag ${formatSeconds(totals.oldestLagSeconds) ?? '-'}`);
         if (backlog.length > 0) {
           out.push(
