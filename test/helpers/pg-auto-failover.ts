@@ -75,7 +75,7 @@ function autoctlPids(pgdata: string): number[] {
     }
   }
   const all = new Set(roots);
-  for (let grew = true; grew; ) {
+  for (let grew = true; grew;) {
     grew = false;
     for (const [pid, ppid] of parent) {
       if (!all.has(pid) && all.has(ppid)) {
@@ -211,19 +211,25 @@ export async function startFormation(database: string): Promise<Formation> {
       );
     },
     async stop() {
-      for (const pgdata of [...nodes.map((n) => n.pgdata), monitorData]) {
-        for (const pid of [...autoctlPids(pgdata), postmasterPid(pgdata)]) {
-          if (pid === undefined) continue;
+      // Kill until nothing of the formation is left (a supervisor may start PostgreSQL again
+      // between two sweeps), then remove the directory.
+      const deadline = Date.now() + 10_000;
+      for (;;) {
+        const pids = [...nodes.map((n) => n.pgdata), monitorData]
+          .flatMap((d) => [...autoctlPids(d), postmasterPid(d)])
+          .filter((p): p is number => p !== undefined);
+        const alive = pids.filter((pid) => {
           try {
             process.kill(pid, 'SIGKILL');
+            return true;
           } catch {
-            // already gone
+            return false;
           }
-        }
+        });
+        if (alive.length === 0 || Date.now() > deadline) break;
+        await new Promise((r) => setTimeout(r, 300));
       }
       for (const c of children) if (c.exitCode === null) c.kill('SIGKILL');
-      // Backends exit once they notice their postmaster died.
-      await new Promise((r) => setTimeout(r, 500));
       rmSync(dir, { recursive: true, force: true });
     },
   };
