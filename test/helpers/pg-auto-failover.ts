@@ -31,6 +31,9 @@ export interface Formation {
   primary(): Promise<AutoFailoverNode>;
   /** SIGKILL of the node's pg_autoctl processes and its postmaster. */
   kill(node: AutoFailoverNode): Promise<void>;
+  /** Starts a killed node's keeper again (`pg_autoctl run`): it rejoins as a secondary of the
+   *  new primary (pg_rewind or a new base backup, as pg_autoctl decides). */
+  rejoin(node: AutoFailoverNode): Promise<void>;
   /** Makes `node` an asynchronous standby (replication-quorum false: the primary stops waiting for it). */
   asynchronous(node: AutoFailoverNode): Promise<void>;
   stop(): Promise<void>;
@@ -198,6 +201,19 @@ export async function startFormation(database: string): Promise<Formation> {
           // already gone
         }
       }
+    },
+    async rejoin(node) {
+      autoctl(node.name, ['run', '--pgdata', node.pgdata]);
+      const primary = await formation.primary();
+      await until(
+        `${node.name} secondary again`,
+        async () => {
+          const st = await states();
+          return st[node.name]?.reported === 'secondary' && st[primary.name]?.reported === 'primary';
+        },
+        120_000,
+        () => query(primary.port, 'postgres', 'CHECKPOINT'),
+      );
     },
     async asynchronous(node) {
       await run('runuser', ['-u', 'postgres', '--', 'env', ...env, 'pg_autoctl', 'set', 'node', 'replication-quorum', 'false', '--pgdata', node.pgdata], {
