@@ -172,7 +172,11 @@ describe.skipIf(tools.skip)(tools.title('PostgreSQL failover by pg_auto_failover
       spawnCli('worker-1', ['worker', '--config', config], env),
       spawnCli('worker-2', ['worker', '--config', config], env),
     ];
-    await Promise.race(procs.slice(0, 2).map((c) => c.waitForMsg('became leader', 20_000)));
+    await Promise.any(procs.slice(0, 2).map((c) => c.waitForMsg('became leader', 30_000))).catch(() => {
+      throw new Error(
+        `no coordinator became leader: ${procs.map((p) => `${p.name}: ${JSON.stringify(p.lines.slice(-3))} ${p.stderr.slice(-300)}`).join('\n')}`,
+      );
+    });
     await Promise.all(procs.slice(2).map((w) => w.waitForMsg('worker started', 20_000)));
 
     const started = Date.now();

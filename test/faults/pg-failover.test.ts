@@ -248,4 +248,53 @@ describe('PostgreSQL failover through a multi-host connection string', () => {
       await pool.end();
     }
   });
+  it('a failover to an asynchronous standby that lost the last closes: the close and its record vanish together, the engine closes those orders again, once', async () => {
+    // After the previous test b is the primary (a is dead): a new standby c of b.
+    const c = await startStandby(b);
+    const admin = createPool({ connectionString: b.url(), max: 1, applicationName: 'admin', logger: silent });
+    await admin.query('CREATE DATABASE lost_case');
+    await admin.end();
+    s = await Scenario.create('pg-failover-lost', { databaseUrl: multi([b, c], 'lost_case') });
+    const coordinator = s.coordinator('coordinator');
+    await coordinator.waitForMsg('became leader', 20_000);
+    const workers = [s.worker('worker-1'), s.worker('worker-2')];
+    await Promise.all(workers.map((w) => w.waitForMsg('worker started', 20_000)));
+    await s.seed(N, { spreadMs: 6000 });
+    const closedNow = () => s!.count(`SELECT count(*) AS n FROM order_transitions WHERE to_status = 'closed'`);
+    await waitUntil('the drain under way', async () => (await closedNow()) >= N * 0.2, 30_000, 20);
+    await caughtUp(b, c);
+    // c stops receiving: what b commits from now on is lost in the failover.
+    const standby = createPool({ connectionString: c.url(), max: 1, applicationName: 'admin', logger: silent });
+    await standby.query(`ALTER SYSTEM SET primary_conninfo = ''`);
+    await standby.query('SELECT pg_reload_conf()');
+    await waitUntil(
+      'c stopped streaming',
+      async () => (await standby.query<{ n: number }>('SELECT count(*)::int AS n FROM pg_stat_wal_receiver')).rows[0]!.n === 0,
+    );
+    await standby.end();
+    const closedAtDetach = await closedNow();
+    await waitUntil('more closes on b alone', async () => (await closedNow()) >= closedAtDetach + N * 0.15, 30_000, 20);
+    const closedOnB = await closedNow();
+    await b.kill();
+    await c.promote();
+    const onC = createPool({ connectionString: c.url('lost_case'), max: 1, applicationName: 'admin', logger: silent });
+    const closedOnC = Number((await onC.query<{ n: number }>(`SELECT count(*)::int AS n FROM order_transitions WHERE to_status = 'closed'`)).rows[0]!.n);
+    await onC.end();
+    expect(closedOnC, 'closes committed on b after c stopped receiving are gone').toBeLessThan(closedOnB);
+
+    const inv = await s.expectInvariants(60_000);
+    expect(inv.applied, 'every timeout applied once in the surviving history').toBe(N);
+    for (const p of [coordinator, ...workers]) expect(p.alive, `${p.name} survived (stderr: ${p.stderr.slice(-500)})`).toBe(true);
+    await s.stopAll();
+    report('pg failover to an asynchronous standby that lost closes', {
+      timeouts: N,
+      applied: inv.applied,
+      closedOnOldPrimary: closedOnB,
+      closedOnPromotedStandby: closedOnC,
+      lostAndRedone: closedOnB - closedOnC,
+      wallMs: s.elapsedMs(),
+    });
+    await s.close();
+    s = undefined;
+  });
 });
