@@ -296,7 +296,9 @@ describe('operator verbs across stores', () => {
     // A store that does not answer: nothing shown, exit 3, naming the store and where its URL comes from.
     const down = await cli(['shards', '1', '--store', 'store_down'], env);
     expect(down.code).toBe(3);
-    expect(down.stderr).toMatch(/store store_down does not answer: cannot reach PostgreSQL at .*ECONNREFUSED.*\. Start it, or check businessDatabases\.store_down/);
+    expect(down.stderr).toMatch(
+      /store store_down does not answer: cannot reach PostgreSQL at .*ECONNREFUSED.*\. Start it, or check businessDatabases\.store_down/,
+    );
     const shards = await json<{ store: string; scanId: number }[]>(['shards', '1', '--store', 'store_a']);
     expect(shards.length).toBeGreaterThan(0);
     expect(shards.every((s) => s.store === 'store_a' && s.scanId === 1)).toBe(true);
