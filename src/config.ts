@@ -168,6 +168,13 @@ const workerSchema = z.strictObject({
   /** Lease on a shard; a shard whose lease ran out (worker died) is reclaimed. Must exceed the
    *  kinds' time limits. */
   leaseMs: z.number().int().min(1000).max(3_600_000).default(30_000),
+  /** A worker that wrote no heartbeat for this long (on the database clock), or stopped, is gone:
+   *  the leader ends the leases it held and republishes the deliveries it had read, so its shards
+   *  run again within this bound plus one reap (1 s), whatever leaseMs is; the map stops counting
+   *  them as covering due rows at once. Workers write their heartbeat every third of it. A live
+   *  worker stalled longer than this (a pause, a stop-the-world) only loses its leases: its late
+   *  writes are refused (docs/reliability.md). The coordinators and the workers must agree on it. */
+  goneAfterMs: z.number().int().min(1000).max(600_000).default(3000),
   /** XREADGROUP BLOCK time. */
   blockMs: z.number().int().min(10).max(60_000).default(1000),
   /** Only run these kinds (default: all kinds of the config). */
