@@ -1,11 +1,8 @@
-// What each store holds now (docs/scale.md), for `status` and the console: its backlog, its leader
+// What each store holds now (docs/scale.md), for the console's overview: its backlog, its leader
 // and epoch, its live workers and failed timeouts, read from the store's own database. A store
 // that does not answer is reported as unreachable, with why, instead of failing the whole view.
-import type { LoadedConfig } from '../config.js';
-import { createClient } from '../db/pool.js';
+// (`status` reads every database itself: cli/commands/status-read.ts.)
 import type { Queryable } from '../flow/kind-controls.js';
-import { redactDbUrl } from '../worker/business-db.js';
-import { storeLayout } from '../stores/layout.js';
 import { LIVE_WINDOW_S } from './overview.js';
 
 /** A reachable store's figures. */
@@ -56,27 +53,4 @@ export async function readStoreFigures(db: Queryable): Promise<StoreFigures> {
     leader: Number(r.epoch) > 0 ? { holder: r.holder, epoch: Number(r.epoch) } : null,
     liveWorkers: r.live,
   };
-}
-
-/** Every store of the config, each read on its own short-lived connection, in parallel. */
-export async function storesOverview(config: LoadedConfig, timeoutMs = 3000): Promise<StoreOverview[]> {
-  return Promise.all(
-    [...storeLayout(config.kinds)].map(async ([store, kinds]) => {
-      const url = config.businessDatabaseUrls[store] ?? '';
-      const client = createClient(url, {
-        connectionTimeoutMillis: timeoutMs,
-        statement_timeout: timeoutMs,
-        application_name: 'timeout-center status',
-      });
-      client.on('error', () => {});
-      try {
-        await client.connect();
-        return { store, kinds, reachable: true, ...(await readStoreFigures(client)) };
-      } catch (err) {
-        return { store, kinds, reachable: false, error: `${redactDbUrl(url)}: ${(err as Error).message}` };
-      } finally {
-        await client.end().catch(() => {});
-      }
-    }),
-  );
 }
