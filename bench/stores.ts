@@ -35,6 +35,9 @@
 //   --lead-ms <ms>       due instant this far after seeding starts (default 3,000 + N × 0.05)
 //   --only <variants>    comma-separated subset of one-database,external,beside
 //   --out <file>         also write the figures as JSON here
+//   --profile            where the time goes (bench/lib/profile.ts): each instance's statements
+//                        (pg_stat_statements), what the product's backends wait on (sampled), the
+//                        CPU seconds of each instance and of the node processes
 //   --help               this text
 import { spawn, type ChildProcess } from 'node:child_process';
 import { mkdtempSync, writeFileSync } from 'node:fs';
@@ -46,6 +49,7 @@ import { startPostgres, stopAllServers, type PostgresServer } from '../test/help
 import { TEST_REDIS_URL, testKeyPrefix } from '../test/helpers/services.ts';
 import { CLOSE_MANY_SQL, KIND, ORDERS_DDL, correctness, sleep } from './lib/orders.ts';
 import { failUsage, positiveCounts, printUsage } from './lib/usage.ts';
+import { ActivitySampler, enableProfiling, instanceCpu, printStatements, processCpu, resetStatements, topStatements } from './lib/profile.ts';
 
 const { values: args } = parseArgs({
   options: {
@@ -57,6 +61,7 @@ const { values: args } = parseArgs({
     'lead-ms': { type: 'string' },
     only: { type: 'string' },
     out: { type: 'string' },
+    profile: { type: 'boolean', default: false },
     help: { type: 'boolean', short: 'h', default: false },
   },
   strict: true,
@@ -86,6 +91,7 @@ const ALL = ['one-database', 'external', 'beside'] as const;
 type Variant = (typeof ALL)[number];
 const VARIANTS: Variant[] = args.only ? (args.only.split(',').map((s) => s.trim()) as Variant[]) : [...ALL];
 for (const v of VARIANTS) if (!ALL.includes(v)) failUsage(TOOL, `--only takes ${ALL.join(',')}, got ${v}`);
+const PROFILE = args.profile === true;
 const CLI = new URL('../dist/cli/main.js', import.meta.url).pathname;
 const BUSINESS = ['b0', 'b1', 'b2'] as const;
 const WARMUP = 30;
@@ -213,12 +219,34 @@ async function burst(variant: Variant, round: number, center: PostgresServer, bu
     await Promise.all(allPools.map((p) => p.query('CHECKPOINT')));
     const seedMarginMs = due.getTime() - Date.now();
     const walBefore = await Promise.all(allPools.map(walLsn));
+    const instances = [center, ...business];
+    const samplers = PROFILE ? allPools.map((p) => new ActivitySampler(p, name)) : [];
+    const cpuBefore = PROFILE ? instances.map(instanceCpu) : [];
+    const nodeBefore = PROFILE ? children.map((c) => processCpu(c.pid)) : [];
+    if (PROFILE) {
+      await Promise.all(allPools.map(resetStatements));
+      for (const s of samplers) s.start();
+    }
     const pollStart = performance.now();
     while ((await Promise.all(timeoutPools.map(timeoutsLeft))).some((n) => n > 0)) {
       if (performance.now() - pollStart > 600_000) throw new Error(`${variant}: not drained after 10 min`);
       await sleep(250); // only tells when to read the end; the end itself is read at commit
     }
     const walAfter = await Promise.all(allPools.map(walLsn));
+    if (PROFILE) {
+      const nodeCpu = children.reduce((a, c, i) => a + processCpu(c.pid) - nodeBefore[i]!, 0);
+      const cpu = instances.map((s, i) => instanceCpu(s) - cpuBefore[i]!);
+      const activity = await Promise.all(samplers.map((s) => s.stop()));
+      const labels = ['center', ...BUSINESS];
+      console.log(
+        `profile round ${round} ${variant}: ${((performance.now() - pollStart) / 1000).toFixed(2)} s from seeded to drained; CPU s: node ${nodeCpu.toFixed(2)}, ` +
+          instances.map((_, i) => `${labels[i]} ${cpu[i]!.toFixed(2)}`).join(', '),
+      );
+      for (let i = 0; i < allPools.length; i += 1) {
+        console.log(`  ${labels[i]} backends (average number in each state): ${JSON.stringify(activity[i])}`);
+        printStatements(`${labels[i]} statements`, await topStatements(allPools[i]!, labels[i]!, 8));
+      }
+    }
     // The end: the commit of the last of the burst's timeouts to become final, wherever it lives.
     const ends = await Promise.all(
       timeoutPools.map(async (p) => {
@@ -319,6 +347,7 @@ const median = (xs: number[]) => {
 const results: Burst[] = [];
 try {
   const [center, ...business] = await Promise.all([0, 1, 2, 3].map(() => startInstance()));
+  if (PROFILE) await Promise.all([center!, ...business].map(enableProfiling));
   console.log(
     `${N} timeouts per burst, ${ROUNDS} rounds, ${WORKERS} worker process(es), concurrency ${CONCURRENCY ?? 'default'}, shard size ${SHARD ?? 'default'}, due ${LEAD_MS} ms after seeding starts`,
   );
