@@ -101,28 +101,23 @@ WITH live_target AS (
      -- [per target] a kind whose one database has no room now is not counted either
      AND NOT EXISTS (SELECT 1 FROM target_flow tf WHERE tf.target = r.databases[1] AND tf.row_room = 0)
   UNION ALL
-  -- A kind routed over several business databases: its due rows counted per target with the
-  -- routing rule in SQL (timeout_center.route_target, the predicate the external claim filters
-  -- by), less what that target's shards in flight cover. Always counted (the credit is per kind).
-  -- Two windows, the oldest due rows and the newest ones: a target with a backlog larger than one
-  -- window (held back by its rate limit, or down) fills the oldest, and would hide the other
-  -- targets' newer rows if that were all the count read; their rows are among the newest.
+  -- A kind routed over several business databases: its due rows counted per target, each on
+  -- timeouts_due_by_target (the target stamped on each row when it was written, sql/0020: the
+  -- count reads only that target's rows, as its claims do), less what that target's shards in
+  -- flight cover. Always counted (the credit is per kind). Each target's count stops at that
+  -- target's live capacity plus $4, so a target with a large backlog (held back by its rate
+  -- limit, or down) never hides the others' rows.
   SELECT f.kind, c.target, f.shard_size, f.shard_room, f.row_room, true, greatest(c.n - coalesce(lt.capacity, 0), 0), false
     FROM flow f
     JOIN timeout_center.kind_routes r ON r.kind = f.kind AND r.route_by <> 'database'
-    LEFT JOIN live l ON l.kind = f.kind
-   CROSS JOIN LATERAL (SELECT d.target, count(*) AS n
-                         FROM (SELECT timeout_center.route_target(r.route_by, r.databases, r.range_from, r.range_to, w.biz_id) AS target
-                                 FROM ((SELECT t.id, t.biz_id FROM timeout_center.timeouts t
-                                         WHERE t.kind = f.kind::timeout_center.kind AND t.state = 'pending' AND t.available_at <= $1
-                                         ORDER BY t.available_at
-                                         LIMIT coalesce(l.capacity, 0) + $4)
-                                       UNION
-                                       (SELECT t.id, t.biz_id FROM timeout_center.timeouts t
-                                         WHERE t.kind = f.kind::timeout_center.kind AND t.state = 'pending' AND t.available_at <= $1
-                                         ORDER BY t.available_at DESC
-                                         LIMIT coalesce(l.capacity, 0) + $4)) w) d
-                        GROUP BY d.target) c
+   CROSS JOIN LATERAL (SELECT tg.target,
+                              (SELECT count(*)
+                                 FROM (SELECT 1 FROM timeout_center.timeouts t
+                                        WHERE t.kind = f.kind::timeout_center.kind AND t.target = tg.target
+                                          AND t.state = 'pending' AND t.available_at <= $1
+                                        ORDER BY t.available_at
+                                        LIMIT coalesce((SELECT l2.capacity FROM live_target l2 WHERE l2.kind = f.kind AND l2.target = tg.target), 0) + $4) d) AS n
+                         FROM (SELECT DISTINCT x AS target FROM unnest(r.databases || '{-unroutable}'::text[]) x) tg) c
     LEFT JOIN live_target lt ON lt.kind = f.kind AND lt.target = c.target
    WHERE coalesce(f.shard_room, 1) > 0 AND coalesce(f.row_room, 1) > 0
 ), candidates AS (

@@ -9,15 +9,13 @@
 -- claim): the marker in the target database says what an earlier run did with its rows, and a
 -- fresh row recorded from that marker would be recorded as something it never was.
 --   $1 shard id   $2 kind   $3 claim limit   $4 lease token
---   $5 routed: filter by the kind's routing rule (timeout_center.route_target) = the shard's
---      target (boolean)
+--   $5 routed: only the rows whose target (timeouts.target, stamped by the kind's routing rule
+--      when the row was written: sql/0020) is the shard's (boolean)
 -- @params shardId: number, kind: string, claimLimit: number, leaseToken: string, routed: boolean
 -- Returns one row: target (the shard's), ids (bigint[]), biz_ids (text[]), payloads (jsonb[]),
 -- lateness in s (float8[]), fresh (this is the shard's first claim: no earlier run of it can have
 -- applied anything); no row when the lease is no longer ours.
-WITH route AS MATERIALIZED (
-  SELECT r.route_by, r.databases, r.range_from, r.range_to FROM timeout_center.kind_routes r WHERE r.kind = $2
-), ours AS MATERIALIZED (
+WITH ours AS MATERIALIZED (
   SELECT sh.target, sh.claimed_at FROM timeout_center.shards sh
    WHERE sh.id = $1 AND sh.lease_token = $4 AND sh.state = 'running'
 ), held AS MATERIALIZED (
@@ -26,11 +24,9 @@ WITH route AS MATERIALIZED (
 ), fresh AS MATERIALIZED (
   SELECT d.id FROM timeout_center.timeouts d
    WHERE d.kind = $2::timeout_center.kind AND d.state = 'pending' AND d.available_at <= statement_timestamp()
-     -- routes_to, not route_target(...) = target: the planner must expect many matches to walk the
-     -- due index in order instead of reading and sorting the whole backlog (sql/0016).
-     AND (NOT $5::boolean
-          OR timeout_center.routes_to((SELECT route_by FROM route), (SELECT databases FROM route), (SELECT range_from FROM route),
-                                      (SELECT range_to FROM route), d.biz_id, (SELECT target FROM ours)))
+     -- the row's target, stamped when it was written (sql/0020): a routed claim walks its own
+     -- target's due rows on timeouts_due_by_target and never reads another target's
+     AND (NOT $5::boolean OR d.target = (SELECT target FROM ours))
      AND EXISTS (SELECT 1 FROM ours WHERE claimed_at IS NULL) AND NOT EXISTS (SELECT 1 FROM held)
    ORDER BY d.available_at
    LIMIT $3
