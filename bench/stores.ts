@@ -33,6 +33,9 @@
 //   --concurrency <c>    worker concurrency (default: the product's, 4)
 //   --shard-size <k>     shard size (default: the product's, 500)
 //   --lead-ms <ms>       due instant this far after seeding starts (default 3,000 + N × 0.05)
+//   --databases <d>      business databases behind the route (default 3: b0, b1, b2, one per
+//                        business instance); more go round the three business instances (16: six
+//                        on the first, five on each other), each a database of its own
 //   --only <variants>    comma-separated subset of one-database,external,beside
 //   --out <file>         also write the figures as JSON here
 //   --profile            where the time goes (bench/lib/profile.ts): each instance's statements
@@ -59,6 +62,7 @@ const { values: args } = parseArgs({
     concurrency: { type: 'string' },
     'shard-size': { type: 'string' },
     'lead-ms': { type: 'string' },
+    databases: { type: 'string' },
     only: { type: 'string' },
     out: { type: 'string' },
     profile: { type: 'boolean', default: false },
@@ -71,7 +75,11 @@ if (args.help) {
   process.exit(0);
 }
 const TOOL = 'bench:stores';
-const counts = positiveCounts(TOOL, { n: args.n, rounds: args.rounds, workers: args.workers }, { n: 200_000, rounds: 3, workers: 1 });
+const counts = positiveCounts(
+  TOOL,
+  { n: args.n, rounds: args.rounds, workers: args.workers, databases: args.databases },
+  { n: 200_000, rounds: 3, workers: 1, databases: 3 },
+);
 const N = counts.n;
 const ROUNDS = counts.rounds;
 const WORKERS = counts.workers;
@@ -93,7 +101,9 @@ const VARIANTS: Variant[] = args.only ? (args.only.split(',').map((s) => s.trim(
 for (const v of VARIANTS) if (!ALL.includes(v)) failUsage(TOOL, `--only takes ${ALL.join(',')}, got ${v}`);
 const PROFILE = args.profile === true;
 const CLI = new URL('../dist/cli/main.js', import.meta.url).pathname;
-const BUSINESS = ['b0', 'b1', 'b2'] as const;
+const BUSINESS = Array.from({ length: counts.databases }, (_, i) => `b${i}`);
+/** The business instance each business database lives on. */
+const onInstance = (i: number) => i % 3;
 const WARMUP = 30;
 
 interface Burst {
@@ -169,7 +179,7 @@ async function timeoutsLeft(pool: pg.Pool): Promise<number> {
 async function burst(variant: Variant, round: number, center: PostgresServer, business: PostgresServer[]): Promise<Burst> {
   const name = `s_${variant.replace('-', '_')}_${round}`;
   const centerUrl = await createDb(center, name);
-  const businessUrls = variant === 'one-database' ? [] : await Promise.all(business.map((s) => createDb(s, name)));
+  const businessUrls = variant === 'one-database' ? [] : await Promise.all(BUSINESS.map((b, i) => createDb(business[onInstance(i)]!, `${name}_${b}`)));
   const centerPool = quietPool(centerUrl);
   const businessPools = businessUrls.map((url) => quietPool(url));
   const ordersPools = variant === 'one-database' ? [centerPool] : businessPools;
@@ -220,7 +230,7 @@ async function burst(variant: Variant, round: number, center: PostgresServer, bu
     const seedMarginMs = due.getTime() - Date.now();
     const walBefore = await Promise.all(allPools.map(walLsn));
     const instances = [center, ...business];
-    const samplers = PROFILE ? allPools.map((p) => new ActivitySampler(p, name)) : [];
+    const samplers = PROFILE ? allPools.map((p, i) => new ActivitySampler(p, i === 0 ? name : `${name}_${BUSINESS[i - 1]}`)) : [];
     const cpuBefore = PROFILE ? instances.map(instanceCpu) : [];
     const nodeBefore = PROFILE ? children.map((c) => processCpu(c.pid)) : [];
     if (PROFILE) {
@@ -240,7 +250,7 @@ async function burst(variant: Variant, round: number, center: PostgresServer, bu
       const labels = ['center', ...BUSINESS];
       console.log(
         `profile round ${round} ${variant}: ${((performance.now() - pollStart) / 1000).toFixed(2)} s from seeded to drained; CPU s: node ${nodeCpu.toFixed(2)}, ` +
-          instances.map((_, i) => `${labels[i]} ${cpu[i]!.toFixed(2)}`).join(', '),
+          instances.map((_, i) => `${i === 0 ? 'center' : `business instance ${i}`} ${cpu[i]!.toFixed(2)}`).join(', '),
       );
       for (let i = 0; i < allPools.length; i += 1) {
         console.log(`  ${labels[i]} backends (average number in each state): ${JSON.stringify(activity[i])}`);
@@ -306,7 +316,7 @@ async function burst(variant: Variant, round: number, center: PostgresServer, bu
     await centerPool.end().catch(() => {});
     await Promise.all(businessPools.map((p) => p.end().catch(() => {})));
     await dropDb(center, name);
-    if (variant !== 'one-database') await Promise.all(business.map((s) => dropDb(s, name)));
+    if (variant !== 'one-database') await Promise.all(BUSINESS.map((b, i) => dropDb(business[onInstance(i)]!, `${name}_${b}`)));
   }
 }
 

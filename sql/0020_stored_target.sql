@@ -60,3 +60,42 @@ CREATE TRIGGER kind_routes_restamp_targets
 -- One target's due rows in due order: the routed claim and the map's count per target.
 CREATE INDEX timeouts_due_by_target ON timeout_center.timeouts (kind, target, available_at)
   WHERE state = 'pending' AND target IS NOT NULL;
+
+-- The external path writes each timeout once in the center (issue 32). Its claim used to mark
+-- every row dispatched, with the shard, and commit, before the handler ran in the business
+-- database; the record then moved each row again. Now the claim writes only the shard's row:
+-- shards.held_ids, the ids of the timeouts it took, which stay pending, unwritten, until the
+-- record moves them (worker/queries/external_claim.sql, external_record.sql). While a shard
+-- queued or running holds an id:
+--   - no other claim takes it (external_claim.sql reads the ids the kind's live shards hold);
+--   - a cancel or a reschedule of it changes nothing (UPDATE 0, cancel() returns false), as for a
+--     dispatched row (0012's rule): its shard may be closing the order right now, in another
+--     database; the payment's guarded UPDATE decides. Enforced by the trigger below, so the
+--     README's plain SQL cancel and the HTTP API get the same answer;
+--   - a re-run of the shard (its worker died, the lease ran out) takes them back as dispatched
+--     rows (the old second write, on a re-run only) and goes on as before: the marker in the
+--     business database says what the earlier run did;
+--   - a shard abandoned after its max attempts fails them (coordinator/queries/abandon_shards.sql).
+-- held_ids is NULL once the shard recorded, or took its rows back as dispatched.
+ALTER TABLE timeout_center.shards ADD COLUMN held_ids bigint[];
+COMMENT ON COLUMN timeout_center.shards.held_ids IS
+  'external path: the pending timeouts this shard''s run took (no other claim takes them, a cancel of them is refused) until its record; NULL otherwise';
+
+CREATE INDEX shards_holding ON timeout_center.shards (kind) WHERE held_ids IS NOT NULL AND state IN ('queued', 'running');
+
+CREATE FUNCTION timeout_center.refuse_held_change() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+  -- A fresh snapshot (READ COMMITTED): a claim that committed while this statement waited for the
+  -- row's lock is seen.
+  IF EXISTS (SELECT 1 FROM timeout_center.shards sh
+              WHERE sh.kind = OLD.kind::text AND sh.held_ids IS NOT NULL AND sh.state IN ('queued', 'running')
+                AND OLD.id = ANY (sh.held_ids)) THEN
+    RETURN NULL; -- too late: the shard holding this timeout may be applying it (UPDATE 0)
+  END IF;
+  RETURN NEW;
+END $$;
+
+CREATE TRIGGER timeouts_refuse_held_change
+  BEFORE UPDATE OF state, due_at ON timeout_center.timeouts
+  FOR EACH ROW WHEN (OLD.state = 'pending' AND (NEW.state = 'cancelled' OR NEW.due_at IS DISTINCT FROM OLD.due_at))
+  EXECUTE FUNCTION timeout_center.refuse_held_change();
