@@ -81,6 +81,10 @@ ALTER TABLE timeout_center.shards ADD COLUMN held_ids bigint[];
 COMMENT ON COLUMN timeout_center.shards.held_ids IS
   'external path: the pending timeouts this shard''s run took (no other claim takes them, a cancel of them is refused) until its record; NULL otherwise';
 
+-- Out of line and uncompressed: a claim writes a few kilobytes of ids once, compressing them
+-- would cost the claim more than it saves.
+ALTER TABLE timeout_center.shards ALTER COLUMN held_ids SET STORAGE EXTERNAL;
+
 CREATE INDEX shards_holding ON timeout_center.shards (kind) WHERE held_ids IS NOT NULL AND state IN ('queued', 'running');
 
 CREATE FUNCTION timeout_center.refuse_held_change() RETURNS trigger LANGUAGE plpgsql AS $$
