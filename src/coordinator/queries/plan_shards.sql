@@ -130,10 +130,10 @@ WITH live_target AS (
   -- bounds how long a shard holds its row locks (a cancel waits for it) to well under a second.
   -- When the count saw the end of the due rows (complete), the last shards halve (size/2,
   -- size/4, ... down to size/8), so the workers' last shards end close together instead of one
-  -- slot running a whole large shard alone at the end of the flood. Only for a same-database SQL
-  -- handler without flow control (no cap, no rate limit: an operator who limits a kind keeps its
-  -- configured size); code, HTTP and business-database handlers get their configured size (one
-  -- call per shard). When nothing of the kind is in flight (a flood begins), its first shard keeps
+  -- slot running a whole large shard alone at the end of the flood. Only for a SQL handler (in the
+  -- center's database, or in business databases: up to 5,000 rows there) without flow control (no
+  -- cap, no rate limit on the kind or its database: an operator who limits one keeps its
+  -- configured size); code and HTTP handlers get their configured size (one call per shard). When nothing of the kind is in flight (a flood begins), its first shard keeps
   -- `base`, so the first closes commit one small shard after the due instant rather than one
   -- large one.
   SELECT n.kind, n.target, 1 + p.turn AS turn, n.shard_room, n.row_room, tf.row_room AS target_row_room,
@@ -142,9 +142,13 @@ WITH live_target AS (
     LEFT JOIN target_flow tf ON tf.target = n.target
     LEFT JOIN live_target lt ON lt.kind = n.kind AND lt.target = n.target
    CROSS JOIN LATERAL (SELECT least(n.shard_size, coalesce(tf.shard_size, n.shard_size))::bigint AS base) b
-   CROSS JOIN LATERAL (SELECT n.target IS NULL AND n.row_room IS NULL AND n.shard_room IS NULL
-                              AND (SELECT k.handler_type FROM timeout_center.kinds k WHERE k.kind = n.kind) = 'sql' AS adaptive) a
-   CROSS JOIN LATERAL (SELECT CASE WHEN a.adaptive THEN greatest(b.base, least(20000, ceil(n.uncovered / 4.0)::bigint))
+   CROSS JOIN LATERAL (SELECT n.row_room IS NULL AND n.shard_room IS NULL AND tf.row_room IS NULL
+                              AND (SELECT k.handler_type FROM timeout_center.kinds k WHERE k.kind = n.kind) = 'sql' AS adaptive,
+                              -- a business database's shard (issue 32): 5,000 rows at most, so its
+                              -- transaction there holds the orders' row locks for a fraction of a
+                              -- second, and its marker and held ids stay a few tens of kB
+                              CASE WHEN n.target IS NULL THEN 20000 ELSE 5000 END AS largest) a
+   CROSS JOIN LATERAL (SELECT CASE WHEN a.adaptive THEN greatest(b.base, least(a.largest, ceil(n.uncovered / 4.0)::bigint))
                                    ELSE b.base END AS size) ad
    CROSS JOIN LATERAL (SELECT ad.size,
                               CASE WHEN EXISTS (SELECT 1 FROM live l WHERE l.kind = n.kind) THEN ad.size
