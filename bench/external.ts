@@ -12,6 +12,9 @@
 //   --concurrency <c>    worker concurrency (default 4)
 //   --shard-size <k>     shard size (default 1000)
 //   --out <file>         also write the figures as JSON here
+//   --profile            where the time goes (bench/lib/profile.ts): each instance's statements
+//                        (pg_stat_statements), what the product's backends wait on (sampled), the
+//                        CPU seconds of each instance and of the node process
 //   --help               this text
 import { spawn } from 'node:child_process';
 import { writeFileSync, mkdtempSync } from 'node:fs';
@@ -29,6 +32,7 @@ import { startPostgres, stopAllServers, type PostgresServer } from '../test/help
 import { TEST_REDIS_URL, testKeyPrefix } from '../test/helpers/services.ts';
 import { CLOSE_MANY_SQL, KIND, ORDERS_DDL, correctness, insertOrders, sleep } from './lib/orders.ts';
 import { printUsage } from './lib/usage.ts';
+import { ActivitySampler, enableProfiling, instanceCpu, printStatements, processCpu, resetStatements, topStatements } from './lib/profile.ts';
 
 const { values: args } = parseArgs({
   options: {
@@ -37,6 +41,7 @@ const { values: args } = parseArgs({
     concurrency: { type: 'string' },
     'shard-size': { type: 'string' },
     out: { type: 'string' },
+    profile: { type: 'boolean', default: false },
     help: { type: 'boolean', short: 'h', default: false },
   },
   strict: true,
@@ -58,6 +63,7 @@ const N = positive('n', args.n, 50_000);
 const ROUNDS = positive('rounds', args.rounds, 2);
 const CONCURRENCY = positive('concurrency', args.concurrency, 4);
 const SHARD = positive('shard-size', args['shard-size'], 1000);
+const PROFILE = args.profile === true;
 const CLI = new URL('../dist/cli/main.js', import.meta.url).pathname;
 
 interface Burst {
@@ -119,6 +125,15 @@ async function burst(path: Burst['path'], center: PostgresServer, business: Post
   ]);
   await centerPool.query('CHECKPOINT').catch(() => {});
   const walBefore = await walLsn(centerPool);
+  const samplers: ActivitySampler[] = [];
+  const cpuBefore = PROFILE ? [instanceCpu(center), instanceCpu(business)] : [];
+  if (PROFILE) {
+    await resetStatements(centerPool);
+    if (ordersPool !== centerPool) await resetStatements(ordersPool);
+    samplers.push(new ActivitySampler(centerPool, dbName));
+    if (ordersPool !== centerPool) samplers.push(new ActivitySampler(ordersPool, dbName));
+    for (const s of samplers) s.start();
+  }
   const started = performance.now();
   const child = spawn(process.execPath, [CLI, 'run', '--config', configPath], {
     env: { ...process.env, DATABASE_URL: centerUrl, REDIS_URL: TEST_REDIS_URL },
@@ -134,6 +149,18 @@ async function burst(path: Burst['path'], center: PostgresServer, business: Post
   }
   const seconds = (performance.now() - started) / 1000;
   const walAfter = await walLsn(centerPool);
+  if (PROFILE) {
+    const nodeCpu = processCpu(child.pid);
+    const cpu = [instanceCpu(center) - cpuBefore[0]!, instanceCpu(business) - cpuBefore[1]!];
+    const activity = await Promise.all(samplers.map((s) => s.stop()));
+    console.log(
+      `profile round ${round} ${path}: ${seconds.toFixed(2)} s wall; CPU s: node ${nodeCpu.toFixed(2)}, center instance ${cpu[0]!.toFixed(2)}, business instance ${cpu[1]!.toFixed(2)}`,
+    );
+    console.log(`  center backends (average number in each state): ${JSON.stringify(activity[0])}`);
+    if (activity[1]) console.log(`  business backends: ${JSON.stringify(activity[1])}`);
+    printStatements('center statements', await topStatements(centerPool, 'center'));
+    if (ordersPool !== centerPool) printStatements('business statements', await topStatements(ordersPool, 'business'));
+  }
   child.kill('SIGTERM');
   await new Promise((r) => child.once('exit', r));
   const c = await correctness(ordersPool, undefined);
@@ -151,6 +178,7 @@ async function burst(path: Burst['path'], center: PostgresServer, business: Post
 
 const center = await startPostgres();
 const business = await startPostgres();
+if (PROFILE) await Promise.all([enableProfiling(center), enableProfiling(business)]);
 const results: Burst[] = [];
 try {
   for (let round = 1; round <= ROUNDS; round += 1) {

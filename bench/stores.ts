@@ -33,8 +33,14 @@
 //   --concurrency <c>    worker concurrency (default: the product's, 4)
 //   --shard-size <k>     shard size (default: the product's, 500)
 //   --lead-ms <ms>       due instant this far after seeding starts (default 3,000 + N × 0.05)
+//   --databases <d>      business databases behind the route (default 3: b0, b1, b2, one per
+//                        business instance); more go round the three business instances (16: six
+//                        on the first, five on each other), each a database of its own
 //   --only <variants>    comma-separated subset of one-database,external,beside
 //   --out <file>         also write the figures as JSON here
+//   --profile            where the time goes (bench/lib/profile.ts): each instance's statements
+//                        (pg_stat_statements), what the product's backends wait on (sampled), the
+//                        CPU seconds of each instance and of the node processes
 //   --help               this text
 import { spawn, type ChildProcess } from 'node:child_process';
 import { mkdtempSync, writeFileSync } from 'node:fs';
@@ -46,6 +52,7 @@ import { startPostgres, stopAllServers, type PostgresServer } from '../test/help
 import { TEST_REDIS_URL, testKeyPrefix } from '../test/helpers/services.ts';
 import { CLOSE_MANY_SQL, KIND, ORDERS_DDL, correctness, sleep } from './lib/orders.ts';
 import { failUsage, positiveCounts, printUsage } from './lib/usage.ts';
+import { ActivitySampler, enableProfiling, instanceCpu, printStatements, processCpu, resetStatements, topStatements } from './lib/profile.ts';
 
 const { values: args } = parseArgs({
   options: {
@@ -55,8 +62,10 @@ const { values: args } = parseArgs({
     concurrency: { type: 'string' },
     'shard-size': { type: 'string' },
     'lead-ms': { type: 'string' },
+    databases: { type: 'string' },
     only: { type: 'string' },
     out: { type: 'string' },
+    profile: { type: 'boolean', default: false },
     help: { type: 'boolean', short: 'h', default: false },
   },
   strict: true,
@@ -66,7 +75,11 @@ if (args.help) {
   process.exit(0);
 }
 const TOOL = 'bench:stores';
-const counts = positiveCounts(TOOL, { n: args.n, rounds: args.rounds, workers: args.workers }, { n: 200_000, rounds: 3, workers: 1 });
+const counts = positiveCounts(
+  TOOL,
+  { n: args.n, rounds: args.rounds, workers: args.workers, databases: args.databases },
+  { n: 200_000, rounds: 3, workers: 1, databases: 3 },
+);
 const N = counts.n;
 const ROUNDS = counts.rounds;
 const WORKERS = counts.workers;
@@ -86,8 +99,11 @@ const ALL = ['one-database', 'external', 'beside'] as const;
 type Variant = (typeof ALL)[number];
 const VARIANTS: Variant[] = args.only ? (args.only.split(',').map((s) => s.trim()) as Variant[]) : [...ALL];
 for (const v of VARIANTS) if (!ALL.includes(v)) failUsage(TOOL, `--only takes ${ALL.join(',')}, got ${v}`);
+const PROFILE = args.profile === true;
 const CLI = new URL('../dist/cli/main.js', import.meta.url).pathname;
-const BUSINESS = ['b0', 'b1', 'b2'] as const;
+const BUSINESS = Array.from({ length: counts.databases }, (_, i) => `b${i}`);
+/** The business instance each business database lives on. */
+const onInstance = (i: number) => i % 3;
 const WARMUP = 30;
 
 interface Burst {
@@ -163,7 +179,7 @@ async function timeoutsLeft(pool: pg.Pool): Promise<number> {
 async function burst(variant: Variant, round: number, center: PostgresServer, business: PostgresServer[]): Promise<Burst> {
   const name = `s_${variant.replace('-', '_')}_${round}`;
   const centerUrl = await createDb(center, name);
-  const businessUrls = variant === 'one-database' ? [] : await Promise.all(business.map((s) => createDb(s, name)));
+  const businessUrls = variant === 'one-database' ? [] : await Promise.all(BUSINESS.map((b, i) => createDb(business[onInstance(i)]!, `${name}_${b}`)));
   const centerPool = quietPool(centerUrl);
   const businessPools = businessUrls.map((url) => quietPool(url));
   const ordersPools = variant === 'one-database' ? [centerPool] : businessPools;
@@ -213,12 +229,34 @@ async function burst(variant: Variant, round: number, center: PostgresServer, bu
     await Promise.all(allPools.map((p) => p.query('CHECKPOINT')));
     const seedMarginMs = due.getTime() - Date.now();
     const walBefore = await Promise.all(allPools.map(walLsn));
+    const instances = [center, ...business];
+    const samplers = PROFILE ? allPools.map((p, i) => new ActivitySampler(p, i === 0 ? name : `${name}_${BUSINESS[i - 1]}`)) : [];
+    const cpuBefore = PROFILE ? instances.map(instanceCpu) : [];
+    const nodeBefore = PROFILE ? children.map((c) => processCpu(c.pid)) : [];
+    if (PROFILE) {
+      await Promise.all(allPools.map(resetStatements));
+      for (const s of samplers) s.start();
+    }
     const pollStart = performance.now();
     while ((await Promise.all(timeoutPools.map(timeoutsLeft))).some((n) => n > 0)) {
       if (performance.now() - pollStart > 600_000) throw new Error(`${variant}: not drained after 10 min`);
       await sleep(250); // only tells when to read the end; the end itself is read at commit
     }
     const walAfter = await Promise.all(allPools.map(walLsn));
+    if (PROFILE) {
+      const nodeCpu = children.reduce((a, c, i) => a + processCpu(c.pid) - nodeBefore[i]!, 0);
+      const cpu = instances.map((s, i) => instanceCpu(s) - cpuBefore[i]!);
+      const activity = await Promise.all(samplers.map((s) => s.stop()));
+      const labels = ['center', ...BUSINESS];
+      console.log(
+        `profile round ${round} ${variant}: ${((performance.now() - pollStart) / 1000).toFixed(2)} s from seeded to drained; CPU s: node ${nodeCpu.toFixed(2)}, ` +
+          instances.map((_, i) => `${i === 0 ? 'center' : `business instance ${i}`} ${cpu[i]!.toFixed(2)}`).join(', '),
+      );
+      for (let i = 0; i < allPools.length; i += 1) {
+        console.log(`  ${labels[i]} backends (average number in each state): ${JSON.stringify(activity[i])}`);
+        printStatements(`${labels[i]} statements`, await topStatements(allPools[i]!, labels[i]!, 8));
+      }
+    }
     // The end: the commit of the last of the burst's timeouts to become final, wherever it lives.
     const ends = await Promise.all(
       timeoutPools.map(async (p) => {
@@ -278,7 +316,7 @@ async function burst(variant: Variant, round: number, center: PostgresServer, bu
     await centerPool.end().catch(() => {});
     await Promise.all(businessPools.map((p) => p.end().catch(() => {})));
     await dropDb(center, name);
-    if (variant !== 'one-database') await Promise.all(business.map((s) => dropDb(s, name)));
+    if (variant !== 'one-database') await Promise.all(BUSINESS.map((b, i) => dropDb(business[onInstance(i)]!, `${name}_${b}`)));
   }
 }
 
@@ -319,6 +357,7 @@ const median = (xs: number[]) => {
 const results: Burst[] = [];
 try {
   const [center, ...business] = await Promise.all([0, 1, 2, 3].map(() => startInstance()));
+  if (PROFILE) await Promise.all([center!, ...business].map(enableProfiling));
   console.log(
     `${N} timeouts per burst, ${ROUNDS} rounds, ${WORKERS} worker process(es), concurrency ${CONCURRENCY ?? 'default'}, shard size ${SHARD ?? 'default'}, due ${LEAD_MS} ms after seeding starts`,
   );

@@ -22,6 +22,7 @@ import type { Logger } from 'pino';
 import { isConnectionError, isRetryableConflict, pgErrorCode } from '../db/pool.js';
 import { sql } from '../db/queries.js';
 import { AS_TEXT, parseFloat8Array, parseJsonbArray, parseTextArray } from '../db/pg-text.js';
+import { bindLiterals } from './bind-literals.js';
 import { failpoint } from '../failpoints.js';
 import type { Metrics } from '../observability/metrics.js';
 import type { CircuitBreakers } from './breakers.js';
@@ -120,7 +121,8 @@ export class ExternalExecutor {
     }
     let decision: Decision | Lost | { retryInMs: number; error: string };
     if (items.length === 0) {
-      decision = { applied: [], failed: [], fromMarker: false, where: undefined };
+      // Nothing to run: the record leaves any row the shard may hold as it is (ran names none).
+      decision = { applied: [], failed: [], ran: [], fromMarker: false, where: undefined };
     } else if (claimed.target === UNROUTABLE) {
       const error = `biz_id cannot be placed by the routing rule of ${lease.kind} (not an integer under modulo/range, or outside every range): fix the rule or the id`;
       decision = { applied: [], failed: items.map((i) => ({ bizId: i.bizId, error, permanent: true })), fromMarker: false, where: undefined };
@@ -224,23 +226,40 @@ export class ExternalExecutor {
     return { status: 'done', done: 0, skipped: 0, failed: 0, retried: 0 };
   }
 
-  /** Step 1: claim and commit (or take back the rows a previous run of the shard holds). */
+  /** Step 1: claim and commit (or take back the rows a previous run of the shard holds): the
+   *  claim and its give-back (external_unhold.sql, a snapshot of its own) in one transaction, one
+   *  round trip. */
   private async claim(lease: Lease, external: ExternalTarget): Promise<Claimed | undefined> {
     const routed = external.via === 'sql' && external.routed;
-    const { rows } = await this.pool.query<{ target: string | null; biz_ids: string; payloads: string; lateness: string; fresh: string; measured_ms: string }>({
-      ...sql('worker/external_claim', { shardId: lease.id, kind: lease.kind, claimLimit: lease.claim_limit, leaseToken: lease.lease_token, routed }),
-      types: AS_TEXT,
-    });
-    const row = rows[0];
+    const claim = bindLiterals(
+      sql('worker/external_claim', { shardId: lease.id, kind: lease.kind, claimLimit: lease.claim_limit, leaseToken: lease.lease_token, routed }),
+    );
+    const unhold = bindLiterals(sql('worker/external_unhold', { shardId: lease.id, kind: lease.kind }));
+    const results = (await this.pool.query({ text: `BEGIN; ${claim}; ${unhold}; COMMIT`, types: AS_TEXT })) as unknown as pg.QueryResult[];
+    const row = (
+      results[1] as pg.QueryResult<{
+        target: string | null;
+        ids: string;
+        biz_ids: string;
+        payloads: string;
+        lateness: string;
+        fresh: string;
+        measured_ms: string;
+      }>
+    ).rows[0];
     if (!row) return undefined;
+    const givenBack = new Set(parseTextArray((results[2] as pg.QueryResult<{ given_back: string }>).rows[0]!.given_back));
+    const ids = parseTextArray(row.ids);
     const bizIds = parseTextArray(row.biz_ids);
     const payloads = parseJsonbArray(row.payloads);
+    const lateness = parseFloat8Array(row.lateness);
+    const keep = ids.map((id) => !givenBack.has(id));
     return {
       target: row.target,
       fresh: row.fresh === 't',
       markerKnown: row.fresh === 't',
-      items: bizIds.map((bizId, i) => ({ bizId, payload: payloads[i] })),
-      lateness: parseFloat8Array(row.lateness),
+      items: bizIds.map((bizId, i) => ({ bizId, payload: payloads[i] })).filter((_, i) => keep[i]),
+      lateness: lateness.filter((_, i) => keep[i]),
       measuredMs: Number(row.measured_ms),
     };
   }

@@ -226,6 +226,22 @@ describe('the external path: history = the business database, whatever stops whe
     expect(tally).toEqual({ 'done/applied/closed': 1 });
   });
 
+  it("A0. a payer's cancel while the shard's run is in the business database is answered at once (refused), without waiting for the run", async () => {
+    // The bound (sql/0020, docs/reliability.md): a cancel waits at most for the claim's
+    // transaction in the center (two statements, no call elsewhere), never for the business call:
+    // the timeout stays pending, unwritten, while its shard runs, and the cancel is refused then.
+    await seed(CLOSE, 1501, 1501);
+    const w1 = worker('worker-a0', { failpoints: 'external.after-apply=1*sleep(2000)' });
+    await failpointHit(w1, 'external.after-apply');
+    const cancelled = await cancel(centerPool, CLOSE, 1501);
+    const { rows } = await ordersPool.query<{ status: string }>('SELECT status FROM orders WHERE id = 1501');
+    expect(cancelled, 'the shard holds the timeout: too late').toBe(false);
+    expect(rows[0]!.status, 'answered before the run committed in the business database: the cancel did not wait for it').toBe('unpaid');
+    await drained(1501, 1501);
+    const tally = await expectHistoryIsTruth(1501, 1501, false);
+    expect(tally).toEqual({ 'done/applied/closed': 1 });
+  });
+
   it('A2. the same cancel after a batch failure: refused, the payer pays, the retry skips the paid order', async () => {
     await seed(COUNT, 2001, 2001);
     const w1 = worker('worker-a2', { failpoints: 'external.before-record=1*sleep(3000)', env: { TC_TEST_BATCH_FAIL_ONCE: '1' } });

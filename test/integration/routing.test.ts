@@ -95,3 +95,42 @@ describe('timeout_center.target_of', () => {
     expect(await targets('k.one', ['1'])).toEqual([null]);
   });
 });
+
+describe('timeouts.target, stamped when a timeout is written (sql/0020)', () => {
+  const stamped = async (kind: string) =>
+    (
+      await pool.query<{ biz_id: string; target: string | null; want: string | null }>(
+        `SELECT biz_id, target, timeout_center.target_of(kind::text, biz_id) AS want FROM timeout_center.timeouts WHERE kind = $1 ORDER BY id`,
+        [kind],
+      )
+    ).rows;
+
+  it("equals the kind's rule for every timeout inserted, whatever the writer names; NULL for a kind without a rule", async () => {
+    await pool.query(
+      `INSERT INTO timeout_center.timeouts (kind, biz_id, due_at, target)
+       SELECT k, x, now() + interval '1 hour', CASE WHEN x = '7' THEN 'made-up' END
+         FROM unnest(ARRAY['k.mod', 'k.hash', 'k.range', 'k.one', 'k.same']) k, unnest(ARRAY['1', '2', '7', '150', 'abc']) x`,
+    );
+    for (const kind of ['k.mod', 'k.hash', 'k.range', 'k.one']) {
+      const rows = await stamped(kind);
+      expect(rows.length).toBe(5);
+      for (const r of rows) expect(r.target, `${kind} ${r.biz_id}`).toBe(r.want);
+    }
+    expect((await stamped('k.same')).map((r) => r.target)).toEqual([null, null, null, null, null]);
+  });
+
+  it('a changed rule re-stamps the pending timeouts of its kind; a dropped rule clears them', async () => {
+    await pool.query(`UPDATE timeout_center.kind_routes SET databases = '{c,b,a}' WHERE kind = 'k.mod'`);
+    const rows = await stamped('k.mod');
+    expect(rows.find((r) => r.biz_id === '1')!.target).toBe('b');
+    expect(rows.find((r) => r.biz_id === '2')!.target).toBe('a');
+    for (const r of rows) expect(r.target).toBe(r.want);
+    // New inserts follow the new rule too (the trigger is compiled from kind_routes).
+    await pool.query(`INSERT INTO timeout_center.timeouts (kind, biz_id, due_at) VALUES ('k.mod', '3', now() + interval '1 hour')`);
+    expect((await stamped('k.mod')).find((r) => r.biz_id === '3')!.target).toBe('c');
+    await pool.query(`DELETE FROM timeout_center.kind_routes WHERE kind = 'k.hash'`);
+    expect((await stamped('k.hash')).every((r) => r.target === null)).toBe(true);
+    await pool.query(`INSERT INTO timeout_center.timeouts (kind, biz_id, due_at) VALUES ('k.hash', '9', now() + interval '1 hour')`);
+    expect((await stamped('k.hash')).find((r) => r.biz_id === '9')!.target).toBeNull();
+  });
+});

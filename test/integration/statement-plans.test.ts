@@ -2,8 +2,9 @@
 // both went quadratic or whole-backlog once without any test noticing (bench:external at 0.12x).
 //   external_record: its writes reach the shard's rows through an index, never by comparing
 //     every row with every other (a nested loop over two 1-row estimates: 1,000 x 1,000).
-//   external_claim (routed): walks the due index in due order and stops at its limit, never reads
-//     and sorts the kind's whole backlog (the route filter's selectivity, sql/0016).
+//   external_claim (routed): walks its target's due index in due order and stops at its limit,
+//     never reads and sorts the kind's whole backlog (sql/0016), nor reads other targets' rows
+//     (sql/0020).
 import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { statement } from '../../src/db/queries.js';
@@ -74,9 +75,11 @@ describe('plans of the external path', () => {
   it('external_claim walks the due index for its target and stops at its limit', async () => {
     const s = await shard(1, 'b1');
     const plan = await explain(statement('worker/external_claim'), [Number(s.id), KIND, SHARD, s.lease_token, true]);
-    expect(plan).toContain('"Index Name":"timeouts_due_by_kind"');
+    expect(plan).toContain('"Index Name":"timeouts_due_by_target"');
     expect(plan).not.toContain('"Node Type":"Seq Scan"');
     expect(plan).not.toContain('"Node Type":"Sort"');
+    // Its own target's rows only (sql/0020): no row of b0 or b2 read and thrown away.
+    expect(plan).toMatch(/"Index Name":"timeouts_due_by_target"[^{}]*"Rows Removed by Filter":0[,}]/);
   });
 
   it("external_record reaches the shard's rows through an index, not row by row against each other", async () => {

@@ -83,11 +83,13 @@ describe('plan_shards under a rate limit per business database', () => {
     expect(rowsTo(shards, 'a')).toBe(300);
     expect(toA.every((s) => s.claim_limit === 100)).toBe(true);
     expect(new Set(toA.map((s) => s.kind)).size, 'three shards over three kinds sharing the database').toBeGreaterThanOrEqual(2);
-    // Unlimited database b and the same-database kind: every due row. Business-database shards
-    // keep the kind's size (500: one handler call each); the same-database kind's are sized to
-    // its backlog (plan_shards.sql: the first 500, then a quarter of the 3,000 uncovered each,
-    // 750; the count saw the last due row, so the last shard halves, here to the kind's 500, and
-    // the one farthest from the end holds what is left: 500, 500, 750, 750, 500 in turn order).
+    // Unlimited database b and the same-database kind: every due row, in shards sized to the
+    // backlog (plan_shards.sql: the first 500, then a quarter of the 3,000 uncovered each, 750;
+    // the count saw the last due row, so the last shard halves, here to the kind's 500, and the
+    // one farthest from the end holds what is left: 500, 500, 750, 750, 500 in turn order), in
+    // the center's database as in business database b (issue 32: up to 5,000 rows there). The
+    // routed kind's count per target never says it saw the last row: a quarter of its 1,500 is
+    // below its 500, so 500 each.
     expect(
       rowsTo(
         shards.filter((s) => s.kind === 'k.b'),
@@ -101,7 +103,14 @@ describe('plan_shards under a rate limit per business database', () => {
       ),
     ).toBe(1500);
     expect(rowsTo(shards, null)).toBe(3000);
-    expect(shards.filter((s) => s.target === 'b').every((s) => s.claim_limit === 500)).toBe(true);
+    for (const kind of ['k.b', 'k.routed'])
+      expect(
+        shards
+          .filter((s) => s.target === 'b' && s.kind === kind)
+          .map((s) => s.claim_limit)
+          .sort((x, y) => x - y),
+        kind,
+      ).toEqual(kind === 'k.b' ? [500, 500, 500, 750, 750] : [500, 500, 500]);
     expect(
       shards
         .filter((s) => s.target === null)

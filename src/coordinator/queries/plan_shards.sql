@@ -106,28 +106,23 @@ WITH live_target AS (
      -- [per target] a kind whose one database has no room now is not counted either
      AND NOT EXISTS (SELECT 1 FROM target_flow tf WHERE tf.target = r.databases[1] AND tf.row_room = 0)
   UNION ALL
-  -- A kind routed over several business databases: its due rows counted per target with the
-  -- routing rule in SQL (timeout_center.route_target, the predicate the external claim filters
-  -- by), less what that target's shards in flight cover. Always counted (the credit is per kind).
-  -- Two windows, the oldest due rows and the newest ones: a target with a backlog larger than one
-  -- window (held back by its rate limit, or down) fills the oldest, and would hide the other
-  -- targets' newer rows if that were all the count read; their rows are among the newest.
+  -- A kind routed over several business databases: its due rows counted per target, each on
+  -- timeouts_due_by_target (the target stamped on each row when it was written, sql/0020: the
+  -- count reads only that target's rows, as its claims do), less what that target's shards in
+  -- flight cover. Always counted (the credit is per kind). Each target's count stops at that
+  -- target's live capacity plus $4, so a target with a large backlog (held back by its rate
+  -- limit, or down) never hides the others' rows.
   SELECT f.kind, c.target, f.shard_size, f.shard_room, f.row_room, true, greatest(c.n - coalesce(lt.capacity, 0), 0), false
     FROM flow f
     JOIN timeout_center.kind_routes r ON r.kind = f.kind AND r.route_by <> 'database'
-    LEFT JOIN live l ON l.kind = f.kind
-   CROSS JOIN LATERAL (SELECT d.target, count(*) AS n
-                         FROM (SELECT timeout_center.route_target(r.route_by, r.databases, r.range_from, r.range_to, w.biz_id) AS target
-                                 FROM ((SELECT t.id, t.biz_id FROM timeout_center.timeouts t
-                                         WHERE t.kind = f.kind::timeout_center.kind AND t.state = 'pending' AND t.available_at <= $1
-                                         ORDER BY t.available_at
-                                         LIMIT coalesce(l.capacity, 0) + $4)
-                                       UNION
-                                       (SELECT t.id, t.biz_id FROM timeout_center.timeouts t
-                                         WHERE t.kind = f.kind::timeout_center.kind AND t.state = 'pending' AND t.available_at <= $1
-                                         ORDER BY t.available_at DESC
-                                         LIMIT coalesce(l.capacity, 0) + $4)) w) d
-                        GROUP BY d.target) c
+   CROSS JOIN LATERAL (SELECT tg.target,
+                              (SELECT count(*)
+                                 FROM (SELECT 1 FROM timeout_center.timeouts t
+                                        WHERE t.kind = f.kind::timeout_center.kind AND t.target = tg.target
+                                          AND t.state = 'pending' AND t.available_at <= $1
+                                        ORDER BY t.available_at
+                                        LIMIT coalesce((SELECT l2.capacity FROM live_target l2 WHERE l2.kind = f.kind AND l2.target = tg.target), 0) + $4) d) AS n
+                         FROM (SELECT DISTINCT x AS target FROM unnest(r.databases || '{-unroutable}'::text[]) x) tg) c
     LEFT JOIN live_target lt ON lt.kind = f.kind AND lt.target = c.target
    WHERE coalesce(f.shard_room, 1) > 0 AND coalesce(f.row_room, 1) > 0
 ), candidates AS (
@@ -140,10 +135,10 @@ WITH live_target AS (
   -- bounds how long a shard holds its row locks (a cancel waits for it) to well under a second.
   -- When the count saw the end of the due rows (complete), the last shards halve (size/2,
   -- size/4, ... down to size/8), so the workers' last shards end close together instead of one
-  -- slot running a whole large shard alone at the end of the flood. Only for a same-database SQL
-  -- handler without flow control (no cap, no rate limit: an operator who limits a kind keeps its
-  -- configured size); code, HTTP and business-database handlers get their configured size (one
-  -- call per shard). When nothing of the kind is in flight (a flood begins), its first shard keeps
+  -- slot running a whole large shard alone at the end of the flood. Only for a SQL handler (in the
+  -- center's database, or in business databases: up to 5,000 rows there) without flow control (no
+  -- cap, no rate limit on the kind or its database: an operator who limits one keeps its
+  -- configured size); code and HTTP handlers get their configured size (one call per shard). When nothing of the kind is in flight (a flood begins), its first shard keeps
   -- `base`, so the first closes commit one small shard after the due instant rather than one
   -- large one.
   SELECT n.kind, n.target, 1 + p.turn AS turn, n.shard_room, n.row_room, tf.row_room AS target_row_room,
@@ -152,9 +147,13 @@ WITH live_target AS (
     LEFT JOIN target_flow tf ON tf.target = n.target
     LEFT JOIN live_target lt ON lt.kind = n.kind AND lt.target = n.target
    CROSS JOIN LATERAL (SELECT least(n.shard_size, coalesce(tf.shard_size, n.shard_size))::bigint AS base) b
-   CROSS JOIN LATERAL (SELECT n.target IS NULL AND n.row_room IS NULL AND n.shard_room IS NULL
-                              AND (SELECT k.handler_type FROM timeout_center.kinds k WHERE k.kind = n.kind) = 'sql' AS adaptive) a
-   CROSS JOIN LATERAL (SELECT CASE WHEN a.adaptive THEN greatest(b.base, least(20000, ceil(n.uncovered / 4.0)::bigint))
+   CROSS JOIN LATERAL (SELECT n.row_room IS NULL AND n.shard_room IS NULL AND tf.row_room IS NULL
+                              AND (SELECT k.handler_type FROM timeout_center.kinds k WHERE k.kind = n.kind) = 'sql' AS adaptive,
+                              -- a business database's shard (issue 32): 5,000 rows at most, so its
+                              -- transaction there holds the orders' row locks for a fraction of a
+                              -- second, and its marker and held ids stay a few tens of kB
+                              CASE WHEN n.target IS NULL THEN 20000 ELSE 5000 END AS largest) a
+   CROSS JOIN LATERAL (SELECT CASE WHEN a.adaptive THEN greatest(b.base, least(a.largest, ceil(n.uncovered / 4.0)::bigint))
                                    ELSE b.base END AS size) ad
    CROSS JOIN LATERAL (SELECT ad.size,
                               CASE WHEN EXISTS (SELECT 1 FROM live l WHERE l.kind = n.kind) THEN ad.size

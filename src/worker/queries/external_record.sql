@@ -1,7 +1,9 @@
 -- external_record: the center's record of an external shard run, after the handler's own commit
--- (or after the whole batch failed). Writes each dispatched timeout of the shard once more and
--- closes the shard with its counts, only while the lease is ours. Done timeouts move to
--- timeout_center.done_timeouts (sql/0010); the others stay in timeout_center.timeouts.
+-- (or after the whole batch failed). Writes each timeout of the shard (the pending ones its claim
+-- holds, shards.held_ids: their one write in the center, sql/0020; and on a re-run the ones it
+-- took back as dispatched) and closes the shard with its counts, only while the lease is ours.
+-- Done timeouts move to timeout_center.done_timeouts (sql/0010); the others stay in
+-- timeout_center.timeouts. A held row's attempts were not counted by its claim: counted here.
 --   Applied biz_ids: done, result applied. Failed biz_ids (row-level: reported by the handler,
 --   or isolated by splitting): back to pending with a backoff, or failed once out of attempts
 --   (at once when permanent). The others: done, result skipped (nothing to change).
@@ -10,7 +12,7 @@
 --   ms, and the attempt is not counted: such a failure never fails a timeout for good.
 --   Rows the run did not handle ($11, the marker's `ran`, does not name them): back to pending,
 --   due now, the attempt not counted; never recorded as skipped.
---   Every write re-checks that the row is still this shard's and dispatched: a row another
+--   Every write re-checks that the row is still this shard's (dispatched, or held and pending): a row another
 --   transaction changed since `rows` read it (under READ COMMITTED the DELETE and UPDATE re-check
 --   only their own WHERE after waiting for its lock) is left as that transaction left it.
 --   $1 shard id   $2 lease token   $3 applied biz_ids (text[])   $4 failed biz_ids (text[])
@@ -26,7 +28,7 @@
 -- before its COMMIT), the instant tc_lateness_seconds is taken at (external-executor.ts).
 -- Returns the shard's counts and at_ms (epoch ms); no row when the lease is no longer ours.
 WITH ours AS MATERIALIZED (
-  SELECT sh.id FROM timeout_center.shards sh
+  SELECT sh.id, sh.held_ids FROM timeout_center.shards sh
    WHERE sh.id = $1 AND sh.lease_token = $2 AND sh.state = 'running'
      FOR UPDATE
 ), rows AS MATERIALIZED (
@@ -37,12 +39,17 @@ WITH ours AS MATERIALIZED (
   SELECT t.id, t.biz_id = ANY ($4::text[]) AS failed, ($11::text[] IS NULL OR t.biz_id = ANY ($11::text[])) AS covered
     FROM timeout_center.timeouts t
    WHERE t.shard_id = $1 AND t.state = 'dispatched' AND EXISTS (SELECT 1 FROM ours)
+  UNION ALL
+  SELECT t.id, t.biz_id = ANY ($4::text[]), ($11::text[] IS NULL OR t.biz_id = ANY ($11::text[]))
+    FROM timeout_center.timeouts t
+   WHERE t.id = ANY ((SELECT held_ids FROM ours)::bigint[]) AND t.state = 'pending'
 ), moved AS (
   -- Done (applied, or skipped: nothing to change): out of the hot table, into the history.
   DELETE FROM timeout_center.timeouts t
    WHERE t.id = ANY (ARRAY(SELECT r.id FROM rows r WHERE NOT r.failed AND r.covered))
-     AND t.shard_id = $1 AND t.state = 'dispatched' AND $9::int IS NULL
-  RETURNING t.id, t.kind, t.biz_id, t.due_at, t.payload, t.attempts, t.shard_id, t.last_error, t.created_at,
+     AND ((t.shard_id = $1 AND t.state = 'dispatched') OR t.state = 'pending') AND $9::int IS NULL
+  RETURNING t.id, t.kind, t.biz_id, t.due_at, t.payload, t.attempts + (t.state = 'pending')::int AS attempts, $1::bigint AS shard_id,
+            t.last_error, t.created_at,
             CASE WHEN t.biz_id = ANY ($3::text[]) THEN 'applied' ELSE 'skipped' END AS result
 ), archived AS (
   INSERT INTO timeout_center.done_timeouts (id, kind, biz_id, due_at, payload, attempts, shard_id, result, last_error, created_at, finished_at)
@@ -54,24 +61,27 @@ WITH ours AS MATERIALIZED (
   -- A failed row's error and permanence are at its biz_id's position in $4.
   UPDATE timeout_center.timeouts t
      SET state = CASE WHEN $9::int IS NOT NULL OR NOT ($11::text[] IS NULL OR t.biz_id = ANY ($11::text[])) THEN 'pending'
-                      WHEN coalesce(($6::boolean[])[array_position($4::text[], t.biz_id)], false) OR t.attempts >= $7 THEN 'failed'
+                      WHEN coalesce(($6::boolean[])[array_position($4::text[], t.biz_id)], false) OR t.attempts + (t.state = 'pending')::int >= $7 THEN 'failed'
                       ELSE 'pending' END,
          result = NULL,
+         -- a dispatched row's attempt was counted by its claim, a held row's is counted now
          attempts = CASE WHEN $9::int IS NOT NULL OR NOT ($11::text[] IS NULL OR t.biz_id = ANY ($11::text[]))
-                         THEN greatest(t.attempts - 1, 0) ELSE t.attempts END,
+                         THEN CASE WHEN t.state = 'pending' THEN t.attempts ELSE greatest(t.attempts - 1, 0) END
+                         ELSE t.attempts + (t.state = 'pending')::int END,
+         shard_id = $1,
          last_error = CASE WHEN $9::int IS NOT NULL THEN $10
                            WHEN NOT ($11::text[] IS NULL OR t.biz_id = ANY ($11::text[])) THEN t.last_error
                            ELSE ($5::text[])[array_position($4::text[], t.biz_id)] END,
          available_at = CASE WHEN $9::int IS NOT NULL THEN statement_timestamp() + $9::int * interval '1 millisecond'
                              WHEN NOT ($11::text[] IS NULL OR t.biz_id = ANY ($11::text[])) THEN statement_timestamp()
-                             WHEN NOT (coalesce(($6::boolean[])[array_position($4::text[], t.biz_id)], false) OR t.attempts >= $7)
-                               THEN statement_timestamp() + least($8 * power(2, t.attempts - 1), 600000) * interval '1 millisecond'
+                             WHEN NOT (coalesce(($6::boolean[])[array_position($4::text[], t.biz_id)], false) OR t.attempts + (t.state = 'pending')::int >= $7)
+                               THEN statement_timestamp() + least($8 * power(2, t.attempts + (t.state = 'pending')::int - 1), 600000) * interval '1 millisecond'
                              ELSE t.available_at END,
          finished_at = CASE WHEN $9::int IS NULL AND ($11::text[] IS NULL OR t.biz_id = ANY ($11::text[]))
-                             AND (coalesce(($6::boolean[])[array_position($4::text[], t.biz_id)], false) OR t.attempts >= $7)
+                             AND (coalesce(($6::boolean[])[array_position($4::text[], t.biz_id)], false) OR t.attempts + (t.state = 'pending')::int >= $7)
                             THEN statement_timestamp() END
    WHERE t.id = ANY (ARRAY(SELECT r.id FROM rows r WHERE $9::int IS NOT NULL OR r.failed OR NOT r.covered))
-     AND t.shard_id = $1 AND t.state = 'dispatched'
+     AND ((t.shard_id = $1 AND t.state = 'dispatched') OR t.state = 'pending')
   RETURNING t.state, t.result, t.last_error
 ), written AS (
   SELECT * FROM archived UNION ALL SELECT * FROM kept
@@ -85,7 +95,7 @@ WITH ours AS MATERIALIZED (
     FROM written
 )
 UPDATE timeout_center.shards sh
-   SET state = 'done', finished_at = clock_timestamp(), lease_expires_at = NULL, size = c.n,
+   SET state = 'done', finished_at = clock_timestamp(), lease_expires_at = NULL, size = c.n, held_ids = NULL,
        done_count = c.done, skipped_count = c.skipped, failed_count = c.failed, retried_count = c.retried,
        error_sample = c.error_sample
   FROM counts c, ours o
