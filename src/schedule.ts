@@ -136,3 +136,7 @@ export async function storeOf(db: Executor, kind: string, bizId: ScheduleInput['
   if (store === '-unroutable') throw new TimeoutInputError(`the store rule of kind ${kind} cannot place biz_id ${id} (modulo and range take integer ids)`);
   return store;
 }
+
+/** Runs one bound statement on any Executor (pg or kysely): for the other business functions
+ *  (settle/settle.ts). */
+export { run as runStatement };

@@ -1,0 +1,224 @@
+// Tracing (issue 33): OpenTelemetry spans through @opentelemetry/api, off unless configured by the
+// standard variables. The engine's code only ever calls the API (withSpan, links from stored trace
+// contexts, the traceparent of the active span): with no SDK registered every span is the API's
+// non-recording span and costs a few object allocations. startTracing() registers the SDK (a
+// TracerProvider with the OTLP/HTTP exporter, W3C trace-context propagation, async-hooks context)
+// when OTEL_TRACES_EXPORTER or OTEL_EXPORTER_OTLP_(TRACES_)ENDPOINT says so; the exporter reads its
+// endpoint, headers and timeout from the OTEL_EXPORTER_OTLP_* variables itself, and the resource its
+// service name from OTEL_SERVICE_NAME / OTEL_RESOURCE_ATTRIBUTES (default "timeout-center").
+// docs/tracing.md lists the spans and shows a local collector.
+import {
+  context,
+  propagation,
+  SpanKind,
+  SpanStatusCode,
+  trace,
+  TraceFlags,
+  isSpanContextValid,
+  type Attributes,
+  type Context,
+  type Link,
+  type Span,
+  type SpanContext,
+} from '@opentelemetry/api';
+import { AsyncLocalStorageContextManager } from '@opentelemetry/context-async-hooks';
+import { CompositePropagator, W3CBaggagePropagator, W3CTraceContextPropagator } from '@opentelemetry/core';
+import { OTLPTraceExporter } from '@opentelemetry/exporter-trace-otlp-http';
+import { defaultResource, detectResources, envDetector, resourceFromAttributes } from '@opentelemetry/resources';
+import { BatchSpanProcessor, ConsoleSpanExporter, SimpleSpanProcessor, TracerProvider, type SpanExporter } from '@opentelemetry/sdk-trace';
+import type { Logger } from 'pino';
+import { BaseService } from '../service.js';
+
+export { SpanKind };
+export type { Span, Link };
+
+/** The engine's tracer: a proxy that records once an SDK is registered (here or by the host). */
+const tracer = trace.getTracer('timeout-center');
+
+/** Links a shard span carries at most (one per applied timeout that kept its schedule request's
+ *  trace context): a span's links are kept in memory until it ends and exported with it. */
+export const MAX_LINKS_PER_SPAN = 32;
+
+export interface SpanOptions {
+  kind?: SpanKind;
+  links?: Link[];
+  /** Start under this context instead of the active one. */
+  parent?: Context;
+}
+
+/**
+ * Runs fn inside a span named `name` (active for fn's async work, so spans fn starts are its
+ * children), ends it when fn settles, and marks it failed with the error fn throws. For the API
+ * server's requests too: withSpan(`${method} ${route}`, { 'http.request.method': method }, ...).
+ */
+export function withSpan<T>(name: string, attributes: Attributes, fn: (span: Span) => Promise<T>, options: SpanOptions = {}): Promise<T> {
+  const spanOptions = { attributes, ...(options.kind !== undefined ? { kind: options.kind } : {}), ...(options.links ? { links: options.links } : {}) };
+  return tracer.startActiveSpan(name, spanOptions, options.parent ?? context.active(), async (span) => {
+    try {
+      return await fn(span);
+    } catch (err) {
+      failSpan(span, err);
+      throw err;
+    } finally {
+      span.end();
+    }
+  });
+}
+
+/** Marks a span failed with an error (recorded as an exception event). */
+export function failSpan(span: Span, err: unknown): void {
+  if (!span.isRecording()) return;
+  span.recordException(err instanceof Error ? err : String(err));
+  span.setStatus({ code: SpanStatusCode.ERROR, message: err instanceof Error ? err.message : String(err) });
+}
+
+/** Whether spans are recorded right now (an SDK is registered and samples the active trace):
+ *  lets a caller skip work done only for a span's attributes or links. */
+export function tracingActive(): boolean {
+  return trace.getActiveSpan()?.isRecording() ?? false;
+}
+
+const TRACEPARENT = /^00-([0-9a-f]{32})-([0-9a-f]{16})-([0-9a-f]{2})$/;
+
+/** The W3C traceparent of the active span (`00-<trace id>-<span id>-<flags>`), or undefined when
+ *  there is none: what schedule() keeps with a timeout. */
+export function activeTraceparent(): string | undefined {
+  const ctx = trace.getActiveSpan()?.spanContext();
+  if (!ctx || !isSpanContextValid(ctx)) return undefined;
+  return `00-${ctx.traceId}-${ctx.spanId}-${(ctx.traceFlags & 0xff).toString(16).padStart(2, '0')}`;
+}
+
+/** A W3C traceparent as a span context (remote), or undefined when it is not one. */
+export function parseTraceparent(value: string): SpanContext | undefined {
+  const m = TRACEPARENT.exec(value.trim());
+  if (!m) return undefined;
+  const ctx: SpanContext = { traceId: m[1]!, spanId: m[2]!, traceFlags: parseInt(m[3]!, 16) & TraceFlags.SAMPLED, isRemote: true };
+  return isSpanContextValid(ctx) ? ctx : undefined;
+}
+
+/** Span links to stored traceparents, at most MAX_LINKS_PER_SPAN (invalid ones dropped). */
+export function linksTo(traceparents: Iterable<string | null | undefined>): Link[] {
+  const links: Link[] = [];
+  for (const tp of traceparents) {
+    if (links.length >= MAX_LINKS_PER_SPAN) break;
+    const ctx = tp ? parseTraceparent(tp) : undefined;
+    if (ctx) links.push({ context: ctx, attributes: { 'tc.link': 'schedule' } });
+  }
+  return links;
+}
+
+/** Adds the active context's headers (traceparent, tracestate, baggage) to an outgoing request's
+ *  headers. Nothing when no propagator is registered (tracing off). */
+export function injectTraceHeaders(headers: Record<string, string>): Record<string, string> {
+  propagation.inject(context.active(), headers);
+  return headers;
+}
+
+/** Whether the environment asks for traces: OTEL_TRACES_EXPORTER naming an exporter other than
+ *  none, or an OTLP endpoint set; never with OTEL_SDK_DISABLED=true. */
+export function tracingConfigured(env: NodeJS.ProcessEnv = process.env): boolean {
+  if ((env.OTEL_SDK_DISABLED ?? '').trim().toLowerCase() === 'true') return false;
+  const exporters = (env.OTEL_TRACES_EXPORTER ?? '')
+    .split(',')
+    .map((e) => e.trim().toLowerCase())
+    .filter(Boolean);
+  if (exporters.length > 0) return exporters.some((e) => e !== 'none');
+  return Boolean(env.OTEL_EXPORTER_OTLP_ENDPOINT?.trim() || env.OTEL_EXPORTER_OTLP_TRACES_ENDPOINT?.trim());
+}
+
+export class TracingConfigError extends Error {
+  override name = 'TracingConfigError';
+}
+
+/** The exporters OTEL_TRACES_EXPORTER names (default otlp): otlp (OTLP over HTTP) and console. */
+function exportersFromEnv(env: NodeJS.ProcessEnv): SpanExporter[] {
+  const names = (env.OTEL_TRACES_EXPORTER ?? 'otlp')
+    .split(',')
+    .map((e) => e.trim().toLowerCase())
+    .filter((e) => e && e !== 'none');
+  return (names.length > 0 ? names : ['otlp']).map((name) => {
+    if (name === 'otlp') return new OTLPTraceExporter();
+    if (name === 'console') return new ConsoleSpanExporter();
+    throw new TracingConfigError(`OTEL_TRACES_EXPORTER: unknown exporter "${name}" (this build exports with otlp, over HTTP, or console)`);
+  });
+}
+
+export interface Tracing {
+  provider: TracerProvider;
+  /** Exports what is buffered, then stops exporting. */
+  shutdown(): Promise<void>;
+}
+
+export interface StartTracingOptions {
+  env?: NodeJS.ProcessEnv;
+  /** Instead of the exporters the environment names (tests: InMemorySpanExporter). */
+  exporter?: SpanExporter;
+  /** Export each span as it ends (tests) instead of in batches (default). */
+  simple?: boolean;
+}
+
+/**
+ * Registers the OpenTelemetry SDK globally: a TracerProvider exporting to OTLP over HTTP (or what
+ * OTEL_TRACES_EXPORTER names), W3C trace-context and baggage propagation, async-hooks context.
+ * Returns undefined, registering nothing, when the host process registered a provider already
+ * (its own SDK serves the engine's spans then).
+ */
+export function startTracing(options: StartTracingOptions = {}): Tracing | undefined {
+  const env = options.env ?? process.env;
+  const exporters = options.exporter ? [options.exporter] : exportersFromEnv(env);
+  const resource = defaultResource()
+    .merge(resourceFromAttributes({ 'service.name': 'timeout-center' }))
+    .merge(detectResources({ detectors: [envDetector] }));
+  const provider = new TracerProvider({
+    resource,
+    spanProcessors: exporters.map((e) => (options.simple ? new SimpleSpanProcessor({ exporter: e }) : new BatchSpanProcessor({ exporter: e }))),
+  });
+  if (!trace.setGlobalTracerProvider(provider)) {
+    void provider.shutdown();
+    return undefined;
+  }
+  context.setGlobalContextManager(new AsyncLocalStorageContextManager().enable());
+  propagation.setGlobalPropagator(new CompositePropagator({ propagators: [new W3CTraceContextPropagator(), new W3CBaggagePropagator()] }));
+  return {
+    provider,
+    shutdown: async () => {
+      await provider.shutdown();
+      trace.disable();
+      context.disable();
+      propagation.disable();
+    },
+  };
+}
+
+/** The runtime's first service: starts the SDK when the environment configures tracing (nothing
+ *  otherwise), and at stop, last, exports what is buffered. */
+export class TracingService extends BaseService {
+  readonly name = 'tracing';
+  private tracing: Tracing | undefined;
+
+  constructor(
+    private readonly logger: Logger,
+    private readonly env: NodeJS.ProcessEnv = process.env,
+  ) {
+    super();
+  }
+
+  protected async onStart(): Promise<void> {
+    if (!tracingConfigured(this.env)) return;
+    this.tracing = startTracing({ env: this.env });
+    if (this.tracing) {
+      this.logger.info(
+        { exporter: this.env.OTEL_TRACES_EXPORTER ?? 'otlp', endpoint: this.env.OTEL_EXPORTER_OTLP_TRACES_ENDPOINT ?? this.env.OTEL_EXPORTER_OTLP_ENDPOINT },
+        'tracing: spans exported (OpenTelemetry)',
+      );
+    } else {
+      this.logger.info('tracing: the host process registered an OpenTelemetry SDK; the engine records to it');
+    }
+  }
+
+  protected async onStop(): Promise<void> {
+    const tracing = this.tracing;
+    this.tracing = undefined;
+    await tracing?.shutdown();
+  }
+}
