@@ -4,7 +4,7 @@ export { schedule, cancel, reschedule, storeOf, TimeoutInputError, UnknownKindEr
 export { StoreRouter } from './stores/store-router.js';
 export { settle } from './settle/settle.js';
 export type { SettleOptions, SettleOutcome, SettleResult } from './settle/settle.js';
-export { withSpan, activeTraceparent, injectTraceHeaders, startTracing, tracingConfigured, SpanKind } from './observability/tracing.js';
+export { withSpan, withRequestSpan, activeTraceparent, injectTraceHeaders, startTracing, tracingConfigured, SpanKind } from './observability/tracing.js';
 export type { Span, StartTracingOptions, Tracing } from './observability/tracing.js';
 export type { Executor, PgQueryable, ScheduleInput, ScheduledTimeout } from './schedule.js';
 export { loadConfig, parseConfig, ConfigError } from './config.js';

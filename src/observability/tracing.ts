@@ -65,6 +65,41 @@ export function withSpan<T>(name: string, attributes: Attributes, fn: (span: Spa
   });
 }
 
+/**
+ * One incoming HTTP request's span (SERVER), continuing the caller's trace when its headers carry
+ * a traceparent: for the API server's routes, e.g. in Fastify
+ * `handler: (req, reply) => withRequestSpan(req.method, '/v1/timeouts', req.headers, async (span) => ...)`.
+ * schedule() called inside keeps this span's context with the timeout.
+ */
+export function withRequestSpan<T>(
+  method: string,
+  route: string,
+  headers: Record<string, string | string[] | undefined>,
+  fn: (span: Span) => Promise<T>,
+): Promise<T> {
+  const parent = propagation.extract(context.active(), headers);
+  return withSpan(`${method} ${route}`, { 'http.request.method': method, 'http.route': route }, fn, { kind: SpanKind.SERVER, parent });
+}
+
+/** Starts a child of the active span that the caller ends (span.end()): for a step that is not
+ *  one callback (the shard's record: finish and commit). */
+export function startSpan(name: string, attributes: Attributes = {}): Span {
+  return tracer.startSpan(name, { attributes });
+}
+
+/** Sets attributes on the active span (none: nothing). */
+export function setActiveAttributes(attributes: Attributes): void {
+  const span = trace.getActiveSpan();
+  if (span?.isRecording()) span.setAttributes(attributes);
+}
+
+/** Links the active span to stored traceparents (at most MAX_LINKS_PER_SPAN in all). */
+export function addLinksToActive(traceparents: string[]): void {
+  if (traceparents.length === 0) return;
+  const span = trace.getActiveSpan();
+  if (span?.isRecording()) span.addLinks(linksTo(traceparents));
+}
+
 /** Marks a span failed with an error (recorded as an exception event). */
 export function failSpan(span: Span, err: unknown): void {
   if (!span.isRecording()) return;
