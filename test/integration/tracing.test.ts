@@ -6,7 +6,7 @@
 // applies a traced timeout links to the request's span, at most 32 links per shard.
 import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
-import { SpanKind, trace } from '@opentelemetry/api';
+import { SpanKind } from '@opentelemetry/api';
 import { InMemorySpanExporter, type ReadableSpan } from '@opentelemetry/sdk-trace';
 import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -69,8 +69,6 @@ afterAll(async () => {
   await new Promise((r) => server?.close(r));
   await tearDown({ pool, db });
 });
-
-const tracer = trace.getTracer('test');
 
 async function waitFor(what: string, check: () => Promise<boolean>, ms = 20_000): Promise<void> {
   const deadline = Date.now() + ms;
