@@ -130,6 +130,8 @@ BEGIN
     RETURN;
   END IF;
   v_now := statement_timestamp();
+  -- The kind's controls as they are now (an operator may have paused it while this waited).
+  SELECT * INTO k FROM timeout_center.kinds kk WHERE kk.kind = p_kind;
   IF t.available_at > v_now THEN
     RETURN QUERY SELECT 'not_due', t.id, t.state, t.due_at, t.available_at, NULL::text, NULL::bigint,
                         CASE WHEN t.available_at > t.due_at THEN 'backing off after a failed attempt' ELSE 'not due yet' END;
