@@ -1,5 +1,5 @@
 // Tracing (issue 33): OpenTelemetry spans through @opentelemetry/api, off unless configured by the
-// standard variables. The engine's code only ever calls the API (withSpan, links from stored trace
+// standard variables (the SDK itself is set up by tracing-sdk.ts, loaded only then). The engine's code only ever calls the API (withSpan, links from stored trace
 // contexts, the traceparent of the active span): with no SDK registered every span is the API's
 // non-recording span and costs a few object allocations. startTracing() registers the SDK (a
 // TracerProvider with the OTLP/HTTP exporter, W3C trace-context propagation, async-hooks context)
@@ -21,13 +21,9 @@ import {
   type Span,
   type SpanContext,
 } from '@opentelemetry/api';
-import { AsyncLocalStorageContextManager } from '@opentelemetry/context-async-hooks';
-import { CompositePropagator, W3CBaggagePropagator, W3CTraceContextPropagator } from '@opentelemetry/core';
-import { OTLPTraceExporter } from '@opentelemetry/exporter-trace-otlp-http';
-import { defaultResource, detectResources, envDetector, resourceFromAttributes } from '@opentelemetry/resources';
-import { BatchSpanProcessor, ConsoleSpanExporter, SimpleSpanProcessor, TracerProvider, type SpanExporter } from '@opentelemetry/sdk-trace';
 import type { Logger } from 'pino';
 import { BaseService } from '../service.js';
+import type { Tracing } from './tracing-sdk.js';
 
 export { SpanKind };
 export type { Span, Link };
@@ -161,70 +157,6 @@ export function tracingConfigured(env: NodeJS.ProcessEnv = process.env): boolean
   return Boolean(env.OTEL_EXPORTER_OTLP_ENDPOINT?.trim() || env.OTEL_EXPORTER_OTLP_TRACES_ENDPOINT?.trim());
 }
 
-export class TracingConfigError extends Error {
-  override name = 'TracingConfigError';
-}
-
-/** The exporters OTEL_TRACES_EXPORTER names (default otlp): otlp (OTLP over HTTP) and console. */
-function exportersFromEnv(env: NodeJS.ProcessEnv): SpanExporter[] {
-  const names = (env.OTEL_TRACES_EXPORTER ?? 'otlp')
-    .split(',')
-    .map((e) => e.trim().toLowerCase())
-    .filter((e) => e && e !== 'none');
-  return (names.length > 0 ? names : ['otlp']).map((name) => {
-    if (name === 'otlp') return new OTLPTraceExporter();
-    if (name === 'console') return new ConsoleSpanExporter();
-    throw new TracingConfigError(`OTEL_TRACES_EXPORTER: unknown exporter "${name}" (this build exports with otlp, over HTTP, or console)`);
-  });
-}
-
-export interface Tracing {
-  provider: TracerProvider;
-  /** Exports what is buffered, then stops exporting. */
-  shutdown(): Promise<void>;
-}
-
-export interface StartTracingOptions {
-  env?: NodeJS.ProcessEnv;
-  /** Instead of the exporters the environment names (tests: InMemorySpanExporter). */
-  exporter?: SpanExporter;
-  /** Export each span as it ends (tests) instead of in batches (default). */
-  simple?: boolean;
-}
-
-/**
- * Registers the OpenTelemetry SDK globally: a TracerProvider exporting to OTLP over HTTP (or what
- * OTEL_TRACES_EXPORTER names), W3C trace-context and baggage propagation, async-hooks context.
- * Returns undefined, registering nothing, when the host process registered a provider already
- * (its own SDK serves the engine's spans then).
- */
-export function startTracing(options: StartTracingOptions = {}): Tracing | undefined {
-  const env = options.env ?? process.env;
-  const exporters = options.exporter ? [options.exporter] : exportersFromEnv(env);
-  const resource = defaultResource()
-    .merge(resourceFromAttributes({ 'service.name': 'timeout-center' }))
-    .merge(detectResources({ detectors: [envDetector] }));
-  const provider = new TracerProvider({
-    resource,
-    spanProcessors: exporters.map((e) => (options.simple ? new SimpleSpanProcessor({ exporter: e }) : new BatchSpanProcessor({ exporter: e }))),
-  });
-  if (!trace.setGlobalTracerProvider(provider)) {
-    void provider.shutdown();
-    return undefined;
-  }
-  context.setGlobalContextManager(new AsyncLocalStorageContextManager().enable());
-  propagation.setGlobalPropagator(new CompositePropagator({ propagators: [new W3CTraceContextPropagator(), new W3CBaggagePropagator()] }));
-  return {
-    provider,
-    shutdown: async () => {
-      await provider.shutdown();
-      trace.disable();
-      context.disable();
-      propagation.disable();
-    },
-  };
-}
-
 /** The runtime's first service: starts the SDK when the environment configures tracing (nothing
  *  otherwise), and at stop, last, exports what is buffered. */
 export class TracingService extends BaseService {
@@ -240,6 +172,8 @@ export class TracingService extends BaseService {
 
   protected async onStart(): Promise<void> {
     if (!tracingConfigured(this.env)) return;
+    // The SDK is loaded only when tracing is configured: off, the engine touches the API alone.
+    const { startTracing } = await import('./tracing-sdk.js');
     this.tracing = startTracing({ env: this.env });
     if (this.tracing) {
       this.logger.info(

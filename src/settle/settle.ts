@@ -12,29 +12,16 @@ import { sql } from '../db/queries.js';
 import { withSpan } from '../observability/tracing.js';
 import { runStatement, TimeoutInputError, UnknownKindError, type Executor, type ScheduleInput } from '../schedule.js';
 
-/** What settle did (sql/0021 describes each). */
-export type SettleOutcome =
-  /** The handler changed the object; the timeout is done (applied). */
-  | 'applied'
-  /** The handler's guard refused (e.g. already paid); the timeout is done (skipped). */
-  | 'skipped'
-  /** Pending, not due yet (or backing off after a failed attempt until availableAt). */
-  | 'not_due'
-  /** The kind is paused. */
-  | 'paused'
-  /** The kind is at its cap (max running shards, or its rate limit over the last second). */
-  | 'limited'
-  /** A worker holds it (its shard's transaction past waitMs, or dispatched to a shard), or the
-   *  handler waited on a payer's lock of the object past 100 ms. Nothing changed. */
-  | 'busy'
-  /** It went final while settle waited on a worker or a payer: see result and shardId. */
-  | 'already_final'
-  /** No live timeout of (kind, bizId): never scheduled, or final already. */
-  | 'not_found'
-  /** The kind's handler does not run in this database (business database, HTTP, code). */
-  | 'unsupported'
-  /** The handler raised an error: rolled back, the timeout left as it was for the scan. */
-  | 'failed';
+/** What settle did, each described in sql/0021_settle.sql and docs/operations.md "Settle on read":
+ *  applied (the handler changed the object; done), skipped (its guard refused, e.g. already paid;
+ *  done), not_due, paused, limited (the kind at its max running shards or its rate over the last
+ *  second), busy (a worker holds it: locked past waitMs, or dispatched to a shard; or the handler
+ *  waited > 100 ms on a payer's lock of the object), already_final (it went final while settle
+ *  waited), not_found (no live timeout), unsupported (the handler runs outside this database:
+ *  business database, HTTP, code), failed (the handler raised; rolled back, left for the scan).
+ *  Only applied and skipped change anything. For schemas (the HTTP API's zod enum). */
+export const SETTLE_OUTCOMES = ['applied', 'skipped', 'not_due', 'paused', 'limited', 'busy', 'already_final', 'not_found', 'unsupported', 'failed'] as const;
+export type SettleOutcome = (typeof SETTLE_OUTCOMES)[number];
 
 export interface SettleResult {
   outcome: SettleOutcome;
