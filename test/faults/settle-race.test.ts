@@ -67,7 +67,7 @@ describe('settle racing two workers and a payer at the due instant', () => {
           // A row a worker holds is waited for 50 ms, then left to it (busy).
           const r = await settle(pool, KIND, id, { waitMs: 50 });
           count(r.outcome);
-          if (!firstAt[r.outcome]) firstAt[r.outcome] = Date.now() - dueAt;
+          if (!firstAt[r.outcome]) firstAt[r.outcome] = Math.round(Date.now() - dueAt);
           if (r.outcome !== 'not_due') break;
           await sleep(2);
         }
