@@ -1,7 +1,11 @@
-// Public API for Node services: the business functions (schedule / cancel / reschedule), and the
+// Public API for Node services: the business functions (schedule / cancel / reschedule / settle), tracing, and the
 // pieces to embed a coordinator or worker in your own process.
 export { schedule, cancel, reschedule, storeOf, TimeoutInputError, UnknownKindError } from './schedule.js';
 export { StoreRouter } from './stores/store-router.js';
+export { settle, SETTLE_OUTCOMES } from './settle/settle.js';
+export type { SettleOptions, SettleOutcome, SettleResult } from './settle/settle.js';
+export { withSpan, withRequestSpan, activeTraceparent, injectTraceHeaders, tracingConfigured, SpanKind } from './observability/tracing.js';
+export type { Span } from './observability/tracing.js';
 export type { Executor, PgQueryable, ScheduleInput, ScheduledTimeout } from './schedule.js';
 export { loadConfig, parseConfig, ConfigError } from './config.js';
 export type { Config, ConfigInput, LoadedConfig, KindConfig } from './config.js';

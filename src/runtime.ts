@@ -1,6 +1,7 @@
 // Assembles a process as a list of services (service.ts): connections (checked up front, with
 // errors that say what to do), the worker and/or the coordinator, the health server; stop() stops
 // them in reverse order, every step even when one fails.
+import { TracingService } from './observability/tracing.js';
 import { hostname } from 'node:os';
 import type pg from 'pg';
 import type { Logger } from 'pino';
@@ -128,6 +129,9 @@ export async function startRuntime(options: RuntimeOptions): Promise<Runtime> {
   // The process as services, started in this order and stopped in reverse (ServiceGroup): each
   // stop runs even if another fails, and a start that fails stops what already started.
   const services: Service[] = [
+    // OpenTelemetry, when the OTEL_* variables configure it: started first, so its spans cover the
+    // whole run, and stopped last, exporting what is buffered.
+    new TracingService(logger),
     service(
       'postgres',
       () => {},

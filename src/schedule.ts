@@ -4,6 +4,7 @@
 import { InputError } from './input-error.js';
 import { CompiledQuery, type Kysely, type Transaction } from 'kysely';
 import { sql, type BoundStatement } from './db/queries.js';
+import { activeTraceparent, parseTraceparent } from './observability/tracing.js';
 
 /** Anything that can run a parameterised query: pg.Client, pg.PoolClient, pg.Pool. */
 export interface PgQueryable {
@@ -30,6 +31,10 @@ export interface ScheduleInput {
   /** Due this long after PostgreSQL's now() (the database clock, not this node's). */
   delayMs?: number;
   payload?: unknown;
+  /** The W3C traceparent of the request that schedules it (`00-<trace id>-<span id>-<flags>`),
+   *  kept with the timeout so that the shard applying it links its span to it (docs/tracing.md).
+   *  Default: the active OpenTelemetry span's, if any; null: none. */
+  traceparent?: string | null;
 }
 
 export interface ScheduledTimeout {
@@ -77,6 +82,15 @@ function dueArgs(input: { dueAt?: Date | undefined; delayMs?: number | undefined
   return [null, input.delayMs as number];
 }
 
+function traceParentOf(given: string | null | undefined): string | null {
+  if (given === null) return null;
+  if (given === undefined) return activeTraceparent() ?? null;
+  if (typeof given !== 'string' || !parseTraceparent(given)) {
+    throw new TimeoutInputError(`traceparent must be a W3C traceparent (00-<32 hex trace id>-<16 hex span id>-<2 hex flags>), got ${JSON.stringify(given)}`);
+  }
+  return given.trim();
+}
+
 function translate(err: unknown, kind: string): never {
   const e = err as { code?: string; constraint?: string };
   // A kind no config declared is no label of the enum timeout_center.kind (sql/0017).
@@ -96,8 +110,9 @@ export async function schedule(db: Executor, input: ScheduleInput): Promise<Sche
   const bizId = bizIdText(input.bizId);
   const [dueAt, delayMs] = dueArgs(input);
   const payload = input.payload === undefined ? null : JSON.stringify(input.payload);
+  const traceParent = traceParentOf(input.traceparent);
   try {
-    const rows = await run<{ id: number; due_at: Date; created: boolean }>(db, sql('schedule/schedule', { kind, bizId, dueAt, delayMs, payload }));
+    const rows = await run<{ id: number; due_at: Date; created: boolean }>(db, sql('schedule/schedule', { kind, bizId, dueAt, delayMs, payload, traceParent }));
     const row = rows[0];
     if (!row) throw new Error(`schedule(${kind}, ${bizId}): no row written or found; retry`);
     return { id: Number(row.id), kind, bizId, dueAt: new Date(row.due_at), created: row.created };
@@ -136,3 +151,7 @@ export async function storeOf(db: Executor, kind: string, bizId: ScheduleInput['
   if (store === '-unroutable') throw new TimeoutInputError(`the store rule of kind ${kind} cannot place biz_id ${id} (modulo and range take integer ids)`);
   return store;
 }
+
+/** Runs one bound statement on any Executor (pg or kysely): for the other business functions
+ *  (settle/settle.ts). */
+export { run as runStatement };

@@ -27,6 +27,7 @@ import { Mapper } from './mapper.js';
 import { Recovery } from './recovery.js';
 import { Reducer } from './reducer.js';
 import { TickLoop } from './tick-loop.js';
+import { withSpan } from '../observability/tracing.js';
 import { UnservedKinds } from './unserved-kinds.js';
 
 export interface CoordinatorDeps {
@@ -138,11 +139,14 @@ export class Coordinator extends BaseService {
       this.prepared = true;
     }
     await this.deps.beforeTick?.();
-    await this.recovery.recover(epoch);
-    const wakeInMs = await this.mapper.map(epoch);
-    await this.reducer.reduce(epoch);
-    await this.lag.check();
-    return wakeInMs;
+    // One span per leader tick, one child per step (docs/tracing.md); the map's holds its scan.
+    return withSpan('tc.tick', { 'tc.epoch': epoch }, async () => {
+      await withSpan('tc.recover', {}, () => this.recovery.recover(epoch));
+      const wakeInMs = await withSpan('tc.map', {}, () => this.mapper.map(epoch));
+      await withSpan('tc.reduce', {}, () => this.reducer.reduce(epoch));
+      await withSpan('tc.lag', {}, () => this.lag.check());
+      return wakeInMs;
+    });
   }
 
   protected async onStart(): Promise<void> {

@@ -17,6 +17,7 @@ import type { LagMonitor } from './lag-monitor.js';
 import { countAhead, planScan, type PlannedScan } from './map.js';
 import { creditParam, PlanMemory } from './plan-memory.js';
 import type { UnservedKinds } from './unserved-kinds.js';
+import { setActiveAttributes } from '../observability/tracing.js';
 
 const BACKPRESSURE_RECHECK_MS = 100;
 /** With nothing in flight, the coordinator wakes this long before the next due instant to count
@@ -116,6 +117,7 @@ export class Mapper {
       // The plan of a flood counted ahead became due at this instant: nothing of it is late yet.
       if (planned && inFlight === 0 && this.memory.usedCountAhead(credit)) this.deps.lag.deferFor(0);
       if (planned) {
+        setActiveAttributes({ 'tc.scan.id': planned.scanId, 'tc.scan.shards': planned.shards.length });
         inFlight += planned.shards.length;
         await dispatcher.publishPlanned(planned);
         logger.debug(

@@ -10,6 +10,7 @@
 // (sql/0006) with the actor "config".
 import type pg from 'pg';
 import type { Config } from '../config.js';
+import { kindSettleTemplate } from '../settle/settle-statement.js';
 import { sql } from './queries.js';
 
 export async function syncKinds(pool: pg.Pool, kinds: Config['kinds']): Promise<void> {
@@ -30,6 +31,8 @@ export async function syncKinds(pool: pg.Pool, kinds: Config['kinds']): Promise<
         paused: list.map((k) => k.paused),
         maxRunningShards: list.map((k) => k.maxRunningShards ?? null),
         rateLimits: list.map((k) => k.rateLimit ?? null),
+        // What timeout_center.settle runs (sql/0021): the SQL handler, where it runs here.
+        settleStatements: list.map((k) => kindSettleTemplate(k) ?? null),
       }),
     );
     await client.query('COMMIT');

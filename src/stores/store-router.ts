@@ -1,8 +1,9 @@
-// schedule(), cancel() and reschedule() for a service that holds a connection per store rather
+// schedule(), cancel(), reschedule() and settle() for a service that holds a connection per store rather
 // than the order's own transaction (docs/scale.md): each call goes to the database the kind's
 // store rule picks for the biz_id (timeout_center.store_of, asked of the first database given),
 // the center's for a kind stored there. Inside the order's own transaction, call schedule() etc.
 // on that transaction instead: that is the same database, and a wrong one is refused by name.
+import { settle, type SettleOptions, type SettleResult } from '../settle/settle.js';
 import { cancel, reschedule, schedule, storeOf, TimeoutInputError, type Executor, type ScheduleInput, type ScheduledTimeout } from '../schedule.js';
 
 export class StoreRouter {
@@ -34,5 +35,9 @@ export class StoreRouter {
 
   async reschedule(kind: string, bizId: ScheduleInput['bizId'], due: { dueAt: Date } | { delayMs: number }): Promise<boolean> {
     return reschedule(await this.databaseOf(kind, bizId), kind, bizId, due);
+  }
+
+  async settle(kind: string, bizId: ScheduleInput['bizId'], options?: SettleOptions): Promise<SettleResult> {
+    return settle(await this.databaseOf(kind, bizId), kind, bizId, options);
   }
 }

@@ -22,6 +22,7 @@ import type { KeptLease, LeaseKeeper } from './lease-keeper.js';
 import { CLOCK_AFTER_COMMIT, latenessAt, recordOutcome, type Lateness, type ShardCounts, type ShardOutcome } from './outcome.js';
 import type { BatchSqlHandler, BatchStatement } from './sql-handler.js';
 import { withTimeLimit } from './time-limit.js';
+import { addLinksToActive, setActiveAttributes, startSpan, withSpan, SpanKind, type Span } from '../observability/tracing.js';
 
 class LeaseLostError extends Error {
   override name = 'LeaseLostError';
@@ -41,6 +42,8 @@ interface Taken {
   lateness_n: string | null;
   /** When lateness_ms was measured: the claim statement's start, epoch ms (PostgreSQL's clock). */
   measured_ms: string;
+  /** Up to 32 schedule trace contexts of the claimed rows (sql/0022), or null. */
+  trace_parents: string | null;
 }
 
 interface Outcome {
@@ -57,6 +60,7 @@ interface Outcome {
   /** Measured at the claim statement's start (`measuredMs`); moved to the commit once it is done. */
   lateness: Lateness;
   measuredMs: number;
+  traceParents: string[];
 }
 
 export interface ShardExecutorOptions {
@@ -96,9 +100,25 @@ export class ShardExecutor {
     this.givenUp = true;
   }
 
-  async run(shardId: number): Promise<ShardOutcome> {
+  /** Runs one shard under its span (tc.shard; docs/tracing.md): lease, claim, handler, record. */
+  run(shardId: number): Promise<ShardOutcome> {
+    return withSpan(
+      'tc.shard',
+      { 'tc.shard.id': shardId, 'tc.store': this.store },
+      async (span) => {
+        const outcome = await this.runShard(shardId);
+        span.setAttribute('tc.shard.status', outcome.status);
+        if (outcome.status === 'done')
+          span.setAttributes({ 'tc.shard.done': outcome.done, 'tc.shard.skipped': outcome.skipped, 'tc.shard.failed': outcome.failed });
+        return outcome;
+      },
+      { kind: SpanKind.CONSUMER },
+    );
+  }
+
+  private async runShard(shardId: number): Promise<ShardOutcome> {
     const leaseStarted = performance.now();
-    const lease = await takeLease(this.pool, shardId, this.options.workerId, this.leaseMs);
+    const lease = await withSpan('tc.lease', { 'tc.shard.id': shardId }, () => takeLease(this.pool, shardId, this.options.workerId, this.leaseMs));
     const leaseMs = performance.now() - leaseStarted;
     if (!lease) {
       // Rare path (one more round trip): tell flow control's hold from a duplicate delivery.
@@ -117,6 +137,7 @@ export class ShardExecutor {
       return { status: 'not-ours', reason: `kind ${lease.kind} is not served by this worker` };
     }
     const log = this.logger.child({ shardId, scanId: lease.scan_id, kind: lease.kind });
+    setActiveAttributes({ 'tc.kind': lease.kind, 'tc.scan.id': lease.scan_id, 'tc.shard.attempt': lease.attempts });
     // Leased ahead of its rows' due instant: the slot and its lease are ready, so the claim starts
     // at the instant itself. (A claim never takes a row not yet due; waiting is what makes it take
     // all of them.) The batch form waits inside its transaction, its claim ready (runTransaction).
@@ -198,6 +219,7 @@ export class ShardExecutor {
     const client = await this.pool.connect();
     let broken = false;
     let open = false;
+    let record: Span | undefined;
     let result: ShardCounts & { lateness: Lateness };
     try {
       const batch = handler.batch;
@@ -227,9 +249,12 @@ export class ShardExecutor {
       // moves each row to done_timeouts with its result; anything else, or a batch that failed,
       // gets the claimed rows locked (as PostgreSQL array text), runs apart, and finish.sql
       // writes each row's outcome.
-      const fast = batch ? await this.claimAndApply(client, batch, lease, log) : undefined;
-      const outcome = fast ?? (await this.claimThenApply(client, handler, lease));
+      const fast = batch ? await withSpan('tc.claim', { 'tc.claim.form': 'batch' }, () => this.claimAndApply(client, batch, lease, log)) : undefined;
+      const outcome = fast ?? (await withSpan('tc.claim', { 'tc.claim.form': 'plain' }, () => this.claimThenApply(client, handler, lease)));
+      // The shard's span links to the schedule requests of what it applies (sql/0022).
+      addLinksToActive(outcome.traceParents);
       t.applied = performance.now();
+      record = startSpan('tc.record');
       await failpoint('worker.before-commit');
       if (kept?.lost) throw new LeaseLostError(`lease on shard ${lease.id} was lost while it ran (found by its renewal)`);
       const finish = sql('worker/finish', {
@@ -271,7 +296,9 @@ export class ShardExecutor {
         retried: Number(done.retried),
         lateness: latenessAt(outcome.lateness, outcome.measuredMs, Number(committed.rows[0]!.at_ms)),
       };
+      record.end();
     } catch (err) {
+      record?.end();
       broken = isConnectionError(err);
       if (open && !broken) await client.query('ROLLBACK').catch(() => (broken = true));
       throw err;
@@ -318,6 +345,7 @@ export class ShardExecutor {
         failures: [],
         lateness,
         measuredMs: Number(taken.measured_ms),
+        traceParents: traceParentsOf(taken),
       };
     } catch (err) {
       // The connection or the transaction itself is gone: no row is to blame, retry the shard.
@@ -345,6 +373,7 @@ export class ShardExecutor {
       failures: [],
       lateness: { seconds: [] },
       measuredMs: Number(taken.measured_ms),
+      traceParents: traceParentsOf(taken),
     };
     if (out.n === 0) return out;
     const ids = parseInt8Array(taken.ids!);
@@ -376,8 +405,10 @@ export class ShardExecutor {
 
   /** The handler on one batch, under the kind's time limit (its signal aborts after it). */
   private callHandler(client: pg.PoolClient, handler: ResolvedHandler, shardId: number, items: ShardItem[]) {
-    return withTimeLimit({ what: `handler of ${handler.kind}`, limitMs: handler.config.timeLimitMs, graceMs: 50 }, (signal) =>
-      handler.run(items, { kind: handler.kind, shardId, client, signal }),
+    return withSpan('tc.handler', { 'tc.kind': handler.kind, 'tc.handler.items': items.length }, () =>
+      withTimeLimit({ what: `handler of ${handler.kind}`, limitMs: handler.config.timeLimitMs, graceMs: 50 }, (signal) =>
+        handler.run(items, { kind: handler.kind, shardId, client, signal }),
+      ),
     );
   }
 }
@@ -387,6 +418,11 @@ export class ShardExecutor {
 /** The inputs of the batch form of claim.sql (the statement with the handler inside). */
 function batchClaimValues(lease: Lease): unknown[] {
   return statementValues('worker/claim', { shardId: lease.id, kind: lease.kind, claimLimit: lease.claim_limit, batch: true });
+}
+
+/** The claimed rows' schedule trace contexts (claim.sql's trace_parents; none: empty). */
+function traceParentsOf(taken: Taken): string[] {
+  return taken.trace_parents === null || taken.trace_parents === '{}' ? [] : parseTextArray(taken.trace_parents);
 }
 
 function claimStatement(batch: BatchSqlHandler, lease: Lease): BatchStatement {

@@ -35,6 +35,7 @@ import { splitPinned } from './isolate.js';
 import type { Lease } from './lease.js';
 import { latenessAt, recordOutcome, type ShardCounts, type ShardOutcome } from './outcome.js';
 import { withTimeLimit } from './time-limit.js';
+import { withSpan } from '../observability/tracing.js';
 
 export type ExternalOutcome = Exclude<ShardOutcome, { status: 'held' }>;
 
@@ -108,7 +109,7 @@ export class ExternalExecutor {
 
   async run(lease: Lease, handler: ResolvedHandler & { external: ExternalTarget }, log: Logger): Promise<ExternalOutcome> {
     const started = performance.now();
-    const claimed = await this.claim(lease, handler.external);
+    const claimed = await withSpan('tc.claim', { 'tc.claim.form': 'external' }, () => this.claim(lease, handler.external));
     if (!claimed) return { status: 'not-ours', reason: `lease on shard ${lease.id} was lost before its claim` };
     await failpoint('external.after-claim');
     const { items } = claimed;
@@ -130,7 +131,11 @@ export class ExternalExecutor {
       // While the breaker is open cockatiel refuses the call (BrokenCircuitError) without running
       // it; after halfOpenAfterMs it lets one trial call through.
       try {
-        decision = await this.breakers.execute(lease.kind, target, () => this.apply(lease, handler, claimed, shardLog));
+        decision = await this.breakers.execute(lease.kind, target, () =>
+          withSpan('tc.handler', { 'tc.kind': lease.kind, 'tc.target': target, 'tc.handler.items': items.length }, () =>
+            this.apply(lease, handler, claimed, shardLog),
+          ),
+        );
       } catch (err) {
         if (!(err instanceof BrokenCircuitError) && !(err instanceof UnknownOutcomeError) && !isBatchLevel(err)) throw err;
         const retryAfter = err instanceof BatchFailure ? err.retryAfterMs : undefined;
@@ -154,10 +159,11 @@ export class ExternalExecutor {
       return { status: 'not-ours', reason: deferred.rowCount ? 'deferred until the target answers' : 'lease lost' };
     }
     await failpoint('external.before-record');
-    const recorded =
+    const recorded = await withSpan('tc.record', {}, () =>
       'center' in decision && decision.center
-        ? await this.recordFenced(decision.center, lease, handler, decision, shardLog)
-        : await this.recordWithRetry(lease, handler, decision, shardLog);
+        ? this.recordFenced(decision.center, lease, handler, decision, shardLog)
+        : this.recordWithRetry(lease, handler, decision, shardLog),
+    );
     if (!recorded) return { status: 'not-ours', reason: `lease on shard ${lease.id} was lost before its record; the shard's next run reads the marker` };
     const { atMs, ...counts } = recorded;
     if ('where' in decision && decision.where) {

@@ -6,6 +6,7 @@
 // attempt) so the service can drop a duplicate.
 import { z } from 'zod';
 import type { HandlerConfig } from '../config.js';
+import { injectTraceHeaders, SpanKind, withSpan, type Span } from '../observability/tracing.js';
 import { BatchFailure, HandlerTimeoutError, type HandlerResult, type ShardItem } from './handler-contract.js';
 
 const bizId = z.union([z.string().min(1), z.number()]).transform(String);
@@ -32,7 +33,18 @@ function retryAfterMs(value: string | null): number | undefined {
   return Number.isNaN(at) ? undefined : Math.max(0, at - Date.now());
 }
 
-export async function postShard(config: Extract<HandlerConfig, { type: 'http' }>, items: ShardItem[], ctx: PostContext): Promise<HandlerResult> {
+/** One POST of a shard's batch, under a client span whose context the request carries
+ *  (`traceparent`, when tracing is on: docs/tracing.md). */
+export function postShard(config: Extract<HandlerConfig, { type: 'http' }>, items: ShardItem[], ctx: PostContext): Promise<HandlerResult> {
+  return withSpan(
+    'POST',
+    { 'http.request.method': 'POST', 'url.full': config.url, 'tc.kind': ctx.kind, 'tc.shard.id': ctx.shardId, 'tc.handler.items': items.length },
+    (span) => post(config, items, ctx, span),
+    { kind: SpanKind.CLIENT },
+  );
+}
+
+async function post(config: Extract<HandlerConfig, { type: 'http' }>, items: ShardItem[], ctx: PostContext, span: Span): Promise<HandlerResult> {
   const limit = AbortSignal.timeout(ctx.timeLimitMs);
   const signal = AbortSignal.any([ctx.signal, limit]);
   let res: Response;
@@ -44,10 +56,12 @@ export async function postShard(config: Extract<HandlerConfig, { type: 'http' }>
         'content-type': 'application/json',
         'idempotency-key': `${ctx.shardId}-${ctx.attempt}`,
         ...config.headers,
+        ...injectTraceHeaders({}),
       },
       body: JSON.stringify({ kind: ctx.kind, shardId: ctx.shardId, attempt: ctx.attempt, items }),
       signal,
     });
+    span.setAttribute('http.response.status_code', res.status);
     text = await res.text();
   } catch (err) {
     if (limit.aborted || ctx.signal.aborted)

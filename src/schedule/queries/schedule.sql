@@ -4,14 +4,14 @@
 -- (dispatched) is left alone and returned. A pending row a shard is applying now is row-locked by
 -- that shard's transaction: this waits for its commit.
 --   $1 kind   $2 biz_id   $3 due at (timestamptz, or NULL)   $4 delay (ms, from now(); or NULL)
---   $5 payload (jsonb text, or NULL)
--- @params kind: string, bizId: string, dueAt: Date | null, delayMs: number | null, payload: string | null
+--   $5 payload (jsonb text, or NULL)   $6 the request's W3C traceparent (or NULL; sql/0022)
+-- @params kind: string, bizId: string, dueAt: Date | null, delayMs: number | null, payload: string | null, traceParent: string | null
 -- Returns id, due_at, created (false: a live timeout existed).
 WITH ins AS (
-  INSERT INTO timeout_center.timeouts AS t (kind, biz_id, due_at, payload)
-  VALUES ($1, $2, coalesce($3::timestamptz, now() + $4::double precision * interval '1 millisecond'), $5::jsonb)
+  INSERT INTO timeout_center.timeouts AS t (kind, biz_id, due_at, payload, trace_parent)
+  VALUES ($1, $2, coalesce($3::timestamptz, now() + $4::double precision * interval '1 millisecond'), $5::jsonb, $6::text)
   ON CONFLICT (kind, biz_id) WHERE state IN ('pending', 'dispatched')
-  DO UPDATE SET due_at = EXCLUDED.due_at, payload = EXCLUDED.payload WHERE t.state = 'pending'
+  DO UPDATE SET due_at = EXCLUDED.due_at, payload = EXCLUDED.payload, trace_parent = EXCLUDED.trace_parent WHERE t.state = 'pending'
   RETURNING id, due_at, (xmax = 0) AS created)
 SELECT id::int8 AS id, due_at, created FROM ins
 UNION ALL

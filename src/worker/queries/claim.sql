@@ -33,7 +33,9 @@
 -- lateness_n (int4[]): in the batch form one lateness per distinct due time and how many rows had
 -- it (a flood's rows share a few due times: a shard sends a few pairs, not one number per row,
 -- and its worker parses a few); in the plain form one lateness per row, lateness_n NULL, and ids
--- (bigint[]), biz_ids (text[]), payloads (jsonb[]), all in id order. Each lateness is measured
+-- (bigint[]), biz_ids (text[]), payloads (jsonb[]), all in id order. Both forms: trace_parents
+-- (text[], NULL when none): up to 32 of the claimed rows' schedule trace contexts (sql/0022), which
+-- the shard's span links to. Each lateness is measured
 -- at this statement's start; measured_ms is that instant (epoch ms, float8): the worker moves the
 -- lateness to the PostgreSQL clock read right after the shard's COMMIT (executor.ts), so
 -- tc_lateness_seconds counts the handler, the rest of the transaction and the commit.
@@ -42,18 +44,18 @@
 -- the shard's finished_at (finish.sql) is the later stamp, taken by the last statement before
 -- COMMIT.
 WITH pinned AS MATERIALIZED (
-  SELECT p.id, p.biz_id, p.payload, p.due_at FROM timeout_center.timeouts p
+  SELECT p.id, p.biz_id, p.payload, p.due_at, p.trace_parent FROM timeout_center.timeouts p
    WHERE p.shard_id = $1 AND p.state = 'dispatched'
      FOR UPDATE
 ), fresh AS MATERIALIZED (
-  SELECT d.id, d.biz_id, d.payload, d.due_at FROM timeout_center.timeouts d
+  SELECT d.id, d.biz_id, d.payload, d.due_at, d.trace_parent FROM timeout_center.timeouts d
    WHERE d.kind = $2 AND d.state = 'pending' AND d.available_at <= statement_timestamp()
      AND NOT EXISTS (SELECT 1 FROM timeout_center.timeouts p WHERE p.shard_id = $1 AND p.state = 'dispatched')
    ORDER BY d.available_at -- tc:claim-order (sql-handler.ts: the newest-first form of a flood's shard)
    LIMIT $3
      FOR UPDATE SKIP LOCKED
 ), due AS MATERIALIZED (
-  SELECT id, biz_id, payload, due_at FROM pinned UNION ALL SELECT id, biz_id, payload, due_at FROM fresh
+  SELECT id, biz_id, payload, due_at, trace_parent FROM pinned UNION ALL SELECT id, biz_id, payload, due_at, trace_parent FROM fresh
 ), applied (v) AS (
   SELECT NULL::text WHERE false -- tc:handler (the batch form puts the SQL handler here)
 ), taken AS (
@@ -74,7 +76,8 @@ SELECT coalesce(sum(g.n), 0)::int AS n,
        NULL::bigint[] AS ids, NULL::text[] AS biz_ids, NULL::jsonb[] AS payloads,
        coalesce(array_agg((date_part('epoch', statement_timestamp() - g.due_at) * 1000)::int4), '{}') AS lateness_ms,
        coalesce(array_agg(g.n), '{}') AS lateness_n,
-       date_part('epoch', statement_timestamp()) * 1000 AS measured_ms
+       date_part('epoch', statement_timestamp()) * 1000 AS measured_ms,
+       (SELECT array_agg(l.trace_parent) FROM (SELECT trace_parent FROM due WHERE trace_parent IS NOT NULL LIMIT 32) l) AS trace_parents
   FROM (SELECT due_at, count(*)::int AS n, count(*) FILTER (WHERE result = 'skipped')::int AS skipped
           FROM taken WHERE $4 GROUP BY due_at) g
 HAVING $4
@@ -84,6 +87,7 @@ UNION ALL
 SELECT count(*)::int, 0,
        coalesce(array_agg(d.id), '{}'), coalesce(array_agg(d.biz_id), '{}'), coalesce(array_agg(d.payload), '{}'),
        coalesce(array_agg((date_part('epoch', statement_timestamp() - d.due_at) * 1000)::int4), '{}'),
-       NULL, date_part('epoch', statement_timestamp()) * 1000
+       NULL, date_part('epoch', statement_timestamp()) * 1000,
+       (SELECT array_agg(l.trace_parent) FROM (SELECT trace_parent FROM due WHERE trace_parent IS NOT NULL LIMIT 32) l)
   FROM (SELECT id, biz_id, payload, due_at FROM due WHERE NOT $4 ORDER BY id) d
 HAVING NOT $4

@@ -1,0 +1,101 @@
+// Settle on read (issue 33): a reader that meets an overdue, still-open order applies its timeout
+// now, with the kind's own handler and guard and the claim's row lock, instead of waiting for the
+// scan. One round trip: timeout_center.settle (sql/0021) does the work in the database, so a
+// service on the same database gets the same from SQL; this adds input checks, typed answers and a
+// span. Supported: kinds whose SQL handler runs in the database holding their timeouts (the center,
+// or a store beside the orders: route with StoreRouter.settle). Other handlers (a business
+// database the center does not own, HTTP, code) answer 'unsupported': there the effect commits in
+// another system than the timeout, and only the shard's protocol (claim committed first, a marker
+// keyed by shard attempt, the record under the shard's lease) makes it exactly once; a one-row run
+// outside a shard would have neither, so they are left to the scan.
+import { sql } from '../db/queries.js';
+import { withSpan } from '../observability/tracing.js';
+import { runStatement, TimeoutInputError, UnknownKindError, type Executor, type ScheduleInput } from '../schedule.js';
+
+/** What settle did, each described in sql/0021_settle.sql and docs/operations.md "Settle on read":
+ *  applied (the handler changed the object; done), skipped (its guard refused, e.g. already paid;
+ *  done), not_due, paused, limited (the kind at its max running shards or its rate over the last
+ *  second), busy (a worker holds it: locked past waitMs, or dispatched to a shard; or the handler
+ *  waited > 100 ms on a payer's lock of the object), already_final (it went final while settle
+ *  waited), not_found (no live timeout), unsupported (the handler runs outside this database:
+ *  business database, HTTP, code), failed (the handler raised; rolled back, left for the scan).
+ *  Only applied and skipped change anything. For schemas (the HTTP API's zod enum). */
+export const SETTLE_OUTCOMES = ['applied', 'skipped', 'not_due', 'paused', 'limited', 'busy', 'already_final', 'not_found', 'unsupported', 'failed'] as const;
+export type SettleOutcome = (typeof SETTLE_OUTCOMES)[number];
+
+export interface SettleResult {
+  outcome: SettleOutcome;
+  kind: string;
+  bizId: string;
+  /** The timeout's id, when one was found. */
+  timeoutId: number | undefined;
+  /** Its state after settle: pending, dispatched, done, cancelled, failed. */
+  state: string | undefined;
+  dueAt: Date | undefined;
+  availableAt: Date | undefined;
+  /** applied / skipped, once done. */
+  result: 'applied' | 'skipped' | undefined;
+  /** The shard that holds or applied it (busy, already_final). */
+  shardId: number | undefined;
+  /** Why, in words. */
+  detail: string;
+}
+
+export interface SettleOptions {
+  /** How long to wait for a worker's shard transaction (or a payer's cancel) that holds the row
+   *  right now, before answering 'busy' (default 1000 ms; 0: not at all). Whoever holds it
+   *  commits within its shard's time: waiting usually turns 'busy' into 'already_final'. */
+  waitMs?: number;
+}
+
+interface Row {
+  outcome: SettleOutcome;
+  timeout_id: string | null;
+  state: string | null;
+  due_at: Date | null;
+  available_at: Date | null;
+  result: 'applied' | 'skipped' | null;
+  shard_id: string | null;
+  detail: string;
+}
+
+/**
+ * Applies the live timeout of (kind, bizId) now, if it is due and pending, with the kind's handler
+ * and guard, and says what happened. Never a second effect beside a worker: it takes the claim's
+ * row lock. Runs in `db`'s transaction when db is one (the timeout row, and for a capped kind the
+ * kind's row, stay locked until it ends: settle first, before touching the order); on a pool it
+ * commits at once.
+ */
+export async function settle(db: Executor, kind: string, bizId: ScheduleInput['bizId'], options: SettleOptions = {}): Promise<SettleResult> {
+  if (typeof kind !== 'string' || kind.length === 0) throw new TimeoutInputError('kind is required (e.g. "order.unpaid")');
+  const id = typeof bizId === 'string' ? bizId : String(bizId);
+  if (id.length === 0 || id.length > 200) throw new TimeoutInputError(`bizId must be 1 to 200 characters, got ${JSON.stringify(id)}`);
+  const waitMs = options.waitMs ?? 1000;
+  if (!Number.isInteger(waitMs) || waitMs < 0 || waitMs > 600_000)
+    throw new TimeoutInputError(`waitMs must be an integer from 0 to 600000, got ${String(waitMs)}`);
+  return withSpan('tc.settle', { 'tc.kind': kind, 'tc.biz_id': id }, async (span) => {
+    let rows: Row[];
+    try {
+      rows = await runStatement<Row>(db, sql('settle/settle', { kind, bizId: id, waitMs }));
+    } catch (err) {
+      const e = err as { code?: string; message?: string };
+      if (e.code === '22023' && /^unknown timeout kind/.test(String(e.message))) throw new UnknownKindError(kind);
+      throw err;
+    }
+    const row = rows[0];
+    if (!row) throw new Error(`settle(${kind}, ${id}): timeout_center.settle answered nothing`);
+    span.setAttribute('tc.settle.outcome', row.outcome);
+    return {
+      outcome: row.outcome,
+      kind,
+      bizId: id,
+      timeoutId: row.timeout_id === null ? undefined : Number(row.timeout_id),
+      state: row.state ?? undefined,
+      dueAt: row.due_at ?? undefined,
+      availableAt: row.available_at ?? undefined,
+      result: row.result ?? undefined,
+      shardId: row.shard_id === null ? undefined : Number(row.shard_id),
+      detail: row.detail,
+    };
+  });
+}
