@@ -27,8 +27,8 @@ interface Placed {
 
 type Due = { dueAt: Date } | { delayMs: number };
 
-function due(input: { dueAt?: string | undefined; delayMs?: number | undefined }): Due {
-  return input.dueAt !== undefined ? { dueAt: new Date(input.dueAt) } : { delayMs: input.delayMs! };
+function due(input: { dueAt: string } | { delayMs: number }): Due {
+  return 'dueAt' in input ? { dueAt: new Date(input.dueAt) } : { delayMs: input.delayMs };
 }
 
 const iso = (d: Date | string): string => new Date(d).toISOString();
@@ -108,8 +108,8 @@ export class ApiBackend {
     const { text, values } = sql('api/schedule_batch', {
       kinds: items.map((t) => t.kind),
       bizIds: items.map((t) => t.bizId),
-      dueAts: items.map((t) => (t.dueAt === undefined ? null : new Date(t.dueAt))),
-      delaysMs: items.map((t) => t.delayMs ?? null),
+      dueAts: items.map((t) => ('dueAt' in t ? new Date(t.dueAt) : null)),
+      delaysMs: items.map((t) => ('delayMs' in t ? t.delayMs : null)),
       payloads: items.map((t) => (t.payload === undefined ? null : JSON.stringify(t.payload))),
     });
     let rows: { ord: number; id: string | number; due_at: Date; created: boolean }[];
@@ -153,7 +153,7 @@ export class ApiBackend {
     return { cancelled: await cancel(db, kind, bizId) };
   }
 
-  async reschedule(kind: string, bizId: string, input: { dueAt?: string | undefined; delayMs?: number | undefined }): Promise<{ rescheduled: boolean }> {
+  async reschedule(kind: string, bizId: string, input: { dueAt: string } | { delayMs: number }): Promise<{ rescheduled: boolean }> {
     const { db } = await this.place(kind, bizId);
     return { rescheduled: await reschedule(db, kind, bizId, due(input)) };
   }

@@ -32,13 +32,41 @@ const FASTIFY: Record<string, [number, ErrorCode, string]> = {
   FST_ERR_CTP_INVALID_JSON_BODY: [400, 'malformed_json', 'the body is not valid JSON'],
 };
 
+interface Issue {
+  instancePath: string;
+  message?: string | undefined;
+  params?: Record<string, unknown>;
+}
+interface ZodIssueLike {
+  path: PropertyKey[];
+  message: string;
+  code: string;
+  errors?: ZodIssueLike[][];
+}
+
+/** A union's failure (a timeout takes dueAt or delayMs, two closed shapes) told as the branch that
+ *  came closest: its first issue, with the field it names (dueAt: year 10000, not "invalid input"). */
+function closest(issue: Issue): Issue {
+  const branches = issue.params?.['errors'] as ZodIssueLike[][] | undefined;
+  if (!Array.isArray(branches) || branches.length === 0) return issue;
+  // Fewest issues wins; on a tie, prefer one that is not about a key the other branch has.
+  const best = [...branches].sort((a, b) => a.length - b.length || Number(a[0]?.code === 'unrecognized_keys') - Number(b[0]?.code === 'unrecognized_keys'))[0]!;
+  const first = best[0];
+  if (!first) return issue;
+  if (first.code === 'unrecognized_keys' || (first.code === 'invalid_type' && best.length === 1 && branches.every((b) => b.length === 1))) {
+    return { instancePath: `${issue.instancePath.replace(/\/$/, '')}/dueAt`, message: 'give exactly one of dueAt (RFC 3339 with an offset) or delayMs (milliseconds from now)' };
+  }
+  const path = [issue.instancePath.replace(/\/$/, ''), ...first.path.map(String)].join('/');
+  return closest({ instancePath: path, message: first.message, params: first as unknown as Record<string, unknown> });
+}
+
 /** The status and body for an error, or null when it is ours to log as a 500. */
 export function toErrorAnswer(err: unknown): { status: number; body: ErrorBody } | null {
   if (err instanceof ApiError) return { status: err.status, body: errorBody(err.code, err.message, err.field) };
   if (err instanceof InputError) return { status: 400, body: errorBody('invalid_request', err.message) };
   const fe = err as FastifyError;
   if (hasZodFastifySchemaValidationErrors(fe)) {
-    const first = fe.validation[0]!;
+    const first = closest(fe.validation[0]!);
     const field = first.instancePath.replace(/^\//, '').split('/').filter(Boolean).join('.');
     const where = fe.validationContext === 'params' ? 'the path' : fe.validationContext === 'querystring' ? 'the query' : 'the body';
     const message = `${field ? `${field}: ` : ''}${first.message} (in ${where})`;

@@ -38,21 +38,19 @@ const delayMs = z
   .max(MAX_DELAY_MS)
   .meta({ description: "Due this many milliseconds after the database's now() (the center's clock, not yours). Give this or dueAt." });
 
-function exactlyOneDue(value: { dueAt?: string | undefined; delayMs?: number | undefined }, ctx: z.RefinementCtx): void {
-  if ((value.dueAt === undefined) === (value.delayMs === undefined)) {
-    ctx.addIssue({ code: 'custom', path: ['dueAt'], message: 'give exactly one of dueAt (RFC 3339) or delayMs (milliseconds from now)' });
-  }
-}
-
-const scheduleFields = {
+const common = {
   kind,
   bizId,
-  dueAt: dueAt.optional(),
-  delayMs: delayMs.optional(),
   payload: z.unknown().optional().meta({ description: "Any JSON, handed to the kind's handler with the timeout." }),
 };
 
-export const scheduleRequest = z.strictObject(scheduleFields).superRefine(exactlyOneDue).meta({ id: 'ScheduleRequest' });
+/** Exactly one of dueAt / delayMs, as two closed shapes (so the document states the rule too). */
+function oneTimeout(id?: string) {
+  const schema = z.union([z.strictObject({ ...common, dueAt }), z.strictObject({ ...common, delayMs })]);
+  return id ? schema.meta({ id }) : schema;
+}
+
+export const scheduleRequest = oneTimeout('ScheduleRequest');
 export type ScheduleRequest = z.output<typeof scheduleRequest>;
 
 export const scheduledTimeout = z
@@ -70,7 +68,7 @@ export const scheduledTimeout = z
 export const batchRequest = z
   .strictObject({
     timeouts: z
-      .array(z.strictObject(scheduleFields).superRefine(exactlyOneDue))
+      .array(oneTimeout())
       .min(1)
       .max(MAX_BATCH)
       .meta({ description: `1 to ${MAX_BATCH} timeouts, scheduled in one transaction: all of them or none. A (kind, bizId) may appear once.` }),
@@ -89,10 +87,7 @@ export const batchResponse = z
 
 export const timeoutParams = z.strictObject({ kind, bizId });
 
-export const rescheduleRequest = z
-  .strictObject({ dueAt: dueAt.optional(), delayMs: delayMs.optional() })
-  .superRefine(exactlyOneDue)
-  .meta({ id: 'RescheduleRequest' });
+export const rescheduleRequest = z.union([z.strictObject({ dueAt }), z.strictObject({ delayMs })]).meta({ id: 'RescheduleRequest' });
 
 export const cancelResponse = z
   .object({
