@@ -33,6 +33,7 @@ const FASTIFY: Record<string, [number, ErrorCode, string]> = {
 };
 
 interface Issue {
+  keyword?: string;
   instancePath: string;
   message?: string | undefined;
   params?: Record<string, unknown>;
@@ -47,17 +48,27 @@ interface ZodIssueLike {
 /** A union's failure (a timeout takes dueAt or delayMs, two closed shapes) told as the branch that
  *  came closest: its first issue, with the field it names (dueAt: year 10000, not "invalid input"). */
 function closest(issue: Issue): Issue {
+  const keys = issue.params?.['keys'];
+  if (issue.keyword === 'unrecognized_keys' && Array.isArray(keys) && keys.length > 0) {
+    const base = issue.instancePath.replace(/\/$/, '');
+    const due = keys.every((k) => k === 'dueAt' || k === 'delayMs');
+    return due
+      ? { instancePath: `${base}/dueAt`, message: 'give exactly one of dueAt (RFC 3339 with an offset) or delayMs (milliseconds from now)' }
+      : { instancePath: `${base}/${String(keys.find((k) => k !== 'dueAt' && k !== 'delayMs'))}`, message: 'unknown field' };
+  }
   const branches = issue.params?.['errors'] as ZodIssueLike[][] | undefined;
   if (!Array.isArray(branches) || branches.length === 0) return issue;
   // Fewest issues wins; on a tie, prefer one that is not about a key the other branch has.
   const best = [...branches].sort((a, b) => a.length - b.length || Number(a[0]?.code === 'unrecognized_keys') - Number(b[0]?.code === 'unrecognized_keys'))[0]!;
   const first = best[0];
   if (!first) return issue;
-  if (first.code === 'unrecognized_keys' || (first.code === 'invalid_type' && best.length === 1 && branches.every((b) => b.length === 1))) {
+  const dueKey = (i: ZodIssueLike | undefined) => i !== undefined && i.path.length === 1 && (i.path[0] === 'dueAt' || i.path[0] === 'delayMs');
+  const neither = branches.every((b) => b.length === 1 && b[0]!.code === 'invalid_type' && dueKey(b[0]));
+  if (first.code === 'unrecognized_keys' || neither) {
     return { instancePath: `${issue.instancePath.replace(/\/$/, '')}/dueAt`, message: 'give exactly one of dueAt (RFC 3339 with an offset) or delayMs (milliseconds from now)' };
   }
   const path = [issue.instancePath.replace(/\/$/, ''), ...first.path.map(String)].join('/');
-  return closest({ instancePath: path, message: first.message, params: first as unknown as Record<string, unknown> });
+  return closest({ keyword: first.code, instancePath: path, message: first.message, params: first as unknown as Record<string, unknown> });
 }
 
 /** The status and body for an error, or null when it is ours to log as a 500. */

@@ -73,6 +73,8 @@ export async function buildApiApp(options: ApiAppOptions): Promise<FastifyInstan
   app.setValidatorCompiler(validatorCompiler);
   app.setSerializerCompiler(serializerCompiler);
   app.decorateRequest('apiToken', null);
+  // JSON only: any other body type is 415 (Fastify would hand a text/plain body to the schema).
+  app.removeContentTypeParser('text/plain');
 
   await app.register(swagger, {
     openapi: {
@@ -103,24 +105,27 @@ export async function buildApiApp(options: ApiAppOptions): Promise<FastifyInstan
   });
 
   // A body that has not arrived within the bound is answered 408, in the error shape, and the
-  // connection is closed: a slow client cannot hold a request (or a database call) open.
+  // connection is closed: a slow client cannot hold a request (or a database call) open. The timer
+  // runs only while a body is expected and is cleared when the answer goes out, whatever it was.
   app.addHook('preParsing', async (req, reply, payload) => {
+    const headers = req.headers;
+    if (headers['content-length'] === undefined && headers['transfer-encoding'] === undefined) return payload;
     const out = new PassThrough();
+    out.on('error', () => undefined); // reported to the parser (408 below); nothing else listens after the answer
     const timer = setTimeout(() => {
       reply.header('connection', 'close');
       out.destroy(new ApiError(408, 'request_timeout', `the request body did not arrive within ${requestTimeoutMs} ms`));
     }, requestTimeoutMs);
-    const clear = () => clearTimeout(timer);
-    payload.on('error', (err) => {
-      clear();
-      out.destroy(err);
-    });
-    out.on('close', clear);
-    out.on('end', clear);
+    bodyTimers.set(req, timer);
+    payload.on('error', (err) => out.destroy(err));
+    out.on('end', () => clearTimeout(timer));
     payload.pipe(out);
-    (out as PassThrough & { receivedEncodedLength?: number }).receivedEncodedLength = 0;
     return out;
   });
+  const bodyTimers = new WeakMap<object, NodeJS.Timeout>();
+  const clearBodyTimer = async (req: object) => clearTimeout(bodyTimers.get(req));
+  app.addHook('onResponse', clearBodyTimer);
+  app.addHook('onRequestAbort', clearBodyTimer);
 
   app.addHook('onResponse', async (req, reply) => {
     req.log.debug({ method: req.method, route: req.routeOptions.url, status: reply.statusCode, token: req.apiToken?.name, ms: Math.round(reply.elapsedTime) }, 'api request');
