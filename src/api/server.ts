@@ -68,7 +68,8 @@ export async function buildApiApp(options: ApiAppOptions): Promise<FastifyInstan
         { requestTimeout: requestTimeoutMs + 2000, headersTimeout: requestTimeoutMs + 1000, connectionsCheckingInterval: 250, keepAliveTimeout: 5000 },
         handler,
       ),
-    routerOptions: { ignoreTrailingSlash: false },
+    // A bizId is up to 200 characters, percent-encoded in the path (find-my-way's default stops at 100).
+    routerOptions: { ignoreTrailingSlash: false, maxParamLength: 2048 },
   });
   app.setValidatorCompiler(validatorCompiler);
   app.setSerializerCompiler(serializerCompiler);
