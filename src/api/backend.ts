@@ -64,7 +64,8 @@ export class ApiBackend {
 
   private storeDb(store: string, what: string): PgQueryable {
     const db = this.options.stores[store];
-    if (!db) throw new ApiError(503, 'unavailable', `${what} belongs in store ${store}, and this API process has no database for it (businessDatabases.${store})`);
+    if (!db)
+      throw new ApiError(503, 'unavailable', `${what} belongs in store ${store}, and this API process has no database for it (businessDatabases.${store})`);
     return db;
   }
 
@@ -100,7 +101,12 @@ export class ApiBackend {
       const key = `${t.kind}\u0000${t.bizId}`;
       const first = seen.get(key);
       if (first !== undefined) {
-        throw new ApiError(400, 'duplicate_in_batch', `timeouts ${first} and ${i} are both ${t.kind} ${t.bizId}: a batch may name a timeout once`, `timeouts.${i}.bizId`);
+        throw new ApiError(
+          400,
+          'duplicate_in_batch',
+          `timeouts ${first} and ${i} are both ${t.kind} ${t.bizId}: a batch may name a timeout once`,
+          `timeouts.${i}.bizId`,
+        );
       }
       seen.set(key, i);
     });
@@ -133,7 +139,8 @@ export class ApiBackend {
     const stores = new Set<string | null>(beside.length < body.timeouts.length ? [null] : []);
     for (const r of rows) {
       const [t, i] = beside[r.ord - 1]!;
-      if (r.store === '-unroutable') throw new ApiError(400, 'unroutable', `the store rule of kind ${t.kind} cannot place biz_id ${t.bizId}`, `timeouts.${i}.bizId`);
+      if (r.store === '-unroutable')
+        throw new ApiError(400, 'unroutable', `the store rule of kind ${t.kind} cannot place biz_id ${t.bizId}`, `timeouts.${i}.bizId`);
       stores.add(r.store);
     }
     if (stores.size > 1) {

@@ -65,7 +65,10 @@ function closest(issue: Issue): Issue {
   const dueKey = (i: ZodIssueLike | undefined) => i !== undefined && i.path.length === 1 && (i.path[0] === 'dueAt' || i.path[0] === 'delayMs');
   const neither = branches.every((b) => b.length === 1 && b[0]!.code === 'invalid_type' && dueKey(b[0]));
   if (first.code === 'unrecognized_keys' || neither) {
-    return { instancePath: `${issue.instancePath.replace(/\/$/, '')}/dueAt`, message: 'give exactly one of dueAt (RFC 3339 with an offset) or delayMs (milliseconds from now)' };
+    return {
+      instancePath: `${issue.instancePath.replace(/\/$/, '')}/dueAt`,
+      message: 'give exactly one of dueAt (RFC 3339 with an offset) or delayMs (milliseconds from now)',
+    };
   }
   const path = [issue.instancePath.replace(/\/$/, ''), ...first.path.map(String)].join('/');
   return closest({ keyword: first.code, instancePath: path, message: first.message, params: first as unknown as Record<string, unknown> });

@@ -91,7 +91,8 @@ export function registerRoutes(root: FastifyInstance, backend: ApiBackend): void
     schema: {
       operationId: 'getTimeout',
       summary: 'Read a timeout',
-      description: 'The live timeout of (kind, bizId), else the latest final one: state, outcome, due time, attempts, last error, and the shard and scan that hold or applied it.',
+      description:
+        'The live timeout of (kind, bizId), else the latest final one: state, outcome, due time, attempts, last error, and the shard and scan that hold or applied it.',
       tags: ['timeouts'],
       params: timeoutParams,
       response: { 200: timeoutView, ...errors },

@@ -21,11 +21,7 @@ const kind = z
   .max(100)
   .regex(/^[a-z0-9._:-]+$/, 'kind names are lower-case letters, digits and . _ : -')
   .meta({ description: 'The timeout kind, as declared under kinds: in the config (e.g. order.unpaid).', example: 'order.unpaid' });
-const bizId = z
-  .string()
-  .min(1)
-  .max(200)
-  .meta({ description: 'The business object the timeout is for (1 to 200 characters).', example: '42' });
+const bizId = z.string().min(1).max(200).meta({ description: 'The business object the timeout is for (1 to 200 characters).', example: '42' });
 
 /** RFC 3339 with an explicit offset; four-digit years only (a year 10000 is refused). */
 const dueAt = z.iso
@@ -60,7 +56,8 @@ export const scheduledTimeout = z
     bizId: z.string(),
     dueAt: z.string().meta({ description: 'The due time the center stored (RFC 3339, UTC).' }),
     created: z.boolean().meta({
-      description: 'false: a live timeout of (kind, bizId) existed; a pending one was moved to the new due time and payload, one a worker holds was left alone.',
+      description:
+        'false: a live timeout of (kind, bizId) existed; a pending one was moved to the new due time and payload, one a worker holds was left alone.',
     }),
   })
   .meta({ id: 'ScheduledTimeout' });

@@ -129,13 +129,17 @@ export async function buildApiApp(options: ApiAppOptions): Promise<FastifyInstan
   app.addHook('onRequestAbort', clearBodyTimer);
 
   app.addHook('onResponse', async (req, reply) => {
-    req.log.debug({ method: req.method, route: req.routeOptions.url, status: reply.statusCode, token: req.apiToken?.name, ms: Math.round(reply.elapsedTime) }, 'api request');
+    req.log.debug(
+      { method: req.method, route: req.routeOptions.url, status: reply.statusCode, token: req.apiToken?.name, ms: Math.round(reply.elapsedTime) },
+      'api request',
+    );
   });
 
   app.setErrorHandler((err, req, reply) => {
     const answer = toErrorAnswer(err);
     if (answer) {
-      if (answer.status === 401 || answer.status === 403) req.log.info({ route: req.routeOptions.url, token: req.apiToken?.name, code: answer.body.error.code }, 'api request refused');
+      if (answer.status === 401 || answer.status === 403)
+        req.log.info({ route: req.routeOptions.url, token: req.apiToken?.name, code: answer.body.error.code }, 'api request refused');
       return reply.code(answer.status).send(answer.body);
     }
     req.log.error({ err, route: req.routeOptions.url }, 'api request failed');
@@ -163,7 +167,9 @@ export async function startApi(options: ApiServerOptions): Promise<ApiServer> {
   } catch (err) {
     await app.close();
     const code = (err as NodeJS.ErrnoException).code;
-    throw new ApiConfigError(`cannot serve the API on ${options.host}:${options.port}: ${code === 'EADDRINUSE' ? 'the port is in use' : (err as Error).message}`);
+    throw new ApiConfigError(
+      `cannot serve the API on ${options.host}:${options.port}: ${code === 'EADDRINUSE' ? 'the port is in use' : (err as Error).message}`,
+    );
   }
   const address = app.server.address();
   const port = typeof address === 'object' && address ? address.port : options.port;

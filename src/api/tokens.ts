@@ -57,7 +57,9 @@ export function resolveApiTokens(config: Pick<ApiConfig, 'tokens'>, env: NodeJS.
     try {
       parsed = JSON.parse(raw);
     } catch {
-      throw new ApiTokenConfigError('TC_API_TOKENS is not valid JSON: give an array like [{"name":"orders","token":"...","kinds":["order.unpaid"],"verbs":["*"]}]');
+      throw new ApiTokenConfigError(
+        'TC_API_TOKENS is not valid JSON: give an array like [{"name":"orders","token":"...","kinds":["order.unpaid"],"verbs":["*"]}]',
+      );
     }
     const result = z.array(envEntry).safeParse(parsed);
     if (!result.success) {

@@ -52,7 +52,10 @@ function serverRoutes(app: FastifyInstance): string[] {
 
 function validator(doc: Doc, schema: unknown): z.ZodType {
   // zod resolves references under $defs: the document's components/schemas, moved there.
-  const text = JSON.stringify({ ...(schema as object), $defs: (doc.components as { schemas: unknown }).schemas }).replaceAll('#/components/schemas/', '#/$defs/');
+  const text = JSON.stringify({ ...(schema as object), $defs: (doc.components as { schemas: unknown }).schemas }).replaceAll(
+    '#/components/schemas/',
+    '#/$defs/',
+  );
   return z.fromJSONSchema(JSON.parse(text) as Parameters<typeof z.fromJSONSchema>[0]);
 }
 
@@ -129,7 +132,14 @@ describe('API document', () => {
       { timeouts: [one], more: true },
       { items: [one] },
     ],
-    'POST /v1/timeouts/{kind}/{bizId}/reschedule': [{ delayMs: 5 }, { dueAt: '2031-01-01T00:00:00Z' }, {}, { delayMs: 5, dueAt: '2031-01-01T00:00:00Z' }, { delayMs: -5 }, { at: 5 }],
+    'POST /v1/timeouts/{kind}/{bizId}/reschedule': [
+      { delayMs: 5 },
+      { dueAt: '2031-01-01T00:00:00Z' },
+      {},
+      { delayMs: 5, dueAt: '2031-01-01T00:00:00Z' },
+      { delayMs: -5 },
+      { at: 5 },
+    ],
   };
 
   it('each documented request body schema accepts exactly what the server accepts', async () => {
@@ -142,7 +152,11 @@ describe('API document', () => {
         const res = await app.inject({ method: 'POST', url, payload: JSON.stringify(body), headers: { 'content-type': 'application/json' } });
         const accepted = res.statusCode === 200;
         const says = documented.safeParse(body).success;
-        expect({ route, body: JSON.stringify(body).slice(0, 120), serverAccepts: accepted }).toEqual({ route, body: JSON.stringify(body).slice(0, 120), serverAccepts: says });
+        expect({ route, body: JSON.stringify(body).slice(0, 120), serverAccepts: accepted }).toEqual({
+          route,
+          body: JSON.stringify(body).slice(0, 120),
+          serverAccepts: says,
+        });
         if (!accepted) expect(res.json<{ error: { code: string } }>().error.code).toBe('invalid_request');
         // The answer is the documented one for its status.
         const answer = doc.paths[path]![method.toLowerCase()]!.responses[String(res.statusCode)]?.content?.['application/json'].schema;

@@ -40,7 +40,11 @@ describe('HTTP API (run --api, and timeout-center api)', () => {
     const headers: Record<string, string> = {};
     if (token) headers['authorization'] = `Bearer ${token}`;
     if (body !== undefined) headers['content-type'] = 'application/json';
-    const res = await fetch(`${url}${path}`, { method, headers, body: body === undefined ? undefined : typeof body === 'string' ? body : JSON.stringify(body) });
+    const res = await fetch(`${url}${path}`, {
+      method,
+      headers,
+      body: body === undefined ? undefined : typeof body === 'string' ? body : JSON.stringify(body),
+    });
     const text = await res.text();
     return { status: res.status, body: text ? (JSON.parse(text) as Record<string, unknown> & { error?: { code: string; field?: string } }) : {} };
   }
@@ -142,7 +146,10 @@ describe('HTTP API (run --api, and timeout-center api)', () => {
       BEGIN IF NEW.biz_id = 'poison' THEN RAISE EXCEPTION 'refused'; END IF; RETURN NEW; END $$;
       CREATE TRIGGER refuse_poison BEFORE INSERT ON timeout_center.timeouts FOR EACH ROW EXECUTE FUNCTION refuse_poison()`);
     try {
-      const bad = [...Array.from({ length: 100 }, (_, i) => ({ kind: 'order.unpaid', bizId: `c-${i}`, delayMs: 1000 })), { kind: 'order.unpaid', bizId: 'poison', delayMs: 1 }];
+      const bad = [
+        ...Array.from({ length: 100 }, (_, i) => ({ kind: 'order.unpaid', bizId: `c-${i}`, delayMs: 1000 })),
+        { kind: 'order.unpaid', bizId: 'poison', delayMs: 1 },
+      ];
       const refused = await call('POST', '/v1/timeouts/batch', { timeouts: bad });
       expect(refused.status).toBe(500);
       expect(refused.body.error).toMatchObject({ code: 'internal' });
@@ -151,7 +158,18 @@ describe('HTTP API (run --api, and timeout-center api)', () => {
       await pool.query('DROP TRIGGER refuse_poison ON timeout_center.timeouts; DROP FUNCTION refuse_poison()');
     }
     // A kind the config declares but the database does not know: 400 unknown_kind, nothing written.
-    const stale = await call('POST', '/v1/timeouts/batch', { timeouts: [{ kind: 'order.unpaid', bizId: 'd-1', delayMs: 1 }, { kind: 'order.extra', bizId: 'd-2', delayMs: 1 }] }, ORDERS_TOKEN, standaloneBase);
+    const stale = await call(
+      'POST',
+      '/v1/timeouts/batch',
+      {
+        timeouts: [
+          { kind: 'order.unpaid', bizId: 'd-1', delayMs: 1 },
+          { kind: 'order.extra', bizId: 'd-2', delayMs: 1 },
+        ],
+      },
+      ORDERS_TOKEN,
+      standaloneBase,
+    );
     expect(stale.status).toBe(400);
     expect(stale.body.error).toMatchObject({ code: 'unknown_kind' });
     expect(await count("biz_id LIKE 'd-%'")).toBe(0);
@@ -167,7 +185,12 @@ describe('HTTP API (run --api, and timeout-center api)', () => {
       [
         'POST',
         '/v1/timeouts/batch',
-        { timeouts: [{ kind: 'order.unshipped', bizId: 'e-2', delayMs: 1 }, { kind: 'order.unpaid', bizId: 'e-3', delayMs: 1 }] },
+        {
+          timeouts: [
+            { kind: 'order.unshipped', bizId: 'e-2', delayMs: 1 },
+            { kind: 'order.unpaid', bizId: 'e-3', delayMs: 1 },
+          ],
+        },
         SHIP_TOKEN,
         403,
         'forbidden',
@@ -192,7 +215,9 @@ describe('HTTP API (run --api, and timeout-center api)', () => {
     const { data, error } = await client.POST('/v1/timeouts', { body: { kind: 'order.unpaid', bizId: 'e-6', delayMs: 3_600_000 } });
     expect(error).toBeUndefined();
     expect(data).toMatchObject({ bizId: 'e-6', created: true });
-    const forbidden = await createApiClient({ baseUrl: base, token: SHIP_TOKEN }).GET('/v1/timeouts/{kind}/{bizId}', { params: { path: { kind: 'order.unpaid', bizId: 'e-6' } } });
+    const forbidden = await createApiClient({ baseUrl: base, token: SHIP_TOKEN }).GET('/v1/timeouts/{kind}/{bizId}', {
+      params: { path: { kind: 'order.unpaid', bizId: 'e-6' } },
+    });
     expect(forbidden.error?.error.code).toBe('forbidden');
   });
 
@@ -213,9 +238,23 @@ describe('HTTP API (run --api, and timeout-center api)', () => {
       ['unknown kind', '/v1/timeouts', { ...one, kind: 'order.unknown' }, 400, 'unknown_kind', 'kind'],
       ['bizId too long', '/v1/timeouts', { ...one, bizId: 'x'.repeat(201) }, 400, 'invalid_request', 'bizId'],
       ['empty batch', '/v1/timeouts/batch', { timeouts: [] }, 400, 'invalid_request', 'timeouts'],
-      ['batch over 5,000', '/v1/timeouts/batch', { timeouts: Array.from({ length: 5001 }, (_, i) => ({ ...one, bizId: `f-${i}` })) }, 400, 'invalid_request', 'timeouts'],
+      [
+        'batch over 5,000',
+        '/v1/timeouts/batch',
+        { timeouts: Array.from({ length: 5001 }, (_, i) => ({ ...one, bizId: `f-${i}` })) },
+        400,
+        'invalid_request',
+        'timeouts',
+      ],
       ['duplicate in batch', '/v1/timeouts/batch', { timeouts: [one, { ...one, delayMs: 5 }] }, 400, 'duplicate_in_batch', 'timeouts.1.bizId'],
-      ['bad item in batch', '/v1/timeouts/batch', { timeouts: [one, { ...one, bizId: 'f-2', dueAt: '10000-01-01T00:00:00Z', delayMs: undefined }] }, 400, 'invalid_request', 'timeouts.1.dueAt'],
+      [
+        'bad item in batch',
+        '/v1/timeouts/batch',
+        { timeouts: [one, { ...one, bizId: 'f-2', dueAt: '10000-01-01T00:00:00Z', delayMs: undefined }] },
+        400,
+        'invalid_request',
+        'timeouts.1.dueAt',
+      ],
       ['unknown kind in batch', '/v1/timeouts/batch', { timeouts: [one, { ...one, bizId: 'f-3', kind: 'nope' }] }, 400, 'unknown_kind', 'timeouts.1.kind'],
       ['over the size limit', '/v1/timeouts/batch', { timeouts: [{ ...one, payload: 'x'.repeat(BODY_LIMIT) }] }, 413, 'body_too_large'],
       ['bad kind in the path', '/v1/timeouts/Order!/1/cancel', undefined, 400, 'invalid_request', 'kind'],
@@ -227,7 +266,11 @@ describe('HTTP API (run --api, and timeout-center api)', () => {
       expect({ what, status: res.status, code: res.body.error?.code, field: res.body.error?.field }).toEqual({ what, status, code, field });
       expect(Date.now() - started).toBeLessThan(5000);
     }
-    const wrongType = await fetch(`${base}/v1/timeouts`, { method: 'POST', headers: { authorization: `Bearer ${ORDERS_TOKEN}`, 'content-type': 'text/plain' }, body: 'hello' });
+    const wrongType = await fetch(`${base}/v1/timeouts`, {
+      method: 'POST',
+      headers: { authorization: `Bearer ${ORDERS_TOKEN}`, 'content-type': 'text/plain' },
+      body: 'hello',
+    });
     expect(wrongType.status).toBe(415);
     expect(((await wrongType.json()) as { error: { code: string } }).error.code).toBe('unsupported_media_type');
     expect(await count()).toBe(before);

@@ -88,7 +88,9 @@ export async function serveApi(input: ServeApiInput): Promise<ApiServer> {
 /** --api and its companions on coordinator / worker / run. */
 export function addApiOptions(cmd: Command): Command {
   return cmd
-    .addOption(new Option('--api <port>', 'also serve the HTTP API (/v1) on this port (tokens: api.tokens or TC_API_TOKENS)').argParser((v) => parsePort(v, '--api')))
+    .addOption(
+      new Option('--api <port>', 'also serve the HTTP API (/v1) on this port (tokens: api.tokens or TC_API_TOKENS)').argParser((v) => parsePort(v, '--api')),
+    )
     .addOption(new Option('--api-host <host>', 'address the API listens on (non-loopback needs tokens)').default('127.0.0.1'));
 }
 
