@@ -192,15 +192,16 @@ try {
     await Promise.all(calls);
     return latencies;
   }
+  const notOk: Record<string, number> = {};
   const apiLat = await steady(async (i) => {
     const res = await post('/v1/timeouts', { kind: KIND, bizId: `s-${i}`, delayMs: 86_400_000 });
-    if (res.status !== 200) throw new Error(`schedule answered ${res.status}`);
+    if (res.status !== 200) notOk[res.status] = (notOk[res.status] ?? 0) + 1;
     await res.arrayBuffer();
   });
   const sqlLat = await steady(async (i) => {
     await schedule(pool, { kind: KIND, bizId: `p-${i}`, delayMs: 86_400_000 });
   });
-  figures['single'] = { ratePerSecond: opt.rate, seconds: opt.seconds, api: summary(apiLat), scheduleOverPg: summary(sqlLat) };
+  figures['single'] = { ratePerSecond: opt.rate, seconds: opt.seconds, api: { ...summary(apiLat), notOk }, scheduleOverPg: summary(sqlLat) };
   console.log('single', JSON.stringify(figures['single']));
   await pool.query('DELETE FROM timeout_center.timeouts');
 

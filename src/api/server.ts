@@ -113,12 +113,22 @@ export async function buildApiApp(options: ApiAppOptions): Promise<FastifyInstan
     if (headers['content-length'] === undefined && headers['transfer-encoding'] === undefined) return payload;
     const out = new PassThrough();
     out.on('error', () => undefined); // reported to the parser (408 below); nothing else listens after the answer
-    const timer = setTimeout(() => {
-      reply.header('connection', 'close');
-      out.destroy(new ApiError(408, 'request_timeout', `the request body did not arrive within ${requestTimeoutMs} ms`));
-    }, requestTimeoutMs);
+    let ended = false;
+    // Timers run before I/O in each turn of the event loop: after a stall of this process, bytes
+    // that did arrive in time are still unread when the timer fires. setImmediate runs after the
+    // I/O of that turn, so only a body that really has not come is answered 408.
+    const timer = setTimeout(
+      () =>
+        setImmediate(() => {
+          if (ended) return;
+          reply.header('connection', 'close');
+          out.destroy(new ApiError(408, 'request_timeout', `the request body did not arrive within ${requestTimeoutMs} ms`));
+        }),
+      requestTimeoutMs,
+    );
     bodyTimers.set(req, timer);
     payload.on('error', (err) => out.destroy(err));
+    payload.on('end', () => (ended = true));
     out.on('end', () => clearTimeout(timer));
     payload.pipe(out);
     return out;
