@@ -215,8 +215,14 @@ try {
   const one = { kind: KIND, bizId: 'bad-1', delayMs: 1000 };
   type Case = { what: string; status: number; code: string; send: () => Promise<{ status: number; code: string | undefined }> };
   const json = async (res: Response) => ({ status: res.status, code: ((await res.json().catch(() => ({}))) as { error?: { code?: string } }).error?.code });
-  const raw = (body: string, headers: Record<string, string> = {}) => () =>
-    fetch(`${base}/v1/timeouts`, { method: 'POST', headers: { authorization: `Bearer ${TOKEN}`, 'content-type': 'application/json', ...headers }, body }).then(json);
+  const raw =
+    (body: string, headers: Record<string, string> = {}) =>
+    () =>
+      fetch(`${base}/v1/timeouts`, {
+        method: 'POST',
+        headers: { authorization: `Bearer ${TOKEN}`, 'content-type': 'application/json', ...headers },
+        body,
+      }).then(json);
   /** A raw HTTP/1.1 request: the headers, then only the first bytes of the body; the answer. */
   const rawRequest = (headers: string, bodyStart: string) => () =>
     new Promise<{ status: number; code: string | undefined }>((resolve, reject) => {
@@ -244,7 +250,12 @@ try {
     { what: 'over the size limit', status: 413, code: 'body_too_large', send: oversize },
     { what: 'no token', status: 401, code: 'unauthenticated', send: raw(JSON.stringify(one), { authorization: '' }) },
     { what: 'token of another kind', status: 403, code: 'forbidden', send: raw(JSON.stringify(one), { authorization: `Bearer ${OTHER_TOKEN}` }) },
-    { what: 'batch over 5,000', status: 400, code: 'invalid_request', send: () => post('/v1/timeouts/batch', { timeouts: Array.from({ length: 5001 }, (_, i) => ({ ...one, bizId: `bad-b${i}` })) }).then(json) },
+    {
+      what: 'batch over 5,000',
+      status: 400,
+      code: 'invalid_request',
+      send: () => post('/v1/timeouts/batch', { timeouts: Array.from({ length: 5001 }, (_, i) => ({ ...one, bizId: `bad-b${i}` })) }).then(json),
+    },
     { what: 'slow client', status: 408, code: 'request_timeout', send: slowClient },
   ];
   const wait = due.getTime() - Date.now();

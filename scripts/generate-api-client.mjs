@@ -2,7 +2,8 @@
 // TypeScript client's types (src/api/client.generated.ts) from the built server (npm run build
 // first; `npm run api:client` does both). test/api/api-document.test.ts fails when either is stale.
 import { writeFileSync } from 'node:fs';
-import { fileURLToPath } from 'node:url';
+import process from 'node:process';
+import { fileURLToPath, URL } from 'node:url';
 import { openApiDocument } from '../dist/api/document.js';
 import { clientSource, documentText } from './api-client.mjs';
 

@@ -221,7 +221,6 @@ const apiSchema = z.strictObject({
   requestTimeoutMs: z.number().int().min(100).max(600_000).default(10_000),
 });
 
-
 const retentionSchema = z.strictObject({
   /** The leading coordinator purges every intervalMs. false: nothing purges on its own (run
    *  `timeout-center purge` from cron instead). */

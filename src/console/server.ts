@@ -166,7 +166,12 @@ export async function startConsole(options: ConsoleOptions): Promise<ConsoleServ
     const actionPath = api ? path.slice(4) : path.startsWith('/actions/') ? path.slice(8) : null;
     if (actionPath === null) return fail(req, reply, 404, `no such action: ${path}`);
     if (options.readOnly) {
-      return fail(req, reply, 403, 'this console is read-only (started with --read-only): actions are refused; use a console started without --read-only, or the CLI');
+      return fail(
+        req,
+        reply,
+        403,
+        'this console is read-only (started with --read-only): actions are refused; use a console started without --read-only, or the CLI',
+      );
     }
     if (!sameOrigin(req.raw)) return fail(req, reply, 403, 'refused: the request came from another site (Origin does not match this console)');
     const text = typeof req.body === 'string' ? req.body : '';
@@ -226,7 +231,9 @@ export async function startConsole(options: ConsoleOptions): Promise<ConsoleServ
   } catch (err) {
     await app.close();
     const code = (err as NodeJS.ErrnoException).code;
-    throw new ConsoleConfigError(`cannot serve the console on ${options.host}:${options.port}: ${code === 'EADDRINUSE' ? 'the port is in use' : (err as Error).message}`);
+    throw new ConsoleConfigError(
+      `cannot serve the console on ${options.host}:${options.port}: ${code === 'EADDRINUSE' ? 'the port is in use' : (err as Error).message}`,
+    );
   }
   const address = app.server.address();
   const port = typeof address === 'object' && address ? address.port : options.port;

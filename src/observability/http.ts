@@ -27,7 +27,10 @@ export async function startHealthServer(options: {
       const body = await options.metrics.registry.metrics();
       return reply.type(options.metrics.registry.contentType).send(body);
     } catch (err) {
-      return reply.code(500).type('text/plain').send((err as Error).message);
+      return reply
+        .code(500)
+        .type('text/plain')
+        .send((err as Error).message);
     }
   });
   app.get('/healthz', (_req, reply) => reply.type('application/json').send('{"status":"ok"}'));
