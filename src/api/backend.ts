@@ -6,11 +6,16 @@ import type { Config } from '../config.js';
 import { sql } from '../db/queries.js';
 import { cancel, reschedule, schedule, storeOf, type PgQueryable } from '../schedule.js';
 import { ApiError } from './errors.js';
-import type { BatchRequest, ScheduleRequest, SettleOutcome, TimeoutView } from './schemas.js';
+import type { BatchRequest, ScheduleRequest, SettleAnswer, SettleOutcome, TimeoutView } from './schemas.js';
 
-/** Settle-on-read (src/settle/): applies one due, pending timeout now with its kind's handler and
- *  guard, in the database that holds it. The runtime provides it; without one the route is 501. */
-export type SettleFn = (db: PgQueryable, kind: string, bizId: string) => Promise<SettleOutcome | { outcome: SettleOutcome }>;
+/** Settle-on-read (src/settle/ settle(db, kind, bizId)): applies one due, pending timeout now with
+ *  its kind's handler and guard, in the database that holds it (the API hands it that database).
+ *  Given to the API by the process; without one the route answers 501. */
+export type SettleFn = (
+  db: PgQueryable,
+  kind: string,
+  bizId: string,
+) => Promise<SettleOutcome | { outcome: SettleOutcome; detail?: string | undefined; state?: string | undefined; shardId?: number | undefined }>;
 
 export interface ApiBackendOptions {
   center: PgQueryable;
@@ -202,11 +207,16 @@ export class ApiBackend {
     };
   }
 
-  async settle(kind: string, bizId: string): Promise<{ outcome: SettleOutcome }> {
+  async settle(kind: string, bizId: string): Promise<SettleAnswer> {
     const settle = this.options.settle;
     if (!settle) throw new ApiError(501, 'not_implemented', 'settle is not available in this process (no settle function was given to the API)');
     const { db } = await this.place(kind, bizId);
     const result = await settle(db, kind, bizId);
-    return typeof result === 'string' ? { outcome: result } : { outcome: result.outcome };
+    if (typeof result === 'string') return { outcome: result };
+    const answer: SettleAnswer = { outcome: result.outcome };
+    if (result.detail !== undefined) answer.detail = result.detail;
+    if (result.state !== undefined) answer.state = result.state;
+    if (result.shardId !== undefined) answer.shardId = result.shardId;
+    return answer;
   }
 }

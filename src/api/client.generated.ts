@@ -274,10 +274,16 @@ export interface components {
         };
         SettleResponseInput: {
             /**
-             * @description applied: the kind's handler applied it now; skipped: the guard refused (e.g. already paid); not_due; already_final; paused: the kind is paused; not_found.
+             * @description applied: the kind's handler applied it now; skipped: its guard refused (e.g. already paid); not_due; paused; limited (the kind at its caps); busy (a worker holds it); already_final; not_found (no live timeout); unsupported (its handler runs outside the database that holds it: left to the scan); failed (the handler raised: rolled back, left to the scan).
              * @enum {string}
              */
-            outcome: "applied" | "skipped" | "not_due" | "already_final" | "paused" | "not_found";
+            outcome: "applied" | "skipped" | "not_due" | "paused" | "limited" | "busy" | "already_final" | "not_found" | "unsupported" | "failed";
+            /** @description Why, in words. */
+            detail?: string;
+            /** @description The timeout state after settle, when one was found. */
+            state?: string;
+            /** @description The shard that holds or applied it (busy, already_final). */
+            shardId?: number;
         };
         ErrorInput: {
             error: {
@@ -420,10 +426,16 @@ export interface components {
         };
         SettleResponse: {
             /**
-             * @description applied: the kind's handler applied it now; skipped: the guard refused (e.g. already paid); not_due; already_final; paused: the kind is paused; not_found.
+             * @description applied: the kind's handler applied it now; skipped: its guard refused (e.g. already paid); not_due; paused; limited (the kind at its caps); busy (a worker holds it); already_final; not_found (no live timeout); unsupported (its handler runs outside the database that holds it: left to the scan); failed (the handler raised: rolled back, left to the scan).
              * @enum {string}
              */
-            outcome: "applied" | "skipped" | "not_due" | "already_final" | "paused" | "not_found";
+            outcome: "applied" | "skipped" | "not_due" | "paused" | "limited" | "busy" | "already_final" | "not_found" | "unsupported" | "failed";
+            /** @description Why, in words. */
+            detail?: string;
+            /** @description The timeout state after settle, when one was found. */
+            state?: string;
+            /** @description The shard that holds or applied it (busy, already_final). */
+            shardId?: number;
         };
         Error: {
             error: {

@@ -122,17 +122,24 @@ export const timeoutView = z
   .meta({ id: 'Timeout' });
 export type TimeoutView = z.output<typeof timeoutView>;
 
-export const SETTLE_OUTCOMES = ['applied', 'skipped', 'not_due', 'already_final', 'paused', 'not_found'] as const;
+/** What settle did (src/settle/settle.ts SETTLE_OUTCOMES, sql timeout_center.settle; the two lists
+ *  must stay equal: import that one here once both are on main). Only applied and skipped change
+ *  anything. */
+export const SETTLE_OUTCOMES = ['applied', 'skipped', 'not_due', 'paused', 'limited', 'busy', 'already_final', 'not_found', 'unsupported', 'failed'] as const;
 export type SettleOutcome = (typeof SETTLE_OUTCOMES)[number];
 
 export const settleResponse = z
   .object({
     outcome: z.enum(SETTLE_OUTCOMES).meta({
       description:
-        "applied: the kind's handler applied it now; skipped: the guard refused (e.g. already paid); not_due; already_final; paused: the kind is paused; not_found.",
+        "applied: the kind's handler applied it now; skipped: its guard refused (e.g. already paid); not_due; paused; limited (the kind at its caps); busy (a worker holds it); already_final; not_found (no live timeout); unsupported (its handler runs outside the database that holds it: left to the scan); failed (the handler raised: rolled back, left to the scan).",
     }),
+    detail: z.string().optional().meta({ description: 'Why, in words.' }),
+    state: z.string().optional().meta({ description: 'The timeout state after settle, when one was found.' }),
+    shardId: z.number().int().optional().meta({ description: 'The shard that holds or applied it (busy, already_final).' }),
   })
   .meta({ id: 'SettleResponse' });
+export type SettleAnswer = z.output<typeof settleResponse>;
 
 /** The stable codes of every error answer; the message is for people, the code for programs. */
 export const ERROR_CODES = [

@@ -16,6 +16,7 @@ import { promisify } from 'node:util';
 import { fileURLToPath } from 'node:url';
 import type pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { SETTLE_OUTCOMES } from '../../src/api/schemas.js';
 import { killAll, runCli, spawnCli } from '../helpers/processes.js';
 import { freePort } from '../helpers/servers.js';
 import { requireTools } from '../helpers/system-tools.js';
@@ -133,7 +134,7 @@ describe.skipIf(curlTool.skip)(curlTool.title('README section 3d (curl against a
       // settle: the outcome, or 501 not_implemented from a build without the settle function.
       const settled = await answer('api-settle');
       if ('error' in settled) expect(settled['error']).toMatchObject({ code: 'not_implemented' });
-      else expect(['applied', 'skipped', 'not_due', 'already_final', 'paused', 'not_found']).toContain(settled['outcome']);
+      else expect(SETTLE_OUTCOMES).toContain(settled['outcome']);
       const rows = await s.pool.query(
         `SELECT DISTINCT ON (biz_id) biz_id, state FROM timeout_center.all_timeouts WHERE biz_id IN ('42', '43', '44') ORDER BY biz_id, id DESC`,
       );
