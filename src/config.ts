@@ -217,7 +217,8 @@ const apiSchema = z.strictObject({
     .min(1024)
     .max(64 * 1024 * 1024)
     .default(4 * 1024 * 1024),
-  /** A request whose headers and body have not arrived within this many ms is answered 408. */
+  /** A request whose body has not arrived this many ms after its headers is answered 408 (and Node cuts
+   *  headers that never end at this + 1 s). */
   requestTimeoutMs: z.number().int().min(100).max(600_000).default(10_000),
 });
 
