@@ -207,6 +207,22 @@ export class ApiBackend {
     };
   }
 
+  /** The center's database answers within 2 s, or 503 unavailable. */
+  async ping(): Promise<void> {
+    let timer: NodeJS.Timeout | undefined;
+    const late = new Promise<never>((_, reject) => {
+      timer = setTimeout(() => reject(new ApiError(503, 'unavailable', "the center's database did not answer within 2 s")), 2000);
+    });
+    try {
+      await Promise.race([this.options.center.query('SELECT 1'), late]);
+    } catch (err) {
+      if (err instanceof ApiError) throw err;
+      throw new ApiError(503, 'unavailable', `the center's database does not answer: ${(err as Error).message}`);
+    } finally {
+      clearTimeout(timer);
+    }
+  }
+
   async settle(kind: string, bizId: string): Promise<SettleAnswer> {
     const settle = this.options.settle;
     if (!settle) throw new ApiError(501, 'not_implemented', 'settle is not available in this process (no settle function was given to the API)');

@@ -12,6 +12,7 @@ import {
   batchResponse,
   cancelResponse,
   errorResponse,
+  healthResponse,
   rescheduleRequest,
   rescheduleResponse,
   scheduledTimeout,
@@ -157,6 +158,23 @@ export function registerRoutes(root: FastifyInstance, backend: ApiBackend): void
       backend.checkKind(req.params.kind, 'kind');
       authorize(req, 'settle', req.params.kind, 'kind');
       return backend.settle(req.params.kind, req.params.bizId);
+    },
+  });
+
+  app.route({
+    method: 'GET',
+    url: '/v1/health',
+    schema: {
+      operationId: 'health',
+      summary: "Readiness: the center's database answers",
+      description: 'No token needed (nothing in the answer). 503 unavailable when the database does not answer within 2 s.',
+      tags: ['meta'],
+      security: [],
+      response: { 200: healthResponse, 503: errorResponse },
+    },
+    handler: async () => {
+      await backend.ping();
+      return { status: 'ok' as const };
     },
   });
 

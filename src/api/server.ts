@@ -95,7 +95,7 @@ export async function buildApiApp(options: ApiAppOptions): Promise<FastifyInstan
 
   // Authentication before the body is read: a caller without a valid token never gets to send one.
   app.addHook('onRequest', async (req) => {
-    if (req.url === '/v1/openapi.json') return;
+    if (req.url === '/v1/openapi.json' || req.url === '/v1/health') return;
     const token = options.tokens.find(req.headers.authorization);
     if (token) {
       req.apiToken = token;

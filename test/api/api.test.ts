@@ -208,6 +208,9 @@ describe('HTTP API (run --api, and timeout-center api)', () => {
     }
     expect(await count()).toBe(before);
     expect((await call('GET', '/v1/timeouts/order.unpaid/101')).body['state']).toBe('pending'); // the cancel did not act
+    // The readiness probe and the document need no token (nothing in them).
+    expect(await call('GET', '/v1/health', undefined, null)).toEqual({ status: 200, body: { status: 'ok' } });
+    expect((await call('GET', '/v1/openapi.json', undefined, null)).body['openapi']).toBe('3.1.0');
     expect((await call('GET', '/v1/timeouts/order.unpaid/101', undefined, READER_TOKEN)).status).toBe(200);
     expect((await call('POST', '/v1/timeouts', { kind: 'order.unshipped', bizId: 'e-5', delayMs: 3_600_000 }, SHIP_TOKEN)).status).toBe(200);
     // The typed client (generated from the document) speaks the same API.
