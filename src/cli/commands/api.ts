@@ -120,7 +120,6 @@ export function registerApi(program: Command): void {
   program
     .command('api')
     .description('serve the HTTP API for business services: schedule (one or a batch), cancel, reschedule, get, settle; OpenAPI at /v1/openapi.json')
-    .addOption(new Option('-c, --config <file>', 'config file (YAML or JSON) declaring kinds, stores and api.tokens').env('TIMEOUT_CENTER_CONFIG'))
     .addOption(new Option('-p, --port <port>', 'port to serve on (0 = any free port)').argParser((v) => parsePort(v, '--port')).default(DEFAULT_API_PORT))
     .addOption(new Option('--host <host>', 'address to listen on; a non-loopback one needs tokens').default('127.0.0.1'))
     .addOption(new Option('--allow-unauthenticated', 'serve without tokens on a non-loopback address (only when a proxy in front authenticates)'))
