@@ -6,6 +6,7 @@ import { extname, resolve } from 'node:path';
 import cron from 'node-cron';
 import { parse as parseYaml } from 'yaml';
 import { z } from 'zod';
+import { parseConnectionString } from './db/connection-string.js';
 import { redisSchema, resolveRedis, type RedisConnectionConfig } from './redis-config.js';
 
 export type { RedisConnectionConfig, RedisNode } from './redis-config.js';
@@ -545,15 +546,28 @@ export function loadConfig(options: LoadOptions): LoadedConfig {
   const databaseUrl = env['DATABASE_URL'] || config.databaseUrl;
   const missing: string[] = [];
   if (!databaseUrl) missing.push('databaseUrl: not set: set DATABASE_URL (e.g. postgres://user@127.0.0.1:5432/db) or databaseUrl in the file');
+  else missing.push(...connectionStringProblems(env['DATABASE_URL'] ? 'DATABASE_URL' : 'databaseUrl', databaseUrl));
   let redis = resolveRedis(config, env);
   if (Array.isArray(redis) && options.needsRedis === false) redis = { mode: 'single', url: '' };
   if (Array.isArray(redis)) missing.push(...redis);
+  const unsetUrls: Record<string, string> | undefined = options.allowUnsetUrls ? {} : undefined;
+  const businessDatabaseUrls = missing.length > 0 ? {} : resolveBusinessDatabaseUrls(config, source, env, unsetUrls);
+  for (const [name, url] of Object.entries(businessDatabaseUrls)) missing.push(...connectionStringProblems(`businessDatabases.${name}`, url));
   if (missing.length > 0) throw new ConfigError(source, missing);
   const redisConnection = redis as RedisConnectionConfig;
   const redisUrl = redisConnection.mode === 'single' ? redisConnection.url : '';
-  const unsetUrls: Record<string, string> | undefined = options.allowUnsetUrls ? {} : undefined;
-  const businessDatabaseUrls = resolveBusinessDatabaseUrls(config, source, env, unsetUrls);
   return { ...config, databaseUrl: databaseUrl!, redisUrl, redisConnection, baseDir, source, businessDatabaseUrls, ...(unsetUrls ? { unsetUrls } : {}) };
+}
+
+/** A connection string (URL or key-value, one host or a list: db/connection-string.ts) that
+ *  cannot be used, as a ConfigError line naming where it came from. */
+function connectionStringProblems(where: string, url: string): string[] {
+  try {
+    parseConnectionString(url);
+    return [];
+  } catch (err) {
+    return [`${where}: ${(err as Error).message}`];
+  }
 }
 
 /** Each business database's URL (urlEnv read from the environment); a missing variable is a

@@ -13,6 +13,7 @@ import { syncRoutes } from './db/routes.js';
 import { syncTargets } from './db/targets.js';
 import { assertMigrated } from './db/migrate.js';
 import { createPool } from './db/pool.js';
+import { reachedHost, reachedHosts } from './db/reached-hosts.js';
 import { startHealthServer, type HealthServer } from './observability/http.js';
 import { Metrics } from './observability/metrics.js';
 import type { ShardChannel } from './transport/channel.js';
@@ -30,7 +31,8 @@ export class UnreachableError extends Error {
 }
 
 export function redactDbUrl(url: string): string {
-  return url.replace(/\/\/([^:@/]*):([^@/]*)@/, '//$1:***@');
+  // URL userinfo, and password= in the key-value form or a URL parameter.
+  return url.replace(/\/\/([^:@/]*):([^@/]*)@/, '//$1:***@').replace(/(\bpassword\s*=\s*)('(?:[^'\\]|\\.)*'|[^\s&]+)/gi, '$1***');
 }
 
 /** Fails fast, naming the URL (password hidden) and the usual cause. */
@@ -213,7 +215,13 @@ export async function startRuntime(options: RuntimeOptions): Promise<Runtime> {
             metrics,
             logger,
             checks: {
-              postgres: async () => (await pool.query('SELECT 1'), { ok: true }),
+              // Which host the center's pool reaches, and every other pool of the process (stores,
+              // business databases, heartbeat): with a multi-host connection string, where a
+              // failover left each one.
+              postgres: async () => {
+                await pool.query('SELECT 1');
+                return { ok: true, host: reachedHost(pool)?.host, target: reachedHost(pool)?.target, pools: reachedHosts() };
+              },
               ...(redisChannel
                 ? { redis: async () => (await redisChannel.ping(), { ok: true, ...redisChannel.describe() }) }
                 : { channel: async () => ({ ok: true, transport: 'in-process' }) }),

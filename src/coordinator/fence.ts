@@ -1,5 +1,5 @@
 // Every coordinator write runs through fencedTransaction: it locks the lease row FOR SHARE and
-// checks the epoch first. A takeover (UPDATE ... epoch + 1) waits for running fenced transactions
+// checks the epoch first. A takeover (bump_epoch.sql: a greater epoch) waits for running fenced transactions
 // and every later one sees the new epoch, so a stale coordinator's write is refused, never applied.
 import type pg from 'pg';
 import { withTransaction } from '../db/pool.js';

@@ -4,6 +4,9 @@
 // its retry logic takes over.
 import pg from 'pg';
 import type { Logger } from 'pino';
+import { hostLabel, parseConnectionString } from './connection-string.js';
+import { engineClientClass } from './multi-host-client.js';
+import { noteReached, trackPool } from './reached-hosts.js';
 
 // Our pools read int8 (ids, counts) as numbers; ids stay far below 2^53. Scoped to our pools
 // instead of pg.types.setTypeParser, which would change every pg user in the process.
@@ -26,59 +29,79 @@ export interface PoolOptions {
 }
 
 /**
- * A pg Client that turns JIT off right after it connects, before the pool hands it out. Our
- * statements are short, but the planner's estimates for the map (plan_shards.sql, its flow-control
- * CTEs over near-empty tables) and for large claims pass jit_above_cost, and compiling then costs
- * 0.2-4 s per call where the statement runs in under 10 ms (bench/analysis.md). A SET rather than
- * a startup option, so that poolers which refuse startup options still work; sent before the
- * caller's first query rather than beside it (pg deprecates queries queued on a busy client).
+ * Every new session turns JIT off before the pool hands it out. Our statements are short, but the
+ * planner's estimates for the map (plan_shards.sql, its flow-control CTEs over near-empty tables)
+ * and for large claims pass jit_above_cost, and compiling then costs 0.2-4 s per call where the
+ * statement runs in under 10 ms (bench/analysis.md). A SET rather than a startup option, so that
+ * poolers which refuse startup options still work; sent before the caller's first query rather
+ * than beside it (pg deprecates queries queued on a busy client).
  */
-function jitOffClient(logger: Logger): typeof pg.Client {
-  type Callback = ((err: Error) => void) | ((err: null, c: pg.Client) => void);
-  return class JitOffClient extends pg.Client {
-    override connect(): Promise<pg.Client>;
-    override connect(callback: Callback): void;
-    override connect(callback?: Callback): Promise<pg.Client> | void {
-      const ready = super.connect().then(() =>
-        this.query('SET jit = off').then(
-          () => this,
-          (err: unknown) => {
-            logger.warn({ err: describePgError(err) }, 'could not turn JIT off on a new PostgreSQL connection; statements may pay JIT compilation');
-            return this;
-          },
-        ),
-      );
-      if (!callback) return ready;
-      ready.then(
-        (client) => (callback as (err: null, c: pg.Client) => void)(null, client),
-        (err: Error) => (callback as (err: Error) => void)(err),
-      );
-    }
-  };
+function jitOff(logger: Logger): (client: pg.Client) => Promise<void> {
+  return (client) =>
+    client.query('SET jit = off').then(
+      () => undefined,
+      (err: unknown) => {
+        logger.warn({ err: describePgError(err) }, 'could not turn JIT off on a new PostgreSQL connection; statements may pay JIT compilation');
+      },
+    );
 }
 
+/**
+ * A pool on a connection string in either libpq form (connection-string.ts). A multi-host string
+ * (`postgres://h1,h2/db?target_session_attrs=read-write`) makes each new connection try the hosts
+ * in order and keep the first that qualifies (multi-host-client.ts); a connection that meets
+ * SQLSTATE 25006 (its server became a standby) is ended and never reused. A malformed or
+ * unsupported string throws ConnectionStringError, naming what it refuses.
+ */
 export function createPool(options: PoolOptions): pg.Pool {
+  const target = parseConnectionString(options.connectionString);
+  const connectionTimeoutMs = options.connectionTimeoutMs ?? 10_000;
+  const Client = engineClientClass(
+    target,
+    jitOff(options.logger),
+    {
+      onStandby: (h) =>
+        options.logger.warn({ host: hostLabel(h) }, 'PostgreSQL server turned standby under this connection (SQLSTATE 25006); dropping the connection'),
+    },
+    options.applicationName,
+  );
   const pool = new pg.Pool({
-    connectionString: options.connectionString,
+    connectionString: target.plain ? options.connectionString : target.perHost[0]!,
     max: options.max,
     application_name: options.applicationName,
-    connectionTimeoutMillis: options.connectionTimeoutMs ?? 10_000,
+    // A new connection may try every host before it lands: each attempt gets connect_timeout.
+    connectionTimeoutMillis: connectionTimeoutMs + Math.max(target.hosts.length - 1, 0) * (target.connectTimeoutMs ?? connectionTimeoutMs),
     idleTimeoutMillis: 30_000,
     keepAlive: true,
     types: typeParsers,
-    Client: jitOffClient(options.logger),
+    Client,
     ...(options.idleInTransactionTimeoutMs ? { idle_in_transaction_session_timeout: options.idleInTransactionTimeoutMs } : {}),
     ...(options.statementTimeoutMs ? { statement_timeout: options.statementTimeoutMs } : {}),
   });
+  const reached = trackPool(pool, options.applicationName, target.display);
   pool.on('error', (err) => {
     options.logger.warn({ err: describePgError(err) }, 'PostgreSQL connection lost (idle client); the pool will reconnect');
   });
   pool.on('connect', (client) => {
+    noteReached(reached, hostLabel({ host: client.host, port: client.port }));
     client.on('error', (err) => {
       options.logger.warn({ err: describePgError(err) }, 'PostgreSQL connection lost; the pool will reconnect');
     });
   });
   return pool;
+}
+
+/** One client (not pooled, not yet connected) on a connection string in either libpq form: its
+ *  connect() tries the hosts as a pool's connections do. `config` adds pg settings (timeouts,
+ *  application_name); connectionTimeoutMillis applies per host tried unless connect_timeout says. */
+export function createClient(connectionString: string, config: Omit<pg.ClientConfig, 'connectionString'> = {}): pg.Client {
+  const target = parseConnectionString(connectionString);
+  const Client = engineClientClass(target, async () => {}, {}, config.application_name);
+  return new Client({
+    ...config,
+    connectionString: target.plain ? connectionString : target.perHost[0]!,
+    ...(target.connectTimeoutMs ? { connectionTimeoutMillis: target.connectTimeoutMs } : {}),
+  });
 }
 
 /** Keeps the parts of a pg error an operator needs, for logs. */
@@ -103,7 +126,9 @@ export function pgErrorCode(err: unknown): string | undefined {
 /** Errors that say nothing about the rows: the connection or server went away. Retry the unit. */
 export function isConnectionError(err: unknown): boolean {
   const code = pgErrorCode(err);
-  if (code) return code.startsWith('08') || code === '57P01' || code === '57P02' || code === '57P03' || code === '53300';
+  // 25006: a write on a server that became a standby (a failover); the session was ended
+  // (multi-host-client.ts) and the next one looks for the new primary.
+  if (code) return code.startsWith('08') || code === '25006' || code === '57P01' || code === '57P02' || code === '57P03' || code === '53300';
   const msg = err instanceof Error ? err.message : '';
   return /Connection terminated|ECONNREFUSED|ECONNRESET|EPIPE|timeout exceeded when trying to connect|Client has encountered a connection error|not queryable/i.test(
     msg,

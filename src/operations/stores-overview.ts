@@ -1,8 +1,8 @@
 // What each store holds now (docs/scale.md), for `status` and the console: its backlog, its leader
 // and epoch, its live workers and failed timeouts, read from the store's own database. A store
 // that does not answer is reported as unreachable, with why, instead of failing the whole view.
-import pg from 'pg';
 import type { LoadedConfig } from '../config.js';
+import { createClient } from '../db/pool.js';
 import type { Queryable } from '../flow/kind-controls.js';
 import { redactDbUrl } from '../worker/business-db.js';
 import { storeLayout } from '../stores/layout.js';
@@ -63,8 +63,7 @@ export async function storesOverview(config: LoadedConfig, timeoutMs = 3000): Pr
   return Promise.all(
     [...storeLayout(config.kinds)].map(async ([store, kinds]) => {
       const url = config.businessDatabaseUrls[store] ?? '';
-      const client = new pg.Client({
-        connectionString: url,
+      const client = createClient(url, {
         connectionTimeoutMillis: timeoutMs,
         statement_timeout: timeoutMs,
         application_name: 'timeout-center status',

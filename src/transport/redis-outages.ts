@@ -6,7 +6,8 @@
 // - Every mode: the first connection of the process that loses Redis logs `Redis unreachable at
 //   <target>; retrying` (warn) with the node(s) it last reached; once every connection that lost it
 //   is ready again, `Redis reachable again` (info) with the node(s) reached now (after a Sentinel
-//   failover, the promoted replica).
+//   failover, the promoted replica). Lost again within 5 s of that is the same outage going on
+//   (debug; warn if it lasts 5 s).
 // - Cluster: a master node that a connection fails to reach (refused, reset, timed out) logs
 //   `Redis unreachable at cluster node <host:port>; retrying until a replica takes over its slots`
 //   (warn) once per process, however often each connection's slot refresh re-adds it and fails
@@ -27,6 +28,9 @@ export function nodeKey(redis: Redis): string {
  *  the same process may still drop it (one more slot refresh) without a second line. */
 const REPLACED_MEMORY_MS = 60_000;
 
+/** An outage that starts this soon after the last one ended is the same one going on. */
+const RELAPSE_MS = 5000;
+
 interface LeftNode {
   since: number;
   /** A slot the node served when it left: who serves it now tells when the outage is over. */
@@ -41,6 +45,9 @@ export class RedisOutages {
   /** Connections that lost Redis and are not ready again. */
   private readonly down = new Set<Client>();
   private downSince = 0;
+  private recoveredAt = -Infinity;
+  /** Whether the outage in progress was logged at warn (a relapse is not, unless it lasts). */
+  private logged = false;
   private lastReached: string[];
   private readonly left = new Map<string, LeftNode>();
 
@@ -103,7 +110,24 @@ export class RedisOutages {
     this.down.add(client);
     if (this.down.size > 1) return;
     this.downSince = Date.now();
-    this.log.warn({ err: err ? { message: err.message } : undefined, nodes: this.lastReached }, `Redis unreachable at ${this.where}; retrying`);
+    const fields = { err: err ? { message: err.message } : undefined, nodes: this.lastReached };
+    const msg = `Redis unreachable at ${this.where}; retrying`;
+    if (this.downSince - this.recoveredAt >= RELAPSE_MS) {
+      this.logged = true;
+      this.log.warn(fields, msg);
+      return;
+    }
+    // Lost again right after it came back (a Sentinel failover: a connection that reached the
+    // replica before its promotion is told READONLY and reconnects): the same outage. Said at
+    // warn only if it lasts.
+    this.logged = false;
+    this.log.debug(fields, msg);
+    const since = this.downSince;
+    setTimeout(() => {
+      if (this.down.size === 0 || this.downSince !== since || this.logged) return;
+      this.logged = true;
+      this.log.warn(fields, msg);
+    }, RELAPSE_MS).unref();
   }
 
   private ready(client: Client): void {
@@ -114,7 +138,10 @@ export class RedisOutages {
   }
 
   private recovered(client: Client): void {
-    this.log.info({ nodes: this.reached(client), downMs: Date.now() - this.downSince }, 'Redis reachable again');
+    this.recoveredAt = Date.now();
+    const fields = { nodes: this.reached(client), downMs: this.recoveredAt - this.downSince };
+    if (this.logged) this.log.info(fields, 'Redis reachable again');
+    else this.log.debug(fields, 'Redis reachable again');
   }
 
   private nodeUnreachable(client: Cluster, key: string, err: Error): void {

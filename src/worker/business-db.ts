@@ -1,13 +1,14 @@
 // Business databases the center does not own: one pool per database (opened on first use), the
 // marker table the external path writes there, and the `migrate` step that prepares it.
-import pg from 'pg';
+import type pg from 'pg';
 import type { Logger } from 'pino';
-import { createPool } from '../db/pool.js';
+import { createClient, createPool } from '../db/pool.js';
 import { sql } from '../db/queries.js';
 
 /** A URL for logs and errors: the password hidden. */
 export function redactDbUrl(url: string): string {
-  return url.replace(/\/\/([^:@/]*):([^@/]*)@/, '//$1:***@');
+  // URL userinfo, and password= in the key-value form or a URL parameter.
+  return url.replace(/\/\/([^:@/]*):([^@/]*)@/, '//$1:***@').replace(/(\bpassword\s*=\s*)('(?:[^'\\]|\\.)*'|[^\s&]+)/gi, '$1***');
 }
 
 export interface Marker {
@@ -152,7 +153,7 @@ export interface PrepareResult {
 export async function prepareBusinessDatabases(urls: Record<string, string>, logger: Logger): Promise<PrepareResult> {
   const out: PrepareResult = { prepared: [], unreachable: [] };
   for (const [name, url] of Object.entries(urls)) {
-    const client = new pg.Client({ connectionString: url, connectionTimeoutMillis: 5000, application_name: 'timeout-center migrate' });
+    const client = createClient(url, { connectionTimeoutMillis: 5000, application_name: 'timeout-center migrate' });
     client.on('error', () => {});
     try {
       await client.connect();

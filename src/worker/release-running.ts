@@ -5,8 +5,9 @@
 // database's leader republishes them within a second). The databases are released side by side,
 // each within its bound: one that does not answer leaves its shards to their lease and holds up
 // no other.
-import pg from 'pg';
+import type pg from 'pg';
 import type { Logger } from 'pino';
+import { createClient } from '../db/pool.js';
 import { sql } from '../db/queries.js';
 import type { Metrics } from '../observability/metrics.js';
 import { within } from './bounded.js';
@@ -82,8 +83,7 @@ export async function releaseRunning(databases: RunningIn[], ctx: ReleaseContext
 
 /** On a connection of its own (the pool's may all be busy, or be the ones it ends). */
 async function releaseIn(db: RunningIn, workerId: string, boundMs: number): Promise<{ id: string; kind: string }[]> {
-  const client = new pg.Client({
-    connectionString: db.url,
+  const client = createClient(db.url, {
     connectionTimeoutMillis: 3000,
     statement_timeout: 3000,
     // statement_timeout is the server's: a server that does not answer is bounded here.

@@ -4,8 +4,10 @@
 // expectInvariants(): I1-I4 in SQL, plus "effects = applied timeouts".
 import { readFileSync } from 'node:fs';
 import { Redis } from 'ioredis';
-import pg from 'pg';
+import type pg from 'pg';
+import { pino } from 'pino';
 import { expect } from 'vitest';
+import { createPool } from '../../src/db/pool.js';
 import type { ConfigInput } from '../../src/config.js';
 import { checkInvariants, CLOSE_SQL, createOrdersSchema, waitForDrain, writeConfig, type Invariants } from '../helpers/orders.js';
 import { runCli, spawnCli, type CliProcess, type LogLine } from '../helpers/processes.js';
@@ -77,8 +79,9 @@ export class Scenario {
       alerts: { lagSlaMs: 60_000, ...options.alerts },
     };
     const configPath = writeConfig(config);
-    const pool = new pg.Pool({ connectionString: databaseUrl, max: 4 });
-    pool.on('error', () => {}); // a private server restarting under the test's own pool
+    // createPool: it reads multi-host connection strings (a failover test's) and already listens
+    // for 'error' (a private server restarting under the test's own pool).
+    const pool = createPool({ connectionString: databaseUrl, max: 4, applicationName: 'fault test', logger: pino({ level: 'silent' }) });
     await createOrdersSchema(pool);
     const s = new Scenario(label, databaseUrl, options.redisEnv ? '' : redisUrl, prefix, configPath, pool, db, options.redisEnv);
     const migrated = await runCli(['migrate', '--config', configPath], s.env());
@@ -116,9 +119,9 @@ export class Scenario {
   private spawn(
     role: 'coordinator' | 'worker' | 'run',
     name: string,
-    opts: { failpoints?: string; env?: Record<string, string>; concurrency?: number; prefixCmd?: string[] } = {},
+    opts: { failpoints?: string; env?: Record<string, string>; concurrency?: number; prefixCmd?: string[]; args?: string[] } = {},
   ): CliProcess {
-    const args = [role, '--config', this.configPath];
+    const args = [role, '--config', this.configPath, ...(opts.args ?? [])];
     if (opts.concurrency) args.push('--concurrency', String(opts.concurrency));
     const p = spawnCli(name, args, this.env({ TC_FAILPOINTS: opts.failpoints, ...opts.env }));
     this.procs.push(p);

@@ -3,7 +3,7 @@
 // here is tracked, and stopAllServers() (call it from afterAll) removes whatever is still running.
 import { execFile, spawn, type ChildProcess } from 'node:child_process';
 import { once } from 'node:events';
-import { chownSync, existsSync, mkdtempSync, readdirSync, rmSync } from 'node:fs';
+import { chownSync, existsSync, mkdtempSync, readdirSync, readFileSync, rmSync } from 'node:fs';
 import net from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -119,11 +119,24 @@ export async function startRedis(): Promise<RedisServer> {
 export interface PostgresServer {
   port: number;
   dir: string;
+  /** The data directory. */
+  data: string;
   /** postgres://postgres@127.0.0.1:<port>/<database> */
   url(database?: string): string;
   /** pg_ctl restart -m <mode> (immediate: a crash, recovery on start). */
   restart(mode?: 'immediate' | 'fast'): Promise<void>;
   pgCtl(...args: string[]): Promise<void>;
+  /** pg_ctl start, then waits until it accepts connections (a standby: read-only ones). */
+  start(): Promise<void>;
+  /** SIGKILL of the postmaster (its backends exit when they notice): a machine that died. */
+  kill(): Promise<void>;
+  /** pg_ctl promote -w: a standby becomes a primary on a new timeline. */
+  promote(): Promise<void>;
+  /** With the server stopped: makes it a streaming standby of `primary` (standby.signal and
+   *  primary_conninfo), then starts it. */
+  followAs(primary: PostgresServer): Promise<void>;
+  /** SELECT pg_is_in_recovery(). */
+  inRecovery(): Promise<boolean>;
   stop(): Promise<void>;
 }
 
@@ -143,6 +156,25 @@ async function postgresUid(): Promise<{ uid: number; gid: number }> {
 
 /** initdb + pg_ctl start as the postgres OS user, on a free port, fsync off (test data only). */
 export async function startPostgres(): Promise<PostgresServer> {
+  const server = await preparePostgres(async (asPostgres, data) => {
+    await asPostgres('initdb', ['-D', data, '-A', 'trust', '-U', 'postgres', '-N']);
+  });
+  await server.start();
+  return server;
+}
+
+/** A streaming-replication standby of `primary` (pg_basebackup -R, asynchronous), started. */
+export async function startStandby(primary: PostgresServer): Promise<PostgresServer> {
+  const server = await preparePostgres(async (asPostgres, data) => {
+    await asPostgres('pg_basebackup', ['-h', '127.0.0.1', '-p', String(primary.port), '-U', 'postgres', '-D', data, '-R', '-X', 'stream', '-c', 'fast']);
+  });
+  await server.start();
+  return server;
+}
+
+async function preparePostgres(
+  create: (asPostgres: (cmd: string, args: string[]) => Promise<unknown>, data: string) => Promise<void>,
+): Promise<PostgresServer> {
   const bin = pgBinDir();
   const port = await freePort();
   const dir = mkdtempSync(join(tmpdir(), 'tc-pg-'));
@@ -150,38 +182,60 @@ export async function startPostgres(): Promise<PostgresServer> {
   chownSync(dir, uid, gid);
   const data = join(dir, 'data');
   const asPostgres = (cmd: string, args: string[]) => run('runuser', ['-u', 'postgres', '--', join(bin, cmd), ...args], { timeout: 60_000 });
-  await asPostgres('initdb', ['-D', data, '-A', 'trust', '-U', 'postgres', '-N']);
+  await create(asPostgres, data);
   const opts = `-p ${port} -k ${dir} -c listen_addresses=127.0.0.1 -c fsync=off -c full_page_writes=off -c max_connections=100`;
   const pgCtl = async (...args: string[]) => {
     await asPostgres('pg_ctl', ['-D', data, '-l', join(dir, 'server.log'), '-o', opts, ...args]);
   };
   const url = (database = 'postgres') => `postgres://postgres@127.0.0.1:${port}/${database}`;
-  const ready = () =>
-    waitUntil(
-      `PostgreSQL on port ${port}`,
-      async () => {
-        const c = new pg.Client({ connectionString: url() });
-        c.on('error', () => {});
-        try {
-          await c.connect();
-          await c.query('SELECT 1');
-          return true;
-        } finally {
-          await c.end().catch(() => {});
-        }
-      },
-      30_000,
-    );
-  await pgCtl('-w', 'start');
-  await ready();
+  const query = async <T extends pg.QueryResultRow>(text: string): Promise<T[]> => {
+    const c = new pg.Client({ connectionString: url() });
+    c.on('error', () => {});
+    try {
+      await c.connect();
+      return (await c.query<T>(text)).rows;
+    } finally {
+      await c.end().catch(() => {});
+    }
+  };
+  const ready = () => waitUntil(`PostgreSQL on port ${port}`, async () => (await query('SELECT 1'), true), 30_000);
   const server: PostgresServer = {
     port,
     dir,
+    data,
     url,
     pgCtl,
+    async start() {
+      await pgCtl('-w', 'start');
+      await ready();
+    },
     async restart(mode = 'immediate') {
       await pgCtl('-w', '-m', mode, 'restart');
       await ready();
+    },
+    async kill() {
+      const pid = Number(readFileSync(join(data, 'postmaster.pid'), 'utf8').split('\n')[0]);
+      process.kill(pid, 'SIGKILL');
+      await waitUntil(`postmaster ${pid} gone`, async () => !(await portAnswers(port)), 10_000);
+    },
+    async promote() {
+      await pgCtl('-w', 'promote');
+      await waitUntil(`PostgreSQL on port ${port} promoted`, async () => !(await server.inRecovery()), 30_000);
+    },
+    async followAs(primary) {
+      const conninfo = `host=127.0.0.1 port=${primary.port} user=postgres application_name=standby_${port}`;
+      await run('runuser', [
+        '-u',
+        'postgres',
+        '--',
+        'sh',
+        '-c',
+        `touch ${data}/standby.signal && echo "primary_conninfo = '${conninfo}'" >> ${data}/postgresql.auto.conf`,
+      ]);
+      await server.start();
+    },
+    async inRecovery() {
+      return (await query<{ r: boolean }>('SELECT pg_is_in_recovery() AS r'))[0]!.r;
     },
     async stop() {
       stops.delete(server.stop);

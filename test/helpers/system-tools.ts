@@ -7,7 +7,7 @@ import { spawnSync } from 'node:child_process';
 import { accessSync, appendFileSync, constants, existsSync, readdirSync, readFileSync } from 'node:fs';
 import { delimiter, join } from 'node:path';
 
-export type Tool = 'faketime' | 'chromium' | 'docker-compose' | 'kubectl' | 'redis-cluster' | 'redis-sentinel' | 'script' | 'curl';
+export type Tool = 'faketime' | 'chromium' | 'docker-compose' | 'kubectl' | 'redis-cluster' | 'redis-sentinel' | 'script' | 'pg-auto-failover' | 'curl';
 type Argv = [string, ...string[]];
 
 interface ToolSpec {
@@ -82,6 +82,8 @@ const TOOLS: Record<Tool, ToolSpec> = {
   },
   // Sentinel is redis-server with --sentinel; Debian's redis-sentinel package adds only a service.
   'redis-sentinel': { pkg: 'redis-server', locate: () => (onPath('redis-server') ? ['redis-server', '--sentinel'] : undefined) },
+  // pg_auto_failover's monitor and keeper (test/faults/pg-auto-failover.test.ts), built for the server's PostgreSQL 15.
+  'pg-auto-failover': { pkg: 'postgresql-15-auto-failover', locate: () => (answers('pg_autoctl', ['--version']) ? ['pg_autoctl'] : undefined) },
   // util-linux's `script`: runs a command on a pseudo-terminal (what a person at a shell sees).
   script: { pkg: 'bsdutils', locate: () => (onPath('script') ? ['script'] : undefined) },
   curl: { pkg: 'curl', locate: () => (onPath('curl') ? ['curl'] : undefined) },

@@ -208,7 +208,7 @@ describe('graceful shutdown (real processes)', () => {
     expect(exit.code, coordinator.stderr).toBe(0);
     const elected = await standby.waitForMsg('became leader', LOCK_TTL_MS + 5000);
     const takeoverMs = Date.now() - signalledAt;
-    expect(Number(elected['epoch'])).toBe(Number(before[0].epoch) + 1);
+    expect(Number(elected['epoch'])).toBeGreaterThan(Number(before[0].epoch));
     // Without the release the standby would wait for the TTL (9 s); it polls every TTL/3.
     expect(takeoverMs).toBeLessThan(LOCK_TTL_MS / 3 + 1500);
     const { rows: after } = await pool.query(`SELECT holder FROM timeout_center.coordinator_lease`);

@@ -2,6 +2,7 @@
 // every store), each on its own and in parallel, and what is wrong with it. A database that does
 // not answer, is not migrated, or whose URL variable is unset is an answer too (with why), so the
 // rest of the fleet is still shown. The rendering is status.ts's list of sections.
+import { reachedHost } from '../../db/reached-hosts.js';
 import { sql, type Kysely } from 'kysely';
 import type { LoadedConfig } from '../../config.js';
 import type { Database, DbTimestamp, ScanReportView } from '../../db/schema.js';
@@ -46,6 +47,9 @@ export interface DatabaseFigures {
   workers: WorkerRow[];
   scans: ScanRow[];
   breakers: OpenBreaker[];
+  /** The host this read reached and the hosts its connection string names (a multi-host string:
+   *  the primary now; db/reached-hosts.ts). */
+  postgres: { host: string | null; target: string } | null;
   /** The center only: flow control per kind and per business database. */
   controls?: KindControls[];
   targets?: TargetControls[];
@@ -112,6 +116,7 @@ async function readDatabase(d: StoreDatabase, scans: number): Promise<DatabaseFi
     center ? listKindControls(d.pool) : Promise.resolve(undefined),
     center ? listTargetControls(d.pool) : Promise.resolve(undefined),
   ]);
+  const reached = reachedHost(d.pool);
   return {
     now: now.rows[0]!.now,
     backlog: backlog.map((b) => ({
@@ -135,6 +140,7 @@ async function readDatabase(d: StoreDatabase, scans: number): Promise<DatabaseFi
     })),
     scans: scanRows,
     breakers,
+    postgres: reached ? { host: reached.host ?? null, target: reached.target } : null,
     ...(controls ? { controls } : {}),
     ...(targets ? { targets } : {}),
   };

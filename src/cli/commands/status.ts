@@ -389,9 +389,26 @@ const scansSection: StatusSection = {
   },
 };
 
+/** Which host each database's connection string reached (a multi-host string: its primary now). */
+const postgresSection: StatusSection = {
+  name: 'postgres',
+  text(fleet) {
+    const rows = answered(fleet).filter((d) => d.value.postgres);
+    if (rows.length === 0) return undefined;
+    return rows.map((d) => `PostgreSQL${fleet.multi ? ` ${d.store}` : ''}: ${d.value.postgres!.host ?? '-'} (of ${d.value.postgres!.target})`).join('\n');
+  },
+  json(fleet) {
+    return {
+      postgres: center(fleet)?.postgres ?? null,
+      ...(fleet.multi ? { postgresByStore: Object.fromEntries(answered(fleet).map((d) => [d.store, d.value.postgres])) } : {}),
+    };
+  },
+};
+
 /** The status screen, in order. The summary comes first; add a section here for a new view. */
 export const SECTIONS: StatusSection[] = [
   fleetSection,
+  postgresSection,
   backlogSection,
   flowSection,
   leaderSection,
