@@ -203,6 +203,33 @@ const alertsSchema = z.strictObject({
 
 const DAY_MS = 86_400_000;
 
+/** A bearer token of the HTTP API (src/api/): stored as its SHA-256 (hex), never in clear. */
+const apiTokenSchema = z.strictObject({
+  /** Who holds it; logs and errors name the token by this, never by its secret. */
+  name: z.string().min(1).max(100),
+  /** SHA-256 of the token, hex (`printf %s "$TOKEN" | sha256sum`). */
+  sha256: z.string().regex(/^[0-9a-f]{64}$/, 'sha256 must be 64 lower-case hex digits (printf %s "$TOKEN" | sha256sum)'),
+  /** Kinds the token may act on; ["*"]: every kind. */
+  kinds: z.array(z.string().min(1)).min(1),
+  /** Verbs it may use (schedule, cancel, reschedule, get, settle); ["*"]: all of them. */
+  verbs: z.array(z.enum(['schedule', 'cancel', 'reschedule', 'get', 'settle', '*'])).min(1),
+});
+
+const apiSchema = z.strictObject({
+  /** Tokens (more may come from TC_API_TOKENS, see docs/api.md). */
+  tokens: z.array(apiTokenSchema).default([]),
+  /** Largest request body, bytes. */
+  bodyLimitBytes: z
+    .number()
+    .int()
+    .min(1024)
+    .max(64 * 1024 * 1024)
+    .default(4 * 1024 * 1024),
+  /** A request whose body has not arrived this many ms after its headers is answered 408 (and Node cuts
+   *  headers that never end at this + 1 s). */
+  requestTimeoutMs: z.number().int().min(100).max(600_000).default(10_000),
+});
+
 const retentionSchema = z.strictObject({
   /** The leading coordinator purges every intervalMs. false: nothing purges on its own (run
    *  `timeout-center purge` from cron instead). */
@@ -267,6 +294,8 @@ export const configSchema = z
     worker: workerSchema.default(workerSchema.parse({})),
     alerts: alertsSchema.default(alertsSchema.parse({})),
     retention: retentionSchema.default(retentionSchema.parse({})),
+    /** The HTTP API for business services (timeout-center api, run --api): tokens and limits. */
+    api: apiSchema.default(apiSchema.parse({})),
     /** Port of /metrics, /healthz, /readyz; 0 picks a free one, omit to serve nothing. */
     httpPort: z.number().int().min(0).max(65535).optional(),
     logLevel: z.enum(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent']).default('info'),
@@ -401,6 +430,7 @@ export type CoordinatorConfig = Config['coordinator'];
 export type WorkerConfig = Config['worker'];
 export type AlertsConfig = Config['alerts'];
 export type RetentionConfig = Config['retention'];
+export type ApiConfig = Config['api'];
 export type BreakerConfig = Config['breaker'];
 export type RouteConfig = z.output<typeof routeSchema>;
 

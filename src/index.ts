@@ -15,3 +15,7 @@ export { migrate } from './db/migrate.js';
 export { PermanentError, BatchFailure } from './worker/handler-contract.js';
 export type { ShardHandler, ShardItem, HandlerContext, HandlerResult } from './worker/handler-contract.js';
 export type { ShardChannel, ShardMessage, ShardDelivery } from './transport/channel.js';
+// The HTTP API's typed client (docs/api.md), generated from the served OpenAPI document.
+export { createApiClient } from './api/client.js';
+export type { ApiClient, ApiClientOptions, ApiPaths, ApiComponents } from './api/client.js';
+export type { SettleFn } from './api/backend.js';

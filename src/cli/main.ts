@@ -12,6 +12,7 @@ import { registerDemo } from './commands/demo.js';
 import { registerGenerate } from './commands/generate.js';
 import { registerCancel } from './commands/cancel.js';
 import { addConsoleOptions, consoleService, registerConsole, type ServeConsoleOpts } from './commands/console.js';
+import { addApiOptions, apiService, registerApi, type ServeApiOpts } from './commands/api.js';
 import { registerFailed } from './commands/failed.js';
 import { registerFlow } from './commands/flow.js';
 import { registerPurge } from './commands/purge.js';
@@ -60,19 +61,22 @@ function serve(role: 'coordinator' | 'worker' | 'run', description: string) {
     cmd.addOption(new Option('--concurrency <n>', 'shards run at once by the worker').argParser((v) => positiveInt(v, '--concurrency')));
   }
   addConsoleOptions(cmd);
-  cmd.action(async (opts: { config?: string; port?: number; concurrency?: number } & ServeConsoleOpts) => {
+  addApiOptions(cmd);
+  cmd.action(async (opts: { config?: string; port?: number; concurrency?: number } & ServeConsoleOpts & ServeApiOpts) => {
     const { config, logger } = load(opts);
     // Signals are handled from before the start: a SIGTERM while starting stops the process as
     // soon as the start completes (drained, leadership released), not by Node's default exit.
     const untilSignalled = handleShutdownSignals(logger);
     // The console (--console), with its own pool, is one more service of the process.
     const console_ = consoleService(opts, config, logger);
+    // The HTTP API (--api), with its own pools, likewise.
+    const api = apiService(opts, config, logger);
     const runtime = await startRuntime({
       config,
       logger,
       coordinator: role !== 'worker',
       worker: role !== 'coordinator',
-      services: console_ ? [console_] : [],
+      services: [console_, api].filter((s) => s !== undefined),
     });
     await untilSignalled(runtime);
   });
@@ -93,6 +97,7 @@ serve('run', 'run a coordinator and a worker in one process (single machine)');
 registerDemo(program);
 registerGenerate(program);
 registerConsole(program);
+registerApi(program);
 
 // Operator verbs: read the SQL views (and retry / cancel / purge); DATABASE_URL is all they need.
 for (const register of [registerStatus, registerScans, registerShards, registerFailed, registerRetry, registerCancel, registerPurge]) {

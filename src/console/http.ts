@@ -1,6 +1,5 @@
-// The console's HTTP plumbing: request bodies (form or JSON, bounded), parameters, the input checks
-// every route shares, and responses with their security headers. No routes and no SQL here.
-import type { IncomingMessage, ServerResponse } from 'node:http';
+// The console's HTTP plumbing: request bodies (form or JSON), parameters, the input checks every
+// route shares, and the security headers of every answer. No routes and no SQL here.
 import { InputError } from '../input-error.js';
 import type { FailedFilter } from '../operations/timeouts.js';
 
@@ -26,18 +25,8 @@ export interface ConsoleRequest {
   body: Params;
 }
 
-const MAX_BODY = 256 * 1024;
-
-export async function readBody(req: IncomingMessage): Promise<string> {
-  let size = 0;
-  const chunks: Buffer[] = [];
-  for await (const chunk of req) {
-    size += (chunk as Buffer).length;
-    if (size > MAX_BODY) throw new HttpError(413, 'request body too large');
-    chunks.push(chunk as Buffer);
-  }
-  return Buffer.concat(chunks).toString('utf8');
-}
+/** Largest request body the console takes (Fastify answers 413 beyond it). */
+export const MAX_BODY = 256 * 1024;
 
 export function formParams(text: string): Params {
   const out: Params = {};
@@ -100,18 +89,13 @@ export function failedFilter(p: { get(k: string): string | null | undefined }): 
 }
 
 /** Every answer carries the same security headers (no framing, no sniffing, a strict CSP). */
-export function send(res: ServerResponse, status: number, type: string, body: string, headers: Record<string, string> = {}) {
-  res.writeHead(status, {
-    'content-type': type,
-    'cache-control': 'no-store',
-    'x-content-type-options': 'nosniff',
-    'x-frame-options': 'DENY',
-    'content-security-policy': "default-src 'none'; style-src 'unsafe-inline'; img-src 'self' data:; form-action 'self'; frame-ancestors 'none'",
-    'referrer-policy': 'same-origin',
-    ...headers,
-  });
-  res.end(body);
-}
+export const SECURITY_HEADERS: Record<string, string> = {
+  'cache-control': 'no-store',
+  'x-content-type-options': 'nosniff',
+  'x-frame-options': 'DENY',
+  'content-security-policy': "default-src 'none'; style-src 'unsafe-inline'; img-src 'self' data:; form-action 'self'; frame-ancestors 'none'",
+  'referrer-policy': 'same-origin',
+};
 
 /** Bad input from any layer (one base class, src/input-error.ts): 400 with its message. */
 export function isInputError(err: unknown): boolean {

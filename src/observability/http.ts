@@ -1,7 +1,6 @@
-// /metrics, /healthz (the process answers) and /readyz (its dependencies answer), one small
-// node:http server per process.
-import { createServer, type Server } from 'node:http';
-import type { AddressInfo } from 'node:net';
+// /metrics, /healthz (the process answers) and /readyz (its dependencies answer), one small server
+// per process, on Fastify like the API and the console (one HTTP stack).
+import Fastify, { LogController, type FastifyBaseLogger } from 'fastify';
 import type { Logger } from 'pino';
 import type { Metrics } from './metrics.js';
 
@@ -19,41 +18,43 @@ export async function startHealthServer(options: {
   checks: Record<string, ReadinessCheck>;
   logger: Logger;
 }): Promise<HealthServer> {
-  const server: Server = createServer((req, res) => {
-    const url = req.url?.split('?')[0];
-    if (url === '/metrics') {
-      options.metrics.registry
-        .metrics()
-        .then((body) => {
-          res.writeHead(200, { 'content-type': options.metrics.registry.contentType });
-          res.end(body);
-        })
-        .catch((err: Error) => {
-          res.writeHead(500).end(err.message);
-        });
-      return;
-    }
-    if (url === '/healthz') {
-      res.writeHead(200, { 'content-type': 'application/json' }).end('{"status":"ok"}');
-      return;
-    }
-    if (url === '/readyz') {
-      void readiness(options.checks).then(({ ok, body }) => {
-        res.writeHead(ok ? 200 : 503, { 'content-type': 'application/json' }).end(JSON.stringify(body));
-      });
-      return;
-    }
-    res.writeHead(404).end('not found: try /metrics, /healthz or /readyz\n');
+  const app = Fastify({
+    loggerInstance: options.logger.child({ component: 'http' }) as FastifyBaseLogger,
+    logController: new LogController({ disableRequestLogging: true }),
   });
-  await new Promise<void>((resolve, reject) => {
-    server.once('error', reject);
-    server.listen(options.port, () => resolve());
+  app.get('/metrics', async (_req, reply) => {
+    try {
+      const body = await options.metrics.registry.metrics();
+      return reply.type(options.metrics.registry.contentType).send(body);
+    } catch (err) {
+      return reply
+        .code(500)
+        .type('text/plain')
+        .send((err as Error).message);
+    }
   });
-  const port = (server.address() as AddressInfo).port;
+  app.get('/healthz', (_req, reply) => reply.type('application/json').send('{"status":"ok"}'));
+  app.get('/readyz', async (_req, reply) => {
+    const { ok, body } = await readiness(options.checks);
+    return reply
+      .code(ok ? 200 : 503)
+      .type('application/json')
+      .send(JSON.stringify(body));
+  });
+  app.setNotFoundHandler((_req, reply) => reply.code(404).type('text/plain').send('not found: try /metrics, /healthz or /readyz\n'));
+  // Every address, as node:http's listen(port) did: IPv6 and IPv4 where the host has IPv6, else IPv4.
+  try {
+    await app.listen({ port: options.port, host: '::' });
+  } catch (err) {
+    if ((err as NodeJS.ErrnoException).code !== 'EAFNOSUPPORT' && (err as NodeJS.ErrnoException).code !== 'EADDRNOTAVAIL') throw err;
+    await app.listen({ port: options.port, host: '0.0.0.0' });
+  }
+  const address = app.server.address();
+  const port = typeof address === 'object' && address ? address.port : options.port;
   options.logger.info({ port }, 'serving /metrics, /healthz, /readyz');
   return {
     port,
-    close: () => new Promise((resolve) => server.close(() => resolve())),
+    close: () => app.close(),
   };
 }
 

@@ -4,7 +4,9 @@
 //     an `orders` table), in README order, and the section 3 examples do what the text says;
 //   - the section 3 payment races closes at the due instant, with a fleet running: no order is
 //     both closed and paid, no deadlock on either side;
-//   - every ```sh command names an npm script, a CLI verb and flags, or a file that exists (the
+//   - the section 3d ```sh blocks (curl) run as written against a live `timeout-center api`, in README
+//     order, and answer what the text says;
+//   - every other ```sh command names an npm script, a CLI verb and flags, or a file that exists (the
 //     commands that start a cluster are exercised by test/docs/npm-start.test.ts and
 //     test/deploy/manifests.test.ts);
 //   - section 3c's operator commands run as written, with the stores example as the config, against
@@ -14,12 +16,16 @@ import { execFile } from 'node:child_process';
 import { existsSync, mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { promisify } from 'node:util';
 import { fileURLToPath } from 'node:url';
 import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { SETTLE_OUTCOMES } from '../../src/api/schemas.js';
 import { CLI, killAll, runCli, spawnCli } from '../helpers/processes.js';
 import { createOrdersSchema } from '../helpers/orders.js';
+import { freePort } from '../helpers/servers.js';
 import { createTestDatabase, testKeyPrefix, TEST_REDIS_URL, type TestDatabase } from '../helpers/services.js';
+import { requireTools } from '../helpers/system-tools.js';
 import { report, Scenario } from '../faults/harness.js';
 import { paymentRace } from './payment-race.js';
 import { forOrder, namedBlock, readmeBlocks, statements } from './readme-blocks.js';
@@ -106,10 +112,53 @@ describe('README section 3 (plain SQL from a service)', () => {
   }, 120_000);
 });
 
+const curlTool = requireTools('curl');
+const isCurl = (text: string) => text.trimStart().startsWith('curl ');
+
+describe.skipIf(curlTool.skip)(curlTool.title('README section 3d (curl against a live API)'), () => {
+  it('each curl block, run as written against `timeout-center api`, answers what the text says', async () => {
+    const exported = readmeBlocks().find((b) => b.lang === 'sh' && /^export TC_API=/.test(b.text));
+    expect(exported, 'the export block of section 3d').toBeDefined();
+    const token = /TC_TOKEN=(\S+)/.exec(exported!.text)![1]!;
+    const port = await freePort();
+    const tokens = JSON.stringify([{ name: 'readme', token, kinds: ['*'], verbs: ['*'] }]);
+    const api = spawnCli('api', ['api', '-c', s.configPath, '--port', String(port)], s.env({ TC_API_TOKENS: tokens }));
+    try {
+      await api.waitForMsg('api listening', 60_000);
+      const env = { ...process.env, TC_API: `http://127.0.0.1:${port}`, TC_TOKEN: token };
+      const answer = async (name: string) => {
+        const b = namedBlock(name);
+        expect(isCurl(b.text), `${name} is a curl block`).toBe(true);
+        const { stdout } = await promisify(execFile)('sh', ['-c', b.text], { env, timeout: 10_000 });
+        return JSON.parse(stdout) as Record<string, unknown>;
+      };
+      expect(await answer('api-schedule')).toMatchObject({ kind: 'order.unpaid', bizId: '42', created: true });
+      expect(await answer('api-batch')).toMatchObject({ transaction: 'all-or-nothing', count: 2, created: 2 });
+      expect(await answer('api-get')).toMatchObject({ bizId: '42', state: 'pending', attempts: 0 });
+      expect(await answer('api-reschedule')).toEqual({ rescheduled: true });
+      expect(await answer('api-cancel')).toEqual({ cancelled: true });
+      // settle: the outcome, or 501 not_implemented from a build without the settle function.
+      const settled = await answer('api-settle');
+      if ('error' in settled) expect(settled['error']).toMatchObject({ code: 'not_implemented' });
+      else expect(SETTLE_OUTCOMES).toContain(settled['outcome']);
+      const rows = await s.pool.query(
+        `SELECT DISTINCT ON (biz_id) biz_id, state FROM timeout_center.all_timeouts WHERE biz_id IN ('42', '43', '44') ORDER BY biz_id, id DESC`,
+      );
+      expect(rows.rows).toEqual([
+        { biz_id: '42', state: 'cancelled' },
+        { biz_id: '43', state: 'pending' },
+        { biz_id: '44', state: 'pending' },
+      ]);
+    } finally {
+      await api.stop();
+    }
+  });
+});
+
 describe('README shell commands', () => {
   const pkg = JSON.parse(readFileSync(`${ROOT}/package.json`, 'utf8')) as { scripts: Record<string, string> };
   const commands = readmeBlocks()
-    .filter((b) => b.lang === 'sh')
+    .filter((b) => b.lang === 'sh' && !isCurl(b.text)) // the curl blocks run against a live API above
     .flatMap((b) =>
       b.text
         .replace(/\\\n\s*/g, ' ')

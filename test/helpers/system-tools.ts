@@ -7,7 +7,7 @@ import { spawnSync } from 'node:child_process';
 import { accessSync, appendFileSync, constants, existsSync, readdirSync, readFileSync } from 'node:fs';
 import { delimiter, join } from 'node:path';
 
-export type Tool = 'faketime' | 'chromium' | 'docker-compose' | 'kubectl' | 'redis-cluster' | 'redis-sentinel' | 'script' | 'pg-auto-failover';
+export type Tool = 'faketime' | 'chromium' | 'docker-compose' | 'kubectl' | 'redis-cluster' | 'redis-sentinel' | 'script' | 'pg-auto-failover' | 'curl';
 type Argv = [string, ...string[]];
 
 interface ToolSpec {
@@ -86,6 +86,7 @@ const TOOLS: Record<Tool, ToolSpec> = {
   'pg-auto-failover': { pkg: 'postgresql-15-auto-failover', locate: () => (answers('pg_autoctl', ['--version']) ? ['pg_autoctl'] : undefined) },
   // util-linux's `script`: runs a command on a pseudo-terminal (what a person at a shell sees).
   script: { pkg: 'bsdutils', locate: () => (onPath('script') ? ['script'] : undefined) },
+  curl: { pkg: 'curl', locate: () => (onPath('curl') ? ['curl'] : undefined) },
 };
 
 const located = new Map<Tool, Argv | undefined>();

@@ -1,0 +1,28 @@
+-- schedule_batch: registers many timeouts in one statement (the HTTP API's batch, one transaction).
+-- Each row exactly as schedule.sql does it: idempotent per live (kind, biz_id), a pending row moved
+-- to the new due time and payload, a dispatched one (pinned to a shard's re-run) left alone and
+-- returned. The caller refuses a (kind, biz_id) given twice (ON CONFLICT cannot touch a row twice).
+-- Rows are inserted in (kind, biz_id) order, so two batches lock shared rows in the same order.
+-- An unknown kind fails the cast to timeout_center.kind (22P02) and nothing is written.
+--   $1 kinds   $2 biz_ids   $3 due ats (timestamptz, NULL: use the delay)
+--   $4 delays (ms from now(), NULL: use the due at)   $5 payloads (jsonb text or NULL)
+-- @params kinds: string[], bizIds: string[], dueAts: (Date | null)[], delaysMs: (number | null)[], payloads: (string | null)[]
+-- Returns ord (1-based position in the input), id, due_at, created.
+WITH input AS (
+  SELECT i.ord, i.kind::timeout_center.kind AS kind, i.biz_id,
+         coalesce(i.due_at, now() + i.delay_ms * interval '1 millisecond') AS due_at, i.payload::jsonb AS payload
+    FROM unnest($1::text[], $2::text[], $3::timestamptz[], $4::double precision[], $5::text[])
+         WITH ORDINALITY AS i(kind, biz_id, due_at, delay_ms, payload, ord)),
+ins AS (
+  INSERT INTO timeout_center.timeouts AS t (kind, biz_id, due_at, payload)
+  SELECT kind, biz_id, due_at, payload FROM input ORDER BY kind, biz_id
+  ON CONFLICT (kind, biz_id) WHERE state IN ('pending', 'dispatched')
+  DO UPDATE SET due_at = EXCLUDED.due_at, payload = EXCLUDED.payload WHERE t.state = 'pending'
+  RETURNING t.id, t.kind, t.biz_id, t.due_at, (xmax = 0) AS created)
+SELECT input.ord::int AS ord, coalesce(ins.id, d.id)::int8 AS id, coalesce(ins.due_at, d.due_at) AS due_at,
+       coalesce(ins.created, false) AS created
+  FROM input
+  LEFT JOIN ins ON ins.kind = input.kind AND ins.biz_id = input.biz_id
+  LEFT JOIN timeout_center.timeouts d
+         ON ins.id IS NULL AND d.kind = input.kind AND d.biz_id = input.biz_id AND d.state = 'dispatched'
+ ORDER BY input.ord

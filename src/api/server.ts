@@ -1,0 +1,197 @@
+// The HTTP API for business services (docs/api.md): Fastify, with every request and response
+// schema written once in zod (schemas.ts). Fastify validates with them and @fastify/swagger turns
+// the same objects into the OpenAPI 3.1 document served at /v1/openapi.json; routes.ts declares the
+// routes. Here: the server's limits (body size, a body that never finishes), authentication
+// (bearer tokens scoped to kinds and verbs, tokens.ts), and one error shape (errors.ts).
+import { createServer } from 'node:http';
+import { PassThrough } from 'node:stream';
+import swagger from '@fastify/swagger';
+import Fastify, { LogController, type FastifyBaseLogger, type FastifyInstance } from 'fastify';
+import { jsonSchemaTransform, jsonSchemaTransformObject, serializerCompiler, validatorCompiler } from 'fastify-type-provider-zod';
+import type { Logger } from 'pino';
+import { isLoopback } from '../console/auth.js';
+import { InputError } from '../input-error.js';
+import type { ApiBackend } from './backend.js';
+import { ApiError, errorBody, toErrorAnswer } from './errors.js';
+import { registerRoutes } from './routes.js';
+import { DEFAULT_BODY_LIMIT } from './schemas.js';
+import type { ApiToken, TokenTable } from './tokens.js';
+
+export const API_VERSION = '1.0.0';
+
+export interface ApiAppOptions {
+  backend: ApiBackend;
+  tokens: TokenTable;
+  logger: Logger;
+  bodyLimitBytes?: number;
+  /** A request whose body has not fully arrived this long after it began is answered 408. */
+  requestTimeoutMs?: number;
+}
+
+export interface ApiServerOptions extends ApiAppOptions {
+  host: string;
+  port: number;
+  /** Serve without tokens on a non-loopback address (a proxy in front authenticates). */
+  allowUnauthenticated?: boolean;
+}
+
+export interface ApiServer {
+  url: string;
+  port: number;
+  close(): Promise<void>;
+}
+
+export class ApiConfigError extends InputError {
+  override name = 'ApiConfigError';
+}
+
+declare module 'fastify' {
+  interface FastifyRequest {
+    /** The token the request carried (null: the API runs without tokens, on loopback only). */
+    apiToken: ApiToken | null;
+  }
+}
+
+/** The Fastify app with every route, not yet listening (tests and the document generator use it
+ *  with inject()/ready()). */
+export async function buildApiApp(options: ApiAppOptions): Promise<FastifyInstance> {
+  const requestTimeoutMs = options.requestTimeoutMs ?? 10_000;
+  const app = Fastify({
+    loggerInstance: options.logger.child({ component: 'api' }) as FastifyBaseLogger,
+    // Each request is logged once, at debug, by the onResponse hook below (never its headers).
+    logController: new LogController({ disableRequestLogging: true }),
+    bodyLimit: options.bodyLimitBytes ?? DEFAULT_BODY_LIMIT,
+    // The server's own bound on a request that never completes (a backstop behind the body timer
+    // below, which answers in the API's error shape); checked every 250 ms rather than Node's 30 s.
+    serverFactory: (handler) =>
+      createServer(
+        { requestTimeout: requestTimeoutMs + 2000, headersTimeout: requestTimeoutMs + 1000, connectionsCheckingInterval: 250, keepAliveTimeout: 5000 },
+        handler,
+      ),
+    // A bizId is up to 200 characters, percent-encoded in the path (find-my-way's default stops at 100).
+    routerOptions: { ignoreTrailingSlash: false, maxParamLength: 2048 },
+  });
+  app.setValidatorCompiler(validatorCompiler);
+  app.setSerializerCompiler(serializerCompiler);
+  app.decorateRequest('apiToken', null);
+  // JSON only: any other body type is 415 (Fastify would hand a text/plain body to the schema).
+  app.removeContentTypeParser('text/plain');
+
+  await app.register(swagger, {
+    openapi: {
+      openapi: '3.1.0',
+      info: {
+        title: 'timeout-center API',
+        version: API_VERSION,
+        description:
+          'Schedule, cancel, reschedule, read and settle timeouts over HTTP. Every call needs `Authorization: Bearer <token>`; a token is allowed a list of kinds and verbs. Errors are `{"error": {"code", "message", "field"}}` with a stable code.',
+      },
+      components: { securitySchemes: { bearer: { type: 'http', scheme: 'bearer' } } },
+      security: [{ bearer: [] }],
+    },
+    transform: jsonSchemaTransform,
+    transformObject: jsonSchemaTransformObject,
+  });
+
+  // Authentication before the body is read: a caller without a valid token never gets to send one.
+  app.addHook('onRequest', async (req) => {
+    if (req.url === '/v1/openapi.json' || req.url === '/v1/health') return;
+    const token = options.tokens.find(req.headers.authorization);
+    if (token) {
+      req.apiToken = token;
+      return;
+    }
+    if (!options.tokens.enabled) return; // no tokens: allowed only on loopback (startApi)
+    throw new ApiError(401, 'unauthenticated', req.headers.authorization ? 'the bearer token is not valid' : 'send Authorization: Bearer <token>');
+  });
+
+  // A body that has not arrived within the bound is answered 408, in the error shape, and the
+  // connection is closed: a slow client cannot hold a request (or a database call) open. The timer
+  // runs only while a body is expected and is cleared when the answer goes out, whatever it was.
+  app.addHook('preParsing', async (req, reply, payload) => {
+    const headers = req.headers;
+    if (headers['content-length'] === undefined && headers['transfer-encoding'] === undefined) return payload;
+    const out = new PassThrough();
+    out.on('error', () => undefined); // reported to the parser (408 below); nothing else listens after the answer
+    let ended = false;
+    // Timers run before I/O in each turn of the event loop: after a stall of this process, bytes
+    // that did arrive in time are still unread when the timer fires. setImmediate runs after the
+    // I/O of that turn, so only a body that really has not come is answered 408.
+    const timer = setTimeout(
+      () =>
+        setImmediate(() => {
+          if (ended) return;
+          reply.header('connection', 'close');
+          out.destroy(new ApiError(408, 'request_timeout', `the request body did not arrive within ${requestTimeoutMs} ms`));
+        }),
+      requestTimeoutMs,
+    );
+    bodyTimers.set(req, timer);
+    payload.on('error', (err) => out.destroy(err));
+    payload.on('end', () => (ended = true));
+    out.on('end', () => clearTimeout(timer));
+    payload.pipe(out);
+    return out;
+  });
+  const bodyTimers = new WeakMap<object, NodeJS.Timeout>();
+  const clearBodyTimer = async (req: object) => clearTimeout(bodyTimers.get(req));
+  app.addHook('onResponse', clearBodyTimer);
+  app.addHook('onRequestAbort', clearBodyTimer);
+
+  app.addHook('onResponse', async (req, reply) => {
+    req.log.debug(
+      { method: req.method, route: req.routeOptions.url, status: reply.statusCode, token: req.apiToken?.name, ms: Math.round(reply.elapsedTime) },
+      'api request',
+    );
+  });
+
+  app.setErrorHandler((err, req, reply) => {
+    const answer = toErrorAnswer(err);
+    if (answer) {
+      if (answer.status === 401 || answer.status === 403)
+        req.log.info({ route: req.routeOptions.url, token: req.apiToken?.name, code: answer.body.error.code }, 'api request refused');
+      return reply.code(answer.status).send(answer.body);
+    }
+    req.log.error({ err, route: req.routeOptions.url }, 'api request failed');
+    return reply.code(500).send(errorBody('internal', 'internal error (the server log has the details)'));
+  });
+  app.setNotFoundHandler((req, reply) => reply.code(404).send(errorBody('not_found', `no such route: ${req.method} ${req.url.split('?')[0]}`)));
+
+  registerRoutes(app, options.backend);
+  await app.ready();
+  return app;
+}
+
+/** Listens; refuses to serve without tokens on a non-loopback address unless told a proxy
+ *  authenticates (the console's rule). */
+export async function startApi(options: ApiServerOptions): Promise<ApiServer> {
+  if (!options.tokens.enabled && !isLoopback(options.host) && !options.allowUnauthenticated) {
+    throw new ApiConfigError(
+      `refusing to serve the API on ${options.host} without tokens: configure api.tokens in the config file or TC_API_TOKENS, ` +
+        'or bind a loopback address (--host 127.0.0.1), or pass --allow-unauthenticated if a proxy in front authenticates',
+    );
+  }
+  const app = await buildApiApp(options);
+  try {
+    await app.listen({ host: options.host, port: options.port });
+  } catch (err) {
+    await app.close();
+    const code = (err as NodeJS.ErrnoException).code;
+    throw new ApiConfigError(
+      `cannot serve the API on ${options.host}:${options.port}: ${code === 'EADDRINUSE' ? 'the port is in use' : (err as Error).message}`,
+    );
+  }
+  const address = app.server.address();
+  const port = typeof address === 'object' && address ? address.port : options.port;
+  const hostForUrl = options.host.includes(':') ? `[${options.host}]` : options.host;
+  const url = `http://${hostForUrl}:${port}`;
+  options.logger.info({ url, auth: options.tokens.enabled ? 'tokens' : 'off' }, 'api listening');
+  return {
+    url,
+    port,
+    close: async () => {
+      app.server.closeAllConnections();
+      await app.close();
+    },
+  };
+}
