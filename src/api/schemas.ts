@@ -3,6 +3,9 @@
 // OpenAPI 3.1 document at /v1/openapi.json, from which the TypeScript client is generated
 // (scripts/generate-api-client.ts). Nothing here connects or runs a query.
 import { z } from 'zod';
+import { SETTLE_OUTCOMES, type SettleOutcome } from '../settle/settle.js';
+
+export { SETTLE_OUTCOMES, type SettleOutcome };
 
 /** Most timeouts one batch request may schedule (one transaction). */
 export const MAX_BATCH = 5000;
@@ -122,11 +125,8 @@ export const timeoutView = z
   .meta({ id: 'Timeout' });
 export type TimeoutView = z.output<typeof timeoutView>;
 
-/** What settle did (src/settle/settle.ts SETTLE_OUTCOMES, sql timeout_center.settle; the two lists
- *  must stay equal: import that one here once both are on main). Only applied and skipped change
- *  anything. */
-export const SETTLE_OUTCOMES = ['applied', 'skipped', 'not_due', 'paused', 'limited', 'busy', 'already_final', 'not_found', 'unsupported', 'failed'] as const;
-export type SettleOutcome = (typeof SETTLE_OUTCOMES)[number];
+// What settle did: the one list of outcomes, src/settle/settle.ts's (sql timeout_center.settle).
+// Only applied and skipped change anything.
 
 export const settleResponse = z
   .object({

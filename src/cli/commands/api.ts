@@ -6,6 +6,7 @@
 import { CommanderError, Option, type Command } from 'commander';
 import type pg from 'pg';
 import { ApiBackend, type SettleFn } from '../../api/backend.js';
+import { settle } from '../../settle/settle.js';
 import { ApiConfigError, startApi, type ApiServer } from '../../api/server.js';
 import { ApiTokenConfigError, resolveApiTokens, TokenTable } from '../../api/tokens.js';
 import { loadConfig, type LoadedConfig } from '../../config.js';
@@ -30,9 +31,16 @@ export interface ServeApiInput {
   host: string;
   allowUnauthenticated: boolean;
   logger: Logger;
-  /** Settle-on-read, when this process can run the kinds' handlers. */
+  /** Settle-on-read; the product's settle() (src/settle/) unless a caller gives another. */
   settle?: SettleFn | undefined;
 }
+
+/** The API's settle: timeout_center.settle in the database that holds the timeout (the backend
+ *  hands it the center's or the store's pool). */
+const settleInDatabase: SettleFn = async (db, kind, bizId) => {
+  const r = await settle(db, kind, bizId);
+  return { outcome: r.outcome, detail: r.detail, state: r.state, shardId: r.shardId };
+};
 
 /** Opens the API's pools (the center's, each store's) and serves; close() stops them. */
 export async function serveApi(input: ServeApiInput): Promise<ApiServer> {
@@ -60,7 +68,7 @@ export async function serveApi(input: ServeApiInput): Promise<ApiServer> {
       const url = config.businessDatabaseUrls[store];
       if (url) stores[store] = open(url);
     }
-    const backend = new ApiBackend({ center, stores, kinds: config.kinds, settle: input.settle });
+    const backend = new ApiBackend({ center, stores, kinds: config.kinds, settle: input.settle ?? settleInDatabase });
     const server = await startApi({
       backend,
       tokens,
