@@ -5,6 +5,7 @@ import { InputError } from '../input-error.js';
 import { Command, CommanderError, Option } from 'commander';
 import { ConfigError, loadConfig, type LoadedConfig } from '../config.js';
 import { migrate } from '../db/migrate.js';
+import { describeLayout } from '../db/citus-layout.js';
 import { syncKinds } from '../db/kinds.js';
 import { syncRoutes } from '../db/routes.js';
 import { syncTargets } from '../db/targets.js';
@@ -100,7 +101,7 @@ program
         );
       }
       logger.info(
-        { applied: result.applied, version: result.current, kinds: config ? Object.keys(config.kinds) : undefined },
+        { applied: result.applied, version: result.current, layout: describeLayout(result.layout), kinds: config ? Object.keys(config.kinds) : undefined },
         result.applied.length ? 'database migrated' : 'database already up to date',
       );
     } finally {
