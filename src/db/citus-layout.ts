@@ -60,29 +60,24 @@ export interface LayoutResult {
 /**
  * Applies the Citus layout when the database has the citus extension and not yet the layout, in
  * one transaction (rows already there are kept, each placed in its bucket). Without citus, or
- * already applied: nothing changes. Call after migrate(), under its advisory lock's protection
- * against a second migrate (the layout table's primary key refuses a second layout anyway).
+ * already applied: nothing changes. migrate() calls it on its own connection, under its advisory
+ * lock (a second migrate waits, then finds the layout there).
  */
-export async function applyLayout(pool: pg.Pool, buckets = DEFAULT_CITUS_BUCKETS): Promise<LayoutResult> {
-  const client = await pool.connect();
+export async function applyLayout(client: pg.PoolClient | pg.Client, buckets = DEFAULT_CITUS_BUCKETS): Promise<LayoutResult> {
+  const { rows } = await client.query<{ citus: boolean }>("SELECT EXISTS (SELECT 1 FROM pg_extension WHERE extname = 'citus') AS citus");
+  const current = await readLayout(client);
+  if (!rows[0]?.citus || current.name === 'citus') return { layout: current, applied: false };
+  if (!Number.isInteger(buckets) || buckets < 1 || buckets > 1024) throw new Error(`citus buckets must be 1-1024, got ${buckets}`);
+  const text = readFileSync(`${MIGRATIONS_DIR}/citus/layout.sql`, 'utf8').replaceAll(':buckets', String(buckets));
+  await client.query('BEGIN');
   try {
-    const { rows } = await client.query<{ citus: boolean }>("SELECT EXISTS (SELECT 1 FROM pg_extension WHERE extname = 'citus') AS citus");
-    const current = await readLayout(client);
-    if (!rows[0]?.citus || current.name === 'citus') return { layout: current, applied: false };
-    if (!Number.isInteger(buckets) || buckets < 1 || buckets > 1024) throw new Error(`citus buckets must be 1-1024, got ${buckets}`);
-    const text = readFileSync(`${MIGRATIONS_DIR}/citus/layout.sql`, 'utf8').replaceAll(':buckets', String(buckets));
-    await client.query('BEGIN');
-    try {
-      await client.query(text);
-      await client.query('COMMIT');
-    } catch (err) {
-      await client.query('ROLLBACK').catch(() => {});
-      throw new Error(`the Citus layout failed and was rolled back: ${(err as Error).message}`, { cause: err });
-    }
-    return { layout: await readLayout(client), applied: true };
-  } finally {
-    client.release();
+    await client.query(text);
+    await client.query('COMMIT');
+  } catch (err) {
+    await client.query('ROLLBACK').catch(() => {});
+    throw new Error(`the Citus layout failed and was rolled back: ${(err as Error).message}`, { cause: err });
   }
+  return { layout: await readLayout(client), applied: true };
 }
 
 const known = new WeakMap<object, Promise<Layout>>();

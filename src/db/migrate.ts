@@ -78,7 +78,7 @@ export async function migrate(pool: pg.Pool, logger: Logger, dir = MIGRATIONS_DI
       }
       // The layout (src/db/citus-layout.ts): a database with the citus extension is laid out over
       // the cluster once; a plain one is left as it is.
-      const layout = await applyLayout(pool, options.citusBuckets);
+      const layout = await applyLayout(client, options.citusBuckets);
       if (layout.applied) logger.info({ layout: describeLayout(layout.layout) }, 'applied layout');
       return { applied, current: migrations.at(-1)?.version ?? 0, layout: layout.layout, layoutApplied: layout.applied };
     } finally {

@@ -29,6 +29,8 @@ import { loadConfig } from '../../config.js';
 import { createLogger } from '../../observability/logger.js';
 import { probeRedis, type RedisProbe } from '../../transport/redis-probe.js';
 import { storesOverview, type StoreOverview } from '../../operations/stores-overview.js';
+import { citusNodes, describeLayout, readLayout } from '../../db/citus-layout.js';
+import type pg from 'pg';
 
 export { LIVE_WINDOW_S };
 
@@ -94,11 +96,13 @@ export function registerStatus(program: Command): void {
         const unserved = backlog.filter((b) => !b.paused && !served.has(b.kind) && Number(b.pending_due) + Number(b.in_flight) > 0).map((b) => b.kind);
         const redisProbe = await redis;
         const storeRows = await stores;
+        const layout = await layoutStatus(pool);
         if (opts.json) {
           printJson({
             now: now.rows[0]!.now,
             redis: redisProbe ?? null,
             stores: storeRows,
+            layout,
             backlog: backlog.map((b) => ({
               kind: b.kind,
               pendingDue: Number(b.pending_due),
@@ -157,6 +161,8 @@ export function registerStatus(program: Command): void {
             ? `Leader: ${leader.holder ?? '?'} (epoch ${leader.epoch}, since ${formatTime(leader.acquiredAt)}; each coordinator's /readyz says whether it leads now)`
             : 'Leader: none has been elected yet (no coordinator has run against this database)',
         );
+        out.push('');
+        out.push(`Layout: ${layout.description}`);
         out.push('');
         out.push(describeRedis(redisProbe));
         out.push('');
@@ -312,4 +318,24 @@ export function scanTable(scans: (ScanRow & { store?: string })[]): string {
     { header: 'duration', value: (s) => formatSeconds(s.duration_s), align: 'right' },
     { header: 'epoch', value: (s) => Number(s.epoch) },
   ]);
+}
+
+/** The database's layout (src/db/citus-layout.ts): plain, or citus with its buckets, its worker
+ *  nodes and how many of timeouts' shards each holds. */
+async function layoutStatus(
+  pool: pg.Pool,
+): Promise<{ name: string; description: string; buckets?: number; workerNodes?: number; placements?: Record<string, number> }> {
+  const layout = await readLayout(pool);
+  if (layout.name === 'plain') return { name: layout.name, description: describeLayout(layout) };
+  const nodes = await citusNodes(pool);
+  const where = Object.entries(nodes.placements)
+    .map(([node, n]) => `${node} ${n}`)
+    .join(', ');
+  return {
+    name: layout.name,
+    description: `${describeLayout(layout, nodes)}; timeouts' shards per node: ${where}`,
+    buckets: layout.buckets.length,
+    workerNodes: nodes.workers,
+    placements: nodes.placements,
+  };
 }
