@@ -143,7 +143,7 @@ describe.skipIf(tools.skip)(tools.title('Citus: the layout, the README blocks an
     expect(shards[0]!.without).toBe(0);
     expect(shards[0]!.buckets).toBe(16);
     // The operator CLI reads the Citus store.
-    for (const args of [['scans'], ['failed'], ['status']]) {
+    for (const args of [['scans'], ['failed'], ['status'], ['purge', '--dry-run'], ['purge', '--done-after', '0s']]) {
       const r = await runCli(args, s.env());
       expect(r.code, `${args.join(' ')}: ${r.stderr}`).toBe(0);
     }
