@@ -168,6 +168,13 @@ const workerSchema = z.strictObject({
   /** Lease on a shard; a shard whose lease ran out (worker died) is reclaimed. Must exceed the
    *  kinds' time limits. */
   leaseMs: z.number().int().min(1000).max(3_600_000).default(30_000),
+  /** A worker that wrote no heartbeat for this long (on the database clock), or stopped, is gone:
+   *  the leader ends the leases it held and republishes the deliveries it had read, so its shards
+   *  run again within this bound plus one reap (1 s), whatever leaseMs is; the map stops counting
+   *  them as covering due rows at once. Workers write their heartbeat every third of it. A live
+   *  worker stalled longer than this (a pause, a stop-the-world) only loses its leases: its late
+   *  writes are refused (docs/reliability.md). The coordinators and the workers must agree on it. */
+  goneAfterMs: z.number().int().min(1000).max(600_000).default(3000),
   /** XREADGROUP BLOCK time. */
   blockMs: z.number().int().min(10).max(60_000).default(1000),
   /** Only run these kinds (default: all kinds of the config). */
@@ -401,6 +408,9 @@ export interface LoadedConfig extends Config {
   databaseUrl: string;
   /** businessDatabases with each URL resolved (urlEnv read from the environment). */
   businessDatabaseUrls: Record<string, string>;
+  /** With `allowUnsetUrls` only: business databases whose urlEnv variable is not set (name ->
+   *  variable); they are absent from businessDatabaseUrls. */
+  unsetUrls?: Record<string, string>;
   /** The one node's URL in single mode; empty with a cluster or sentinels (see redisConnection). */
   redisUrl: string;
   redisConnection: RedisConnectionConfig;
@@ -461,6 +471,9 @@ export interface LoadOptions {
   /** false: a missing Redis setting is not an error (the operator verbs that read databases only);
    *  redisConnection is then a single node with an empty URL. */
   needsRedis?: boolean;
+  /** true: a business database whose urlEnv variable is not set is listed in `unsetUrls` instead of
+   *  failing the load (the operator verbs show the rest and name it); false (processes): a ConfigError. */
+  allowUnsetUrls?: boolean;
 }
 
 export interface ConfigOverrides {
@@ -508,16 +521,26 @@ export function loadConfig(options: LoadOptions): LoadedConfig {
   if (missing.length > 0) throw new ConfigError(source, missing);
   const redisConnection = redis as RedisConnectionConfig;
   const redisUrl = redisConnection.mode === 'single' ? redisConnection.url : '';
-  const businessDatabaseUrls = resolveBusinessDatabaseUrls(config, source, env);
-  return { ...config, databaseUrl: databaseUrl!, redisUrl, redisConnection, baseDir, source, businessDatabaseUrls };
+  const unsetUrls: Record<string, string> | undefined = options.allowUnsetUrls ? {} : undefined;
+  const businessDatabaseUrls = resolveBusinessDatabaseUrls(config, source, env, unsetUrls);
+  return { ...config, databaseUrl: databaseUrl!, redisUrl, redisConnection, baseDir, source, businessDatabaseUrls, ...(unsetUrls ? { unsetUrls } : {}) };
 }
 
 /** Each business database's URL (urlEnv read from the environment); a missing variable is a
- *  ConfigError naming it. */
-export function resolveBusinessDatabaseUrls(config: Config, source: string, env: NodeJS.ProcessEnv = process.env): Record<string, string> {
+ *  ConfigError naming it, or, given `unset`, recorded there (name -> variable) and left out. */
+export function resolveBusinessDatabaseUrls(
+  config: Config,
+  source: string,
+  env: NodeJS.ProcessEnv = process.env,
+  unset?: Record<string, string>,
+): Record<string, string> {
   const businessDatabaseUrls: Record<string, string> = {};
   for (const [name, db] of Object.entries(config.businessDatabases)) {
     const url = db.url ?? env[db.urlEnv!];
+    if (!url && unset) {
+      unset[name] = db.urlEnv!;
+      continue;
+    }
     if (!url) {
       throw new ConfigError(source, [
         `businessDatabases.${name}.urlEnv: the environment variable ${db.urlEnv} is not set (it should hold the URL of business database ${name})`,

@@ -1,22 +1,16 @@
 #!/usr/bin/env node
 // timeout-center: one command per verb. Errors go to stderr as one readable line (what happened,
 // what to do) and a non-zero exit; logs go to stdout as JSON lines.
-import { InputError } from '../input-error.js';
 import { Command, CommanderError, Option } from 'commander';
-import { ConfigError, loadConfig, type LoadedConfig } from '../config.js';
-import { migrate } from '../db/migrate.js';
-import { describeLayout } from '../db/citus-layout.js';
-import { syncKinds } from '../db/kinds.js';
-import { syncRoutes } from '../db/routes.js';
-import { syncTargets } from '../db/targets.js';
-import { prepareBusinessDatabases } from '../worker/business-db.js';
-import { createPool } from '../db/pool.js';
+import { loadConfig, type LoadedConfig } from '../config.js';
 import { createLogger, type Logger } from '../observability/logger.js';
-import { checkPostgres, startRuntime, UnreachableError, type Runtime } from '../runtime.js';
+import { startRuntime, type Runtime } from '../runtime.js';
+import { configOption } from './commands/common.js';
+import { registerMigrate } from './commands/migrate.js';
+import { EXIT, EXIT_CODES_HELP, exitCodeOf } from './exit-codes.js';
 import { registerDemo } from './commands/demo.js';
 import { registerGenerate } from './commands/generate.js';
 import { registerCancel } from './commands/cancel.js';
-import { migrateStores } from '../stores/store-database.js';
 import { addConsoleOptions, consoleService, registerConsole, type ServeConsoleOpts } from './commands/console.js';
 import { registerFailed } from './commands/failed.js';
 import { registerFlow } from './commands/flow.js';
@@ -32,12 +26,12 @@ program
   .description(
     'Batch-scan timeout center: deadlines live as rows in PostgreSQL (timeout_center.timeouts); a coordinator\n' +
       'claims what is due into shards, workers apply each shard as one UPDATE.\n\n' +
-      'Connections come from DATABASE_URL and REDIS_URL; kinds and handlers from --config (or TIMEOUT_CENTER_CONFIG).',
+      'Connections come from DATABASE_URL and REDIS_URL; kinds, handlers and stores from -c/--config (or TIMEOUT_CENTER_CONFIG),\n' +
+      'which every verb takes.',
   )
   .showHelpAfterError('(run with --help for usage)')
+  .addHelpText('afterAll', `\n${EXIT_CODES_HELP}\n`)
   .exitOverride();
-
-const configOption = () => new Option('-c, --config <file>', 'config file (YAML or JSON) declaring kinds and handlers').env('TIMEOUT_CENTER_CONFIG');
 const portOption = () => new Option('-p, --port <port>', 'serve /metrics, /healthz, /readyz on this port (0 = any free port)').argParser(parsePort);
 
 function parsePort(value: string): number {
@@ -58,59 +52,10 @@ function load(opts: { config?: string; port?: number; concurrency?: number }): {
   return { config, logger: createLogger(config.logLevel) };
 }
 
-program
-  .command('migrate')
-  .description("create or upgrade the timeout_center schema (safe to run from several processes at once), then register the config's kinds")
-  .addOption(configOption())
-  .option('--schema-only', 'apply migrations only; do not read a config or register kinds')
-  .action(async (opts: { config?: string; schemaOnly?: boolean }) => {
-    const logger = createLogger(process.env['LOG_LEVEL'] === 'debug' ? 'debug' : 'info');
-    let config: LoadedConfig | undefined;
-    let url = process.env['DATABASE_URL'];
-    if (!opts.schemaOnly) {
-      config = loadConfig({ path: opts.config });
-      url = config.databaseUrl;
-    }
-    if (!url) throw new ConfigError('(environment)', ['DATABASE_URL is not set (e.g. postgres://postgres@127.0.0.1:5432/app)']);
-    const pool = createPool({ connectionString: url, max: 2, applicationName: 'timeout-center migrate', logger });
-    try {
-      await checkPostgres(pool, url);
-      const result = await migrate(pool, logger);
-      if (config) {
-        await syncKinds(pool, config.kinds);
-        await syncRoutes(pool, config.kinds);
-        await syncTargets(pool, config.businessDatabases);
-      }
-      // The schema in each store (kinds stored beside their orders), then the marker table in each
-      // business database; one that cannot be reached is named, and the command fails after
-      // preparing the others (run it again once that database is up).
-      const stores = config ? await migrateStores(config, logger) : { migrated: [], failed: [] };
-      const business = config ? await prepareBusinessDatabases(config.businessDatabaseUrls, logger) : { prepared: [], unreachable: [] };
-      if (stores.failed.length > 0) {
-        throw new UnreachableError(
-          `the center's database is migrated, but these stores could not be migrated: ${stores.failed
-            .map((u) => `${u.store} (${u.url}: ${u.error})`)
-            .join('; ')}. Start them or fix businessDatabases, then run migrate again`,
-        );
-      }
-      if (business.unreachable.length > 0) {
-        throw new UnreachableError(
-          `the center's database is migrated, but these business databases could not be reached to prepare timeout_center.markers: ${business.unreachable
-            .map((u) => `${u.name} (${u.url}: ${u.error})`)
-            .join('; ')}. Start them or fix businessDatabases, then run migrate again`,
-        );
-      }
-      logger.info(
-        { applied: result.applied, version: result.current, layout: describeLayout(result.layout), kinds: config ? Object.keys(config.kinds) : undefined },
-        result.applied.length ? 'database migrated' : 'database already up to date',
-      );
-    } finally {
-      await pool.end();
-    }
-  });
+registerMigrate(program);
 
 function serve(role: 'coordinator' | 'worker' | 'run', description: string) {
-  const cmd = program.command(role).description(description).addOption(configOption()).addOption(portOption());
+  const cmd = program.command(role).description(description).addOption(portOption());
   if (role !== 'coordinator') {
     cmd.addOption(new Option('--concurrency <n>', 'shards run at once by the worker').argParser((v) => positiveInt(v, '--concurrency')));
   }
@@ -155,6 +100,12 @@ for (const register of [registerStatus, registerScans, registerShards, registerF
 }
 // Flow control: pause, resume, limit (audited; fleet-wide within a tick).
 registerFlow(program);
+
+// Every verb takes -c/--config (TIMEOUT_CENTER_CONFIG) from this one definition, reads it the same
+// way (commands/common.ts readConfig), and fails on bad usage with exit 2 (exit-codes.ts).
+for (const cmd of program.commands) {
+  if (!cmd.options.some((o) => o.attributeName() === 'config')) cmd.addOption(configOption());
+}
 
 /**
  * First SIGTERM/SIGINT drains and exits 0; a second one forces exit 1. Installs the handlers now;
@@ -204,17 +155,17 @@ async function main(argv: string[]): Promise<void> {
     await program.parseAsync(argv);
   } catch (err) {
     if (err instanceof CommanderError) {
-      if (err.code === 'commander.helpDisplayed' || err.code === 'commander.version' || err.code === 'commander.help') process.exit(0);
+      if (err.code === 'commander.helpDisplayed' || err.code === 'commander.version' || err.code === 'commander.help') process.exit(EXIT.ok);
+      // Commander printed its own usage errors; ours (tc.*) are printed here.
       if (err.code.startsWith('tc.')) process.stderr.write(`timeout-center: ${err.message}\n`);
-      // Usage errors (missing argument, unknown option, ...) are bad input like ours: exit 2.
-      process.exit(err.exitCode === 1 && err.code.startsWith('commander.') ? 2 : err.exitCode || 2);
+      process.exit(exitCodeOf(err));
     }
-    if (err instanceof ConfigError || err instanceof UnreachableError || err instanceof InputError) {
-      process.stderr.write(`timeout-center: ${err.message}\n`);
-      process.exit(2);
-    }
-    process.stderr.write(`timeout-center: ${(err as Error).message ?? String(err)}\n`);
-    process.exit(1);
+    // One line (what happened, what to do) and the code of the table: 2 bad input, 3 unavailable,
+    // 4 unexpected.
+    const code = exitCodeOf(err);
+    const message = (err as Error).message ?? String(err);
+    process.stderr.write(`timeout-center: ${code === EXIT.unexpected ? `unexpected error (please report it): ${message}` : message}\n`);
+    process.exit(code);
   }
 }
 

@@ -1,6 +1,6 @@
 // The overview's chart, drawn on the server as SVG (no chart library, no script in the page):
-// timeouts finished per minute over the last hour as bars, and their p95 lateness (finished_at -
-// due_at) as a line on its own axis.
+// timeouts finished per minute over the last hour as bars, and their p95 lateness at commit (their
+// shard's finished_at - due_at: operations/overview.ts lastHour) as a line on its own axis.
 import type { MinutePoint } from '../operations/overview.js';
 import { escapeHtml, formatSeconds, raw, type Html } from './html.js';
 

@@ -70,7 +70,17 @@ export class Coordinator extends BaseService {
     metrics.leader.set({ store }, 0);
     metrics.epoch.set({ store }, 0);
     this.lag = new LagMonitor(pool, alerter, metrics, config.alerts, config.coordinator.lagCheckIntervalMs, store);
-    this.recovery = new Recovery({ pool, channel, dispatcher, alerter, metrics, logger, republishAfterMs: config.coordinator.republishAfterMs });
+    this.recovery = new Recovery({
+      pool,
+      channel,
+      dispatcher,
+      alerter,
+      metrics,
+      logger,
+      republishAfterMs: config.coordinator.republishAfterMs,
+      goneAfterMs: config.worker.goneAfterMs,
+      kinds: Object.keys(config.kinds),
+    });
     const unserved = new UnservedKinds(alerter, logger);
     this.mapper = new Mapper({ config, pool, flow: this.flow, dispatcher, lag: this.lag, unserved, metrics, logger, coordinatorId: deps.coordinatorId, store });
     this.reducer = new Reducer({ pool, alerter, metrics, logger, consecutiveFailed: config.alerts.consecutiveFailedScans });

@@ -40,6 +40,8 @@ export async function planScan(
     /** A plan written ahead of its rows' due instant (from a count ahead): its shards are claimed
      *  no earlier than this time on the database clock (shards.not_before, sql/0011). */
     notBefore?: Date;
+    /** A shard running under a worker gone this long covers nothing (worker.goneAfterMs). */
+    goneAfterMs: number;
   },
 ): Promise<PlannedScan | undefined> {
   type Row = {
@@ -68,6 +70,7 @@ export async function planScan(
         rateBudget: JSON.stringify(args.rateBudget),
         targetBudget: JSON.stringify(args.targetBudget),
         notBefore: args.notBefore ?? null,
+        goneAfterMs: args.goneAfterMs,
       }),
     ),
   );

@@ -111,6 +111,7 @@ export class Mapper {
         credit: { ...aheadCredit, ...creditParam(credit) },
         rateBudget: flow.rateBudget,
         targetBudget: flow.targetBudget,
+        goneAfterMs: this.deps.config.worker.goneAfterMs,
       });
       this.memory.afterPlan(planned, credit, now, room);
       // The plan of a flood counted ahead became due at this instant: nothing of it is late yet.
@@ -194,6 +195,7 @@ export class Mapper {
       rateBudget: {},
       targetBudget: {},
       notBefore: new Date(cutoff),
+      goneAfterMs: this.deps.config.worker.goneAfterMs,
     });
     if (!planned) return;
     this.memory.plannedAheadOf(cutoff, planned, credit);

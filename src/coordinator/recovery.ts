@@ -1,13 +1,17 @@
 // Recovery, the first step of every leader tick: republish what Redis lost (the channel's marker
-// key is gone) and what dead workers left behind (the reaper: expired leases requeued, shards
-// queued too long republished, shards out of attempts abandoned with an alert). At most once a
-// second, and at once after an election or a Redis loss.
+// key is gone) and what dead workers left behind (the reaper: leases of gone workers and expired
+// leases requeued, shards queued too long republished, shards out of attempts abandoned with an
+// alert). A worker is gone when it wrote no heartbeat for worker.goneAfterMs: the deliveries it
+// read ahead (pending under its consumer in Redis) are acknowledged and their shards published
+// again, and its leases end, in the same reap. At most once a second, and at once after an
+// election or a Redis loss.
 import type pg from 'pg';
 import type { Logger } from 'pino';
 import type { Alerter } from '../alerts/alerter.js';
 import type { Metrics } from '../observability/metrics.js';
 import type { ShardChannel } from '../transport/channel.js';
 import type { Dispatcher } from './dispatch.js';
+import { sql } from '../db/queries.js';
 import { reap } from './reaper.js';
 
 const REAP_EVERY_MS = 1000;
@@ -20,6 +24,10 @@ export interface RecoveryDeps {
   metrics: Metrics;
   logger: Logger;
   republishAfterMs: number;
+  /** worker.goneAfterMs. */
+  goneAfterMs: number;
+  /** The kinds whose streams this leader recovers. */
+  kinds: string[];
 }
 
 export class Recovery {
@@ -40,7 +48,20 @@ export class Recovery {
     if (channelLost) logger.info('shard channel marker missing (first start, or Redis lost its data): the queued shards are republished from PostgreSQL');
     if (channelLost || Date.now() - this.lastReapAt >= REAP_EVERY_MS) {
       this.lastReapAt = Date.now();
-      const reaped = await reap(pool, epoch, { republishAfterMs: this.deps.republishAfterMs, channelLost });
+      const released = await this.releaseGone();
+      const reaped = await reap(pool, epoch, {
+        republishAfterMs: this.deps.republishAfterMs,
+        channelLost,
+        goneAfterMs: this.deps.goneAfterMs,
+        unpublish: released.shardIds,
+      });
+      if (released.workers.length > 0 || reaped.takenOver > 0) {
+        logger.warn(
+          { workers: released.workers, deliveries: released.shardIds.length, leases: reaped.takenOver, goneAfterMs: this.deps.goneAfterMs },
+          'took over the shards of gone workers (no heartbeat within worker.goneAfterMs)',
+        );
+        metrics.reclaims.inc({ source: 'worker_gone' }, released.shardIds.length + reaped.takenOver);
+      }
       if (reaped.republish.length > 0 || reaped.abandoned.length > 0 || reaped.orphanScans > 0) {
         logger.warn(
           { requeued: reaped.requeued, stale: reaped.stale, abandoned: reaped.abandoned.length, orphanScans: reaped.orphanScans, channelLost },
@@ -63,5 +84,17 @@ export class Recovery {
       dispatcher.add(reaped.republish);
     }
     await dispatcher.flush();
+  }
+
+  /** Acknowledges the deliveries pending in Redis under gone workers' consumers; returns their
+   *  shard ids (the reap publishes those still queued again) and the workers. */
+  private async releaseGone(): Promise<{ workers: string[]; shardIds: number[] }> {
+    const { pool, channel, kinds, goneAfterMs } = this.deps;
+    const holders = await channel.holders(kinds);
+    if (holders.length === 0) return { workers: [], shardIds: [] };
+    const { rows } = await pool.query<{ worker_id: string }>(sql('coordinator/gone_consumers', { consumers: holders, goneAfterMs }));
+    const shardIds: number[] = [];
+    for (const { worker_id } of rows) for (const m of await channel.releaseConsumer(worker_id, kinds)) shardIds.push(m.shardId);
+    return { workers: rows.map((r) => r.worker_id), shardIds };
   }
 }

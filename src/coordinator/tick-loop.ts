@@ -7,6 +7,7 @@ import cron, { type ScheduledTask } from 'node-cron';
 import type { Logger } from 'pino';
 import type { Metrics } from '../observability/metrics.js';
 import { BaseService } from '../service.js';
+import { isRedisFailoverError } from '../transport/redis-errors.js';
 import { FencedError } from './fence.js';
 import type { Leadership } from './leadership.js';
 
@@ -27,6 +28,8 @@ export class TickLoop extends BaseService {
   private ticking: Promise<void> | undefined;
   private tickAgain = false;
   private active = false;
+  /** Ticks failed in a row on a Redis failover (isRedisFailoverError). */
+  private redisFailures = 0;
 
   constructor(private readonly options: TickLoopOptions) {
     super();
@@ -82,9 +85,20 @@ export class TickLoop extends BaseService {
     try {
       const wakeInMs = await this.options.tick();
       if (wakeInMs !== undefined && this.active) this.wakeIn(wakeInMs);
+      if (this.redisFailures > 0) {
+        this.options.logger.info({ failedTicks: this.redisFailures }, 'coordinator ticks again after Redis came back');
+        this.redisFailures = 0;
+      }
     } catch (err) {
       if (err instanceof FencedError) this.fenced(err);
-      else this.options.logger.error({ err, ms: Date.now() - started }, 'coordinator tick failed; the next tick retries');
+      else if (isRedisFailoverError(err)) {
+        // A failover's redirections and retries (the next tick gets past them): warn once, not
+        // at every tick while it lasts, and not at error (nothing for a person to do).
+        this.redisFailures += 1;
+        const log = { err: { name: (err as Error).name, message: (err as Error).message }, ms: Date.now() - started };
+        if (this.redisFailures === 1) this.options.logger.warn(log, 'coordinator tick failed on a Redis failover or restart; the next tick retries');
+        else this.options.logger.debug(log, 'coordinator tick failed on Redis again');
+      } else this.options.logger.error({ err, ms: Date.now() - started }, 'coordinator tick failed; the next tick retries');
     }
   }
 

@@ -126,6 +126,9 @@ export interface ShardsTable {
   finished_at: Timestamp | null;
   /** Planned ahead of its rows' due instant (sql/0011): no worker claims before this time. */
   not_before: Timestamp | null;
+  /** The attempt whose run last began its claim, 0 for none (sql/0018): a re-run treats its rows
+   *  as suspects of killing workers only when an earlier run got that far. */
+  claim_attempt: Generated<number>;
 }
 
 export interface CoordinatorLeaseTable {

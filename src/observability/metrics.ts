@@ -20,7 +20,7 @@ export class Metrics {
   /** Observed a shard at a time (observeMany): see bulk-histogram.ts. */
   readonly lateness = new BulkHistogram({
     name: 'tc_lateness_seconds',
-    help: 'Applied time minus due time of each finished timeout (PostgreSQL clock), by store and kind',
+    help: 'Lateness at commit: PostgreSQL clock after the commit that applied each timeout minus its due time, by store and kind',
     labelNames: ['store', 'kind'] as const,
     buckets: [0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60, 300, 900],
     registers: [this.registry],
@@ -95,7 +95,7 @@ export class Metrics {
   });
   readonly reclaims = new Counter({
     name: 'tc_reclaims_total',
-    help: 'Shards recovered, by how (lease_expired, stale_queue, channel_lost, xautoclaim, abandoned)',
+    help: 'Shards recovered, by how (worker_gone, lease_expired, stale_queue, channel_lost, xautoclaim, abandoned)',
     labelNames: ['source'] as const,
     registers: [this.registry],
   });

@@ -38,7 +38,7 @@ export interface MinutePoint {
   minute: Date;
   /** Timeouts that reached a final state (done or failed) in the minute. */
   finished: number;
-  /** 95th percentile of finished_at - due_at in the minute, seconds. */
+  /** 95th percentile of lateness at commit in the minute (the shard's finished_at - due_at), seconds. */
   latenessP95: number | null;
   latenessMax: number | null;
 }
@@ -83,18 +83,26 @@ export async function liveWorkers(db: Queryable): Promise<LiveWorker[]> {
   return rows;
 }
 
-/** One point per minute of the last hour (minutes with nothing finished are 0). Done timeouts
- *  come from done_timeouts through its BRIN index on finished_at, failed ones from timeouts. */
+/** One point per minute of the last hour (minutes with nothing finished are 0), by when each
+ *  timeout's shard committed: the shard's finished_at, stamped by the last statement before its
+ *  COMMIT (a row's own finished_at is written earlier in that transaction, as the claim statement
+ *  moves it: seconds earlier for a big shard or a slow handler). Done timeouts come from
+ *  done_timeouts through its BRIN index on finished_at (read from ten minutes further back, for
+ *  shards that committed in the hour but moved their rows before it), failed ones from timeouts. */
 export async function lastHour(db: Queryable): Promise<MinutePoint[]> {
   const { rows } = await db.query<MinutePoint>(`
     WITH minutes AS (
       SELECT generate_series(date_trunc('minute', now()) - interval '59 minutes', date_trunc('minute', now()), interval '1 minute') AS minute),
+    closed AS (
+      SELECT t.due_at, greatest(t.finished_at, s.finished_at) AS at
+        FROM timeout_center.all_timeouts t LEFT JOIN timeout_center.shards s ON s.id = t.shard_id
+       WHERE t.finished_at >= date_trunc('minute', now()) - interval '69 minutes' AND t.state IN ('done', 'failed')),
     finished AS (
-      SELECT date_trunc('minute', finished_at) AS minute, count(*) AS n,
-             percentile_cont(0.95) WITHIN GROUP (ORDER BY extract(epoch FROM finished_at - due_at)) AS p95,
-             max(extract(epoch FROM finished_at - due_at))::float8 AS mx
-        FROM timeout_center.all_timeouts
-       WHERE finished_at >= date_trunc('minute', now()) - interval '59 minutes' AND state IN ('done', 'failed')
+      SELECT date_trunc('minute', at) AS minute, count(*) AS n,
+             percentile_cont(0.95) WITHIN GROUP (ORDER BY extract(epoch FROM at - due_at)) AS p95,
+             max(extract(epoch FROM at - due_at))::float8 AS mx
+        FROM closed
+       WHERE at >= date_trunc('minute', now()) - interval '59 minutes'
        GROUP BY 1)
     SELECT m.minute, coalesce(f.n, 0)::int8 AS finished, f.p95 AS "latenessP95", f.mx AS "latenessMax"
       FROM minutes m LEFT JOIN finished f USING (minute)

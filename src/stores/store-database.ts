@@ -22,7 +22,7 @@ export class StoreIdentityError extends Error {
 }
 
 /** Installs or upgrades the schema in a store's database and names it as the store. */
-export async function migrateStore(pool: pg.Pool, store: string, kinds: Config['kinds'], logger: Logger): Promise<{ applied: string[] }> {
+export async function migrateStore(pool: pg.Pool, store: string, kinds: Config['kinds'], logger: Logger): Promise<{ applied: string[]; current: number }> {
   // A database that served the external path holds timeout_center.markers without the schema's
   // migrations: an empty marker table gives way to the schema's own; one with rows is a run in
   // flight, which must record first.
@@ -45,7 +45,7 @@ export async function migrateStore(pool: pg.Pool, store: string, kinds: Config['
   }
   await syncKinds(pool, kinds);
   await syncRoutes(pool, kinds);
-  return { applied: result.applied };
+  return { applied: result.applied, current: result.current };
 }
 
 /** Before a store is led: the schema is current, the database is this store, and it holds the
@@ -67,20 +67,26 @@ export async function prepareStore(pool: pg.Pool, store: string, kinds: Config['
 }
 
 export interface StoresMigrated {
-  migrated: { store: string; applied: string[] }[];
-  /** Stores that could not be reached or refused (wrong database): named, with why. */
-  failed: { store: string; url: string; error: string }[];
+  migrated: { store: string; applied: string[]; current: number }[];
+  /** Stores that could not be reached, refused (wrong database), or whose URL variable is not set
+   *  (`unsetVariable`, with a config loaded with allowUnsetUrls): named, with why. */
+  failed: { store: string; url: string; error: string; unsetVariable?: string }[];
 }
 
 /** `migrate` for every store of the config: each one tried, those that fail named. */
 export async function migrateStores(config: LoadedConfig, logger: Logger): Promise<StoresMigrated> {
   const out: StoresMigrated = { migrated: [], failed: [] };
   for (const store of storeLayout(config.kinds).keys()) {
+    const unset = config.unsetUrls?.[store];
+    if (unset) {
+      out.failed.push({ store, url: '', error: `${unset} is not set (it should hold the URL of store ${store})`, unsetVariable: unset });
+      continue;
+    }
     const url = config.businessDatabaseUrls[store] ?? '';
     const pool = createPool({ connectionString: url, max: 1, applicationName: 'timeout-center migrate', logger, connectionTimeoutMs: 5000 });
     try {
-      const { applied } = await migrateStore(pool, store, config.kinds, logger);
-      out.migrated.push({ store, applied });
+      const { applied, current } = await migrateStore(pool, store, config.kinds, logger.child({ store }));
+      out.migrated.push({ store, applied, current });
       logger.info({ store, applied }, applied.length ? `store ${store} migrated` : `store ${store} already up to date`);
     } catch (err) {
       out.failed.push({ store, url: redactDbUrl(url), error: (err as Error).message });

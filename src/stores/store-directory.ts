@@ -26,18 +26,30 @@ export interface StoreDatabase {
   db: Kysely<Database>;
 }
 
-/** One database's answer: its value, or why it could not give one (down, not migrated). */
-export type PerStore<T> = { store: string; ok: true; value: T } | { store: string; ok: false; error: string };
+/** One database's answer: its value, or why it could not give one (down, not migrated, or its URL
+ *  variable unset: `unsetVariable` names it). */
+export type PerStore<T> = { store: string; ok: true; value: T } | { store: string; ok: false; error: string; unsetVariable?: string };
 
 /** Where a store stands for one call: reachable, or why not (CLI --json and the console). */
 export interface StoreState {
   store: string;
   reachable: boolean;
   error?: string;
+  /** The environment variable that should hold its URL and is not set. */
+  unsetVariable?: string;
 }
 
 export function storeStates(answers: PerStore<unknown>[]): StoreState[] {
-  return answers.map((r) => (r.ok ? { store: r.store, reachable: true } : { store: r.store, reachable: false, error: r.error }));
+  return answers.map((r) =>
+    r.ok
+      ? { store: r.store, reachable: true }
+      : { store: r.store, reachable: false, error: r.error, ...(r.unsetVariable ? { unsetVariable: r.unsetVariable } : {}) },
+  );
+}
+
+/** What to tell an operator about a store whose URL variable is unset. */
+export function unsetMessage(store: string, variable: string): string {
+  return `${variable} is not set: it should hold the URL of store ${store} (businessDatabases.${store}.urlEnv); set it and run again`;
 }
 
 /** The rows of every store that answered, each with its store, in the order `order` gives. */
@@ -48,8 +60,9 @@ export function mergeRows<R>(answers: PerStore<R[]>[], order?: (a: R, b: R) => n
 
 export interface StoreDirectoryOptions {
   centerUrl: string;
-  /** Store name -> URL and kinds, in the order to show them. */
-  stores?: Map<string, { url: string; kinds: string[] }>;
+  /** Store name -> URL and kinds, in the order to show them; `unsetVariable`: its URL variable is
+   *  not set (the store is an answer saying so, never a connection). */
+  stores?: Map<string, { url: string; kinds: string[]; unsetVariable?: string | undefined }>;
   logger: Logger;
   applicationName: string;
   /** Connections per database (default 2). */
@@ -68,7 +81,12 @@ export class StoreDirectory {
 
   /** The center (at centerUrl, else the config's) and every store of the config. */
   static fromConfig(config: LoadedConfig, o: Omit<StoreDirectoryOptions, 'stores' | 'centerUrl'> & { centerUrl?: string | undefined }): StoreDirectory {
-    const stores = new Map([...storeLayout(config.kinds)].map(([store, kinds]) => [store, { url: config.businessDatabaseUrls[store] ?? '', kinds }]));
+    const stores = new Map(
+      [...storeLayout(config.kinds)].map(([store, kinds]) => [
+        store,
+        { url: config.businessDatabaseUrls[store] ?? '', kinds, unsetVariable: config.unsetUrls?.[store] },
+      ]),
+    );
     return new StoreDirectory({ ...o, centerUrl: o.centerUrl ?? config.databaseUrl, stores });
   }
 
@@ -88,8 +106,20 @@ export class StoreDirectory {
     return out.length > 0 ? out : [CENTER];
   }
 
+  /** The kinds stored in a store (undefined for the center: every center kind). */
+  kindsOf(store: string): string[] | undefined {
+    return store === CENTER ? undefined : this.options.stores?.get(store)?.kinds;
+  }
+
+  /** The variable that should hold the store's URL when it is not set; undefined otherwise. */
+  unsetVariable(store: string): string | undefined {
+    return store === CENTER ? undefined : this.options.stores?.get(store)?.unsetVariable;
+  }
+
   /** The database of a store (or of the center), its pool opened on first use. */
   database(store: string): StoreDatabase {
+    const unset = this.unsetVariable(store);
+    if (unset) throw new Error(unsetMessage(store, unset));
     const known = this.open.get(store);
     if (known) return known;
     const entry = store === CENTER ? { url: this.options.centerUrl, kinds: undefined } : this.options.stores?.get(store);
@@ -112,6 +142,8 @@ export class StoreDirectory {
   async each<T>(stores: readonly string[], fn: (d: StoreDatabase) => Promise<T>): Promise<PerStore<T>[]> {
     return Promise.all(
       stores.map(async (store): Promise<PerStore<T>> => {
+        const unset = this.unsetVariable(store);
+        if (unset) return { store, ok: false, error: unsetMessage(store, unset), unsetVariable: unset };
         const d = this.database(store);
         try {
           await this.checked(d);

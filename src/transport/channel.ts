@@ -31,6 +31,12 @@ export interface ShardChannel {
   /** Takes over deliveries of these kinds idle longer than minIdleMs from other consumers (dead
    *  workers). */
   reclaim(consumer: string, kinds: readonly string[], minIdleMs: number, count: number): Promise<ShardDelivery[]>;
+  /** Consumers that hold unacknowledged deliveries of these kinds (the reaper asks PostgreSQL
+   *  which of them are gone). */
+  holders(kinds: readonly string[]): Promise<string[]>;
+  /** Acknowledges (and drops) every delivery of these kinds still pending under a consumer that is
+   *  gone, and returns their messages, whose shards the reaper publishes again. */
+  releaseConsumer(consumer: string, kinds: readonly string[]): Promise<ShardMessage[]>;
   ack(deliveries: readonly ShardDelivery[]): Promise<void>;
   /** True when the channel lost its state since the coordinator last marked it (e.g. Redis
    *  restarted empty); marks it again. The coordinator then republishes from PostgreSQL. */

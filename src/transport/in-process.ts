@@ -74,6 +74,20 @@ export class InProcessChannel implements ShardChannel {
     return out;
   }
 
+  async holders(kinds: readonly string[]): Promise<string[]> {
+    return [...new Set([...this.pending.values()].filter((p) => kinds.includes(p.message.kind)).map((p) => p.consumer))];
+  }
+
+  async releaseConsumer(consumer: string, kinds: readonly string[]): Promise<ShardMessage[]> {
+    const released: ShardMessage[] = [];
+    for (const [id, p] of [...this.pending]) {
+      if (p.consumer !== consumer || !kinds.includes(p.message.kind)) continue;
+      this.pending.delete(id);
+      released.push(p.message);
+    }
+    return released;
+  }
+
   async ack(deliveries: readonly ShardDelivery[]): Promise<void> {
     for (const d of deliveries) this.pending.delete(d.deliveryId);
   }

@@ -5,6 +5,7 @@
 import { Cluster, Redis, type ClusterOptions, type RedisOptions } from 'ioredis';
 import type { Logger } from 'pino';
 import type { RedisConnectionConfig } from '../config.js';
+import { outagesOf, RedisOutages } from './redis-outages.js';
 
 export type RedisClient = Redis | Cluster;
 
@@ -64,34 +65,27 @@ export function createRedisClient(target: RedisConnectionConfig, logger: Logger,
     };
     client = new Cluster(target.nodes, options);
   }
-  watch(client, target, logger, role);
+  watch(client, target, logger);
   return client;
 }
 
-/** Logs what an operator needs during a failover, without a line per reconnect attempt. */
-function watch(client: RedisClient, target: RedisConnectionConfig, logger: Logger, role: ConnectionRole): void {
-  const log = logger.child({ redis: target.mode, connection: role });
-  let lastLog = 0;
-  let lost = false;
-  client.on('error', (err: Error) => {
-    // ioredis emits an error per failed reconnect; log at most one per 5 s.
-    const now = Date.now();
-    if (now - lastLog > 5000) {
-      lastLog = now;
-      log.warn({ err: { message: err.message } }, `Redis unreachable at ${describeTarget(target)}; retrying`);
-    }
-  });
-  client.on('close', () => {
-    lost = true;
-  });
-  client.on('ready', () => {
-    if (!lost) return;
-    lost = false;
-    log.info({ nodes: reachedNodes(client) }, 'Redis reachable again');
-  });
-  if (client instanceof Cluster) {
-    client.on('-node', (_redis: Redis, key: string) => log.warn({ node: key }, 'Redis cluster node left the client (failed or removed)'));
-    client.on('+node', (_redis: Redis, key: string) => log.info({ node: key }, 'Redis cluster node joined the client'));
+/** Logs what an operator needs during a failover, once per process for all its connections to
+ *  the target (redis-outages.ts), without a line per reconnect attempt or per slot refresh. */
+function watch(client: RedisClient, target: RedisConnectionConfig, logger: Logger): void {
+  const where = describeTarget(target);
+  const outages = outagesOf(where, () => new RedisOutages(logger.child({ redis: target.mode }), where, configuredNodes(target), reachedNodes));
+  outages.watch(client);
+}
+
+/** host:port of the node(s) the configuration names (for Sentinel: the sentinels). */
+function configuredNodes(target: RedisConnectionConfig): string[] {
+  if (target.mode === 'cluster') return target.nodes.map((n) => `${n.host}:${n.port}`);
+  if (target.mode === 'sentinel') return target.sentinels.map((n) => `${n.host}:${n.port}`);
+  try {
+    const url = new URL(target.url);
+    return [`${url.hostname}:${url.port || '6379'}`];
+  } catch {
+    return [];
   }
 }
 

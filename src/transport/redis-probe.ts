@@ -5,6 +5,7 @@ import type { Logger } from 'pino';
 import type { RedisConnectionConfig } from '../config.js';
 import { streamKey } from './keys.js';
 import { createRedisClient, describeTarget, reachedNodes } from './redis-connection.js';
+import { forgetConnection } from './redis-outages.js';
 
 export interface RedisProbe {
   mode: RedisConnectionConfig['mode'];
@@ -49,6 +50,7 @@ export async function probeRedis(
     return { ...base, nodes: [], streams: [], error: (err as Error).message };
   } finally {
     clearTimeout(timer);
+    forgetConnection(client);
     client.disconnect();
   }
 }

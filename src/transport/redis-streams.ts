@@ -14,6 +14,7 @@ import type { RedisConnectionConfig } from '../config.js';
 import type { ShardChannel, ShardDelivery, ShardMessage } from './channel.js';
 import { markerKey, streamKey } from './keys.js';
 import { createRedisClient, describeTarget, reachedNodes, type RedisClient } from './redis-connection.js';
+import { forgetConnection } from './redis-outages.js';
 import { StreamReader, type RawEntry } from './stream-reader.js';
 
 export { redactUrl } from './redis-connection.js';
@@ -157,6 +158,56 @@ export class RedisStreamsChannel implements ShardChannel {
     return out;
   }
 
+  async holders(kinds: readonly string[]): Promise<string[]> {
+    const out = new Set<string>();
+    for (const kind of kinds) {
+      let reply: unknown;
+      try {
+        reply = await this.commands.call('XINFO', 'CONSUMERS', this.streamKey(kind), GROUP);
+      } catch (err) {
+        // No stream or no group yet: nobody holds anything there.
+        if (/NOGROUP|no such key/i.test(String((err as Error).message))) continue;
+        throw err;
+      }
+      for (const info of Array.isArray(reply) ? reply : []) {
+        const fields = fieldMap(info);
+        if (Number(fields.get('pending') ?? 0) > 0 && fields.has('name')) out.add(String(fields.get('name')));
+      }
+    }
+    return [...out];
+  }
+
+  async releaseConsumer(consumer: string, kinds: readonly string[]): Promise<ShardMessage[]> {
+    const out: ShardMessage[] = [];
+    for (const kind of kinds) {
+      const key = this.streamKey(kind);
+      let pending: unknown;
+      try {
+        pending = await this.commands.call('XPENDING', key, GROUP, '-', '+', '10000', consumer);
+      } catch (err) {
+        if (/NOGROUP|no such key/i.test(String((err as Error).message))) continue;
+        throw err;
+      }
+      const ids = (Array.isArray(pending) ? pending : []).map((p) => String((p as unknown[])[0]));
+      if (ids.length === 0) continue;
+      // The entries themselves (XPENDING names them only), then XACK + XDEL in one MULTI (one
+      // slot, as ack() does): the shards are published again from PostgreSQL.
+      const reads = this.commands.pipeline();
+      for (const id of ids) reads.call('XRANGE', key, id, id);
+      const entries = ((await reads.exec()) ?? []).flatMap(([err, reply]) => (err || !Array.isArray(reply) ? [] : (reply as RawEntry[])));
+      for (const [, fields] of entries) {
+        const message = fields ? parseFields(fields) : undefined;
+        if (message && message.kind === kind) out.push(message);
+      }
+      await this.commands
+        .multi()
+        .call('XACK', key, GROUP, ...ids)
+        .call('XDEL', key, ...ids)
+        .exec();
+    }
+    return out;
+  }
+
   /** Entries with the kind of the stream they came from. */
   private async toDeliveries(entries: (readonly [kind: string, entry: RawEntry])[], reclaimed: (kind: string) => boolean): Promise<ShardDelivery[]> {
     const deliveries: ShardDelivery[] = [];
@@ -245,6 +296,7 @@ export class RedisStreamsChannel implements ShardChannel {
   async close(): Promise<void> {
     const readers = [...this.readers.values()];
     this.readers.clear();
+    forgetConnection(this.commands);
     await Promise.all([...readers.map((r) => r.close()), this.commands.quit().catch(() => this.commands.disconnect())]);
   }
 }
@@ -258,6 +310,14 @@ function groupBy<T>(items: readonly T[], key: (item: T) => string): Map<string, 
     else out.set(k, [item]);
   }
   return out;
+}
+
+/** XINFO's reply for one item: a flat [name, value, ...] list over RESP2, a map over RESP3. */
+function fieldMap(info: unknown): Map<string, unknown> {
+  const map = new Map<string, unknown>();
+  if (Array.isArray(info)) for (let i = 0; i + 1 < info.length; i += 2) map.set(String(info[i]), info[i + 1]);
+  else if (info && typeof info === 'object') for (const [k, v] of Object.entries(info)) map.set(k, v);
+  return map;
 }
 
 function parseFields(fields: string[]): ShardMessage | undefined {

@@ -32,6 +32,14 @@ export class StoreChannel implements ShardChannel {
     return this.base.reclaim(consumer, this.names(kinds), minIdleMs, count);
   }
 
+  holders(kinds: readonly string[]): Promise<string[]> {
+    return this.base.holders(this.names(kinds));
+  }
+
+  releaseConsumer(consumer: string, kinds: readonly string[]): Promise<ShardMessage[]> {
+    return this.base.releaseConsumer(consumer, this.names(kinds));
+  }
+
   ack(deliveries: readonly ShardDelivery[]): Promise<void> {
     return this.base.ack(deliveries);
   }

@@ -4,6 +4,7 @@
 // read into a promise nobody looks at.
 import { Redis } from 'ioredis';
 import { reachedNodes, type RedisClient } from './redis-connection.js';
+import { forgetConnection } from './redis-outages.js';
 
 export type RawEntry = [id: string, fields: string[] | null];
 
@@ -103,6 +104,7 @@ export class StreamReader {
       const timer = setTimeout(() => {
         done();
         if (this.conn === conn) this.conn = undefined;
+        forgetConnection(conn);
         conn.disconnect();
         reject(new Error(`XREADGROUP got no answer within ${boundMs} ms (Redis connection lost?); reading again on a new connection`));
       }, boundMs);
@@ -129,6 +131,7 @@ export class StreamReader {
     const conn = this.conn;
     this.conn = undefined;
     // disconnect, not quit: a QUIT would wait behind a blocked read.
+    if (conn) forgetConnection(conn);
     conn?.disconnect();
   }
 }

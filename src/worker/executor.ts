@@ -19,7 +19,7 @@ import { HANDLER_LOCK_TIMEOUT_MS, type ResolvedHandler } from './handlers.js';
 import { splitPinned } from './isolate.js';
 import { holdShard, releaseLease, takeLease, untilClaimAt, type Lease } from './lease.js';
 import type { KeptLease, LeaseKeeper } from './lease-keeper.js';
-import { recordOutcome, type Lateness, type ShardCounts, type ShardOutcome } from './outcome.js';
+import { CLOCK_AFTER_COMMIT, latenessAt, recordOutcome, type Lateness, type ShardCounts, type ShardOutcome } from './outcome.js';
 import type { BatchSqlHandler, BatchStatement } from './sql-handler.js';
 import { withTimeLimit } from './time-limit.js';
 
@@ -39,6 +39,8 @@ interface Taken {
   /** Batch form: how many rows each lateness_ms stands for (one per distinct due time); plain
    *  form: null (one lateness per row). */
   lateness_n: string | null;
+  /** When lateness_ms was measured: the claim statement's start, epoch ms (PostgreSQL's clock). */
+  measured_ms: string;
 }
 
 interface Outcome {
@@ -52,7 +54,9 @@ interface Outcome {
   skipped: string[];
   failed: string[];
   failures: RowFailure[];
+  /** Measured at the claim statement's start (`measuredMs`); moved to the commit once it is done. */
   lateness: Lateness;
+  measuredMs: number;
 }
 
 export interface ShardExecutorOptions {
@@ -128,9 +132,11 @@ export class ShardExecutor {
         keptExternal?.stop();
       }
     }
-    if (lease.attempts > 1) {
-      // An earlier run of this shard died: fix its rows first, so that the rows that may be
-      // killing workers stay with this shard and fail with it after maxAttempts.
+    if (lease.attempts > 1 && lease.suspect) {
+      // An earlier run of this shard died after it began its claim: fix its rows first, so that
+      // the rows that may be killing workers stay with this shard and fail with it after
+      // maxAttempts. (A run that died before its claim, e.g. frozen or killed right after its
+      // lease, held no row: this run is an ordinary one.)
       const pin = { shardId: lease.id, kind: lease.kind, claimLimit: lease.claim_limit, leaseToken: lease.lease_token };
       const { rows: pinned } = await this.pool.query<{ pinned: number }>(
         lease.bucket === null ? sql('worker/pin', pin) : sql('citus/worker/pin', { ...pin, bucket: lease.bucket }),
@@ -200,10 +206,15 @@ export class ShardExecutor {
         ? `; SAVEPOINT tc_batch; SET LOCAL statement_timeout = ${Math.floor(batch.timeLimitMs)}; SET LOCAL lock_timeout = ${HANDLER_LOCK_TIMEOUT_MS}`
         : '';
       open = true;
+      // In the same round trip: first, in a transaction of its own (no wait for the WAL flush),
+      // the mark that this run began its claim (mark_claim.sql: a re-run after a death makes its
+      // rows suspects of killing workers only then); then the shard transaction.
+      const mark = bindLiterals(sql('worker/mark_claim', { shardId: lease.id, leaseToken: lease.lease_token }));
       const begun = (await client.query(
-        `BEGIN; ${bindLiterals(sql('worker/lock_shard', { shardId: lease.id, leaseToken: lease.lease_token }))}${savepoint}`,
+        `BEGIN; SET LOCAL synchronous_commit = off; ${mark}; COMMIT; ` +
+          `BEGIN; ${bindLiterals(sql('worker/lock_shard', { shardId: lease.id, leaseToken: lease.lease_token }))}${savepoint}`,
       )) as unknown as pg.QueryResult[];
-      if (begun[1]!.rowCount === 0) throw new LeaseLostError(`lease on shard ${lease.id} was lost (the reaper requeued it)`);
+      if (begun[5]!.rowCount === 0) throw new LeaseLostError(`lease on shard ${lease.id} was lost (the reaper requeued it)`);
       if (batch && lease.claimAt > performance.now()) {
         // Leased ahead of the due instant: plan the claim now (EXPLAIN executes nothing), so
         // that this session has the tables, indexes and statistics it reads loaded when the
@@ -236,26 +247,31 @@ export class ShardExecutor {
       };
       const finish = lease.bucket === null ? sql('worker/finish', finishInputs) : sql('citus/worker/finish', { ...finishInputs, bucket: lease.bucket });
       let done: { done: number; skipped: number; failed: number; retried: number };
+      // Lateness is taken after the commit, on PostgreSQL's clock: a SELECT sent behind the COMMIT
+      // in its round trip (outcome.ts, CLOCK_AFTER_COMMIT) reads it.
+      let committed: pg.QueryResult<{ at_ms: string }>;
       if (fast) {
         // The batch moved every row already: finish only closes the shard (empty arrays).
         const closing = (await client.query(
-          `RELEASE SAVEPOINT tc_batch; SET LOCAL statement_timeout = 0; SET LOCAL lock_timeout = 0; ${bindLiterals(finish)}; COMMIT`,
-        )) as unknown as pg.QueryResult<typeof done>[];
+          `RELEASE SAVEPOINT tc_batch; SET LOCAL statement_timeout = 0; SET LOCAL lock_timeout = 0; ${bindLiterals(finish)}; COMMIT; ${CLOCK_AFTER_COMMIT}`,
+        )) as unknown as pg.QueryResult[];
         open = false;
-        done = closing[3]!.rows[0]!;
+        done = closing[3]!.rows[0] as typeof done;
+        committed = closing[5] as pg.QueryResult<{ at_ms: string }>;
         t.finished = t.applied;
       } else {
         done = (await client.query<typeof done>(finish)).rows[0]!;
         t.finished = performance.now();
-        await client.query('COMMIT');
+        const closing = (await client.query(`COMMIT; ${CLOCK_AFTER_COMMIT}`)) as unknown as pg.QueryResult[];
         open = false;
+        committed = closing[1] as pg.QueryResult<{ at_ms: string }>;
       }
       result = {
         done: Number(done.done),
         skipped: Number(done.skipped),
         failed: Number(done.failed),
         retried: Number(done.retried),
-        lateness: outcome.lateness,
+        lateness: latenessAt(outcome.lateness, outcome.measuredMs, Number(committed.rows[0]!.at_ms)),
       };
     } catch (err) {
       broken = isConnectionError(err);
@@ -295,7 +311,16 @@ export class ShardExecutor {
       });
       const taken = rows[0]!;
       const lateness = { seconds: parseMillisArray(taken.lateness_ms), times: taken.lateness_n === null ? undefined : parseIntArray(taken.lateness_n) };
-      return { n: Number(taken.n), skippedMarked: Number(taken.skipped), claimed: [], skipped: [], failed: [], failures: [], lateness };
+      return {
+        n: Number(taken.n),
+        skippedMarked: Number(taken.skipped),
+        claimed: [],
+        skipped: [],
+        failed: [],
+        failures: [],
+        lateness,
+        measuredMs: Number(taken.measured_ms),
+      };
     } catch (err) {
       // The connection or the transaction itself is gone: no row is to blame, retry the shard.
       if (isConnectionError(err) || isRetryableConflict(err)) throw err;
@@ -315,7 +340,16 @@ export class ShardExecutor {
       types: AS_TEXT,
     });
     const taken = rows[0]!;
-    const out: Outcome = { n: Number(taken.n), skippedMarked: 0, claimed: [], skipped: [], failed: [], failures: [], lateness: { seconds: [] } };
+    const out: Outcome = {
+      n: Number(taken.n),
+      skippedMarked: 0,
+      claimed: [],
+      skipped: [],
+      failed: [],
+      failures: [],
+      lateness: { seconds: [] },
+      measuredMs: Number(taken.measured_ms),
+    };
     if (out.n === 0) return out;
     const ids = parseInt8Array(taken.ids!);
     out.claimed = ids;

@@ -32,7 +32,7 @@ import { BatchFailure, HandlerTimeoutError, normalizeResult, type ShardItem } fr
 import type { ExternalTarget, ResolvedHandler } from './handlers.js';
 import { splitPinned } from './isolate.js';
 import type { Lease } from './lease.js';
-import { recordOutcome, type ShardCounts, type ShardOutcome } from './outcome.js';
+import { latenessAt, recordOutcome, type ShardCounts, type ShardOutcome } from './outcome.js';
 import { withTimeLimit } from './time-limit.js';
 
 export type ExternalOutcome = Exclude<ShardOutcome, { status: 'held' }>;
@@ -47,7 +47,10 @@ interface Claimed {
   /** Set once the target said there is no marker (or the run wrote its own). */
   markerKnown: boolean;
   items: ShardItem[];
+  /** Measured at the claim (measuredMs, epoch ms on PostgreSQL's clock); moved to the record's
+   *  instant, after the target's commit, when observed. */
   lateness: number[];
+  measuredMs: number;
 }
 
 /** What a run decided, in biz_ids: the record writes it. */
@@ -58,6 +61,10 @@ type Decision = Marker & {
    *  (step 3): the record goes in it. */
   center?: CenterLock | undefined;
 };
+
+/** The shard's counts as recorded, and atMs: PostgreSQL's clock (epoch ms) at the end of the
+ *  record, after the target's commit (external_record.sql). */
+type Recorded = ShardCounts & { atMs: number };
 
 /** The run found its lease gone (or the shard split by a later run): nothing was committed. */
 type Lost = { lost: string };
@@ -150,6 +157,7 @@ export class ExternalExecutor {
         ? await this.recordFenced(decision.center, lease, handler, decision, shardLog)
         : await this.recordWithRetry(lease, handler, decision, shardLog);
     if (!recorded) return { status: 'not-ours', reason: `lease on shard ${lease.id} was lost before its record; the shard's next run reads the marker` };
+    const { atMs, ...counts } = recorded;
     if ('where' in decision && decision.where) {
       const where = decision.where;
       await deleteMarker(where, lease.id).catch((err: unknown) =>
@@ -172,11 +180,11 @@ export class ExternalExecutor {
     recordOutcome(
       this.metrics,
       { store: 'center', kind },
-      recorded,
+      counts,
       performance.now() - started,
-      'retryInMs' in decision ? undefined : { seconds: claimed.lateness },
+      'retryInMs' in decision ? undefined : latenessAt({ seconds: claimed.lateness }, claimed.measuredMs, atMs),
     );
-    return { status: 'done', ...recorded };
+    return { status: 'done', ...counts };
   }
 
   /**
@@ -219,7 +227,7 @@ export class ExternalExecutor {
   /** Step 1: claim and commit (or take back the rows a previous run of the shard holds). */
   private async claim(lease: Lease, external: ExternalTarget): Promise<Claimed | undefined> {
     const routed = external.via === 'sql' && external.routed;
-    const { rows } = await this.pool.query<{ target: string | null; biz_ids: string; payloads: string; lateness: string; fresh: string }>({
+    const { rows } = await this.pool.query<{ target: string | null; biz_ids: string; payloads: string; lateness: string; fresh: string; measured_ms: string }>({
       ...sql('worker/external_claim', { shardId: lease.id, kind: lease.kind, claimLimit: lease.claim_limit, leaseToken: lease.lease_token, routed }),
       types: AS_TEXT,
     });
@@ -233,6 +241,7 @@ export class ExternalExecutor {
       markerKnown: row.fresh === 't',
       items: bizIds.map((bizId, i) => ({ bizId, payload: payloads[i] })),
       lateness: parseFloat8Array(row.lateness),
+      measuredMs: Number(row.measured_ms),
     };
   }
 
@@ -412,7 +421,7 @@ export class ExternalExecutor {
     handler: ResolvedHandler,
     decision: Decision | { retryInMs: number; error: string },
     log: Logger,
-  ): Promise<ShardCounts | undefined> {
+  ): Promise<Recorded | undefined> {
     for (let attempt = 1; ; attempt += 1) {
       try {
         return await this.record(lease, handler, decision);
@@ -426,7 +435,7 @@ export class ExternalExecutor {
 
   /** Step 4 in the transaction that fenced the commit. If the center fails there, the marker is
    *  committed: the record is retried on its own, as a re-run would. */
-  private async recordFenced(center: CenterLock, lease: Lease, handler: ResolvedHandler, decision: Decision, log: Logger): Promise<ShardCounts | undefined> {
+  private async recordFenced(center: CenterLock, lease: Lease, handler: ResolvedHandler, decision: Decision, log: Logger): Promise<Recorded | undefined> {
     try {
       const recorded = await this.record(lease, handler, decision, center.client);
       await center.commit();
@@ -445,10 +454,10 @@ export class ExternalExecutor {
     handler: ResolvedHandler,
     decision: Decision | { retryInMs: number; error: string },
     db: pg.Pool | pg.PoolClient = this.pool,
-  ): Promise<ShardCounts | undefined> {
+  ): Promise<Recorded | undefined> {
     const batch = 'retryInMs' in decision;
     const failed = batch ? [] : decision.failed;
-    const { rows } = await db.query<ShardCounts>(
+    const { rows } = await db.query<ShardCounts & { at_ms: number }>(
       sql('worker/external_record', {
         shardId: lease.id,
         leaseToken: lease.lease_token,
@@ -463,6 +472,9 @@ export class ExternalExecutor {
         ran: batch ? null : (decision.ran ?? null),
       }),
     );
-    return rows[0];
+    const row = rows[0];
+    if (!row) return undefined;
+    const { at_ms, ...counts } = row;
+    return { ...counts, atMs: Number(at_ms) };
   }
 }

@@ -11,9 +11,6 @@ import { sql } from '../db/queries.js';
 import { periodic, ServiceGroup } from '../service.js';
 import { LeaseKeeper } from './lease-keeper.js';
 
-/** How often a worker says it is alive; `status` counts a worker gone after 15 s without one. */
-export const HEARTBEAT_EVERY_MS = 5000;
-
 export interface HousekeepingOptions {
   url: string;
   /** Where it runs, for the service's name and the connection's application_name. */
@@ -22,6 +19,9 @@ export interface HousekeepingOptions {
   /** The kinds the heartbeat says this worker serves there. */
   kinds: string[];
   leaseMs: number;
+  /** worker.goneAfterMs: the heartbeat comes every third of it, so that a leader takes this
+   *  worker's shards over only after it missed three (`status` counts a worker gone after 15 s). */
+  goneAfterMs: number;
   logger: Logger;
   /** Logged when a heartbeat fails (the next one retries). */
   failureMessage: string;
@@ -41,7 +41,7 @@ export class Housekeeping {
         this.leaseKeeper,
         periodic(
           `worker-heartbeat${o.label}`,
-          HEARTBEAT_EVERY_MS,
+          Math.max(250, Math.floor(o.goneAfterMs / 3)),
           () => this.heartbeat(),
           (err) => o.logger.warn({ err }, o.failureMessage),
         ),

@@ -19,6 +19,9 @@ export interface Lease {
   /** Every other shard of a flood mapped ahead claims the flood's newest rows first
    *  (take_lease.sql; BatchSqlHandler.newest). */
   from_newest: boolean;
+  /** An earlier run began its claim and did not finish (take_lease.sql; sql/0018): a re-run pins
+   *  and splits its rows only then. */
+  suspect: boolean;
   /** When (performance.now()) the claim may start: for a shard planned ahead of its rows' due
    *  instant (shards.not_before, sql/0011), the lease's time plus take_lease.sql's wait_ms,
    *  measured on the database clock; for any other, the lease's time. */

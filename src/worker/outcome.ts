@@ -25,6 +25,22 @@ export interface Lateness {
   times?: number[] | undefined;
 }
 
+/**
+ * PostgreSQL's clock as epoch milliseconds, read by a statement sent in the same round trip right
+ * after a shard's COMMIT (`COMMIT; ${CLOCK_AFTER_COMMIT}`): the instant tc_lateness_seconds is
+ * taken at, after the commit that applied the rows, with no round trip of its own. clock_timestamp(),
+ * not now() or statement_timestamp(): those are the time the message arrived, before the COMMIT ran.
+ */
+export const CLOCK_AFTER_COMMIT = "SELECT date_part('epoch', clock_timestamp()) * 1000 AS at_ms";
+
+/** A lateness measured at one PostgreSQL instant (`measuredMs`, epoch ms) moved to a later one
+ *  (`atMs`, e.g. CLOCK_AFTER_COMMIT's): each row is that much later. */
+export function latenessAt(lateness: Lateness, measuredMs: number, atMs: number): Lateness {
+  const by = (atMs - measuredMs) / 1000;
+  if (!Number.isFinite(by)) throw new Error(`lateness cannot be moved from ${measuredMs} to ${atMs} (epoch ms)`);
+  return { seconds: lateness.seconds.map((s) => s + by), times: lateness.times };
+}
+
 /** Counts, duration and lateness of a shard that ran to its record. Lateness is left out when the
  *  whole batch failed (nothing closed). */
 export function recordOutcome(

@@ -54,8 +54,9 @@ export class StoreSide {
       workerId: o.workerId,
       kinds: o.kinds,
       leaseMs: o.config.worker.leaseMs,
+      goneAfterMs: o.config.worker.goneAfterMs,
       logger,
-      failureMessage: `PostgreSQL: worker heartbeat in store ${o.store} failed; retrying in 5 s`,
+      failureMessage: `PostgreSQL: worker heartbeat in store ${o.store} failed; retrying at the next beat`,
     });
     try {
       // In its store a beside kind's handler runs where its timeouts are: the same-database path.

@@ -7,6 +7,7 @@ import type pg from 'pg';
 import type { Logger } from 'pino';
 import type { LoadedConfig } from '../config.js';
 import type { Metrics } from '../observability/metrics.js';
+import { QuietRepeats } from '../observability/quiet-repeats.js';
 import type { ShardChannel, ShardDelivery } from '../transport/channel.js';
 import { Alerter } from '../alerts/alerter.js';
 import { CircuitBreakers } from './breakers.js';
@@ -45,6 +46,9 @@ export class Worker implements Service {
   private readonly active = new Set<Promise<boolean>>();
   /** ACKs sent and not yet answered: a stop waits for them. */
   private readonly acks = new Set<Promise<void>>();
+  /** Read and ACK failures a Redis outage repeats: warn once per 10 s each. */
+  private readonly quietReads = new QuietRepeats();
+  private readonly quietAcks = new QuietRepeats();
   private readonly backlog: ShardDelivery[] = [];
   private loop: Promise<void> | undefined;
   private stopping = false;
@@ -66,6 +70,9 @@ export class Worker implements Service {
   private readonly activeInDatabase = new Map<string, Set<Promise<boolean>>>();
   /** Kinds whose handler runs in the center's PostgreSQL (not external). */
   private inDatabaseKinds = new Set<string>();
+  /** The databases those run in (the center's, each store's): what startFromBacklog shares the
+   *  slots among. */
+  private databases: string[] = [];
   /** The streams this worker reads: its center kinds, and `<kind>@<store>` for each store of
    *  each kind stored beside its orders (stores/layout.ts). */
   private readonly streams: string[];
@@ -116,6 +123,7 @@ export class Worker implements Service {
       ...[...handlers.values()].filter((h) => !h.external).map((h) => h.kind),
       ...this.streams.filter((s) => parseStreamName(s).store),
     ]);
+    this.databases = [...new Set(this.streams.filter((s) => this.inDatabaseKinds.has(s)).map(databaseOf))];
     for (const h of handlers.values())
       logger.info({ kind: h.kind, form: h.form.form, reason: h.form.reason }, `kind ${h.kind}: handler runs in the ${h.form.form} form`);
     const log = logger.child({ workerId: this.id });
@@ -125,8 +133,9 @@ export class Worker implements Service {
       workerId: this.id,
       kinds: this.kinds,
       leaseMs: config.worker.leaseMs,
+      goneAfterMs: config.worker.goneAfterMs,
       logger: log,
-      failureMessage: 'PostgreSQL: worker heartbeat failed (timeout_center.workers not updated); retrying in 5 s',
+      failureMessage: 'PostgreSQL: worker heartbeat failed (timeout_center.workers not updated); retrying at the next beat',
     });
     let external: ExternalExecutor | undefined;
     if ([...handlers.values()].some((h) => h.external)) {
@@ -195,7 +204,9 @@ export class Worker implements Service {
         this.backlog.push(...(await channel.receive(this.id, this.streams, room, blockMs)));
       } catch (err) {
         if (this.stopping) break;
-        logger.warn({ err }, 'Redis: reading shards failed; retrying in 1 s');
+        // A failover fails a few reads: warn once per 10 s (the transport logs the outage itself,
+        // naming the node: redis-outages.ts), the repeats at debug.
+        this.quietReads.log(logger, 'warn', { err }, 'Redis: reading shards failed; retrying in 1 s');
         await new Promise((r) => setTimeout(r, 1000));
       }
     }
@@ -204,12 +215,35 @@ export class Worker implements Service {
   /** Starts waiting deliveries while slots are free (also called when a shard ends, so a
    *  prefetched delivery never waits for a blocking read to return). A shard whose handler runs
    *  in a PostgreSQL database (the center's, or a store's) waits while databaseConcurrency of them
-   *  run there; others pass it. */
+   *  run there; others pass it.
+   *
+   *  Fair across databases (issue 31): a worker serving several (stores) shares its slots, so that
+   *  no store's shards wait behind another's. The next shard is the waiting one whose database
+   *  runs the fewest (first come on a tie), and a database that runs one already takes another
+   *  slot only while a slot stays free for each other database served with nothing running (at
+   *  most concurrency - databaseConcurrency slots are kept so, so one database alone still gets
+   *  min(databaseConcurrency, concurrency) as before). With the defaults (concurrency 4,
+   *  databaseConcurrency 2) and three stores whose bursts come a few milliseconds apart, each store
+   *  gets a slot at the due instant instead of two stores taking all four. */
   private startFromBacklog(): void {
     const { concurrency, databaseConcurrency } = this.deps.config.worker;
-    const full = (stream: string) => this.inDatabaseKinds.has(stream) && (this.activeInDatabase.get(databaseOf(stream))?.size ?? 0) >= databaseConcurrency;
+    const running = (database: string) => this.activeInDatabase.get(database)?.size ?? 0;
+    const kept = (database: string) => Math.min(this.databases.filter((d) => d !== database && running(d) === 0).length, concurrency - databaseConcurrency);
+    const rank = (stream: string): number | undefined => {
+      if (!this.inDatabaseKinds.has(stream)) return 0;
+      const database = databaseOf(stream);
+      const r = running(database);
+      if (r >= databaseConcurrency) return undefined;
+      if (r > 0 && concurrency - this.active.size - 1 < kept(database)) return undefined;
+      return r;
+    };
     while (this.active.size < concurrency && !this.stopping) {
-      const next = this.backlog.findIndex((d) => !full(d.message.kind));
+      let next = -1;
+      let best = Infinity;
+      this.backlog.forEach((d, i) => {
+        const r = rank(d.message.kind);
+        if (r !== undefined && r < best) [next, best] = [i, r];
+      });
       if (next < 0) return;
       this.startShard(this.backlog.splice(next, 1)[0]!);
     }
@@ -262,7 +296,12 @@ export class Worker implements Service {
     const ack = this.deps.channel.ack([delivery]).catch((err: unknown) => {
       // The outcome is committed; only the ACK is lost (Redis unreachable). The redelivery finds
       // the shard final and is dropped, or the entry vanished with Redis's data.
-      this.deps.logger.warn({ err, shardId: delivery.message.shardId }, 'shard committed, but its ACK failed; a redelivery will be dropped as a duplicate');
+      this.quietAcks.log(
+        this.deps.logger,
+        'warn',
+        { err, shardId: delivery.message.shardId },
+        'shard committed, but its ACK failed; a redelivery will be dropped as a duplicate',
+      );
     });
     this.acks.add(ack);
     void ack.finally(() => this.acks.delete(ack));

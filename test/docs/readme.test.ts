@@ -6,13 +6,20 @@
 //     both closed and paid, no deadlock on either side;
 //   - every ```sh command names an npm script, a CLI verb and flags, or a file that exists (the
 //     commands that start a cluster are exercised by test/docs/npm-start.test.ts and
-//     test/deploy/manifests.test.ts).
+//     test/deploy/manifests.test.ts);
+//   - section 3c's operator commands run as written, with the stores example as the config, against
+//     a center and three stores, and exit as their comments say (0 unless a comment says "exit N").
 // Examples are about order 42; other orders run the same text with 42 replaced (readme-blocks.ts).
-import { existsSync, readFileSync } from 'node:fs';
+import { execFile } from 'node:child_process';
+import { existsSync, mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import type pg from 'pg';
+import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { killAll, runCli } from '../helpers/processes.js';
+import { CLI, killAll, runCli, spawnCli } from '../helpers/processes.js';
+import { createOrdersSchema } from '../helpers/orders.js';
+import { createTestDatabase, testKeyPrefix, TEST_REDIS_URL, type TestDatabase } from '../helpers/services.js';
 import { report, Scenario } from '../faults/harness.js';
 import { paymentRace } from './payment-race.js';
 import { forOrder, namedBlock, readmeBlocks, statements } from './readme-blocks.js';
@@ -114,7 +121,25 @@ describe('README shell commands', () => {
     );
 
   it('name npm scripts, CLI verbs and flags, and files that exist', async () => {
+    // Each verb's --help, read first, four processes at a time.
+    const verbs = [
+      ...new Set(
+        commands
+          .map(({ command }) => command.split(/\s+/))
+          .map((w) => (w[0] === 'timeout-center' ? w[1] : w[0] === 'npx' && w[1] === 'timeout-center' ? w[2] : undefined))
+          .filter((v): v is string => v !== undefined),
+      ),
+    ];
     const helpOf = new Map<string, string>();
+    for (let i = 0; i < verbs.length; i += 4) {
+      await Promise.all(
+        verbs.slice(i, i + 4).map(async (verb) => {
+          const r = await runCli([verb, '--help'], {});
+          expect(r.code, `${verb} --help: ${r.stderr}`).toBe(0);
+          helpOf.set(verb, r.lines.map((l) => String(l.msg)).join('\n') + r.stderr);
+        }),
+      );
+    }
     for (const { command, where } of commands) {
       const words = command.split(/\s+/);
       const label = `${where}: ${command}`;
@@ -125,11 +150,7 @@ describe('README shell commands', () => {
       } else if ((words[0] === 'npx' && words[1] === 'timeout-center') || words[0] === 'timeout-center') {
         if (words[0] === 'timeout-center') words.unshift('npx');
         const verb = words[2]!;
-        if (!helpOf.has(verb)) {
-          const r = await runCli([verb, '--help'], {});
-          expect(r.code, `${label}: ${r.stderr}`).toBe(0);
-          helpOf.set(verb, r.lines.map((l) => String(l.msg)).join('\n') + r.stderr);
-        }
+        expect(helpOf.has(verb), label).toBe(true);
         for (const flag of words.filter((w) => w.startsWith('-'))) expect(helpOf.get(verb), `${label}: ${flag}`).toContain(flag);
       } else if (words[0] === 'npx' && words[1] === 'vitest') {
         expect(existsSync(`${ROOT}/${words[3]}`), label).toBe(true);
@@ -146,4 +167,87 @@ describe('README shell commands', () => {
       }
     }
   });
+});
+
+describe('README section 3c: the operator commands, run as written against a center and three stores', () => {
+  const dbs: TestDatabase[] = [];
+  const pools: pg.Pool[] = [];
+  afterAll(async () => {
+    await killAll();
+    await Promise.all(pools.map((p) => p.end()));
+    await Promise.all(dbs.map((d) => d.drop()));
+  });
+
+  it('each command exits as its comment says, with the stores example as the config', async () => {
+    const readme = readFileSync(`${ROOT}/README.md`, 'utf8');
+    const yaml = /```yaml\n(# stores example[\s\S]*?)```/.exec(readme)![1]!;
+    expect(yaml, 'the example sets a Redis key prefix').toMatch(/^redisKeyPrefix: \S+/m);
+    // This run's own prefix on the shared test Redis (the README's otherwise as written).
+    const dir = mkdtempSync(join(tmpdir(), 'tc-readme-3c-'));
+    writeFileSync(join(dir, 'timeout-center.yaml'), yaml.replace(/^redisKeyPrefix: \S+/m, `redisKeyPrefix: ${testKeyPrefix('readme3c')}`));
+    const center = await createTestDatabase('readme_3c');
+    dbs.push(center);
+    const env: Record<string, string> = { PATH: process.env['PATH'] ?? '', DATABASE_URL: center.url, REDIS_URL: TEST_REDIS_URL };
+    for (const i of [0, 1, 2]) {
+      const store = await createTestDatabase(`readme_3c_orders_${i}`, { empty: true });
+      dbs.push(store);
+      const pool = new pg.Pool({ connectionString: store.url, max: 2 });
+      pools.push(pool);
+      await createOrdersSchema(pool);
+      env[`ORDERS_${i}_URL`] = store.url;
+    }
+    const block = readmeBlocks().find((b) => b.lang === 'sh' && b.section.startsWith('3c.'))!;
+    expect(block, 'a sh block in section 3c').toBeDefined();
+    const sh = (args: string[]) =>
+      new Promise<{ code: number; stdout: string; stderr: string }>((resolve) => {
+        execFile(process.execPath, [CLI, ...args], { cwd: dir, env, timeout: 60_000 }, (err, stdout, stderr) =>
+          resolve({ code: err ? Number((err as { code?: unknown }).code) : 0, stdout, stderr }),
+        );
+      });
+    const ran: string[] = [];
+    for (const raw of block.text.split('\n').filter((l) => l.trim())) {
+      const command = raw.replace(/\s+#.*$/, '').trim();
+      const expected = Number(/#.*\(exit (\d)/.exec(raw)?.[1] ?? 0);
+      if (command.startsWith('export ')) {
+        for (const [, k, v] of command.slice(7).matchAll(/(\w+)=(\S+)/g)) env[k!] = v!;
+        continue;
+      }
+      const words = command.split(/\s+/);
+      expect(words[0], raw).toBe('timeout-center');
+      const r = await sh(words.slice(1));
+      ran.push(`$ ${command}   -> exit ${r.code}\n${r.stdout}${r.stderr}`);
+      expect(r.code, `README.md:${block.line}: ${command}\n${r.stdout}${r.stderr}`).toBe(expected);
+      if (words[1] === 'migrate') {
+        // Work for the fleet: orders 1..60 due now (20 in each store) and order 42 due in an hour
+        // (for the cancel); a `run` closes the due ones, so each store has its reduced scans.
+        for (const [i, pool] of pools.entries()) {
+          await pool.query(
+            `WITH o AS (INSERT INTO orders (id, status) SELECT g, 'unpaid' FROM generate_series(1, 60) g WHERE g % 3 = $1 AND g <> 42 RETURNING id)
+             INSERT INTO timeout_center.timeouts (kind, biz_id, due_at) SELECT 'order.unpaid', id::text, now() FROM o`,
+            [i],
+          );
+        }
+        await pools[0]!.query(`INSERT INTO orders (id, status) VALUES (42, 'unpaid')`);
+        await pools[0]!.query(`INSERT INTO timeout_center.timeouts (kind, biz_id, due_at) VALUES ('order.unpaid', '42', now() + interval '1 hour')`);
+        const fleet = spawnCli('run', ['run', '--port', '0', '-c', join(dir, 'timeout-center.yaml')], env);
+        const deadline = Date.now() + 90_000;
+        for (;;) {
+          const left = await Promise.all(
+            pools.map(async (p) => (await p.query(`SELECT (SELECT count(*) FROM timeout_center.timeouts WHERE state <> 'pending' OR due_at < now())::int
+                + (SELECT count(*) FROM timeout_center.scans WHERE state <> 'reduced')::int + (CASE WHEN EXISTS (SELECT 1 FROM timeout_center.scans) THEN 0 ELSE 1 END) AS n`)).rows[0].n as number),
+          );
+          if (left.every((n) => n === 0)) break;
+          if (Date.now() > deadline) throw new Error(`the fleet did not close the due orders: ${left.join(', ')} left; ${fleet.stderr}`);
+          await new Promise((r) => setTimeout(r, 250));
+        }
+        expect((await fleet.stop()).code).toBe(0);
+      }
+    }
+    console.log(`README section 3c, as run:\n${ran.join('\n')}`);
+    expect(ran.map((r) => r.split('   ->')[0])).toEqual(expect.arrayContaining(['$ timeout-center status', '$ timeout-center migrate']));
+    const statusOut = ran.find((r) => r.startsWith('$ timeout-center status'))!;
+    expect(statusOut).toMatch(/^Fleet: OK \(the center and 3 stores answer; nothing wrong\)$/m);
+    for (const store of ['orders_0', 'orders_1', 'orders_2']) expect(statusOut).toMatch(new RegExp(`^ {2}${store} +0 +0 +- +0 +#\\d+ reduced`, 'm'));
+    expect(ran.find((r) => r.startsWith('$ timeout-center cancel'))).toMatch(/cancelled 1 order\.unpaid timeout: 42/);
+  }, 240_000);
 });

@@ -91,3 +91,44 @@ export async function midDrain(b: Burst, share = 0.2): Promise<number> {
   await waitUntil('the drain under way', async () => (await b.closed()) >= BURST * share, 60_000, 20);
   return b.closed();
 }
+
+/** What each process logged about a Redis failover between `at` and `until`: every line at warn or above, and
+ *  every line about Redis at any level (a node back, Redis reachable again), with how many there
+ *  were of each message and the nodes they named. */
+export interface FailoverLog {
+  process: string;
+  lines: number;
+  errors: number;
+  byMessage: Record<string, number>;
+  /** `Redis unreachable ...` / `Redis reachable again` lines that name no node (host:port). */
+  unnamed: string[];
+}
+
+/** "A handful": what a process may log about one failover (issue 31, point 3). */
+export const MAX_FAILOVER_LINES = 6;
+
+const REDIS_LINE = /redis/i;
+/** The lines that say Redis (or one node) is gone or back: each must name its node(s). */
+const REACHABILITY = /^Redis (unreachable|reachable again)/;
+const NODE = /^[\w.-]+:\d+$/;
+
+export function failoverLog(b: Pick<Burst, 's'>, at: Date, until: Date): FailoverLog[] {
+  return b.s.procs.map((p) => {
+    const lines = p.lines.filter((l) => {
+      const time = typeof l.time === 'number' ? l.time : Date.parse(String(l.time));
+      return time >= at.getTime() && time <= until.getTime() && ((l.level ?? 30) >= 40 || REDIS_LINE.test(String(l.msg)));
+    });
+    const byMessage: Record<string, number> = {};
+    const unnamed: string[] = [];
+    for (const l of lines) {
+      const msg = String(l.msg);
+      byMessage[msg] = (byMessage[msg] ?? 0) + 1;
+      const nodes = [l['node'], ...((l['nodes'] as unknown[] | undefined) ?? [])].filter((n) => n !== undefined);
+      if (REACHABILITY.test(msg) && !(nodes.length > 0 && nodes.every((n) => NODE.test(String(n))))) {
+        const err = l['err'] as { message?: string } | undefined;
+        unnamed.push(err?.message ? `${msg} (${err.message})` : msg);
+      }
+    }
+    return { process: p.name, lines: lines.length, errors: lines.filter((l) => (l.level ?? 30) >= 50).length, byMessage, unnamed };
+  });
+}

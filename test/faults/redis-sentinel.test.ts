@@ -7,8 +7,8 @@ import { killAll } from '../helpers/processes.js';
 import { cli, startSentinelGroup, type SentinelGroup } from '../helpers/redis-ha.js';
 import { stopAllServers } from '../helpers/servers.js';
 import { requireTools } from '../helpers/system-tools.js';
-import { midDrain, startBurst, type Burst } from './ha-burst.js';
-import { waitUntil } from './harness.js';
+import { failoverLog, MAX_FAILOVER_LINES, midDrain, startBurst, type Burst } from './ha-burst.js';
+import { sleep, waitUntil } from './harness.js';
 
 const tools = requireTools('redis-sentinel');
 let group: SentinelGroup;
@@ -45,9 +45,26 @@ describe.skipIf(tools.skip)(tools.title('Redis Sentinel'), () => {
     );
     const answeringAt = await b.dbNow();
     const workers = b.s.procs.filter((p) => p.name.startsWith('worker'));
-    const figures = await b.finish('26b Sentinel primary SIGKILL mid-drain', { at, answeringAt, extra: { closedAtFault } });
+    // What the processes logged about the failover, once the drain is over (issue 31, point 3).
+    await b.s.expectInvariants(60_000);
+    await sleep(1000);
+    const logs = failoverLog(b, at, new Date());
+    for (const l of logs) console.log(`[failover-log] sentinel ${JSON.stringify(l)}`);
+    const figures = await b.finish('26b Sentinel primary SIGKILL mid-drain', {
+      at,
+      answeringAt,
+      extra: { closedAtFault, logLines: Object.fromEntries(logs.map((l) => [l.process, l.lines])) },
+    });
     const reconnected = workers.flatMap((w) => w.lines.filter((l) => l.msg === 'Redis reachable again').map((l) => l['nodes']));
     expect(reconnected.flat(), 'the workers reached the promoted replica').toContain(`127.0.0.1:${group.replica.port}`);
     expect(figures['applied']).toBeGreaterThan(0);
+    // A failover reads like one: per process one Redis unreachable / reachable again pair naming
+    // the nodes, a handful of lines in all, none at error level.
+    for (const l of logs) {
+      expect(l.errors, `${l.process}: no error line for an expected failover`).toBe(0);
+      expect(l.lines, `${l.process}: at most a handful of lines (${JSON.stringify(l.byMessage)})`).toBeLessThanOrEqual(MAX_FAILOVER_LINES);
+      expect(l.unnamed, `${l.process}: every Redis line names its node`).toEqual([]);
+      expect(l.byMessage['Redis reachable again'] ?? 0, `${l.process}: one reachable-again line`).toBeLessThanOrEqual(1);
+    }
   });
 });

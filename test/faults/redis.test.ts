@@ -5,6 +5,7 @@
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { killAll } from '../helpers/processes.js';
 import { startRedis, stopAllServers, type RedisServer } from '../helpers/servers.js';
+import { failoverLog } from './ha-burst.js';
 import { KIND, linesMatching, report, Scenario, sleep, waitUntil } from './harness.js';
 import { streamKey } from '../../src/transport/keys.js';
 
@@ -45,6 +46,7 @@ describe('Redis faults', () => {
     const streamBefore = Number(await redis.cli('XLEN', streamKey(s.prefix, KIND)));
     const runId = async () => /run_id:(\w+)/.exec(await redis.cli('INFO', 'server'))?.[1];
     const before = await runId();
+    const at = new Date();
     await redis.kill();
     await sleep(1000);
     // A new server with no persistence: empty (the processes reconnect within milliseconds, so
@@ -55,6 +57,18 @@ describe('Redis faults', () => {
     const inv = await s.expectInvariants(40_000);
     expect(inv.applied).toBe(N);
     for (const p of [c, ...workers]) expect(p.alive, `${p.name} survived`).toBe(true);
+    // One outage, one pair per process, each naming the node (issue 31, point 3).
+    const logs = failoverLog({ s }, at, new Date());
+    for (const l of logs) {
+      console.log(`[failover-log] single ${JSON.stringify(l)}`);
+      expect(l.errors, `${l.process}: no error line`).toBe(0);
+      expect(l.unnamed, `${l.process}: every reachability line names its node`).toEqual([]);
+      const unreachable = Object.entries(l.byMessage)
+        .filter(([m]) => m.startsWith('Redis unreachable'))
+        .reduce((a, [, n]) => a + n, 0);
+      expect(unreachable, `${l.process}: one Redis unreachable line`).toBe(1);
+      expect(l.byMessage['Redis reachable again'], `${l.process}: one Redis reachable again line`).toBe(1);
+    }
     // The coordinator lost its lock with the data and was elected again under a new epoch; it saw
     // the channel marker gone and republished what was queued.
     const elections = c.lines.filter((l) => l.msg === 'became leader').map((l) => Number(l['epoch']));

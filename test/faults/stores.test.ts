@@ -449,7 +449,7 @@ describe('timeouts stored beside the orders, three stores', () => {
     expect(others, 'the other stores kept up while orders_2 was down').toEqual([0, 0]);
     // status names the store that is down instead of failing, and shows the others.
     const status = await cliOutput(['status', '--config', configPath, '--json']);
-    expect(status.code, status.stderr).toBe(0);
+    expect(status.code, status.stderr).toBe(1); // a problem named: exit 1
     const stores = (JSON.parse(status.stdout) as { stores: { store: string; reachable: boolean }[] }).stores;
     expect(stores.map((x) => [x.store, x.reachable])).toEqual([
       ['orders_0', true],
@@ -457,9 +457,10 @@ describe('timeouts stored beside the orders, three stores', () => {
       ['orders_2', false],
     ]);
     const text = await cliOutput(['status', '--config', configPath]);
-    expect(text.code, text.stderr).toBe(0);
-    expect(text.stdout).toMatch(/Stores \(kinds stored beside their orders[^\n]*: 3, 1 UNREACHABLE/);
-    expect(text.stdout).toMatch(/orders_2: its timeouts wait until it answers/);
+    expect(text.code, text.stderr).toBe(1);
+    expect(text.stdout).toMatch(/^Fleet: \d+ PROBLEMS? \(exit 1\)$/m);
+    expect(text.stdout).toMatch(/^ {2}- store orders_2: UNREACHABLE \(.*\): its timeouts wait until it answers; the other databases go on/m);
+    expect(text.stdout).toMatch(/^ {2}orders_2 +UNREACHABLE/m);
     await sleep(Math.max(0, 10_000 - (Date.now() - stoppedAt)));
     // An alert fires while it is unreachable (once for the fleet), naming it.
     const alerts = (type: string) => c.lines.filter((l) => l['alert'] === type && l['store'] === 'orders_2');

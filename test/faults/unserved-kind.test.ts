@@ -120,10 +120,15 @@ describe('a kind nobody serves', () => {
         alerts.some((a) => a.type === 'kind_unserved' && a.details['kind'] === A),
         'A is served',
       ).toBe(false);
-      const { stdout } = await run(process.execPath, [CLI, 'status', '--json'], { env: { ...process.env, ...env } as NodeJS.ProcessEnv });
+      // A kind no worker serves is a problem status names: exit 1 (execFile rejects with the output).
+      const exit1 = (err: { code?: number; stdout: string }) => {
+        expect(err.code).toBe(1);
+        return err;
+      };
+      const { stdout } = await run(process.execPath, [CLI, 'status', '--json'], { env: { ...process.env, ...env } as NodeJS.ProcessEnv }).catch(exit1);
       const status = JSON.parse(stdout) as { unservedKinds: string[] };
       expect(status.unservedKinds).toEqual([X]);
-      const text = await run(process.execPath, [CLI, 'status'], { env: { ...process.env, ...env } as NodeJS.ProcessEnv });
+      const text = await run(process.execPath, [CLI, 'status'], { env: { ...process.env, ...env } as NodeJS.ProcessEnv }).catch(exit1);
       expect(text.stdout).toMatch(/No live worker serves order\.x: its timeouts wait/);
 
       // A worker for X: X drains, and the alert clears.

@@ -7,7 +7,7 @@ import { spawnSync } from 'node:child_process';
 import { accessSync, appendFileSync, constants, existsSync, readdirSync, readFileSync } from 'node:fs';
 import { delimiter, join } from 'node:path';
 
-export type Tool = 'faketime' | 'chromium' | 'docker-compose' | 'kubectl' | 'redis-cluster' | 'redis-sentinel' | 'citus';
+export type Tool = 'faketime' | 'chromium' | 'docker-compose' | 'kubectl' | 'redis-cluster' | 'redis-sentinel' | 'script' | 'citus';
 type Argv = [string, ...string[]];
 
 interface ToolSpec {
@@ -84,6 +84,8 @@ const TOOLS: Record<Tool, ToolSpec> = {
   },
   // Sentinel is redis-server with --sentinel; Debian's redis-sentinel package adds only a service.
   'redis-sentinel': { pkg: 'redis-server', locate: () => (onPath('redis-server') ? ['redis-server', '--sentinel'] : undefined) },
+  // util-linux's `script`: runs a command on a pseudo-terminal (what a person at a shell sees).
+  script: { pkg: 'bsdutils', locate: () => (onPath('script') ? ['script'] : undefined) },
   // Citus 12.1 (the last line for PostgreSQL 15) built into the machine's PostgreSQL: no Debian
   // package carries it; ../shared/citus/build.sh builds it from the source beside it (.ci/run does).
   citus: {

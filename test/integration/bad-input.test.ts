@@ -210,11 +210,12 @@ describe('the CLI', () => {
 
   it('says which server is unreachable and how to fix it', async () => {
     const port = await freePort();
+    // Unavailable, nothing done: exit 3 (docs/operations.md "Exit codes").
     const noPg = await runCli(['coordinator'], { ...env, DATABASE_URL: `postgres://postgres:secret@127.0.0.1:${port}/x` });
-    expect(noPg.code).toBe(2);
+    expect(noPg.code).toBe(3);
     expect(noPg.stderr).toMatch(new RegExp(`cannot reach PostgreSQL at postgres://postgres:\\*\\*\\*@127.0.0.1:${port}/x: .*ECONNREFUSED.*DATABASE_URL`));
     const noRedis = await runCli(['worker'], { ...env, REDIS_URL: `redis://127.0.0.1:${port}` });
-    expect(noRedis.code).toBe(2);
+    expect(noRedis.code).toBe(3);
     expect(noRedis.stderr).toMatch(new RegExp(`cannot reach Redis at redis://127.0.0.1:${port}: .*REDIS_URL`));
     const noUrl = await runCli(['worker'], { ...env, DATABASE_URL: '' });
     expect(noUrl.code).toBe(2);

@@ -1,12 +1,15 @@
 // The operator verbs as real processes against a real database that a real coordinator + worker
 // (`timeout-center run`) has worked on: status, scans, shards, failed, retry, cancel, with --json
-// and as tables; bad arguments exit 2 with one clear line and change nothing.
+// and as tables; bad arguments exit 2 with one clear line and change nothing; every verb takes
+// -c/--config the same way, and exits by the one table of docs/operations.md "Exit codes"
+// (issue 31 point 4); migrate ends with a summary per database.
 import { execFile } from 'node:child_process';
 import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { CLOSE_SQL, createOrdersSchema, writeConfig } from '../helpers/orders.js';
 import { CLI, killAll, runCli, spawnCli, type CliProcess } from '../helpers/processes.js';
 import { createTestDatabase, testKeyPrefix, TEST_REDIS_URL, type TestDatabase } from '../helpers/services.js';
+import { requireTools, toolCommand } from '../helpers/system-tools.js';
 
 const ORDERS = 2000; // ids 1..2000; every 100th is poison (its close raises), so 20 fail
 const POISON = ORDERS / 100;
@@ -17,13 +20,14 @@ describe('operator CLI against a real database', () => {
   let env: Record<string, string>;
   let dbEnv: Record<string, string>;
   let runner: CliProcess | undefined;
+  let configPath: string;
 
   const out = (r: { stdout: string }) => r.stdout.trimEnd();
   /** Runs a verb with only DATABASE_URL in its environment (no config file, no Redis URL). */
   const cli = (args: string[]) => runRaw(args, dbEnv);
-  const json = async <T>(args: string[]): Promise<T> => {
+  const json = async <T>(args: string[], code = 0): Promise<T> => {
     const r = await cli([...args, '--json']);
-    expect(r.code, r.stderr).toBe(0);
+    expect(r.code, r.stderr).toBe(code);
     return JSON.parse(r.stdout) as T;
   };
   /** Everything an operator verb could change, to prove a rejected call changed nothing. */
@@ -34,7 +38,7 @@ describe('operator CLI against a real database', () => {
     db = await createTestDatabase('cli');
     pool = new pg.Pool({ connectionString: db.url, max: 4 });
     await createOrdersSchema(pool);
-    const configPath = writeConfig({
+    configPath = writeConfig({
       redisKeyPrefix: testKeyPrefix('cli'),
       kinds: {
         'order.unpaid': { shardSize: 250, maxAttempts: 1, handler: { type: 'sql', sql: CLOSE_SQL } },
@@ -190,9 +194,12 @@ describe('operator CLI against a real database', () => {
     const noUrl = await runRaw(['status'], {});
     expect(noUrl.code).toBe(2);
     expect(noUrl.stderr).toMatch(/DATABASE_URL is not set/);
+    // A database nobody answers on: nothing done, exit 3 (unavailable), saying what to check.
     const down = await runRaw(['status'], { DATABASE_URL: 'postgres://postgres@127.0.0.1:1/none' });
-    expect(down.code).toBe(2);
-    expect(down.stderr).toMatch(/cannot reach PostgreSQL at postgres:\/\/postgres@127.0.0.1:1\/none/);
+    expect(down.code).toBe(3);
+    expect(down.stderr).toMatch(
+      /cannot reach PostgreSQL: center: postgres:\/\/postgres@127.0.0.1:1\/none: .*ECONNREFUSED.*Is the server running and DATABASE_URL right\?/,
+    );
     expect(await snapshot()).toBe(before);
   });
 
@@ -207,7 +214,8 @@ describe('operator CLI against a real database', () => {
     // The poison stays poison: make two orders closable so the retry can succeed.
     const ids = [a!, b!];
     await pool.query(`UPDATE orders SET poison = false WHERE id IN (SELECT biz_id::bigint FROM timeout_center.timeouts WHERE id = ANY($1))`, [ids]);
-    const byId = await json<{ retried: number; ids: number[]; notFailed: number[] }>(['retry', '--id', String(a), '--id', String(b), '--id', '1']);
+    // Timeout 1 is done, not failed: not all asked for was retried, exit 1.
+    const byId = await json<{ retried: number; ids: number[]; notFailed: number[] }>(['retry', '--id', String(a), '--id', String(b), '--id', '1'], 1);
     expect(byId.retried).toBe(2);
     expect(byId.ids).toEqual(ids);
     expect(byId.notFailed).toEqual([1]); // timeout 1 is done, not failed
@@ -249,9 +257,9 @@ describe('operator CLI against a real database', () => {
     expect(out(byKind)).toBe(`retried ${POISON - 2} failed timeouts`);
     await waitFor(async () => (await json<{ total: number }>(['failed'])).total === POISON - 2, 'kind retry failed again');
 
-    // Nothing matches: says so, exit 0, nothing changed.
+    // Nothing matches: says so, exit 1 (acted on nothing), nothing changed.
     const none = await cli(['retry', '--kind', 'order.unshipped']);
-    expect(none.code).toBe(0);
+    expect(none.code).toBe(1);
     expect(out(none)).toMatch(/no failed timeouts match \(nothing changed\)/);
 
     // Never a double effect: each order closed at most once.
@@ -263,7 +271,7 @@ describe('operator CLI against a real database', () => {
     const f = (await json<{ timeouts: { timeoutId: number; bizId: string }[] }>(['failed', '--limit', '1'])).timeouts[0]!;
     // The business scheduled a new timeout for the same order.
     await pool.query(`INSERT INTO timeout_center.timeouts (kind, biz_id, due_at) VALUES ('order.unpaid', $1, now() + interval '1 hour')`, [f.bizId]);
-    const r = await json<{ matched: number; retried: number; left: number }>(['retry', '--id', String(f.timeoutId)]);
+    const r = await json<{ matched: number; retried: number; left: number }>(['retry', '--id', String(f.timeoutId)], 1);
     expect(r).toMatchObject({ matched: 1, retried: 0, left: 1 });
     const { rows } = await pool.query(`SELECT state FROM timeout_center.all_timeouts WHERE id = $1`, [f.timeoutId]);
     expect(rows[0].state).toBe('failed');
@@ -271,11 +279,10 @@ describe('operator CLI against a real database', () => {
   });
 
   it('cancel: cancels live timeouts through cancel(), reports the ones with nothing live', async () => {
+    // 424242 has no live timeout: not all asked for was cancelled, exit 1.
     const r = await cli(['cancel', 'order.unshipped', '9001', '9002', '9002', '424242']);
-    expect(r.code, r.stderr).toBe(0);
-    expect(out(r)).toBe(
-      'cancelled 2 order.unshipped timeouts: 9001, 9002\nnot cancelled (too late: a worker holds it, or it is already done, failed or cancelled; or never scheduled): 424242',
-    );
+    expect(r.code, r.stderr).toBe(1);
+    expect(out(r)).toBe('cancelled 2 order.unshipped timeouts: 9001, 9002\nnot cancelled (no timeout of this kind: never scheduled, or purged): 424242');
     const { rows } = await pool.query(
       `SELECT biz_id, state, finished_at IS NOT NULL AS finished FROM timeout_center.all_timeouts WHERE kind = 'order.unshipped' ORDER BY biz_id`,
     );
@@ -286,9 +293,12 @@ describe('operator CLI against a real database', () => {
       '9004:pending:false',
       '9005:pending:false',
     ]);
-    // Again: nothing live any more.
-    const again = await json<{ cancelled: string[]; notLive: string[] }>(['cancel', 'order.unshipped', '9001']);
-    expect(again).toEqual({ kind: 'order.unshipped', cancelled: [], notLive: ['9001'] });
+    // Again: nothing live any more: cancelled nothing, exit 1 (a script must not take it for done).
+    const again = await json<{ cancelled: string[]; notLive: string[] }>(['cancel', 'order.unshipped', '9001'], 1);
+    expect(again).toEqual({ kind: 'order.unshipped', cancelled: [], notLive: ['9001'], notLiveStates: { '9001': 'cancelled' } });
+    const againText = await cli(['cancel', 'order.unshipped', '9001']);
+    expect(againText.code).toBe(1);
+    expect(out(againText)).toBe('cancelled 0 order.unshipped timeouts\nnot cancelled (already cancelled): 9001');
   });
 
   it('retry and cancel write audit rows like the console, with their actor', async () => {
@@ -309,6 +319,145 @@ describe('operator CLI against a real database', () => {
       { actor: 'bob', action: 'retry', kind: null, target: `ids ${failedId}` },
     ]);
   });
+
+  it('every verb takes -c/--config and TIMEOUT_CENTER_CONFIG, reads it, and its --help ends with the exit codes', async () => {
+    const help = await runRaw(['--help'], dbEnv);
+    expect(help.code, help.stderr).toBe(0);
+    const commands = help.stdout.slice(help.stdout.indexOf('Commands:'));
+    const verbs = [...commands.matchAll(/^ {2}([a-z][a-z-]*)\b/gm)].map((m) => m[1]!).filter((v) => v !== 'help');
+    expect(verbs).toEqual(expect.arrayContaining(['migrate', 'run', 'status', 'scans', 'shards', 'failed', 'retry', 'cancel', 'purge', 'pause', 'limit']));
+    const lacking: string[] = [];
+    await inBatches(verbs, async (verb) => {
+      const r = await runRaw([verb, '--help'], dbEnv);
+      if (r.code !== 0) lacking.push(`${verb} --help: exit ${r.code} ${r.stderr}`);
+      if (!/-c, --config <file> .*\(env:\s+TIMEOUT_CENTER_CONFIG\)/s.test(r.stdout)) lacking.push(`${verb}: no -c, --config (env TIMEOUT_CENTER_CONFIG)`);
+      if (!/Exit codes \(the same for every verb\):\n {2}0 .*\n[\s\S]* {2}1 [\s\S]* {2}2 [\s\S]* {2}3 [\s\S]* {2}4 /.test(r.stdout))
+        lacking.push(`${verb}: no exit code table`);
+    });
+    expect(lacking).toEqual([]);
+    // Each reads it, as the flag and as the variable: a file that is not there is bad input (exit
+    // 2) naming the file, before anything runs (the arguments each verb needs besides).
+    const args: Record<string, string[]> = {
+      shards: ['1'],
+      retry: ['--kind', 'order.unpaid'],
+      cancel: ['order.unpaid', '1'],
+      pause: ['order.unpaid'],
+      resume: ['order.unpaid'],
+      limit: ['order.unpaid', '--rate', '5'],
+      purge: ['--dry-run'],
+    };
+    const before = await snapshot();
+    const ignored: string[] = [];
+    const forms = [
+      ['-c', ['-c', '/nonexistent/tc.yaml'], dbEnv],
+      ['TIMEOUT_CENTER_CONFIG', [], { ...dbEnv, TIMEOUT_CENTER_CONFIG: '/nonexistent/tc.yaml' }],
+    ] as const;
+    // Every verb with -c; the variable (the same Option, whose help names it) on a few.
+    await inBatches(
+      verbs.flatMap((verb) => forms.filter((f) => f[0] === '-c' || ['status', 'failed', 'run'].includes(verb)).map((form) => [verb, form] as const)),
+      async ([verb, [how, extra, env_]]) => {
+        const r = await runRaw([verb, ...(args[verb] ?? []), ...extra], env_);
+        if (r.code !== 2 || !/nonexistent\/tc\.yaml:\n {2}- file not found/.test(r.stderr))
+          ignored.push(`${verb} (${how}): exit ${r.code}, ${r.stderr.trim()}`);
+      },
+    );
+    expect(ignored).toEqual([]);
+    expect(await snapshot()).toBe(before);
+    // And with the file there, the read verbs work from it (the config names no store: the center).
+    for (const verb of ['failed', 'scans', 'status']) {
+      const r = await runRaw([verb, '-c', configPath], dbEnv);
+      expect(r.code, `${verb} -c: ${r.stderr}`).toBe(0);
+    }
+  }, 300_000); // some 40 processes, four at a time
+
+  it('exit codes, one table for every verb: 0 done, 1 in part or nothing, 2 bad input, 3 unavailable', async () => {
+    const fresh = await createTestDatabase('cli_unmigrated', { empty: true });
+    try {
+      const scan = (await json<{ scanId: number }[]>(['scans', '--limit', '1']))[0]!.scanId;
+      const cases: [string[], number, Record<string, string>?][] = [
+        [['status'], 0],
+        [['scans'], 0],
+        [['shards', String(scan)], 0],
+        [['pause', 'order.unshipped'], 0],
+        [['resume', 'order.unshipped'], 0], // a batch after pause (four at a time)
+        [['failed'], 0],
+        [['purge', '--dry-run'], 0],
+        [['migrate'], 0, env],
+        [['retry', '--kind', 'order.unshipped'], 1], // no failed timeout of that kind: nothing retried
+        [['retry', '--id', '1'], 1], // timeout 1 is done, not failed
+        [['cancel', 'order.unshipped', '424242'], 1], // never scheduled: nothing cancelled
+        [['limit', 'order.nope', '--rate', '5'], 2],
+        [['scans', '--bogus'], 2],
+        [['status'], 3, { DATABASE_URL: fresh.url }], // schema missing: run migrate
+        [['failed'], 3, { DATABASE_URL: fresh.url }],
+        [['cancel', 'order.unshipped', '1'], 3, { DATABASE_URL: fresh.url }],
+        [['pause', 'order.unshipped'], 3, { DATABASE_URL: fresh.url }],
+      ];
+      const got: string[] = [];
+      const wrong: string[] = [];
+      await inBatches(cases, async ([args, code, env_]) => {
+        const r = await runRaw(args, env_ ?? dbEnv);
+        got.push(`${args.join(' ')} -> ${r.code}`);
+        if (r.code !== code) wrong.push(`${args.join(' ')}: exit ${r.code}, expected ${code}: ${r.stdout}${r.stderr}`);
+        if (code >= 2 && r.stderr.trim() === '') wrong.push(`${args.join(' ')}: nothing on stderr`);
+        if (code === 3 && !/schema is missing.*run `timeout-center migrate`/.test(r.stderr)) wrong.push(`${args.join(' ')}: ${r.stderr}`);
+      });
+      console.log(`exit codes:\n${got.join('\n')}`);
+      expect(wrong).toEqual([]);
+    } finally {
+      await fresh.drop();
+    }
+  }, 300_000);
+
+  it('migrate ends with a summary per database; JSON logs only off a terminal, or with --logs', async () => {
+    // Off a terminal (a deploy job's log): the JSON lines, then the summary.
+    const piped = await runRaw(['migrate'], env);
+    expect(piped.code, piped.stderr).toBe(0);
+    const lines = piped.stdout.trimEnd().split('\n');
+    expect(lines.filter((l) => l.startsWith('{')).map((l) => (JSON.parse(l) as { msg: string }).msg)).toContain('database already up to date');
+    const summary = lines.slice(lines.findIndex((l) => l.startsWith('migrate: ')));
+    expect(summary[0]).toBe('migrate: done, 1 database');
+    expect(summary.join('\n')).toMatch(/^DATABASE +ROLE +MIGRATIONS +VERSION +URL$/m);
+    expect(summary.join('\n')).toMatch(/^center +center +none: already up to date +\d+ +postgres:\/\//m);
+    expect(summary.join('\n')).toMatch(/^Kinds registered: order\.unpaid, order\.unshipped$/m);
+    expect(summary.some((l) => l.startsWith('{'))).toBe(false);
+    // --no-logs: the summary alone; --json: the summary as one document.
+    const quiet = await runRaw(['migrate', '--no-logs'], env);
+    expect(quiet.code, quiet.stderr).toBe(0);
+    expect(quiet.stdout).not.toMatch(/^\{/m);
+    expect(quiet.stdout).toMatch(/^migrate: done, 1 database$/m);
+    const doc = JSON.parse((await runRaw(['migrate', '--json'], env)).stdout) as {
+      ok: boolean;
+      databases: { database: string; version: number; applied: string[] }[];
+    };
+    expect(doc.ok).toBe(true);
+    expect(doc.databases).toEqual([expect.objectContaining({ database: 'center', applied: [], version: expect.any(Number) })]);
+  });
+
+  it('migrate on a terminal: the summary, no JSON lines (run under a pseudo-terminal)', async (ctx) => {
+    const needs = requireTools('script');
+    ctx.skip(needs.skip, needs.reason);
+    // A database migrated by this run: the summary names what it applied.
+    const fresh = await createTestDatabase('cli_tty', { empty: true });
+    try {
+      const shell = `${process.execPath} ${CLI} migrate --schema-only`;
+      const r = await new Promise<{ code: number; stdout: string }>((resolve) => {
+        execFile(
+          toolCommand('script')[0],
+          ['-qec', shell, '/dev/null'],
+          { env: { PATH: process.env['PATH'] ?? '', DATABASE_URL: fresh.url, TERM: 'dumb' }, timeout: 60_000 },
+          (err, stdout) => resolve({ code: err ? Number((err as { code?: unknown }).code) : 0, stdout: stdout.replace(/\r/g, '') }),
+        );
+      });
+      console.log(`migrate on a terminal:\n${r.stdout}`);
+      expect(r.code).toBe(0);
+      expect(r.stdout).not.toMatch(/"level":/);
+      expect(r.stdout).toMatch(/^migrate: done, 1 database$/m);
+      expect(r.stdout).toMatch(/^center +center +applied \d+: 0001_init … \d{4}_\w+ +\d+ /m);
+    } finally {
+      await fresh.drop();
+    }
+  });
 });
 
 /** Runs the CLI with exactly `env` (plus PATH), returning raw stdout: tables and pretty JSON. */
@@ -319,6 +468,11 @@ function runRaw(args: string[], env: Record<string, string>): Promise<{ code: nu
       resolve({ code, stdout, stderr });
     });
   });
+}
+
+/** fn over items, four processes at a time. */
+async function inBatches<T>(items: readonly T[], fn: (item: T) => Promise<void>, size = 4): Promise<void> {
+  for (let i = 0; i < items.length; i += size) await Promise.all(items.slice(i, i + size).map(fn));
 }
 
 async function waitFor(test: () => Promise<boolean>, what: string, timeoutMs = 30_000): Promise<void> {

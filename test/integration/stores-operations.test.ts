@@ -4,7 +4,9 @@
 // With the config, scans / failed / purge read every store and name the store of each row, the
 // unreachable one shown as such; retry --kind and cancel act in the store that holds the rows; and
 // every action's audit row ends in the center's audit_log naming its store (copied by the verb,
-// or by the store's leader when it was left behind), never twice.
+// or by the store's leader when it was left behind), never twice. Issue 31 point 4: `status`
+// shows the whole fleet first and names what is wrong (exit 1); a store whose URL variable is
+// unset is named by every verb, the others shown or done (exit 1); every verb takes -c.
 import { execFile } from 'node:child_process';
 import net from 'node:net';
 import pg from 'pg';
@@ -54,6 +56,7 @@ describe('operator verbs across stores', () => {
   let pools: pg.Pool[] = [];
   let env: Record<string, string>;
   let runner: CliProcess | undefined;
+  let configInput: Parameters<typeof writeConfig>[0];
   const json = async <T>(args: string[], code = 0): Promise<T> => {
     const r = await cli([...args, '--json'], env);
     expect(r.code, r.stderr).toBe(code);
@@ -74,7 +77,7 @@ describe('operator verbs across stores', () => {
     pools = stores.map((s) => new pg.Pool({ connectionString: s.url, max: 3 }));
     await Promise.all(pools.map((p) => createOrdersSchema(p)));
     const downUrl = `postgres://root@127.0.0.1:${await closedPort()}/gone`;
-    const configPath = writeConfig({
+    configInput = {
       redisKeyPrefix: testKeyPrefix('ops'),
       kinds: {
         [KIND]: {
@@ -91,12 +94,16 @@ describe('operator verbs across stores', () => {
       // tests before it still see the burst's done rows.
       retention: { intervalMs: 1000, doneAfterMs: 40_000 },
       worker: { concurrency: 2, leaseMs: 15_000 },
-    });
+    };
+    const configPath = writeConfig(configInput);
     env = { DATABASE_URL: center.url, REDIS_URL: TEST_REDIS_URL, TIMEOUT_CENTER_CONFIG: configPath };
     // migrate prepares the center and both stores, and fails naming the store it cannot reach.
     const migrated = await runCli(['migrate'], env, 60_000);
-    expect(migrated.code).not.toBe(0);
-    expect(migrated.stderr).toMatch(/these stores could not be migrated: store_down/);
+    expect(migrated.code, migrated.stderr).toBe(1); // done for the others: exit 1
+    const summary = migrated.lines.map((l) => String(l.msg)).join('\n');
+    expect(summary).toMatch(/^migrate: 1 of 4 databases NOT done$/m);
+    expect(summary).toMatch(/^store_down +store +NOT DONE: .*ECONNREFUSED/m);
+    expect(summary).toMatch(/^store store_down: .*\. Start it or fix businessDatabases\.store_down, then run migrate again\.$/m);
     for (const [i, pool] of pools.entries()) {
       await pool.query(
         `WITH o AS (INSERT INTO orders (id, status, poison) SELECT g, 'unpaid', g % 25 = 0 FROM generate_series(1, $1::int) g WHERE g % 2 = $2 RETURNING id)
@@ -133,7 +140,8 @@ describe('operator verbs across stores', () => {
   }, 60_000);
 
   it('scans: every store, each row with its store; the store that is down shown as unreachable', async () => {
-    const doc = await json<{ stores: { store: string; reachable: boolean; error?: string }[]; scans: { store: string; scanId: number }[] }>(['scans']);
+    // store_down does not answer: the others are shown, exit 1 (done in part).
+    const doc = await json<{ stores: { store: string; reachable: boolean; error?: string }[]; scans: { store: string; scanId: number }[] }>(['scans'], 1);
     expect(doc.stores.map((s) => [s.store, s.reachable])).toEqual([
       ['center', true],
       ['store_a', true],
@@ -143,7 +151,7 @@ describe('operator verbs across stores', () => {
     expect(doc.stores[3]!.error).toMatch(/ECONNREFUSED|connect/);
     expect(new Set(doc.scans.map((s) => s.store))).toEqual(new Set(['store_a', 'store_b']));
     const text = await cli(['scans'], env);
-    expect(text.code, text.stderr).toBe(0);
+    expect(text.code, text.stderr).toBe(1);
     expect(text.stdout).toMatch(/^STORE\s+SCAN\s+STATE/m);
     expect(text.stdout).toMatch(/^store store_down: UNREACHABLE \(.*\): its scans are not shown/m);
     // One store: as before, no other store read.
@@ -152,12 +160,116 @@ describe('operator verbs across stores', () => {
     expect(one.scans.every((s) => s.store === 'store_b')).toBe(true);
     // The read verbs need no Redis: the config without REDIS_URL is enough.
     const noRedis = await cli(['scans', '--json'], { DATABASE_URL: center.url, TIMEOUT_CENTER_CONFIG: env['TIMEOUT_CENTER_CONFIG']! });
-    expect(noRedis.code, noRedis.stderr).toBe(0);
+    expect(noRedis.code, noRedis.stderr).toBe(1);
     expect((JSON.parse(noRedis.stdout) as { stores: unknown[] }).stores).toHaveLength(4);
     // Without the config: the center alone, the JSON of old (an array).
     const plain = await cli(['scans', '--json'], { DATABASE_URL: center.url });
     expect(plain.code, plain.stderr).toBe(0);
     expect(JSON.parse(plain.stdout)).toEqual([]);
+  });
+
+  it('status: the whole fleet first (the center and every store), what is wrong named with what to do, exit 1', async () => {
+    const r = await cli(['status'], env);
+    console.log(`status with a store down:\n${r.stdout}`);
+    expect(r.code, r.stderr).toBe(1);
+    const text = r.stdout;
+    expect(text.split('\n')[0]).toBe('Fleet: 1 PROBLEM (exit 1)');
+    expect(text).toMatch(
+      /^ {2}- store store_down: UNREACHABLE \(.*ECONNREFUSED.*\): its timeouts wait until it answers; the other databases go on\. Start it, or check businessDatabases\.store_down$/m,
+    );
+    // One row per database: backlog, lag, failed, last scan, leader, live workers.
+    expect(text).toMatch(/^ {2}DATABASE +DUE WAITING +IN FLIGHT +OLDEST LAG +FAILED +LAST SCAN +LEADER +LIVE WORKERS$/m);
+    for (const store of ['store_a', 'store_b'])
+      expect(text).toMatch(new RegExp(`^ {2}${store} +0 +0 +- +8 +#\\d+ reduced, \\S+ ago +.*\\(epoch \\d+\\) +[1-9]\\d*$`, 'm'));
+    expect(text).toMatch(/^ {2}center +0 +0 +- +0 +none yet +.*\(epoch \d+\) +[1-9]\d*$/m);
+    expect(text).toMatch(/^ {2}store_down +UNREACHABLE/m);
+    expect(text).toMatch(/^ {2}all: 0 due and waiting, 0 in flight, oldest lag -, 16 failed, 1 live workers$/m);
+    // The stores' scans (before: "Last scans: none yet", the center's alone).
+    expect(text).toMatch(/^Last scans \(every database, newest first; scan ids are per database\):\n {2}STORE +SCAN +STATE/m);
+    expect(text).toMatch(/^ {2}store_a +\d+ +reduced /m);
+    expect(text).toMatch(/^Failed timeouts: 16 \(store_a order\.unpaid 8, store_b order\.unpaid 8\)/m);
+
+    const doc = await json<{
+      ok: boolean;
+      problems: { store: string; topic: string }[];
+      fleet: { store: string; reachable: boolean; failed?: number; lastScan: { scanId: number } | null; leader: { epoch: number } | null }[];
+      stores: { store: string; reachable: boolean }[];
+      scans: { store: string }[];
+      totals: { failed: number };
+    }>(['status'], 1);
+    expect(doc.ok).toBe(false);
+    expect(doc.problems.map((p) => [p.store, p.topic])).toEqual([['store_down', 'unreachable']]);
+    expect(doc.fleet.map((f) => [f.store, f.reachable])).toEqual([
+      ['center', true],
+      ['store_a', true],
+      ['store_b', true],
+      ['store_down', false],
+    ]);
+    expect(doc.stores.map((f) => f.store)).toEqual(['store_a', 'store_b', 'store_down']);
+    for (const f of doc.fleet.slice(1, 3)) {
+      expect(f.lastScan, f.store).not.toBeNull();
+      expect(f.leader?.epoch, f.store).toBeGreaterThanOrEqual(1);
+      expect(f.failed, f.store).toBe(8);
+    }
+    expect(doc.totals.failed).toBe(16);
+    expect(new Set(doc.scans.map((x) => x.store))).toEqual(new Set(['store_a', 'store_b']));
+  });
+
+  it('-c works for every verb here as TIMEOUT_CENTER_CONFIG does', async () => {
+    const noVar = { DATABASE_URL: center.url, REDIS_URL: TEST_REDIS_URL };
+    for (const args of [['failed'], ['scans'], ['status'], ['purge', '--dry-run'], ['retry', '--kind', KIND, '--dry-run']]) {
+      const r = await cli([...args, '-c', env['TIMEOUT_CENTER_CONFIG']!], noVar);
+      // store_down does not answer: done for the others, exit 1, each output naming the stores.
+      expect(r.code, `${args.join(' ')} -c: ${r.stderr}`).toBe(args[0] === 'retry' ? 0 : 1);
+      expect(r.stdout, args.join(' ')).toMatch(/store_a/);
+    }
+  });
+
+  it('a store whose URL variable is unset: status, failed and migrate name the variable and go on with the rest, exit 1', async () => {
+    const unsetPath = writeConfig({
+      ...configInput,
+      businessDatabases: { ...configInput.businessDatabases, store_b: { urlEnv: 'TC_TEST_STORE_B_URL' } },
+    });
+    const unsetEnv = { ...env, TIMEOUT_CENTER_CONFIG: unsetPath };
+    const status = await cli(['status'], unsetEnv);
+    console.log(`status with a URL variable unset:\n${status.stdout}`);
+    expect(status.code, status.stderr).toBe(1);
+    expect(status.stdout).toMatch(
+      /^ {2}- store store_b: NOT SET: TC_TEST_STORE_B_URL is not set: it should hold the URL of store store_b \(businessDatabases\.store_b\.urlEnv\); set it and run again$/m,
+    );
+    expect(status.stdout).toMatch(/^ {2}store_b +NOT SET/m);
+    expect(status.stdout).toMatch(/^ {2}store_a +0 +0 +- +8 /m); // the others are shown
+    const statusJson = JSON.parse((await cli(['status', '--json'], unsetEnv)).stdout) as {
+      problems: { store: string; topic: string }[];
+      fleet: { store: string; unsetVariable?: string }[];
+    };
+    expect(statusJson.problems.map((p) => [p.store, p.topic])).toEqual([
+      ['store_b', 'unset'],
+      ['store_down', 'unreachable'],
+    ]);
+    expect(statusJson.fleet.find((f) => f.store === 'store_b')?.unsetVariable).toBe('TC_TEST_STORE_B_URL');
+
+    const failed = await cli(['failed'], unsetEnv);
+    expect(failed.code, failed.stderr).toBe(1);
+    expect(failed.stdout).toMatch(/^store_a +\d+ +order\.unpaid /m);
+    expect(failed.stdout).toMatch(
+      /^store store_b: NOT SET \(TC_TEST_STORE_B_URL is not set: .*\): its failed timeouts are not shown; the other stores are shown\.$/m,
+    );
+    const one = await cli(['failed', '--store', 'store_b'], unsetEnv);
+    expect(one.code).toBe(2);
+    expect(one.stderr).toMatch(/--store store_b: TC_TEST_STORE_B_URL is not set/);
+
+    const migrated = await cli(['migrate', '--no-logs'], unsetEnv);
+    console.log(`migrate with a URL variable unset and a store down:\n${migrated.stdout}`);
+    expect(migrated.code, migrated.stderr).toBe(1);
+    expect(migrated.stdout).toMatch(/^migrate: 2 of 4 databases NOT done$/m);
+    expect(migrated.stdout).toMatch(/^center +center +none: already up to date +\d+ /m);
+    expect(migrated.stdout).toMatch(/^store_a +store +none: already up to date +\d+ /m);
+    expect(migrated.stdout).toMatch(/^store_b +store +NOT SET: TC_TEST_STORE_B_URL is not set/m);
+    expect(migrated.stdout).toMatch(/^store_down +store +NOT DONE: /m);
+    expect(migrated.stdout).toMatch(
+      /^store store_b: TC_TEST_STORE_B_URL is not set\. Set it to the URL of store_b \(businessDatabases\.store_b\.urlEnv\), then run migrate again\.$/m,
+    );
   });
 
   it('metrics carry the store: leaders, store probes and the worker counters per store', async () => {
@@ -181,11 +293,17 @@ describe('operator verbs across stores', () => {
     const many = await cli(['shards', '1'], env);
     expect(many.code).toBe(2);
     expect(many.stderr).toMatch(/scan ids are per store: pass --store <name> \(center, store_a, store_b, store_down\)/);
+    // A store that does not answer: nothing shown, exit 3, naming the store and where its URL comes from.
+    const down = await cli(['shards', '1', '--store', 'store_down'], env);
+    expect(down.code).toBe(3);
+    expect(down.stderr).toMatch(
+      /store store_down does not answer: cannot reach PostgreSQL at .*ECONNREFUSED.*\. Start it, or check businessDatabases\.store_down/,
+    );
     const shards = await json<{ store: string; scanId: number }[]>(['shards', '1', '--store', 'store_a']);
     expect(shards.length).toBeGreaterThan(0);
     expect(shards.every((s) => s.store === 'store_a' && s.scanId === 1)).toBe(true);
 
-    const failed = await json<{ total: number; timeouts: { store: string; bizId: string }[] }>(['failed']);
+    const failed = await json<{ total: number; timeouts: { store: string; bizId: string }[] }>(['failed'], 1);
     expect(failed.total).toBe(16);
     for (const t of failed.timeouts) expect(t.store).toBe(Number(t.bizId) % 2 === 0 ? 'store_a' : 'store_b');
   });
@@ -215,7 +333,7 @@ describe('operator verbs across stores', () => {
       expect((await pool.query(`SELECT count(*)::int AS n FROM timeout_center.audit_log WHERE actor = 'ops-test'`)).rows[0].n).toBe(0);
     }
     // By id, in its store: the retried poison fails again (the runner claims it), then retry it by id.
-    await waitFor('the retried poison failed again', async () => (await json<{ total: number }>(['failed'])).total === 16);
+    await waitFor('the retried poison failed again', async () => (await json<{ total: number }>(['failed'], 1)).total === 16);
     const one = await json<{ retried: number; ids: number[] }[] | { stores: { store: string; retried: number }[] }>([
       'retry',
       '--store',
@@ -247,9 +365,14 @@ describe('operator verbs across stores', () => {
       ['store_b', '1001'],
       ['store_b', '1003'],
     ]);
+    // Again: nothing live any more, nothing cancelled: exit 1, naming why.
+    const again = await cli(['cancel', KIND, ...LIVE.map(String)], env);
+    expect(again.code).toBe(1);
+    expect(again.stdout).toMatch(/^cancelled 0 order\.unpaid timeouts\nnot cancelled \(already cancelled\): 1001, 1003, 1002$/m);
+    // The only store it needs does not answer: nothing done, exit 3 (unavailable), naming it.
     const down = await cli(['cancel', 'order.unshipped', '7'], env);
-    expect(down.code).toBe(1);
-    expect(down.stdout).toMatch(/not cancelled \(store store_down UNREACHABLE: .*; run the same cancel again when it answers\): 7/);
+    expect(down.code).toBe(3);
+    expect(down.stderr).toMatch(/nothing done: no database of this call answered \(store_down: .*ECONNREFUSED.*\)/);
     const unroutable = await cli(['cancel', KIND, 'abc'], env);
     expect(unroutable.code).toBe(1);
     expect(unroutable.stdout).toMatch(/cannot place these ids: modulo and range take integer ids\): abc/);

@@ -63,6 +63,7 @@ function plan(targetBudget: Record<string, number>): Promise<PlannedScan | undef
     credit: {},
     rateBudget: {},
     targetBudget,
+    goneAfterMs: 3000,
   });
 }
 

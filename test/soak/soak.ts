@@ -371,11 +371,14 @@ async function check(centerPool: pg.Pool, ordersPool: pg.Pool, faults: Fault[], 
   add('history != truth (closed <=> applied)', mismatch);
   add('cancelled timeout, order closed', cancelledClosed);
 
-  // Lateness at commit (finished_at - due_at) of timeouts not due near a fault.
+  // Lateness at commit of timeouts not due near a fault: their shard's finished_at (stamped by the
+  // last statement before its COMMIT; a row's own finished_at is written earlier in the shard's
+  // transaction) - due_at.
   const windows = faults.map((f) => [f.startMs - 1000, f.endMs + LEASE_MS] as const);
   const { rows } = await centerPool.query<{ due_ms: string; late_ms: number }>(
-    `SELECT (extract(epoch FROM due_at) * 1000)::int8::text AS due_ms, extract(epoch FROM finished_at - due_at)::float8 * 1000 AS late_ms
-       FROM timeout_center.done_timeouts`,
+    `SELECT (extract(epoch FROM d.due_at) * 1000)::int8::text AS due_ms,
+            extract(epoch FROM greatest(d.finished_at, s.finished_at) - d.due_at)::float8 * 1000 AS late_ms
+       FROM timeout_center.done_timeouts d LEFT JOIN timeout_center.shards s ON s.id = d.shard_id`,
   );
   const clean = rows
     .filter((r) => !windows.some(([a, b]) => Number(r.due_ms) >= a && Number(r.due_ms) <= b))

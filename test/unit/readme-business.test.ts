@@ -22,6 +22,8 @@ describe('README: business databases example', () => {
     expect(block, 'the README block marked "stores example"').toBeDefined();
     const config = parseConfig(parse(block!), 'README.md');
     expect(config.kinds['order.unpaid']!.store).toBe('beside');
+    // It sets a Redis key prefix, as the text after it says a deployment sharing a Redis must.
+    expect(config.redisKeyPrefix).not.toBe('tc');
     expect([...storeLayout(config.kinds)]).toEqual([
       ['orders_0', ['order.unpaid']],
       ['orders_1', ['order.unpaid']],

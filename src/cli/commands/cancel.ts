@@ -5,11 +5,14 @@
 // beside its orders is cancelled in the store its route picks for each id, and the audit rows are
 // copied to the center's audit_log.
 import type { Command } from 'commander';
+import { sql, type Kysely } from 'kysely';
+import type { Database } from '../../db/schema.js';
 import { cancelManyAudited } from '../../operations/actions.js';
 import { placeBizIds, type Placement } from '../../stores/place-biz-ids.js';
 import { CENTER } from '../../stores/store-directory.js';
 import { actorOption, assertKind, databaseOption, defaultActor, inputError, jsonOption, print, printJson, type DbOptions } from './common.js';
-import { acrossStores, eachStore, forwardAudit, storesConfigOption, type Across } from './across.js';
+import { acrossStores, eachStore, forwardAudit, type Across } from './across.js';
+import { partial } from '../exit-codes.js';
 
 export function registerCancel(program: Command): void {
   program
@@ -18,7 +21,6 @@ export function registerCancel(program: Command): void {
     .argument('<kind>', 'timeout kind, e.g. order.unpaid')
     .argument('<bizId...>', 'business object id(s)')
     .addOption(databaseOption())
-    .addOption(storesConfigOption())
     .addOption(jsonOption())
     .addOption(actorOption())
     .action(async (kind: string, bizIds: string[], opts: DbOptions & { json?: boolean; actor?: string }) => {
@@ -32,23 +34,28 @@ export function registerCancel(program: Command): void {
         const answers = await eachStore({ ...a, stores }, async (db, _pool, d) => {
           await assertKind(db, kind);
           const outcome = await cancelManyAudited(db, kind, placement.byStore.get(d.store)!, opts.actor ?? defaultActor());
-          return { ...outcome, auditInCenter: outcome.cancelled.length === 0 || (await forwardAudit(a, d.store)) };
+          const states = await statesOf(db, kind, outcome.notLive);
+          return { ...outcome, states, auditInCenter: outcome.cancelled.length === 0 || (await forwardAudit(a, d.store)) };
         });
         const cancelled = answers.flatMap((r) => (r.ok ? r.value.cancelled : []));
         const notLive = answers.flatMap((r) => (r.ok ? r.value.notLive : []));
+        // Why each was not cancelled: the state its timeout is in now (none: never scheduled).
+        const why = new Map(answers.flatMap((r) => (r.ok ? [...r.value.states] : [])));
         const unreachable = answers.flatMap((r) => (r.ok ? [] : [{ store: r.store, error: r.error, bizIds: placement.byStore.get(r.store)! }]));
         if (opts.json) {
           printJson({
             kind,
             cancelled,
             notLive,
+            notLiveStates: Object.fromEntries(notLive.map((id) => [id, why.get(id) ?? 'none'])),
             ...(a.multi ? { unroutable: placement.unroutable, unreachable, stores: Object.fromEntries(placement.byStore) } : {}),
           });
         } else {
           const lines = [`cancelled ${cancelled.length} ${kind} timeout${cancelled.length === 1 ? '' : 's'}`];
           if (cancelled.length > 0) lines[0] += `: ${cancelled.join(', ')}`;
-          if (notLive.length > 0) {
-            lines.push(`not cancelled (too late: a worker holds it, or it is already done, failed or cancelled; or never scheduled): ${notLive.join(', ')}`);
+          for (const [state, reason] of Object.entries(REASONS)) {
+            const ids = notLive.filter((id) => (why.get(id) ?? 'none') === state);
+            if (ids.length > 0) lines.push(`not cancelled (${reason}): ${ids.join(', ')}`);
           }
           if (placement.unroutable.length > 0) {
             lines.push(
@@ -63,9 +70,30 @@ export function registerCancel(program: Command): void {
           }
           print(lines.join('\n'));
         }
-        if (unreachable.length > 0 || placement.unroutable.length > 0) process.exitCode = 1;
+        // Exit 0 only when every id was cancelled: an id already done, cancelled, held by a worker,
+        // never scheduled, unroutable or in a store that did not answer makes it 1.
+        if (cancelled.length < ids.length) partial();
       });
     });
+}
+
+/** What an operator is told about an id whose timeout was not cancelled, by the state it is in. */
+const REASONS: Record<string, string> = {
+  done: 'already done: its handler ran',
+  cancelled: 'already cancelled',
+  failed: 'it failed: see `timeout-center failed`',
+  dispatched: 'too late: a worker holds it',
+  pending: 'too late: a worker holds it',
+  none: 'no timeout of this kind: never scheduled, or purged',
+};
+
+/** The state of each id's newest timeout of the kind (done ones included). */
+async function statesOf(db: Kysely<Database>, kind: string, ids: string[]): Promise<Map<string, string>> {
+  if (ids.length === 0) return new Map();
+  const { rows } = await sql<{ biz_id: string; state: string }>`
+    SELECT DISTINCT ON (biz_id) biz_id, state::text AS state FROM timeout_center.all_timeouts
+     WHERE kind = ${kind} AND biz_id = ANY(${ids}::text[]) ORDER BY biz_id, id DESC`.execute(db);
+  return new Map(rows.map((r) => [r.biz_id, r.state]));
 }
 
 /** Which database holds each id's timeout: the center for a center kind; for a kind stored

@@ -1,9 +1,10 @@
-// Shared pieces of the operator verbs (status, scans, shards, failed, retry, cancel, purge): the
-// database connection (DATABASE_URL only: no config file, no Redis), argument parsers whose errors
+// Shared pieces of the verbs: the one --config option and how every verb reads it, the database
+// connection (DATABASE_URL, else the config's databaseUrl; no Redis), argument parsers whose errors
 // exit 2 before anything is written, and the two output styles (aligned tables for people, --json
-// for scripts).
+// for scripts). Exit codes: exit-codes.ts.
 import { hostname, userInfo } from 'node:os';
 import { CommanderError, Option } from 'commander';
+import { loadConfig, type LoadedConfig } from '../../config.js';
 import type { Kysely } from 'kysely';
 import type pg from 'pg';
 import { assertMigrated } from '../../db/migrate.js';
@@ -18,7 +19,45 @@ export function inputError(message: string): CommanderError {
   return new CommanderError(2, 'tc.input', message);
 }
 
-export const databaseOption = () => new Option('--database-url <url>', 'PostgreSQL URL of the timeout center').env('DATABASE_URL');
+/** The database cannot serve the verb (schema missing or old): exit 3, nothing done. */
+export function unavailableError(message: string): CommanderError {
+  return new CommanderError(3, 'tc.unavailable', message);
+}
+
+export const databaseOption = () =>
+  new Option('--database-url <url>', "PostgreSQL URL of the timeout center (default: the config's databaseUrl)").env('DATABASE_URL');
+
+/** -c/--config: the one definition, given to every verb by main.ts (the same flag, the same
+ *  variable, read the same way by readConfig below). */
+export const configOption = () =>
+  new Option(
+    '-c, --config <file>',
+    'config file (YAML or JSON, see config.example.yaml): kinds and handlers, stores and business databases, Redis, retention; the operator verbs then cover the center and every store',
+  ).env('TIMEOUT_CENTER_CONFIG');
+
+/**
+ * The config as every operator verb reads it: Redis not needed, a store whose URL variable is
+ * unset listed in `unsetUrls` (the verb names it and goes on with the others), --database-url
+ * winning over DATABASE_URL and the file. Undefined without --config / TIMEOUT_CENTER_CONFIG.
+ * A file that does not load is bad input (exit 2).
+ */
+export function readConfig(opts: { config?: string | undefined; databaseUrl?: string | undefined }): LoadedConfig | undefined {
+  if (!opts.config) return undefined;
+  const env = opts.databaseUrl ? { ...process.env, DATABASE_URL: opts.databaseUrl } : process.env;
+  return loadConfig({ path: opts.config, env, needsRedis: false, allowUnsetUrls: true });
+}
+
+/** The center's URL: --database-url, else DATABASE_URL, else the config's databaseUrl. */
+export function centerUrl(opts: DbOptions): string {
+  const config = readConfig(opts); // read (and checked) whenever given, like every verb does
+  const url = opts.databaseUrl ?? config?.databaseUrl;
+  if (!url) {
+    throw inputError(
+      'DATABASE_URL is not set: set it (e.g. DATABASE_URL=postgres://user@127.0.0.1:5432/app), pass --database-url, or give a config with databaseUrl',
+    );
+  }
+  return url;
+}
 /** Who made the change, for the audit log: --actor, else $USER@host. */
 export function defaultActor(): string {
   let user = process.env['USER'] || process.env['LOGNAME'];
@@ -48,8 +87,7 @@ export interface DbOptions {
 
 /** Opens a small pool, checks the server and the schema, runs fn, closes everything. */
 export async function withDatabase<T>(opts: DbOptions, fn: (db: Kysely<Database>, pool: pg.Pool) => Promise<T>): Promise<T> {
-  const url = opts.databaseUrl;
-  if (!url) throw inputError('DATABASE_URL is not set (e.g. DATABASE_URL=postgres://user@127.0.0.1:5432/app), or pass --database-url');
+  const url = centerUrl(opts);
   const pool = createPool({ connectionString: url, max: 2, applicationName: 'timeout-center cli', logger: createLogger('silent') });
   const db = createKysely(pool);
   try {
@@ -57,7 +95,7 @@ export async function withDatabase<T>(opts: DbOptions, fn: (db: Kysely<Database>
     try {
       await assertMigrated(pool);
     } catch (err) {
-      throw new CommanderError(2, 'tc.schema', (err as Error).message);
+      throw unavailableError((err as Error).message);
     }
     return await fn(db, pool);
   } finally {

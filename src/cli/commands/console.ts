@@ -163,11 +163,6 @@ export function registerConsole(program: Command): void {
     .command('console')
     .description('serve the web console and its JSON API: overview, kinds (pause / resume / limit), scans and shards, timeouts, failed, warnings, audit')
     .addOption(databaseOption())
-    .addOption(
-      new Option('-c, --config <file>', 'config file: the stores (kinds with store: beside) and the lag SLA (alerts.lagSlaMs) for the warnings').env(
-        'TIMEOUT_CENTER_CONFIG',
-      ),
-    )
     .addOption(new Option('-p, --port <port>', 'port to serve on (0 = any free port)').argParser((v) => parsePort(v, '--port')).default(DEFAULT_CONSOLE_PORT))
     .addOption(
       new Option('--host <host>', 'address to listen on; a non-loopback one needs auth (TC_CONSOLE_TOKEN or TC_CONSOLE_USER + TC_CONSOLE_PASSWORD)').default(

@@ -2,6 +2,7 @@
 // DATABASE_URL / REDIS_URL it needs nothing but Node: embedded PostgreSQL (PGlite) and an
 // in-process shard channel. See src/demo/demo.ts.
 import { CommanderError, Option, type Command } from 'commander';
+import { readConfig } from './common.js';
 import { DemoError, runDemo } from '../../demo/demo.js';
 
 function intIn(flag: string, min: number, max: number) {
@@ -35,19 +36,31 @@ export function registerDemo(program: Command): void {
     .addOption(new Option('--redis-url <url>', 'Redis to use instead of the in-process channel').env('REDIS_URL'))
     .option('--redis-prefix <prefix>', 'Redis key prefix (with --redis-url)', 'tc-demo')
     .action(
-      async (opts: {
-        orders: number;
-        spread: number;
-        paid: number;
-        shardSize: number;
-        concurrency: number;
-        dataDir: string;
-        grace: number;
-        json?: boolean;
-        databaseUrl?: string;
-        redisUrl?: string;
-        redisPrefix: string;
-      }) => {
+      async (
+        opts: {
+          orders: number;
+          spread: number;
+          paid: number;
+          shardSize: number;
+          concurrency: number;
+          dataDir: string;
+          grace: number;
+          json?: boolean;
+          databaseUrl?: string;
+          redisUrl?: string;
+          redisPrefix: string;
+          config?: string;
+        },
+        cmd: Command,
+      ) => {
+        // With -c/--config: its database, Redis and key prefix instead of the embedded ones (the
+        // flags still win).
+        const config = readConfig(opts);
+        if (config) {
+          opts.databaseUrl ||= config.databaseUrl;
+          opts.redisUrl ||= config.redisUrl || undefined;
+          if (cmd.getOptionValueSource('redisPrefix') !== 'cli') opts.redisPrefix = config.redisKeyPrefix;
+        }
         // First Ctrl-C: stop at the next progress check and clean up; a second one exits at once.
         const controller = new AbortController();
         const onSignal = () => {

@@ -7,6 +7,7 @@ import { CommanderError, Option, type Command } from 'commander';
 import { createPool } from '../../db/pool.js';
 import { createLogger } from '../../observability/logger.js';
 import { checkPostgres } from '../../runtime.js';
+import { centerUrl } from './common.js';
 
 function intIn(flag: string, min: number, max: number) {
   return (value: string): number => {
@@ -18,6 +19,7 @@ function intIn(flag: string, min: number, max: number) {
 
 interface GenerateOptions {
   databaseUrl?: string;
+  config?: string;
   rate: number;
   minDelay: number;
   maxDelay: number;
@@ -38,7 +40,8 @@ export function registerGenerate(program: Command): void {
     .option('--kind <kind>', 'timeout kind to schedule (declared in the config, registered by migrate)', 'order.unpaid')
     .option('--duration <seconds>', 'stop after this long (default: until SIGTERM)', intIn('--duration', 1, 31_536_000))
     .action(async (opts: GenerateOptions) => {
-      if (!opts.databaseUrl) throw new CommanderError(2, 'tc.input', 'DATABASE_URL is not set (or pass --database-url)');
+      // DATABASE_URL / --database-url, else the databaseUrl of -c/--config.
+      opts.databaseUrl = centerUrl(opts);
       if (opts.maxDelay < opts.minDelay) throw new CommanderError(2, 'tc.input', `--max-delay (${opts.maxDelay}) is below --min-delay (${opts.minDelay})`);
       const logger = createLogger(process.env['LOG_LEVEL'] === 'debug' ? 'debug' : 'info', { role: 'generator' });
       const pool = createPool({ connectionString: opts.databaseUrl, max: 2, applicationName: 'timeout-center generate', logger });

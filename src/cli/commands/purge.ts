@@ -5,12 +5,24 @@
 // TIMEOUT_CENTER_CONFIG names one), else from the defaults in src/config.ts. With a config that
 // names stores, the center and every store (or --store) purge, each audited (copied to the center).
 import type { Command } from 'commander';
-import { Option } from 'commander';
-import { configSchema, parseConfig, readConfigFile, type RetentionConfig } from '../../config.js';
+import { configSchema, type RetentionConfig } from '../../config.js';
+import { partial } from '../exit-codes.js';
 import { purgeAudited } from '../../operations/actions.js';
 import { countPurgeable, type PurgeResult } from '../../retention/retention.js';
-import { actorOption, databaseOption, defaultActor, formatSeconds, jsonOption, parseDuration, parseLimit, print, printJson, type DbOptions } from './common.js';
-import { acrossStores, eachStore, forwardAudit, withoutAuditFlag } from './across.js';
+import {
+  actorOption,
+  databaseOption,
+  defaultActor,
+  formatSeconds,
+  jsonOption,
+  parseDuration,
+  parseLimit,
+  print,
+  printJson,
+  readConfig,
+  type DbOptions,
+} from './common.js';
+import { acrossStores, eachStore, forwardAudit, storeOption, withoutAuditFlag } from './across.js';
 
 interface PurgeCliOptions extends DbOptions {
   actor?: string;
@@ -27,19 +39,15 @@ export function registerPurge(program: Command): void {
     .description('delete done/cancelled timeouts and reduced scans (with shards) older than the retention ages, in short batches; failed timeouts are kept')
     .addOption(databaseOption())
     .addOption(jsonOption())
-    .addOption(new Option('-c, --config <file>', 'read retention ages from this config file').env('TIMEOUT_CENTER_CONFIG'))
     .option('--done-after <age>', 'purge done/cancelled timeouts finished longer ago than this (e.g. 7d, 12h, 30m)', (v) => parseDuration(v, '--done-after'))
     .option('--scans-after <age>', 'purge reduced scans (and their shards) older than this', (v) => parseDuration(v, '--scans-after'))
     .option('--batch-size <n>', 'timeouts deleted per statement', (v) => parseLimit(v, '--batch-size'))
     .option('--dry-run', 'only count what would be deleted')
-    .addOption(new Option('--store <name>', 'only this store (`center`, or a store of the config); default with a config: the center and every store'))
+    .addOption(storeOption())
     .addOption(actorOption())
     .action(async (opts: PurgeCliOptions) => {
-      // Only the retention section is read: purge needs no Redis URL and no valid kinds beyond
-      // what the file's own validation demands.
-      const retention: RetentionConfig = opts.config
-        ? parseConfig(readConfigFile(opts.config), opts.config).retention
-        : configSchema.shape.retention.parse(undefined);
+      // The config (read as every verb reads it: no Redis needed) gives the retention ages.
+      const retention: RetentionConfig = readConfig(opts)?.retention ?? configSchema.shape.retention.parse(undefined);
       const options = {
         doneAfterMs: opts.doneAfter ?? retention.doneAfterMs,
         scansAfterMs: opts.scansAfter ?? retention.scansAfterMs,
@@ -68,7 +76,7 @@ export function registerPurge(program: Command): void {
               );
             }
           }
-          if (answers.some((r) => !r.ok)) process.exitCode = 1;
+          if (answers.some((r) => !r.ok)) partial();
           return;
         }
         let stop = false;
@@ -115,7 +123,7 @@ export function registerPurge(program: Command): void {
               );
             }
           }
-          if (answers.some((r) => !r.ok)) process.exitCode = 1;
+          if (answers.some((r) => !r.ok)) partial();
         } finally {
           process.off('SIGINT', onSignal);
           process.off('SIGTERM', onSignal);

@@ -8,6 +8,7 @@ import type { Command } from 'commander';
 import { retryAudited } from '../../operations/actions.js';
 import { retryFailed, type RetryResult } from '../../operations/retry.js';
 import { acrossStores, eachStore, forwardAudit, withoutAuditFlag, withStoreOptions } from './across.js';
+import { partial } from '../exit-codes.js';
 import { actorOption, assertKind, databaseOption, defaultActor, idList, inputError, jsonOption, parseId, print, printJson, type DbOptions } from './common.js';
 
 interface RetryOptions extends DbOptions {
@@ -63,7 +64,11 @@ export function registerRetry(program: Command): void {
               `${a.multi ? `store ${r.store}: ` : ''}${r.ok ? describeRetry(r.value, Boolean(opts.dryRun)) : `UNREACHABLE (${r.error}): nothing retried there; run again when it answers`}`,
             );
         }
-        if (answers.some((r) => !r.ok)) process.exitCode = 1;
+        // Exit 0 only when something was retried and nothing asked for was left: no match, an id
+        // that is not failed, a timeout left alone, or a store that did not answer make it 1.
+        const done = answers.flatMap((r) => (r.ok ? [r.value] : []));
+        const retried = done.reduce((n, r) => n + r.retried, 0);
+        if (retried === 0 || done.some((r) => r.left > 0 || r.notFailed.length > 0) || answers.some((r) => !r.ok)) partial();
       });
     });
 }

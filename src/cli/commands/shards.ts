@@ -4,7 +4,21 @@ import { sql } from 'kysely';
 import type { Command } from 'commander';
 import type { Kysely } from 'kysely';
 import type { Database } from '../../db/schema.js';
-import { databaseOption, formatSeconds, inputError, jsonOption, parseId, print, printJson, table, withDatabase, type DbOptions } from './common.js';
+import {
+  databaseOption,
+  formatSeconds,
+  inputError,
+  jsonOption,
+  parseId,
+  print,
+  printJson,
+  table,
+  unavailableError,
+  withDatabase,
+  type DbOptions,
+} from './common.js';
+import { UnreachableError } from '../../runtime.js';
+import { CENTER } from '../../stores/store-directory.js';
 import { acrossStores, withStoreOptions } from './across.js';
 
 const STATES = ['queued', 'running', 'done', 'failed'] as const;
@@ -27,7 +41,13 @@ export function registerShards(program: Command): void {
           throw inputError(`scan ids are per store: pass --store <name> (${a.stores.join(', ')}), as \`timeout-center scans\` shows it`);
         }
         const store = a.multi ? a.stores[0] : undefined;
-        await withDatabase({ databaseUrl: a.directory.database(a.stores[0]!).url }, (db) => showShards(db, store));
+        await withDatabase({ databaseUrl: a.directory.database(a.stores[0]!).url }, (db) => showShards(db, store)).catch((err: unknown) => {
+          // A store that does not answer is named as such (the message of withDatabase speaks of DATABASE_URL).
+          if (store === undefined || store === CENTER || !(err instanceof UnreachableError)) throw err;
+          throw unavailableError(
+            `store ${store} does not answer: ${err.message.replace(/ Is the server running.*$/, '')}. Start it, or check businessDatabases.${store}`,
+          );
+        });
       });
       async function showShards(db: Kysely<Database>, store: string | undefined): Promise<void> {
         const scan = await db.selectFrom('timeout_center.scans').select('id').where('id', '=', scanId).executeTakeFirst();

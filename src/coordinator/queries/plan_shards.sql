@@ -18,8 +18,10 @@
 --      now} (jsonb; a rate-limited target missing from it gets nothing: see target_flow)
 --   $10 not before (timestamptz, or NULL): a plan written ahead of its rows' due instant, from a
 --      count ahead (sql/0011); workers claim no earlier than it
+--   $11 gone after (ms): a shard running under a worker gone this long (no heartbeat, or
+--      stopped: timeout_center.worker_gone, sql/0018) covers nothing; the reaper hands it on
 -- @params cutoff: Date, kinds: string[], maxShards: number, maxRows: number, epoch: number, coordinatorId: string,
--- @params credit: string, rateBudget: string, targetBudget: string, notBefore: Date | null
+-- @params credit: string, rateBudget: string, targetBudget: string, notBefore: Date | null, goneAfterMs: number
 -- Shards carry a target (a business database name, or NULL): the map counts per (kind, target),
 -- so one shard's handler runs against exactly one database (sql/0005_business_databases.sql).
 -- Flow control (pause, cap, rate) is per kind, over all of its targets; and a rate limit per
@@ -30,9 +32,12 @@
 -- uncovered rows, whether they were counted now, and whether that count saw the last due row
 -- (complete); none when nothing new was due.
 WITH live_target AS (
+  -- The capacity in flight: shards queued or running, but not one running under a gone worker
+  -- (its rows are due now, and it claims nothing until the reaper hands it on).
   SELECT sh.kind, sh.target, sum(sh.claim_limit)::bigint AS capacity, count(*)::int AS shards
     FROM timeout_center.shards sh
    WHERE sh.state IN ('queued', 'running')
+     AND NOT (sh.state = 'running' AND timeout_center.worker_gone(sh.owner, $11))
    GROUP BY sh.kind, sh.target
 ), live AS (
   SELECT lt.kind, sum(lt.capacity)::bigint AS capacity, sum(lt.shards)::int AS shards FROM live_target lt GROUP BY lt.kind

@@ -33,7 +33,14 @@
 -- lateness_n (int4[]): in the batch form one lateness per distinct due time and how many rows had
 -- it (a flood's rows share a few due times: a shard sends a few pairs, not one number per row,
 -- and its worker parses a few); in the plain form one lateness per row, lateness_n NULL, and ids
--- (bigint[]), biz_ids (text[]), payloads (jsonb[]), all in id order.
+-- (bigint[]), biz_ids (text[]), payloads (jsonb[]), all in id order. Each lateness is measured
+-- at this statement's start; measured_ms is that instant (epoch ms, float8): the worker moves the
+-- lateness to the PostgreSQL clock read right after the shard's COMMIT (executor.ts), so
+-- tc_lateness_seconds counts the handler, the rest of the transaction and the commit.
+-- A done row's finished_at is clock_timestamp() read once as this statement moves its rows (the
+-- sub-SELECT: one value for the shard's rows): after the handler ran, before the shard's commit;
+-- the shard's finished_at (finish.sql) is the later stamp, taken by the last statement before
+-- COMMIT.
 WITH pinned AS MATERIALIZED (
   SELECT p.id, p.biz_id, p.payload, p.due_at FROM timeout_center.timeouts p
    WHERE p.shard_id = $1 AND p.state = 'dispatched'
@@ -57,7 +64,7 @@ WITH pinned AS MATERIALIZED (
                  THEN 'applied' ELSE 'skipped' END AS result
 ), moved AS (
   INSERT INTO timeout_center.done_timeouts (id, kind, biz_id, due_at, payload, attempts, shard_id, result, last_error, created_at, finished_at)
-  SELECT id, kind, biz_id, due_at, payload, attempts + 1, $1, result, last_error, created_at, statement_timestamp()
+  SELECT id, kind, biz_id, due_at, payload, attempts + 1, $1, result, last_error, created_at, (SELECT clock_timestamp())
     FROM taken
 )
 -- Batch form: counted per distinct due time of the rows moved, then summed. HAVING: one row in
@@ -66,7 +73,8 @@ SELECT coalesce(sum(g.n), 0)::int AS n,
        coalesce(sum(g.skipped), 0)::int AS skipped,
        NULL::bigint[] AS ids, NULL::text[] AS biz_ids, NULL::jsonb[] AS payloads,
        coalesce(array_agg((date_part('epoch', statement_timestamp() - g.due_at) * 1000)::int4), '{}') AS lateness_ms,
-       coalesce(array_agg(g.n), '{}') AS lateness_n
+       coalesce(array_agg(g.n), '{}') AS lateness_n,
+       date_part('epoch', statement_timestamp()) * 1000 AS measured_ms
   FROM (SELECT due_at, count(*)::int AS n, count(*) FILTER (WHERE result = 'skipped')::int AS skipped
           FROM taken WHERE $4 GROUP BY due_at) g
 HAVING $4
@@ -76,6 +84,6 @@ UNION ALL
 SELECT count(*)::int, 0,
        coalesce(array_agg(d.id), '{}'), coalesce(array_agg(d.biz_id), '{}'), coalesce(array_agg(d.payload), '{}'),
        coalesce(array_agg((date_part('epoch', statement_timestamp() - d.due_at) * 1000)::int4), '{}'),
-       NULL
+       NULL, date_part('epoch', statement_timestamp()) * 1000
   FROM (SELECT id, biz_id, payload, due_at FROM due WHERE NOT $4 ORDER BY id) d
 HAVING NOT $4

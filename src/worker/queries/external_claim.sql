@@ -14,7 +14,8 @@
 -- @params shardId: number, kind: string, claimLimit: number, leaseToken: string, routed: boolean
 -- Returns one row: target (the shard's), ids (bigint[]), biz_ids (text[]), payloads (jsonb[]),
 -- lateness in s (float8[]), fresh (this is the shard's first claim: no earlier run of it can have
--- applied anything); no row when the lease is no longer ours.
+-- applied anything), measured_ms (the instant the lateness is measured at, epoch ms: the worker
+-- moves it to the record's, external_record.sql at_ms); no row when the lease is no longer ours.
 WITH route AS MATERIALIZED (
   SELECT r.route_by, r.databases, r.range_from, r.range_to FROM timeout_center.kind_routes r WHERE r.kind = $2
 ), ours AS MATERIALIZED (
@@ -51,6 +52,7 @@ SELECT (SELECT target FROM ours) AS target,
        coalesce(array_agg(r.biz_id ORDER BY r.id), '{}') AS biz_ids,
        coalesce(array_agg(r.payload ORDER BY r.id), '{}') AS payloads,
        coalesce(array_agg(extract(epoch FROM statement_timestamp() - r.due_at)::float8 ORDER BY r.id), '{}') AS lateness,
-       (SELECT claimed_at IS NULL FROM ours) AS fresh
+       (SELECT claimed_at IS NULL FROM ours) AS fresh,
+       date_part('epoch', statement_timestamp()) * 1000 AS measured_ms
   FROM rows r
 HAVING EXISTS (SELECT 1 FROM ours)

@@ -20,7 +20,11 @@
 -- @params shardId: number, leaseToken: string, applied: string[], failedIds: string[], failedErrors: string[],
 -- @params failedPermanent: boolean[], maxAttempts: number, backoffMs: number, batchRetryMs: number | null,
 -- @params batchError: string | null, ran: string[] | null
--- Returns the shard's counts; no row when the lease is no longer ours.
+-- Times: this statement runs after the target's COMMIT (the commit that applied the rows), so the
+-- rows it moves get its start (statement_timestamp()) as finished_at; the shard's finished_at and
+-- at_ms are clock_timestamp() at its end (the last statement of the fenced center transaction
+-- before its COMMIT), the instant tc_lateness_seconds is taken at (external-executor.ts).
+-- Returns the shard's counts and at_ms (epoch ms); no row when the lease is no longer ours.
 WITH ours AS MATERIALIZED (
   SELECT sh.id FROM timeout_center.shards sh
    WHERE sh.id = $1 AND sh.lease_token = $2 AND sh.state = 'running'
@@ -81,9 +85,10 @@ WITH ours AS MATERIALIZED (
     FROM written
 )
 UPDATE timeout_center.shards sh
-   SET state = 'done', finished_at = statement_timestamp(), lease_expires_at = NULL, size = c.n,
+   SET state = 'done', finished_at = clock_timestamp(), lease_expires_at = NULL, size = c.n,
        done_count = c.done, skipped_count = c.skipped, failed_count = c.failed, retried_count = c.retried,
        error_sample = c.error_sample
   FROM counts c, ours o
  WHERE sh.id = o.id
-RETURNING sh.done_count AS done, sh.skipped_count AS skipped, sh.failed_count AS failed, sh.retried_count AS retried
+RETURNING sh.done_count AS done, sh.skipped_count AS skipped, sh.failed_count AS failed, sh.retried_count AS retried,
+          date_part('epoch', clock_timestamp()) * 1000 AS at_ms

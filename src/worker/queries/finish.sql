@@ -10,6 +10,11 @@
 --   $9 timeouts claim.sql already marked skipped (int)   $10 claimed timeout ids (bigint[])
 -- @params shardId: number, skipped: string[], failed: string[], errors: string[], permanent: boolean[], maxAttempts: number,
 -- @params backoffMs: number, claimed: number, skippedMarked: number, claimedIds: string[]
+-- Times: clock_timestamp(), not the statement's start. This is the last statement of the shard's
+-- transaction before COMMIT (in the batch form, in the COMMIT's own round trip), so the shard's
+-- finished_at is when the shard committed, to within that COMMIT (its WAL flush); the rows this
+-- statement writes get the time they were written (read once per write: one value for the
+-- shard's rows), after their handler ran.
 -- Returns the shard's counts.
 WITH failure AS (
   SELECT * FROM unnest($3::bigint[], $4::text[], $5::boolean[]) AS f (id, error, permanent)
@@ -20,7 +25,7 @@ WITH failure AS (
             CASE WHEN t.id = ANY ($2::bigint[]) THEN 'skipped' ELSE 'applied' END AS result
 ), moved AS (
   INSERT INTO timeout_center.done_timeouts (id, kind, biz_id, due_at, payload, attempts, shard_id, result, last_error, created_at, finished_at)
-  SELECT id, kind, biz_id, due_at, payload, attempts + 1, $1, result, last_error, created_at, statement_timestamp()
+  SELECT id, kind, biz_id, due_at, payload, attempts + 1, $1, result, last_error, created_at, (SELECT clock_timestamp())
     FROM taken
   RETURNING result
 ), failed AS (
@@ -32,7 +37,7 @@ WITH failure AS (
          last_error = f.error,
          available_at = CASE WHEN f.permanent OR t.attempts + 1 >= $6 THEN t.available_at
                              ELSE statement_timestamp() + least($7 * power(2, t.attempts), 600000) * interval '1 millisecond' END,
-         finished_at = CASE WHEN f.permanent OR t.attempts + 1 >= $6 THEN statement_timestamp() END
+         finished_at = CASE WHEN f.permanent OR t.attempts + 1 >= $6 THEN (SELECT clock_timestamp()) END
     FROM failure f
    WHERE t.id = f.id
   RETURNING t.state, t.last_error
@@ -43,7 +48,7 @@ WITH failure AS (
          (SELECT min(last_error) FROM failed) AS error_sample
 )
 UPDATE timeout_center.shards sh
-   SET state = 'done', finished_at = statement_timestamp(), lease_expires_at = NULL, size = $8,
+   SET state = 'done', finished_at = clock_timestamp(), lease_expires_at = NULL, size = $8,
        done_count = $8 - c.skipped - c.failed - c.retried, skipped_count = c.skipped,
        failed_count = c.failed, retried_count = c.retried, error_sample = c.error_sample
   FROM counts c

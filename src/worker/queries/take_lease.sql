@@ -15,6 +15,9 @@
 -- up, so the claim's statement_timestamp() is past not_before.
 -- from_newest: every other shard of a flood mapped ahead claims the flood's newest rows first
 -- (claim.sql), so two shards running side by side start from opposite ends.
+-- suspect: an earlier run of this shard began its claim and did not finish (claim_attempt,
+-- sql/0018): its rows may include one that kills workers, so this run pins and splits them
+-- (executor.ts). A run that died before its claim held no row and makes no suspect.
 -- No row: the shard is final, another worker holds it (a duplicate delivery: acknowledge it), or
 -- flow control holds it back (hold_shard.sql then leaves it queued, unpublished).
 UPDATE timeout_center.shards sh
@@ -33,4 +36,5 @@ UPDATE timeout_center.shards sh
         OR (SELECT count(*) FROM timeout_center.shards r WHERE r.kind = sh.kind AND r.state = 'running') < k.max_running_shards)
 RETURNING sh.id, sh.scan_id, sh.kind, sh.lease_token, sh.attempts, sh.claim_limit,
           greatest(ceil(extract(epoch FROM sh.not_before - clock_timestamp()) * 1000), 0)::int AS wait_ms,
-          (sh.not_before IS NOT NULL AND sh.seq % 2 = 1) AS from_newest
+          (sh.not_before IS NOT NULL AND sh.seq % 2 = 1) AS from_newest,
+          sh.claim_attempt > 0 AS suspect

@@ -27,7 +27,9 @@
 --   $10 not before (timestamptz, or NULL): a plan written ahead of its rows' due instant, from a
 --      count ahead (sql/0011); workers claim no earlier than it
 -- @params cutoff: Date, kinds: string[], maxShards: number, maxRows: number, epoch: number, coordinatorId: string,
--- @params credit: string, rateBudget: string, targetBudget: string, notBefore: Date | null
+--   $11 gone after (ms): a shard running under a worker gone this long (no heartbeat, or
+--      stopped: timeout_center.worker_gone, sql/0018) covers nothing; the reaper hands it on
+-- @params credit: string, rateBudget: string, targetBudget: string, notBefore: Date | null, goneAfterMs: number
 -- Shards carry a target (a business database name, or NULL): the map counts per (kind, target),
 -- so one shard's handler runs against exactly one database (sql/0005_business_databases.sql).
 -- Flow control (pause, cap, rate) is per kind, over all of its targets; and a rate limit per
@@ -41,6 +43,8 @@ WITH live_bucket AS (
   SELECT sh.kind, sh.target, sh.bucket, sum(sh.claim_limit)::bigint AS capacity, count(*)::int AS shards
     FROM timeout_center.shards sh
    WHERE sh.state IN ('queued', 'running')
+     -- as plan_shards.sql: not one running under a gone worker
+     AND NOT (sh.state = 'running' AND timeout_center.worker_gone(sh.owner, $11))
    GROUP BY sh.kind, sh.target, sh.bucket
 ), live_target AS (
   SELECT lb.kind, lb.target, sum(lb.capacity)::bigint AS capacity, sum(lb.shards)::int AS shards FROM live_bucket lb GROUP BY lb.kind, lb.target

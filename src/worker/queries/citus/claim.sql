@@ -69,7 +69,7 @@ WITH pinned AS MATERIALIZED (
     FROM taken k
 ), moved AS (
   INSERT INTO timeout_center.done_timeouts (bucket, id, kind, biz_id, due_at, payload, attempts, shard_id, result, last_error, created_at, finished_at)
-  SELECT bucket, id, kind, biz_id, due_at, payload, attempts + 1, $1, result, last_error, created_at, statement_timestamp()
+  SELECT bucket, id, kind, biz_id, due_at, payload, attempts + 1, $1, result, last_error, created_at, (SELECT clock_timestamp())
     FROM judged
 )
 -- Batch form: counted per distinct due time of the rows moved, then summed. HAVING: one row in
@@ -78,7 +78,8 @@ SELECT coalesce(sum(g.n), 0)::int AS n,
        coalesce(sum(g.skipped), 0)::int AS skipped,
        NULL::bigint[] AS ids, NULL::text[] AS biz_ids, NULL::jsonb[] AS payloads,
        coalesce(array_agg((date_part('epoch', statement_timestamp() - g.due_at) * 1000)::int4), '{}') AS lateness_ms,
-       coalesce(array_agg(g.n), '{}') AS lateness_n
+       coalesce(array_agg(g.n), '{}') AS lateness_n,
+       date_part('epoch', statement_timestamp()) * 1000 AS measured_ms
   FROM (SELECT due_at, count(*)::int AS n, count(*) FILTER (WHERE result = 'skipped')::int AS skipped
           FROM judged WHERE $4 GROUP BY due_at) g
 HAVING $4
@@ -88,6 +89,6 @@ UNION ALL
 SELECT count(*)::int, 0,
        coalesce(array_agg(d.id), '{}'), coalesce(array_agg(d.biz_id), '{}'), coalesce(array_agg(d.payload), '{}'),
        coalesce(array_agg((date_part('epoch', statement_timestamp() - d.due_at) * 1000)::int4), '{}'),
-       NULL
+       NULL, date_part('epoch', statement_timestamp()) * 1000
   FROM (SELECT id, biz_id, payload, due_at FROM due WHERE NOT $4 ORDER BY id) d
 HAVING NOT $4

@@ -38,4 +38,5 @@ UPDATE timeout_center.shards sh
         OR (SELECT count(*) FROM timeout_center.shards r WHERE r.kind = sh.kind AND r.state = 'running') < k.max_running_shards)
 RETURNING sh.id, sh.scan_id, sh.kind, sh.bucket, sh.lease_token, sh.attempts, sh.claim_limit,
           greatest(ceil(extract(epoch FROM sh.not_before - clock_timestamp()) * 1000), 0)::int AS wait_ms,
-          false AS from_newest
+          false AS from_newest,
+          sh.claim_attempt > 0 AS suspect
