@@ -6,7 +6,10 @@
 // (src/db/layout-statements.ts). On plain PostgreSQL nothing of it exists.
 import { readFileSync } from 'node:fs';
 import type pg from 'pg';
-import { MIGRATIONS_DIR } from './migrate.js';
+import { fileURLToPath } from 'node:url';
+
+/** sql/citus/ sits two levels above both src/db and dist/db (as migrate.ts's sql/). */
+const LAYOUT_SQL = fileURLToPath(new URL('../../sql/citus/layout.sql', import.meta.url));
 
 /** Buckets (= Citus shards of timeouts) unless migrate is told otherwise: B workers' slots can
  *  claim one kind side by side, and a cluster can grow to B worker nodes (docs/scale.md). */
@@ -68,7 +71,7 @@ export async function applyLayout(client: pg.PoolClient | pg.Client, buckets = D
   const current = await readLayout(client);
   if (!rows[0]?.citus || current.name === 'citus') return { layout: current, applied: false };
   if (!Number.isInteger(buckets) || buckets < 1 || buckets > 1024) throw new Error(`citus buckets must be 1-1024, got ${buckets}`);
-  const text = readFileSync(`${MIGRATIONS_DIR}/citus/layout.sql`, 'utf8').replaceAll(':buckets', String(buckets));
+  const text = readFileSync(LAYOUT_SQL, 'utf8').replaceAll(':buckets', String(buckets));
   await client.query('BEGIN');
   try {
     await client.query(text);
