@@ -69,7 +69,7 @@ WITH pinned AS MATERIALIZED (
     FROM taken k
 ), moved AS (
   INSERT INTO timeout_center.done_timeouts (bucket, id, kind, biz_id, due_at, payload, attempts, shard_id, result, last_error, created_at, finished_at)
-  SELECT bucket, id, kind, biz_id, due_at, payload, attempts + 1, $1, result, last_error, created_at, (SELECT clock_timestamp())
+  SELECT bucket, id, kind, biz_id, due_at, payload, attempts + 1, $1, result, last_error, created_at, statement_timestamp()
     FROM judged
 )
 -- Batch form: counted per distinct due time of the rows moved, then summed. HAVING: one row in

@@ -19,7 +19,7 @@ WITH failure AS (
   -- the statement's time as a column, and the backoff as arithmetic on its epoch (to_timestamp
   -- of a number is IMMUTABLE, timestamptz + interval is not): Citus takes no STABLE function
   -- inside a CASE of a modification it sends to a worker node
-  SELECT f.*, clock_timestamp() AS at, extract(epoch FROM clock_timestamp())::float8 AS at_s FROM unnest($3::bigint[], $4::text[], $5::boolean[]) AS f (id, error, permanent)
+  SELECT f.*, statement_timestamp() AS at, extract(epoch FROM statement_timestamp())::float8 AS at_s FROM unnest($3::bigint[], $4::text[], $5::boolean[]) AS f (id, error, permanent)
 ), taken AS (
   DELETE FROM timeout_center.timeouts t
    WHERE t.bucket = $11 AND t.id = ANY ($10::bigint[]) AND NOT t.id = ANY ($3::bigint[])
@@ -27,7 +27,7 @@ WITH failure AS (
             CASE WHEN t.id = ANY ($2::bigint[]) THEN 'skipped' ELSE 'applied' END AS result
 ), moved AS (
   INSERT INTO timeout_center.done_timeouts (bucket, id, kind, biz_id, due_at, payload, attempts, shard_id, result, last_error, created_at, finished_at)
-  SELECT bucket, id, kind, biz_id, due_at, payload, attempts + 1, $1, result, last_error, created_at, (SELECT clock_timestamp())
+  SELECT bucket, id, kind, biz_id, due_at, payload, attempts + 1, $1, result, last_error, created_at, statement_timestamp()
     FROM taken
   RETURNING result
 ), failed AS (
@@ -50,7 +50,7 @@ WITH failure AS (
          (SELECT min(last_error) FROM failed) AS error_sample
 )
 UPDATE timeout_center.shards sh
-   SET state = 'done', finished_at = clock_timestamp(), lease_expires_at = NULL, size = $8,
+   SET state = 'done', finished_at = statement_timestamp(), lease_expires_at = NULL, size = $8,
        done_count = $8 - c.skipped - c.failed - c.retried, skipped_count = c.skipped,
        failed_count = c.failed, retried_count = c.retried, error_sample = c.error_sample
   FROM counts c
