@@ -22,7 +22,7 @@ function walk(dir, found = []) {
   for (const name of readdirSync(dir).sort()) {
     const path = join(dir, name);
     if (statSync(path).isDirectory()) walk(path, found);
-    else if (name.endsWith('.sql') && dir.endsWith(`${sep}queries`)) found.push(path);
+    else if (name.endsWith('.sql') && (dir.endsWith(`${sep}queries`) || dir.endsWith(`${sep}queries${sep}citus`))) found.push(path);
   }
   return found;
 }
@@ -30,9 +30,12 @@ function walk(dir, found = []) {
 let parsed;
 try {
   parsed = walk(src).map((path) => {
-    // src/worker/queries/take_lease.sql -> worker/take_lease
+    // src/worker/queries/take_lease.sql -> worker/take_lease; the Citus layout's variant
+    // src/worker/queries/citus/claim.sql -> citus/worker/claim (src/db/citus-layout.ts)
     const rel = relative(src, path).split(sep);
-    const key = `${rel.slice(0, -2).join('/')}/${rel.at(-1).replace(/\.sql$/, '')}`;
+    const citus = rel.at(-2) === 'citus';
+    const module = rel.slice(0, citus ? -3 : -2).join('/');
+    const key = `${citus ? 'citus/' : ''}${module}/${rel.at(-1).replace(/\.sql$/, '')}`;
     return parseStatement(key, readFileSync(path, 'utf8'), relative(root, path));
   });
 } catch (err) {

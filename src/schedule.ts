@@ -55,6 +55,21 @@ async function run<R>(db: Executor, { text, values }: BoundStatement): Promise<R
   return result.rows as R[];
 }
 
+// The database's layout, read once per pool, client or Kysely (src/db/citus-layout.ts): on Citus the
+// statements name the row's bucket (src/schedule/queries/citus/), so each routes to one node.
+const citusOf = new WeakMap<object, Promise<boolean>>();
+function isCitus(db: Executor): Promise<boolean> {
+  let found = citusOf.get(db);
+  if (!found) {
+    found = run<{ citus: boolean }>(db, { text: "SELECT to_regclass('timeout_center.layout') IS NOT NULL AS citus", values: [] }).then(
+      (r) => r[0]?.citus === true,
+    );
+    citusOf.set(db, found);
+    found.catch(() => citusOf.delete(db));
+  }
+  return found;
+}
+
 function bizIdText(bizId: ScheduleInput['bizId']): string {
   const text = typeof bizId === 'string' ? bizId : String(bizId);
   if (text.length === 0 || text.length > 200) throw new TimeoutInputError(`bizId must be 1 to 200 characters, got ${JSON.stringify(text)}`);
@@ -112,7 +127,10 @@ export async function schedule(db: Executor, input: ScheduleInput): Promise<Sche
   const payload = input.payload === undefined ? null : JSON.stringify(input.payload);
   const traceParent = traceParentOf(input.traceparent);
   try {
-    const rows = await run<{ id: number; due_at: Date; created: boolean }>(db, sql('schedule/schedule', { kind, bizId, dueAt, delayMs, payload, traceParent }));
+    const inputs = { kind, bizId, dueAt, delayMs, payload };
+    // The Citus form keeps no trace context (docs/scale.md "Citus: what runs").
+    const statement = (await isCitus(db)) ? sql('citus/schedule/schedule', inputs) : sql('schedule/schedule', { ...inputs, traceParent });
+    const rows = await run<{ id: number; due_at: Date; created: boolean }>(db, statement);
     const row = rows[0];
     if (!row) throw new Error(`schedule(${kind}, ${bizId}): no row written or found; retry`);
     return { id: Number(row.id), kind, bizId, dueAt: new Date(row.due_at), created: row.created };
@@ -128,7 +146,8 @@ export async function schedule(db: Executor, input: ScheduleInput): Promise<Sche
  *  (`... AND status = 'unpaid'`) decides. A timeout a shard is applying in this database is
  *  row-locked: this waits for that commit, then returns false. Call it before touching the order. */
 export async function cancel(db: Executor, kind: string, bizId: ScheduleInput['bizId']): Promise<boolean> {
-  const rows = await run(db, sql('schedule/cancel', { kind: checkKind(kind), bizId: bizIdText(bizId) }));
+  const inputs = { kind: checkKind(kind), bizId: bizIdText(bizId) };
+  const rows = await run(db, (await isCitus(db)) ? sql('citus/schedule/cancel', inputs) : sql('schedule/cancel', inputs));
   return rows.length > 0;
 }
 
@@ -137,7 +156,8 @@ export async function cancel(db: Executor, kind: string, bizId: ScheduleInput['b
  *  waits for that commit, then finds it done). */
 export async function reschedule(db: Executor, kind: string, bizId: ScheduleInput['bizId'], due: { dueAt: Date } | { delayMs: number }): Promise<boolean> {
   const [dueAt, delayMs] = dueArgs(due);
-  const rows = await run(db, sql('schedule/reschedule', { kind: checkKind(kind), bizId: bizIdText(bizId), dueAt, delayMs }));
+  const inputs = { kind: checkKind(kind), bizId: bizIdText(bizId), dueAt, delayMs };
+  const rows = await run(db, (await isCitus(db)) ? sql('citus/schedule/reschedule', inputs) : sql('schedule/reschedule', inputs));
   return rows.length > 0;
 }
 

@@ -4,6 +4,7 @@
 // worker/queries/claim.sql), so every timeout is written once on its way to done.
 import type pg from 'pg';
 import { sql } from '../db/queries.js';
+import { layoutOf } from '../db/citus-layout.js';
 import type { ShardMessage } from '../transport/channel.js';
 import { fencedTransaction } from './fence.js';
 
@@ -43,10 +44,22 @@ export async function planScan(
     goneAfterMs: number;
   },
 ): Promise<PlannedScan | undefined> {
-  type Row = { id: number; scan_id: number; kind: string; target: string | null; claim_limit: number; uncovered: string; counted: boolean; complete: boolean };
+  type Row = {
+    id: number;
+    scan_id: number;
+    kind: string;
+    target: string | null;
+    bucket?: number | null;
+    claim_limit: number;
+    uncovered: string;
+    counted: boolean;
+    complete: boolean;
+  };
+  // The Citus layout plans per (kind, bucket): same inputs, one uncovered count per bucket.
+  const citus = (await layoutOf(pool)).name === 'citus';
   const { rows } = await fencedTransaction(pool, epoch, (client) =>
     client.query<Row>(
-      sql('coordinator/plan_shards', {
+      sql(citus ? 'citus/coordinator/plan_shards' : 'coordinator/plan_shards', {
         cutoff: args.cutoff,
         kinds: args.kinds,
         maxShards: args.maxShards,
@@ -68,7 +81,7 @@ export async function planScan(
   const targetsSeen = new Set<string>();
   for (const r of rows) {
     const k = byKind.get(r.kind) ?? { uncovered: 0, planned: 0, counted: r.counted, complete: r.complete };
-    const key = `${r.kind}\u0000${r.target ?? ''}`;
+    const key = `${r.kind}\u0000${r.target ?? ''}\u0000${r.bucket ?? ''}`;
     if (!targetsSeen.has(key)) {
       targetsSeen.add(key);
       k.uncovered += Number(r.uncovered);
@@ -95,7 +108,11 @@ export async function countAhead(
   args: { kinds: string[]; cutoff: Date; maxRows: number },
 ): Promise<Map<string, { uncovered: number; complete: boolean }>> {
   const { rows } = await pool.query<{ kind: string; uncovered: string; complete: boolean }>(
-    sql('coordinator/count_ahead', { kinds: args.kinds, cutoff: args.cutoff, maxRows: args.maxRows }),
+    sql((await layoutOf(pool)).name === 'citus' ? 'citus/coordinator/count_ahead' : 'coordinator/count_ahead', {
+      kinds: args.kinds,
+      cutoff: args.cutoff,
+      maxRows: args.maxRows,
+    }),
   );
   return new Map(rows.map((r) => [r.kind, { uncovered: Number(r.uncovered), complete: r.complete }]));
 }

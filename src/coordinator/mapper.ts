@@ -8,7 +8,8 @@
 import type pg from 'pg';
 import type { Logger } from 'pino';
 import type { CoordinatorConfig, LoadedConfig } from '../config.js';
-import { sql } from '../db/queries.js';
+import { sql, type BoundStatement } from '../db/queries.js';
+import { layoutOf } from '../db/citus-layout.js';
 import { failpoint } from '../failpoints.js';
 import type { ControlsColumn, LeaderFlow, TargetControlsColumn } from '../flow/leader-flow.js';
 import type { Metrics } from '../observability/metrics.js';
@@ -76,7 +77,7 @@ export class Mapper {
   async map(epoch: number): Promise<number | undefined> {
     const { pool, flow: leaderFlow, dispatcher, metrics, logger } = this.deps;
     const cfg = this.cfg;
-    const { rows } = await pool.query<Clock>(sql('coordinator/next_due', { kinds: this.kinds }));
+    const { rows } = await pool.query<Clock>(await nextDueStatement(pool, this.kinds));
     const clock = rows[0]!;
     const clockReadAt = Date.now();
     this.deps.unserved.update(clock.unserved);
@@ -214,4 +215,17 @@ export class Mapper {
       'scan mapped ahead of its due instant',
     );
   }
+}
+
+/** next_due.sql; on the Citus layout its per-kind probes first (citus/due_probe.sql, one per kind,
+ *  side by side), then its Citus form with what they found. */
+async function nextDueStatement(pool: pg.Pool, kinds: string[]): Promise<BoundStatement> {
+  if ((await layoutOf(pool)).name !== 'citus') return sql('coordinator/next_due', { kinds });
+  const found = await Promise.all(
+    kinds.map(async (kind) => {
+      const { rows } = await pool.query<{ latest: Date | null; next_after: Date | null }>(sql('citus/coordinator/due_probe', { kind }));
+      return [kind, [rows[0]?.latest ?? null, rows[0]?.next_after ?? null]] as const;
+    }),
+  );
+  return sql('citus/coordinator/next_due', { kinds, probes: JSON.stringify(Object.fromEntries(found)) });
 }

@@ -4,6 +4,7 @@
 // again, and everything queued is republished when the channel lost its data.
 import type pg from 'pg';
 import { sql } from '../db/queries.js';
+import { layoutOf } from '../db/citus-layout.js';
 import type { ShardMessage } from '../transport/channel.js';
 import { fencedTransaction } from './fence.js';
 
@@ -34,13 +35,14 @@ type ShardRow = { id: number; scan_id: number; kind: string };
 const toMessage = (r: ShardRow): ShardMessage => ({ shardId: r.id, scanId: r.scan_id, kind: r.kind });
 
 export async function reap(pool: pg.Pool, epoch: number, options: ReapOptions): Promise<ReapResult> {
+  const citus = (await layoutOf(pool)).name === 'citus';
   return fencedTransaction(pool, epoch, async (client) => {
     // A gone worker's read-ahead deliveries and leases first, so that the steps below hand its
     // shards on in this same reap.
     if (options.unpublish.length > 0) await client.query(sql('coordinator/unpublish_shards', { shardIds: options.unpublish }));
     const expired = await client.query(sql('coordinator/expire_gone', { goneAfterMs: options.goneAfterMs, maxShards: BATCH }));
     const abandoned = await client.query<{ id: number; kind: string; scan_id: number; failed_count: number }>(
-      sql('coordinator/abandon_shards', { maxShards: BATCH }),
+      sql(citus ? 'citus/coordinator/abandon_shards' : 'coordinator/abandon_shards', { maxShards: BATCH }),
     );
     const requeued = await client.query<ShardRow>(sql('coordinator/requeue_expired', { maxShards: BATCH }));
     const stale = await client.query<ShardRow>(

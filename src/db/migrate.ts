@@ -4,6 +4,7 @@ import { readdirSync, readFileSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 import type pg from 'pg';
 import type { Logger } from 'pino';
+import { applyLayout, describeLayout, type Layout } from './citus-layout.js';
 
 /** sql/ sits two levels above both src/db and dist/db. */
 export const MIGRATIONS_DIR = fileURLToPath(new URL('../../sql/', import.meta.url));
@@ -31,9 +32,18 @@ export function listMigrations(dir = MIGRATIONS_DIR): Migration[] {
 export interface MigrateResult {
   applied: string[];
   current: number;
+  /** The database's layout after the migrations: plain, or citus when it has the extension. */
+  layout: Layout;
+  /** The layout was applied by this call (the first migrate of a database with citus). */
+  layoutApplied: boolean;
 }
 
-export async function migrate(pool: pg.Pool, logger: Logger, dir = MIGRATIONS_DIR): Promise<MigrateResult> {
+export interface MigrateOptions {
+  /** Buckets (Citus shards of timeouts) when this migrate applies the Citus layout. */
+  citusBuckets?: number;
+}
+
+export async function migrate(pool: pg.Pool, logger: Logger, dir = MIGRATIONS_DIR, options: MigrateOptions = {}): Promise<MigrateResult> {
   const migrations = listMigrations(dir);
   const client = await pool.connect();
   const applied: string[] = [];
@@ -66,7 +76,11 @@ export async function migrate(pool: pg.Pool, logger: Logger, dir = MIGRATIONS_DI
         applied.push(m.name);
         logger.info({ migration: m.name }, 'applied migration');
       }
-      return { applied, current: migrations.at(-1)?.version ?? 0 };
+      // The layout (src/db/citus-layout.ts): a database with the citus extension is laid out over
+      // the cluster once; a plain one is left as it is.
+      const layout = await applyLayout(client, options.citusBuckets);
+      if (layout.applied) logger.info({ layout: describeLayout(layout.layout) }, 'applied layout');
+      return { applied, current: migrations.at(-1)?.version ?? 0, layout: layout.layout, layoutApplied: layout.applied };
     } finally {
       await client.query('SELECT pg_advisory_unlock($1)', [MIGRATION_LOCK_KEY.toString()]).catch(() => {});
     }

@@ -10,6 +10,7 @@ import type pg from 'pg';
 import type { Logger } from 'pino';
 import type { RetentionConfig } from '../config.js';
 import { sql } from '../db/queries.js';
+import { layoutOf } from '../db/citus-layout.js';
 import type { Metrics } from '../observability/metrics.js';
 import { BaseService } from '../service.js';
 
@@ -43,10 +44,18 @@ export async function purge(pool: pg.Pool, options: PurgeOptions, hooks: PurgeHo
   const stop = hooks.shouldStop ?? (() => false);
   // Timeouts first (the done ones' history, then the cancelled ones): nothing references them.
   // Then scans, whose shards cascade.
-  for (const name of ['retention/purge_done_timeouts', 'retention/purge_timeouts'] as const) {
+  // On the Citus layout the cancelled ones go bucket by bucket (citus/retention/purge_timeouts.sql).
+  const layout = await layoutOf(pool);
+  const batches = [
+    () => sql('retention/purge_done_timeouts', { ageMs: options.doneAfterMs, batchSize: options.batchSize }),
+    ...(layout.name === 'citus'
+      ? layout.buckets.map((bucket) => () => sql('citus/retention/purge_timeouts', { ageMs: options.doneAfterMs, batchSize: options.batchSize, bucket }))
+      : [() => sql('retention/purge_timeouts', { ageMs: options.doneAfterMs, batchSize: options.batchSize })]),
+  ];
+  for (const batch of batches) {
     for (;;) {
       if (stop()) break;
-      const { rowCount } = await pool.query(sql(name, { ageMs: options.doneAfterMs, batchSize: options.batchSize }));
+      const { rowCount } = await pool.query(batch());
       const n = rowCount ?? 0;
       result.batches += 1;
       result.timeouts += n;
@@ -56,7 +65,8 @@ export async function purge(pool: pg.Pool, options: PurgeOptions, hooks: PurgeHo
   }
   for (;;) {
     if (stop()) break;
-    const { rowCount } = await pool.query(sql('retention/purge_scans', { ageMs: options.scansAfterMs, batchSize: options.scanBatchSize }));
+    const purgeScans = { ageMs: options.scansAfterMs, batchSize: options.scanBatchSize };
+    const { rowCount } = await pool.query(layout.name === 'citus' ? sql('citus/retention/purge_scans', purgeScans) : sql('retention/purge_scans', purgeScans));
     const n = rowCount ?? 0;
     result.batches += 1;
     result.scans += n;
@@ -74,7 +84,10 @@ export async function purge(pool: pg.Pool, options: PurgeOptions, hooks: PurgeHo
 /** What purge would delete now, without deleting (`timeout-center purge --dry-run`). */
 export async function countPurgeable(pool: pg.Pool, options: Pick<PurgeOptions, 'doneAfterMs' | 'scansAfterMs'>): Promise<{ timeouts: number; scans: number }> {
   const { rows } = await pool.query<{ timeouts: number; scans: number }>(
-    sql('retention/count_purgeable', { timeoutsAgeMs: options.doneAfterMs, scansAgeMs: options.scansAfterMs }),
+    sql((await layoutOf(pool)).name === 'citus' ? 'citus/retention/count_purgeable' : 'retention/count_purgeable', {
+      timeoutsAgeMs: options.doneAfterMs,
+      scansAgeMs: options.scansAfterMs,
+    }),
   );
   return rows[0]!;
 }

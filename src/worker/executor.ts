@@ -158,13 +158,14 @@ export class ShardExecutor {
       // the rows that may be killing workers stay with this shard and fail with it after
       // maxAttempts. (A run that died before its claim, e.g. frozen or killed right after its
       // lease, held no row: this run is an ordinary one.)
+      const pin = { shardId: lease.id, kind: lease.kind, claimLimit: lease.claim_limit, leaseToken: lease.lease_token };
       const { rows: pinned } = await this.pool.query<{ pinned: number }>(
-        sql('worker/pin', { shardId: lease.id, kind: lease.kind, claimLimit: lease.claim_limit, leaseToken: lease.lease_token }),
+        lease.bucket === null ? sql('worker/pin', pin) : sql('citus/worker/pin', { ...pin, bucket: lease.bucket }),
       );
       log.warn({ attempt: lease.attempts, pinned: pinned[0]?.pinned ?? 0 }, 'shard runs again after its worker died; its rows are pinned to it');
       // Rather than apply them all again (and die again, if one of them kills workers), hand them
       // to two new shards, half each (isolate.ts).
-      const split = await splitPinned(this.pool, lease.id, lease.scan_id, lease.lease_token);
+      const split = await splitPinned(this.pool, lease.id, lease.scan_id, lease.lease_token, lease.bucket);
       if (split.length > 0) {
         log.warn({ attempt: lease.attempts, into: split }, 'shard split in two to isolate a row that may kill workers');
         this.metrics.shards.inc({ store: this.store, kind: lease.kind, outcome: 'split' });
@@ -257,7 +258,7 @@ export class ShardExecutor {
       record = startSpan('tc.record');
       await failpoint('worker.before-commit');
       if (kept?.lost) throw new LeaseLostError(`lease on shard ${lease.id} was lost while it ran (found by its renewal)`);
-      const finish = sql('worker/finish', {
+      const finishInputs = {
         shardId: lease.id,
         skipped: outcome.skipped,
         failed: outcome.failed,
@@ -268,7 +269,8 @@ export class ShardExecutor {
         claimed: outcome.n,
         skippedMarked: outcome.skippedMarked,
         claimedIds: outcome.claimed,
-      });
+      };
+      const finish = lease.bucket === null ? sql('worker/finish', finishInputs) : sql('citus/worker/finish', { ...finishInputs, bucket: lease.bucket });
       let done: { done: number; skipped: number; failed: number; retried: number };
       // Lateness is taken after the commit, on PostgreSQL's clock: a SELECT sent behind the COMMIT
       // in its round trip (outcome.ts, CLOCK_AFTER_COMMIT) reads it.
@@ -360,7 +362,9 @@ export class ShardExecutor {
    *  on failure. */
   private async claimThenApply(client: pg.PoolClient, handler: ResolvedHandler, lease: Lease): Promise<Outcome> {
     const { rows } = await client.query<Taken>({
-      ...sql('worker/claim', { shardId: lease.id, kind: lease.kind, claimLimit: lease.claim_limit, batch: false }),
+      ...(lease.bucket === null
+        ? sql('worker/claim', { shardId: lease.id, kind: lease.kind, claimLimit: lease.claim_limit, batch: false })
+        : sql('citus/worker/claim', { shardId: lease.id, kind: lease.kind, claimLimit: lease.claim_limit, batch: false, bucket: lease.bucket })),
       types: AS_TEXT,
     });
     const taken = rows[0]!;
@@ -417,7 +421,8 @@ export class ShardExecutor {
  *  ahead, oldest first otherwise. */
 /** The inputs of the batch form of claim.sql (the statement with the handler inside). */
 function batchClaimValues(lease: Lease): unknown[] {
-  return statementValues('worker/claim', { shardId: lease.id, kind: lease.kind, claimLimit: lease.claim_limit, batch: true });
+  const inputs = { shardId: lease.id, kind: lease.kind, claimLimit: lease.claim_limit, batch: true };
+  return lease.bucket === null ? statementValues('worker/claim', inputs) : statementValues('citus/worker/claim', { ...inputs, bucket: lease.bucket });
 }
 
 /** The claimed rows' schedule trace contexts (claim.sql's trace_parents; none: empty). */

@@ -16,11 +16,13 @@ export interface SplitShard {
 
 /** Splits the shard's pinned rows into two new shards; returns them, or [] when the shard holds
  *  fewer than two pinned rows (apply it as is) or the lease is no longer ours. */
-export async function splitPinned(pool: pg.Pool, shardId: number, scanId: number, leaseToken: string): Promise<SplitShard[]> {
+export async function splitPinned(pool: pg.Pool, shardId: number, scanId: number, leaseToken: string, bucket: number | null = null): Promise<SplitShard[]> {
   return withTransaction(pool, async (client) => {
     // The scan row lock serialises splits of one scan, so each sees the others' seq numbers.
     await client.query(sql('worker/lock_scan', { scanId }));
-    const { rows } = await client.query<{ id: string; claim_limit: number }>(sql('worker/split_pinned', { shardId, leaseToken }));
+    const { rows } = await client.query<{ id: string; claim_limit: number }>(
+      bucket === null ? sql('worker/split_pinned', { shardId, leaseToken }) : sql('citus/worker/split_pinned', { shardId, leaseToken, bucket }),
+    );
     return rows.map((r) => ({ id: Number(r.id), claimLimit: Number(r.claim_limit) }));
   });
 }

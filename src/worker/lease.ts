@@ -2,6 +2,7 @@
 // the shard runs (lease-keeper.ts), given back when this worker does not serve the shard's kind,
 // and, for a shard planned ahead of its rows' due instant, the wait until it may claim.
 import type pg from 'pg';
+import { layoutOf } from '../db/citus-layout.js';
 import { sql } from '../db/queries.js';
 import { bindLiterals } from './bind-literals.js';
 
@@ -13,6 +14,8 @@ export interface Lease {
   lease_token: string;
   attempts: number;
   claim_limit: number;
+  /** The bucket the shard claims from on the Citus layout (shards.bucket); null on plain PostgreSQL. */
+  bucket: number | null;
   /** Every other shard of a flood mapped ahead claims the flood's newest rows first
    *  (take_lease.sql; BatchSqlHandler.newest). */
   from_newest: boolean;
@@ -36,8 +39,9 @@ export interface Lease {
 export async function takeLease(pool: pg.Pool, shardId: number, workerId: string, leaseMs: number): Promise<Lease | undefined> {
   if (!Number.isSafeInteger(shardId) || shardId <= 0) throw new Error(`invalid shard id in a delivery: ${String(shardId)}`);
   const lockKind = bindLiterals(sql('worker/lock_kind', { shardId }));
-  const take = bindLiterals(sql('worker/take_lease', { shardId, workerId, leaseMs: Math.floor(leaseMs) }));
-  type Taken = Omit<Lease, 'claimAt'> & { wait_ms: number };
+  const citus = (await layoutOf(pool)).name === 'citus';
+  const take = bindLiterals(sql(citus ? 'citus/worker/take_lease' : 'worker/take_lease', { shardId, workerId, leaseMs: Math.floor(leaseMs) }));
+  type Taken = Omit<Lease, 'claimAt' | 'bucket'> & { wait_ms: number; bucket?: number | null };
   const results = (await pool.query(`BEGIN; SET LOCAL synchronous_commit = off; ${lockKind}; ${take}; COMMIT`)) as unknown as pg.QueryResult<Taken>[];
   const row = results[3]?.rows[0];
   if (!row) return undefined;
@@ -48,6 +52,7 @@ export async function takeLease(pool: pg.Pool, shardId: number, workerId: string
     scan_id: Number(row.scan_id),
     attempts: Number(row.attempts),
     claim_limit: Number(row.claim_limit),
+    bucket: row.bucket === undefined || row.bucket === null ? null : Number(row.bucket),
     claimAt: performance.now() + Number(wait_ms),
   };
 }

@@ -7,6 +7,7 @@ import { createHash } from 'node:crypto';
 import type pg from 'pg';
 import { isConnectionError } from '../db/pool.js';
 import { compose, sql } from '../db/queries.js';
+import { layoutOf, PLAIN, type Layout } from '../db/citus-layout.js';
 
 /** Newest due first, among the rows due by the flood's instant (the shard's not_before). */
 const NEWEST_FIRST = '     AND d.available_at <= (SELECT s.not_before FROM timeout_center.shards s WHERE s.id = $1)\n' + '   ORDER BY d.available_at DESC';
@@ -18,8 +19,8 @@ const NEWEST_FIRST = '     AND d.available_at <= (SELECT s.not_before FROM timeo
  * first run's claim: 'oldest' (the file's line) or 'newest' (a flood's every other shard: the
  * newest rows due by the flood's instant first). No slot given: the plain statement, as written.
  */
-export function composeClaim(slots: { handler?: string; claimOrder?: 'oldest' | 'newest' }): string {
-  return compose('worker/claim', {
+export function composeClaim(slots: { handler?: string; claimOrder?: 'oldest' | 'newest' }, layout: Layout = PLAIN): string {
+  return compose(layout.name === 'citus' ? 'citus/worker/claim' : 'worker/claim', {
     handler: slots.handler,
     claimOrder: slots.claimOrder === 'newest' ? NEWEST_FIRST : undefined,
   });
@@ -162,8 +163,9 @@ export async function sqlHandlerForm(pool: pg.Pool, handlerSql: string, timeLimi
   if (!inner) return { form: 'plain', reason: '$1 occurs only inside quotes or comments' };
   // compose() splices by position: `$$`, `$&` and `$1` in the handler (a dollar-quoted literal,
   // say) reach PostgreSQL as written.
-  const sql = composeClaim({ handler: `  ${inner}` });
-  const newest = composeClaim({ handler: `  ${inner}`, claimOrder: 'newest' });
+  const layout = await layoutOf(pool);
+  const sql = composeClaim({ handler: `  ${inner}` }, layout);
+  const newest = composeClaim({ handler: `  ${inner}`, claimOrder: 'newest' }, layout);
   try {
     await sqlParameterTypes(pool, sql); // PostgreSQL accepts the combined statement
   } catch (err) {

@@ -49,6 +49,9 @@ export class Scenario {
     private readonly redisEnv: Record<string, string> | undefined,
   ) {}
 
+  /** The database has the Citus layout (src/db/citus-layout.ts): inserts name the bucket. */
+  citus = false;
+
   static async create(label: string, options: ScenarioOptions = {}): Promise<Scenario> {
     const db = options.databaseUrl ? undefined : await createTestDatabase(label);
     const databaseUrl = options.databaseUrl ?? db!.url;
@@ -86,6 +89,7 @@ export class Scenario {
     const s = new Scenario(label, databaseUrl, options.redisEnv ? '' : redisUrl, prefix, configPath, pool, db, options.redisEnv);
     const migrated = await runCli(['migrate', '--config', configPath], s.env());
     if (migrated.code !== 0) throw new Error(`migrate failed (${migrated.code}): ${migrated.stderr}`);
+    s.citus = (await pool.query<{ citus: boolean }>("SELECT to_regclass('timeout_center.layout') IS NOT NULL AS citus")).rows[0]!.citus;
     return s;
   }
 
@@ -107,9 +111,11 @@ export class Scenario {
       to,
       opts.poison ?? [],
     ]);
+    // On the Citus layout the insert names each row's bucket (docs/scale.md).
+    const bucket = this.citus ? ['', ', bucket', ', timeout_center.bucket_of(g::text)'] : ['', '', ''];
     await this.pool.query(
-      `INSERT INTO timeout_center.timeouts (kind, biz_id, due_at)
-       SELECT $5, g::text, now() + ($3::float8 + $4::float8 * (g - $1) / greatest($2 - $1, 1)) * interval '1 millisecond'
+      `INSERT INTO timeout_center.timeouts (kind, biz_id, due_at${bucket[1]})
+       SELECT $5, g::text, now() + ($3::float8 + $4::float8 * (g - $1) / greatest($2 - $1, 1)) * interval '1 millisecond'${bucket[2]}
          FROM generate_series($1::bigint, $2::bigint) g`,
       [from, to, opts.dueInMs ?? 0, opts.spreadMs ?? 0, opts.kind ?? KIND],
     );

@@ -154,11 +154,16 @@ async function postgresUid(): Promise<{ uid: number; gid: number }> {
   return { uid, gid };
 }
 
+export interface PostgresOptions {
+  /** More `-c name=value` settings for the server (e.g. shared_preload_libraries: test/helpers/citus.ts). */
+  readonly settings?: Readonly<Record<string, string>>;
+}
+
 /** initdb + pg_ctl start as the postgres OS user, on a free port, fsync off (test data only). */
-export async function startPostgres(): Promise<PostgresServer> {
+export async function startPostgres(options: PostgresOptions = {}): Promise<PostgresServer> {
   const server = await preparePostgres(async (asPostgres, data) => {
     await asPostgres('initdb', ['-D', data, '-A', 'trust', '-U', 'postgres', '-N']);
-  });
+  }, options);
   await server.start();
   return server;
 }
@@ -174,6 +179,7 @@ export async function startStandby(primary: PostgresServer): Promise<PostgresSer
 
 async function preparePostgres(
   create: (asPostgres: (cmd: string, args: string[]) => Promise<unknown>, data: string) => Promise<void>,
+  options: PostgresOptions = {},
 ): Promise<PostgresServer> {
   const bin = pgBinDir();
   const port = await freePort();
@@ -183,7 +189,11 @@ async function preparePostgres(
   const data = join(dir, 'data');
   const asPostgres = (cmd: string, args: string[]) => run('runuser', ['-u', 'postgres', '--', join(bin, cmd), ...args], { timeout: 60_000 });
   await create(asPostgres, data);
-  const opts = `-p ${port} -k ${dir} -c listen_addresses=127.0.0.1 -c fsync=off -c full_page_writes=off -c max_connections=100`;
+  const opts = `-p ${port} -k ${dir} -c listen_addresses=127.0.0.1 -c fsync=off -c full_page_writes=off -c max_connections=100${Object.entries(
+    options.settings ?? {},
+  )
+    .map(([k, v]) => ` -c ${k}=${v}`)
+    .join('')}`;
   const pgCtl = async (...args: string[]) => {
     await asPostgres('pg_ctl', ['-D', data, '-l', join(dir, 'server.log'), '-o', opts, ...args]);
   };

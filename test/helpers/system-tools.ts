@@ -7,7 +7,7 @@ import { spawnSync } from 'node:child_process';
 import { accessSync, appendFileSync, constants, existsSync, readdirSync, readFileSync } from 'node:fs';
 import { delimiter, join } from 'node:path';
 
-export type Tool = 'faketime' | 'chromium' | 'docker-compose' | 'kubectl' | 'redis-cluster' | 'redis-sentinel' | 'script' | 'pg-auto-failover' | 'curl';
+export type Tool = 'faketime' | 'chromium' | 'docker-compose' | 'kubectl' | 'redis-cluster' | 'redis-sentinel' | 'script' | 'pg-auto-failover' | 'curl' | 'citus';
 type Argv = [string, ...string[]];
 
 interface ToolSpec {
@@ -15,6 +15,8 @@ interface ToolSpec {
   readonly pkg: string;
   /** How a test runs it here (a library path, an executable, an argv prefix), or undefined. */
   readonly locate: () => Argv | undefined;
+  /** How to get it when no Debian package carries it (the summary line prints this instead). */
+  readonly install?: string;
 }
 
 /** Set by global-setup.ts: test files append the tools they skipped on, one per line. Test files run
@@ -87,6 +89,16 @@ const TOOLS: Record<Tool, ToolSpec> = {
   // util-linux's `script`: runs a command on a pseudo-terminal (what a person at a shell sees).
   script: { pkg: 'bsdutils', locate: () => (onPath('script') ? ['script'] : undefined) },
   curl: { pkg: 'curl', locate: () => (onPath('curl') ? ['curl'] : undefined) },
+  // Citus 12.1 (the last line for PostgreSQL 15) built into the machine's PostgreSQL: no Debian
+  // package carries it; ../shared/citus/build.sh builds it from the source beside it (.ci/run does).
+  citus: {
+    pkg: 'citus',
+    install: 'bash ../shared/citus/build.sh (as root: builds Citus 12.1 from source into PostgreSQL 15)',
+    locate: () => {
+      const lib = '/usr/lib/postgresql/15/lib/citus.so';
+      return existsSync(lib) && existsSync('/usr/share/postgresql/15/extension/citus.control') ? [lib] : undefined;
+    },
+  },
 };
 
 const located = new Map<Tool, Argv | undefined>();
@@ -95,7 +107,11 @@ function locate(tool: Tool): Argv | undefined {
   return located.get(tool);
 }
 
-const installCommand = (tools: readonly Tool[]): string => `sudo apt-get install -y ${tools.map((t) => TOOLS[t].pkg).join(' ')}`;
+const installCommand = (tools: readonly Tool[]): string => {
+  const apt = tools.filter((t) => !TOOLS[t].install);
+  const other = tools.flatMap((t) => TOOLS[t].install ?? []);
+  return [...(apt.length ? [`sudo apt-get install -y ${apt.map((t) => TOOLS[t].pkg).join(' ')}`] : []), ...other].join('; ');
+};
 
 export interface Requirement {
   /** A needed tool is missing (outside CI): skip. */

@@ -4,6 +4,7 @@
 // and the version it is at, or why it could not (unreachable, a URL variable unset, the wrong
 // database). The JSON log lines of each step come with --logs, and by default when stdout is not
 // a terminal (a deploy job's log); --json prints the summary as one document instead.
+import { describeLayout } from '../../db/citus-layout.js';
 import { ConfigError, loadConfig, type LoadedConfig } from '../../config.js';
 import { syncKinds } from '../../db/kinds.js';
 import { migrate } from '../../db/migrate.js';
@@ -78,7 +79,7 @@ export function registerMigrate(program: Command): void {
           await syncTargets(pool, config.businessDatabases);
         }
         logger.info(
-          { applied: result.applied, version: result.current, kinds: config ? Object.keys(config.kinds) : undefined },
+          { applied: result.applied, version: result.current, layout: describeLayout(result.layout), kinds: config ? Object.keys(config.kinds) : undefined },
           result.applied.length ? 'database migrated' : 'database already up to date',
         );
         rows.push({ database: CENTER, role: 'center', url: redactDbUrl(url), ok: true, applied: result.applied, version: result.current });

@@ -3,6 +3,8 @@
 // not answer, is not migrated, or whose URL variable is unset is an answer too (with why), so the
 // rest of the fleet is still shown. The rendering is status.ts's list of sections.
 import { reachedHost } from '../../db/reached-hosts.js';
+import type pg from 'pg';
+import { citusNodes, describeLayout, readLayout } from '../../db/citus-layout.js';
 import { sql, type Kysely } from 'kysely';
 import type { LoadedConfig } from '../../config.js';
 import type { Database, DbTimestamp, ScanReportView } from '../../db/schema.js';
@@ -53,6 +55,33 @@ export interface DatabaseFigures {
   /** The center only: flow control per kind and per business database. */
   controls?: KindControls[];
   targets?: TargetControls[];
+  /** The database's layout (src/db/citus-layout.ts): plain, or Citus with its worker nodes. */
+  layout?: LayoutStatus;
+}
+
+export interface LayoutStatus {
+  name: string;
+  description: string;
+  buckets?: number;
+  workerNodes?: number;
+  placements?: Record<string, number>;
+}
+
+/** plain, or citus with its buckets, worker nodes and timeouts' shards per node. */
+async function layoutStatus(pool: pg.Pool): Promise<LayoutStatus> {
+  const layout = await readLayout(pool);
+  if (layout.name === 'plain') return { name: layout.name, description: describeLayout(layout) };
+  const nodes = await citusNodes(pool);
+  const where = Object.entries(nodes.placements)
+    .map(([node, n]) => `${node} ${n}`)
+    .join(', ');
+  return {
+    name: layout.name,
+    description: `${describeLayout(layout, nodes)}; timeouts' shards per node: ${where}`,
+    buckets: layout.buckets.length,
+    workerNodes: nodes.workers,
+    placements: nodes.placements,
+  };
 }
 
 export type DatabaseAnswer = PerStore<DatabaseFigures> & { kinds: string[] | undefined };
@@ -81,7 +110,7 @@ export interface Fleet {
 async function readDatabase(d: StoreDatabase, scans: number): Promise<DatabaseFigures> {
   const db: Kysely<Database> = d.db;
   const center = d.store === CENTER;
-  const [now, backlog, lease, workers, failed, scanRows, breakers, controls, targets] = await Promise.all([
+  const [now, backlog, lease, workers, failed, scanRows, breakers, controls, targets, layout] = await Promise.all([
     sql<{ now: Date }>`SELECT now() AS now`.execute(db),
     db
       .selectFrom('timeout_center.backlog')
@@ -115,9 +144,11 @@ async function readDatabase(d: StoreDatabase, scans: number): Promise<DatabaseFi
     openBreakers(d.pool),
     center ? listKindControls(d.pool) : Promise.resolve(undefined),
     center ? listTargetControls(d.pool) : Promise.resolve(undefined),
+    layoutStatus(d.pool),
   ]);
   const reached = reachedHost(d.pool);
   return {
+    layout,
     now: now.rows[0]!.now,
     backlog: backlog.map((b) => ({
       kind: b.kind,

@@ -406,6 +406,19 @@ const postgresSection: StatusSection = {
 };
 
 /** The status screen, in order. The summary comes first; add a section here for a new view. */
+// The database's layout (plain, or Citus with its worker nodes: docs/scale.md "Citus: what runs").
+const layoutSection: StatusSection = {
+  name: 'layout',
+  text(fleet) {
+    const lines = fleet.databases.flatMap((d) => (d.ok && d.value.layout ? [`${fleet.multi ? `${d.store}: ` : ''}${d.value.layout.description}`] : []));
+    return lines.length ? `Layout: ${lines.join('\n  ')}` : undefined;
+  },
+  json(fleet) {
+    const d = fleet.databases[0];
+    return { layout: d?.ok ? (d.value.layout ?? null) : null };
+  },
+};
+
 export const SECTIONS: StatusSection[] = [
   fleetSection,
   postgresSection,
@@ -413,6 +426,7 @@ export const SECTIONS: StatusSection[] = [
   flowSection,
   leaderSection,
   redisSection,
+  layoutSection,
   workersSection,
   failedSection,
   breakersSection,

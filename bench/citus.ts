@@ -1,0 +1,258 @@
+// npm run bench:citus [-- options]: the same burst of N timeouts drained by the center on one plain
+// PostgreSQL and on a three-node Citus cluster (a coordinator and two worker nodes, the Citus
+// layout applied by `timeout-center migrate`; test/helpers/citus.ts), in interleaved rounds, on
+// this one machine (issue 34, "Measured"; docs/scale.md "Citus: what runs").
+//
+// Each round and system gets a fresh database: `timeout-center migrate`, one `timeout-center run`
+// process (coordinator + worker, product defaults unless given), a warm-up of 30, then N orders
+// (every 10th paid) with their timeouts due at one instant D a few seconds ahead (on Citus the
+// insert names the bucket, README section 3d), VACUUM ANALYZE and CHECKPOINT on every node.
+// The time is D -> the latest finished_at of the burst's done_timeouts rows (the statement time of
+// the claim that moved it; the same measure for both systems). CPU: utime + stime of every
+// postgres process of each node (the postmaster's own, its reaped children's, and its live
+// children's, from /proc) from just before D to the end, per 100,000 timeouts; the Citus
+// coordinator node's share against the worker nodes' total is what decides how far adding worker
+// nodes scales. Correctness: every timeout done, every unpaid order closed exactly once.
+//
+//   --n <count>          timeouts per burst (default 200,000)
+//   --rounds <r>         interleaved rounds (default 3)
+//   --concurrency <c>    worker concurrency (default: the product's)
+//   --lead-ms <ms>       due instant this far after seeding starts (default 5,000 + N x 0.15)
+//   --out <file>         also write the figures as JSON here
+//   --help               this text
+import { spawn, type ChildProcess } from 'node:child_process';
+import { mkdtempSync, readFileSync, readdirSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { parseArgs } from 'node:util';
+import pg from 'pg';
+import { startCitusCluster, type CitusCluster } from '../test/helpers/citus.ts';
+import { startPostgres, stopAllServers, type PostgresServer } from '../test/helpers/servers.ts';
+import { TEST_REDIS_URL, testKeyPrefix } from '../test/helpers/services.ts';
+import { CLOSE_MANY_SQL, KIND, ORDERS_DDL, sleep } from './lib/orders.ts';
+import { positiveCounts, printUsage } from './lib/usage.ts';
+
+const { values: args } = parseArgs({
+  options: {
+    n: { type: 'string' },
+    rounds: { type: 'string' },
+    concurrency: { type: 'string' },
+    'lead-ms': { type: 'string' },
+    out: { type: 'string' },
+    help: { type: 'boolean', short: 'h', default: false },
+  },
+  strict: true,
+});
+if (args.help) {
+  printUsage(import.meta.url);
+  process.exit(0);
+}
+const TOOL = 'bench:citus';
+const c = positiveCounts(TOOL, { n: args.n, rounds: args.rounds }, { n: 200_000, rounds: 3 });
+const N = c.n;
+const ROUNDS = c.rounds;
+const o = positiveCounts(TOOL, { concurrency: args.concurrency, 'lead-ms': args['lead-ms'] }, { concurrency: 0, 'lead-ms': Math.round(5000 + N * 0.15) });
+const CLI = new URL('../dist/cli/main.js', import.meta.url).pathname;
+const WARMUP = 30;
+type System = 'plain' | 'citus';
+
+/** CPU seconds of every postgres process of a server: the postmaster, its reaped children
+ *  (cutime/cstime) and its live children. */
+function serverCpuSeconds(server: PostgresServer): number {
+  const pid = Number(readFileSync(join(server.dir, 'data', 'postmaster.pid'), 'utf8').split('\n')[0]);
+  const tick = 100; // USER_HZ on Linux
+  const fields = (p: number): string[] | undefined => {
+    try {
+      const stat = readFileSync(`/proc/${p}/stat`, 'utf8');
+      return stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+    } catch {
+      return undefined;
+    }
+  };
+  const own = fields(pid);
+  if (!own) return 0;
+  // after ')' : [0] state [1] ppid ... [11] utime [12] stime [13] cutime [14] cstime
+  let ticks = Number(own[11]) + Number(own[12]) + Number(own[13]) + Number(own[14]);
+  for (const d of readdirSync('/proc')) {
+    if (!/^\d+$/.test(d)) continue;
+    const f = fields(Number(d));
+    if (f && Number(f[1]) === pid) ticks += Number(f[11]) + Number(f[12]);
+  }
+  return ticks / tick;
+}
+
+function quietPool(url: string, max = 2): pg.Pool {
+  const pool = new pg.Pool({ connectionString: url, max });
+  pool.on('error', () => {});
+  return pool;
+}
+
+function runCli(argv: string[], env: NodeJS.ProcessEnv): Promise<void> {
+  return new Promise((resolve, reject) => {
+    const child = spawn(process.execPath, [CLI, ...argv], { env, stdio: ['ignore', 'ignore', 'pipe'] });
+    let err = '';
+    child.stderr.setEncoding('utf8').on('data', (x: string) => (err += x));
+    child.once('exit', (code) => (code === 0 ? resolve() : reject(new Error(`timeout-center ${argv[0]} exited ${code}: ${err.slice(-2000)}`))));
+  });
+}
+
+async function seed(pool: pg.Pool, system: System, from: number, to: number, dueAt: Date): Promise<void> {
+  const bucket = system === 'citus' ? [', bucket', ', timeout_center.bucket_of(id::text)'] : ['', ''];
+  await pool.query(
+    `WITH o AS (INSERT INTO orders (id, status, due_at)
+                SELECT i, CASE WHEN i % 10 = 0 THEN 'paid' ELSE 'unpaid' END, $3 FROM generate_series($1::bigint, $2::bigint) i RETURNING id)
+     INSERT INTO timeout_center.timeouts (kind, biz_id, due_at${bucket[0]}) SELECT $4, id::text, $3${bucket[1]} FROM o`,
+    [from, to, dueAt, KIND],
+  );
+}
+
+async function left(pool: pg.Pool): Promise<number> {
+  const { rows } = await pool.query<{ n: number }>(`SELECT count(*)::int AS n FROM timeout_center.timeouts WHERE state NOT IN ('done', 'cancelled', 'failed')`);
+  return rows[0]!.n;
+}
+
+interface Burst {
+  system: System;
+  round: number;
+  seconds: number;
+  perSecond: number;
+  seedMarginMs: number;
+  /** CPU seconds per 100,000 timeouts: the (Citus coordinator) node, and the Citus worker nodes */
+  cpuCoordinatorPer100k: number;
+  cpuWorkersPer100k: number | null;
+  problems: string[];
+}
+
+async function burst(system: System, round: number, plain: PostgresServer, cluster: CitusCluster): Promise<Burst> {
+  const name = `bc_${system}_${round}`;
+  let url: string;
+  if (system === 'plain') {
+    const admin = quietPool(plain.url(), 1);
+    await admin.query(`CREATE DATABASE ${name}`);
+    await admin.end();
+    url = plain.url(name);
+  } else {
+    url = await cluster.createDatabase(name);
+  }
+  const pool = quietPool(url, 4);
+  const children: ChildProcess[] = [];
+  try {
+    await pool.query(ORDERS_DDL);
+    const config = {
+      redisKeyPrefix: testKeyPrefix(`bench-citus-${system}`),
+      kinds: { [KIND]: { handler: { type: 'sql' as const, sql: CLOSE_MANY_SQL } } },
+      ...(o.concurrency > 0 && args.concurrency ? { worker: { concurrency: o.concurrency } } : {}),
+      logLevel: 'warn' as const,
+    };
+    const dir = mkdtempSync(join(tmpdir(), 'tc-bench-citus-'));
+    const configPath = join(dir, 'config.json');
+    writeFileSync(configPath, JSON.stringify(config));
+    const env = { ...process.env, DATABASE_URL: url, REDIS_URL: TEST_REDIS_URL };
+    await runCli(['migrate', '--config', configPath], env);
+    children.push(spawn(process.execPath, [CLI, 'run', '--config', configPath], { env, stdio: ['ignore', 'ignore', 'inherit'] }));
+    await seed(pool, system, N + 1, N + WARMUP, new Date(Date.now() - 1000));
+    const warm = performance.now();
+    while ((await left(pool)) > 0) {
+      if (performance.now() - warm > 120_000) throw new Error(`${system}: warm-up not drained after 120 s`);
+      await sleep(100);
+    }
+    const due = new Date(Date.now() + o['lead-ms']);
+    await seed(pool, system, 1, N, due);
+    await pool.query('VACUUM ANALYZE');
+    const nodes = system === 'plain' ? [plain] : [cluster.coordinator, ...cluster.workers];
+    for (const n of nodes) {
+      const admin = quietPool(n.url(), 1);
+      await admin.query('CHECKPOINT');
+      await admin.end();
+    }
+    const seedMarginMs = due.getTime() - Date.now();
+    if (seedMarginMs > 200) await sleep(seedMarginMs - 200);
+    const cpuBefore = nodes.map(serverCpuSeconds);
+    const start = performance.now();
+    while ((await left(pool)) > 0) {
+      if (performance.now() - start > 900_000) throw new Error(`${system}: not drained after 15 min`);
+      await sleep(250);
+    }
+    const cpuAfter = nodes.map(serverCpuSeconds);
+    const { rows } = await pool.query<{ end: number; n: number }>(
+      `SELECT extract(epoch FROM max(finished_at))::float8 AS end, count(*)::int AS n FROM timeout_center.done_timeouts WHERE due_at = $1`,
+      [due],
+    );
+    const seconds = rows[0]!.end - due.getTime() / 1000;
+    const cpu = cpuAfter.map((a, i) => a - cpuBefore[i]!);
+    const per100k = (x: number) => Number(((x * 100_000) / N).toFixed(2));
+    const problems: string[] = [];
+    if (rows[0]!.n !== N) problems.push(`${rows[0]!.n} of ${N} done`);
+    const { rows: closes } = await pool.query<{ once: number; more: number }>(
+      `SELECT count(*) FILTER (WHERE closes = 1)::int AS once, count(*) FILTER (WHERE closes > 1 OR (status = 'paid' AND closes > 0))::int AS more FROM orders`,
+    );
+    const unpaid = N + WARMUP - Math.floor((N + WARMUP) / 10);
+    if (closes[0]!.once !== unpaid) problems.push(`${closes[0]!.once} orders closed once, expected ${unpaid}`);
+    if (closes[0]!.more > 0) problems.push(`${closes[0]!.more} orders closed twice or paid ones closed`);
+    return {
+      system,
+      round,
+      seconds: Number(seconds.toFixed(3)),
+      perSecond: Math.round(N / seconds),
+      seedMarginMs,
+      cpuCoordinatorPer100k: per100k(cpu[0]!),
+      cpuWorkersPer100k: system === 'citus' ? per100k(cpu.slice(1).reduce((a, b) => a + b, 0)) : null,
+      problems,
+    };
+  } finally {
+    for (const ch of children) if (ch.exitCode === null && ch.signalCode === null) ch.kill('SIGTERM');
+    await Promise.all(children.map((ch) => (ch.exitCode === null && ch.signalCode === null ? new Promise((r) => ch.once('exit', r)) : undefined)));
+    await pool.end().catch(() => {});
+  }
+}
+
+const median = (xs: number[]) => {
+  const s = [...xs].sort((a, b) => a - b);
+  return s.length % 2 ? s[(s.length - 1) >> 1]! : (s[s.length / 2 - 1]! + s[s.length / 2]!) / 2;
+};
+
+async function main(): Promise<void> {
+  const plain = await startPostgres({ settings: { max_connections: '300' } });
+  const cluster = await startCitusCluster(2);
+  const bursts: Burst[] = [];
+  try {
+    for (let r = 1; r <= ROUNDS; r += 1) {
+      const order: System[] = r % 2 === 1 ? ['plain', 'citus'] : ['citus', 'plain'];
+      for (const system of order) {
+        const b = await burst(system, r, plain, cluster);
+        bursts.push(b);
+        console.log(JSON.stringify(b));
+      }
+    }
+  } finally {
+    await stopAllServers();
+  }
+  const of = (s: System) => bursts.filter((b) => b.system === s);
+  const ratios = [...new Set(bursts.map((b) => b.round))].map((r) => {
+    const p = bursts.find((b) => b.round === r && b.system === 'plain')!;
+    const ci = bursts.find((b) => b.round === r && b.system === 'citus')!;
+    return Number((ci.perSecond / p.perSecond).toFixed(3));
+  });
+  const citus = of('citus');
+  const summary = {
+    n: N,
+    rounds: ROUNDS,
+    plainPerSecond: median(of('plain').map((b) => b.perSecond)),
+    citusPerSecond: median(citus.map((b) => b.perSecond)),
+    ratioOfMedians: Number((median(citus.map((b) => b.perSecond)) / median(of('plain').map((b) => b.perSecond))).toFixed(3)),
+    ratiosPerRound: ratios,
+    plainCpuPer100k: median(of('plain').map((b) => b.cpuCoordinatorPer100k)),
+    citusCoordinatorCpuPer100k: median(citus.map((b) => b.cpuCoordinatorPer100k)),
+    citusWorkersCpuPer100k: median(citus.map((b) => b.cpuWorkersPer100k ?? 0)),
+    coordinatorShare: Number(
+      (median(citus.map((b) => b.cpuCoordinatorPer100k)) / Math.max(median(citus.map((b) => b.cpuWorkersPer100k ?? 0)), 1e-9)).toFixed(3),
+    ),
+    problems: bursts.flatMap((b) => b.problems.map((p) => `${b.system} round ${b.round}: ${p}`)),
+    bursts,
+  };
+  console.log(JSON.stringify(summary, null, 2));
+  if (args.out) writeFileSync(args.out, JSON.stringify(summary, null, 2));
+  if (summary.problems.length > 0) process.exitCode = 1;
+}
+
+await main();

@@ -1,0 +1,36 @@
+-- count_ahead, Citus form: the same counts from one multi-shard read grouped by kind (Citus does
+-- not run count_ahead.sql's LATERAL, correlated on kind, over a distributed table); it counts
+-- every row due by the cutoff, the bound $3 applied after. Keep in step with count_ahead.sql.
+-- count_ahead: before a flood's due instant, count what will be due at it, so the plan at the
+-- instant writes its shards from this count (the coordinator's credit, plan_shards $7) instead of
+-- counting hundreds of thousands of rows while the first shards wait. It reads, writes nothing,
+-- and needs no fence: a credit only sizes shards, and a shard claims what is really due when it
+-- runs. Per kind, the same count plan_shards makes (due order on timeouts_due_by_kind, beyond
+-- the claim limits of the kind's shards queued or running, stopping at those plus $3), for the
+-- kinds a plan sizes to the backlog only: not paused, capped or rate-limited (flow control sizes
+-- and paces those plans itself), and not routed over several business databases (counted per
+-- database at every plan).
+--   $1 kinds (text[])   $2 cutoff: the due instant (timestamptz)   $3 max rows counted per kind
+-- @params kinds: string[], cutoff: Date, maxRows: number
+-- Returns per kind with something due by the cutoff: uncovered rows, and whether the count saw
+-- the last due row (complete).
+WITH due_counts AS MATERIALIZED (
+  -- one multi-shard read: the rows due by the cutoff per kind
+  SELECT t.kind::text AS kind, count(*) AS n
+    FROM timeout_center.timeouts t
+   WHERE t.kind = ANY ($1::text[]::timeout_center.kind[]) AND t.state = 'pending' AND t.available_at <= $2
+   GROUP BY t.kind
+)
+SELECT k.kind,
+       greatest(least(c.n, coalesce(l.capacity, 0) + $3) - coalesce(l.capacity, 0), 0)::bigint AS uncovered,
+       c.n < coalesce(l.capacity, 0) + $3 AS complete
+  FROM timeout_center.kinds k
+  JOIN due_counts c ON c.kind = k.kind
+  LEFT JOIN timeout_center.kind_routes r ON r.kind = k.kind
+  LEFT JOIN LATERAL (SELECT sum(sh.claim_limit)::bigint AS capacity
+                       FROM timeout_center.shards sh
+                      WHERE sh.kind = k.kind AND sh.state IN ('queued', 'running')) l ON true
+ WHERE k.kind = ANY ($1::text[])
+   AND NOT k.paused AND k.max_running_shards IS NULL AND k.rate_limit IS NULL
+   AND (r.kind IS NULL OR r.route_by = 'database')
+   AND c.n > coalesce(l.capacity, 0)

@@ -1,0 +1,183 @@
+// Faults on a Citus cluster of its own (test/helpers/citus.ts: a coordinator and two worker nodes,
+// a third added in the last scenario), the center's database laid out by `migrate` (docs/scale.md
+// "Citus: what runs"). One database per scenario on the one cluster; each ends with I1-I4 and
+// "effects = applied timeouts" (harness.ts expectInvariants).
+import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
+import { startCitusCluster, type CitusCluster } from '../helpers/citus.js';
+import { killAll } from '../helpers/processes.js';
+import { stopAllServers } from '../helpers/servers.js';
+import { requireTools } from '../helpers/system-tools.js';
+import { namedBlock } from '../docs/readme-blocks.js';
+import { paymentRace } from '../docs/payment-race.js';
+import { report, Scenario, sleep, waitUntil } from './harness.js';
+
+const tools = requireTools('citus');
+let cluster: CitusCluster;
+const scenarios: Scenario[] = [];
+let n = 0;
+
+async function scenario(label: string, options: Parameters<typeof Scenario.create>[1] = {}): Promise<Scenario> {
+  n += 1;
+  const url = await cluster.createDatabase(`tc_fault_${n}`);
+  const s = await Scenario.create(`citus-${label}`, { databaseUrl: url, ...options });
+  scenarios.push(s);
+  return s;
+}
+
+/** Done rows per Citus worker node (host:port), from the shards' placements. */
+async function doneByNode(s: Scenario): Promise<Record<string, number>> {
+  const { rows } = await s.pool.query<{ node: string; n: number }>(
+    `SELECT p.nodeport::text AS node, count(*)::int AS n
+       FROM timeout_center.done_timeouts d
+       JOIN pg_dist_shard sh ON sh.logicalrelid = 'timeout_center.done_timeouts'::regclass
+        AND sh.shardid = get_shard_id_for_distribution_column('timeout_center.done_timeouts', d.bucket)
+       JOIN pg_dist_shard_placement p ON p.shardid = sh.shardid
+      GROUP BY 1`,
+  );
+  return Object.fromEntries(rows.map((r) => [r.node, r.n]));
+}
+
+describe.skipIf(tools.skip)(tools.title('faults on a Citus cluster'), () => {
+  beforeAll(async () => {
+    cluster = await startCitusCluster(2);
+  }, 120_000);
+
+  // A scenario that failed leaves its processes running: none may load the next one.
+  afterEach(async () => {
+    await killAll();
+  });
+
+  afterAll(async () => {
+    await killAll();
+    for (const s of scenarios) await s.close().catch(() => {});
+    await stopAllServers();
+  });
+
+  it('50,000 due at once, every 25th order paid at its due instant with the README Citus payment: none both closed and paid', async () => {
+    const s = await scenario('flood-payers', { kind: { shardSize: 500 }, worker: { concurrency: 2 }, coordinator: { maxInFlightShards: 64 } });
+    const workers = [s.worker('worker-1'), s.worker('worker-2')];
+    await Promise.all(workers.map((w) => w.waitForMsg('worker started', 60_000)));
+    await s.coordinator().waitForMsg('became leader', 60_000);
+    const figures = await paymentRace(s, workers, namedBlock('citus-pay').text, { n: 50_000, spreadMs: 0, payEvery: 25 });
+    report('citus: 50,000 due at once with payers at the due instant', { ...figures });
+    expect(figures.payerErrors).toEqual({});
+    expect(figures.closedThenPaid).toBe(0);
+    expect(figures.paidThenClosed).toBe(0);
+    expect(figures.paid + figures.refused).toBe(2000);
+    const inv = await s.expectInvariants(90_000);
+    expect(inv.applied + figures.paid).toBe(50_000);
+    await s.stopAll();
+  }, 240_000);
+
+  it('a worker process SIGKILLed mid-shard (before its commit): its shard runs again elsewhere, every order closed once', async () => {
+    const s = await scenario('worker-kill', { kind: { shardSize: 200 } });
+    await s.seed(4000, { dueInMs: 1500, spreadMs: 1000 });
+    const victim = s.worker('worker-victim', { failpoints: 'worker.before-commit=1*kill' });
+    const survivor = s.worker('worker-survivor');
+    await Promise.all([victim, survivor].map((w) => w.waitForMsg('worker started', 60_000)));
+    s.coordinator();
+    await victim.exited;
+    expect(victim.stderr).toContain('failpoint worker.before-commit hit: kill');
+    const inv = await s.expectInvariants(60_000);
+    expect(inv.applied).toBe(4000);
+    const rerun = await s.count(`SELECT count(*) AS n FROM timeout_center.shards WHERE attempts > 1`);
+    report('citus: worker SIGKILLed mid-shard', { ...inv, shardsRunAgain: rerun });
+    expect(rerun).toBeGreaterThan(0);
+    await s.stopAll();
+  }, 120_000);
+
+  it('the leading coordinator SIGKILLed mid-drain: the standby leads, nothing lost', async () => {
+    const s = await scenario('coordinator-kill', { kind: { shardSize: 200 } });
+    const a = s.coordinator('coordinator-a');
+    await a.waitForMsg('became leader', 60_000);
+    const b = s.coordinator('coordinator-b');
+    const workers = [s.worker('worker-1'), s.worker('worker-2')];
+    await Promise.all(workers.map((w) => w.waitForMsg('worker started', 60_000))).catch((err) => {
+      console.log(workers.map((w) => `${w.name}: ${w.lines.map((l) => JSON.stringify(l)).join('\n')}`).join('\n\n'));
+      throw err;
+    });
+    await s.seed(6000, { dueInMs: 500, spreadMs: 4000 });
+    await waitUntil('a first shard done', async () => (await s.count(`SELECT count(*) AS n FROM timeout_center.done_timeouts`)) > 500, 20_000);
+    a.kill('SIGKILL');
+    await b.waitForMsg('became leader', 60_000);
+    const inv = await s.expectInvariants(60_000);
+    expect(inv.applied).toBe(6000);
+    report('citus: leading coordinator SIGKILLed', { ...inv });
+    await s.stopAll();
+  }, 120_000);
+
+  it('a Citus worker node stopped -m immediate for 10 s mid-drain: its buckets wait, the other node goes on, all resume, nothing lost', async () => {
+    const s = await scenario('node-stop', { kind: { shardSize: 100 }, worker: { concurrency: 3 } });
+    const workers = [s.worker('worker-1'), s.worker('worker-2')];
+    await Promise.all(workers.map((w) => w.waitForMsg('worker started', 60_000)));
+    s.coordinator();
+    // Due over 25 s: the stop falls in the middle.
+    await s.seed(8000, { dueInMs: 1000, spreadMs: 25_000 });
+    await waitUntil('the drain under way', async () => (await s.count(`SELECT count(*) AS n FROM timeout_center.done_timeouts`)) > 1000, 30_000);
+    const node = cluster.workers[0]!;
+    const other = String(cluster.workers[1]!.port);
+    const before = await doneByNode(s);
+    await node.pgCtl('-w', '-m', 'immediate', 'stop');
+    const stoppedAt = Date.now();
+    await sleep(10_000);
+    // While it was down: the other node's buckets were drained on (the coordinator's reads fail
+    // while a node is down, so only shards planned before the stop or after a plan that reached it).
+    const during = await doneByNode(s).catch(() => undefined);
+    await node.pgCtl('-w', 'start');
+    const downMs = Date.now() - stoppedAt;
+    const inv = await s.expectInvariants(90_000);
+    expect(inv.applied).toBe(8000);
+    const after = await doneByNode(s);
+    const failedShards = await s.count(`SELECT count(*) AS n FROM timeout_center.shards WHERE state = 'failed'`);
+    const abandonedRows = await s.count(`SELECT coalesce(sum(failed_count), 0) AS n FROM timeout_center.shards WHERE state = 'failed'`);
+    const errors = [...s.procs].flatMap((p) => p.lines.filter((l) => (l.level ?? 0) >= 50).map((l) => String(l.msg)));
+    report('citus: a worker node stopped 10 s mid-drain', {
+      ...inv,
+      downMs,
+      doneBefore: before,
+      doneAfter: after,
+      doneWhileDown: during ?? 'the query failed with a node down',
+      otherNode: other,
+      abandonedShards: failedShards,
+      abandonedRows,
+      errorLines: errors.length,
+      errorKinds: [...new Set(errors)].slice(0, 5),
+    });
+    // Shards whose attempts all fell in the outage may be abandoned (alerted: shard_abandoned), with
+    // no timeout failed: their rows were never pinned, and later shards closed them.
+    expect(inv.failed).toBe(0);
+    await s.stopAll();
+  }, 180_000);
+
+  it('a third Citus worker node added and citus_rebalance_start run during a drain: shards move while claims run, nothing lost', async () => {
+    const s = await scenario('rebalance', { kind: { shardSize: 200 }, worker: { concurrency: 3 } });
+    const workers = [s.worker('worker-1'), s.worker('worker-2')];
+    await Promise.all(workers.map((w) => w.waitForMsg('worker started', 60_000)));
+    s.coordinator();
+    await s.seed(20_000, { dueInMs: 1000, spreadMs: 20_000 });
+    await waitUntil('the drain under way', async () => (await s.count(`SELECT count(*) AS n FROM timeout_center.done_timeouts`)) > 1000, 30_000);
+    const third = await cluster.addWorker();
+    const started = Date.now();
+    await s.pool.query(`SELECT citus_rebalance_start()`);
+    await s.pool.query(`SELECT citus_rebalance_wait()`);
+    const rebalanceMs = Date.now() - started;
+    const { rows: moved } = await s.pool.query<{ n: number }>(
+      `SELECT count(*)::int AS n FROM pg_dist_shard_placement p JOIN pg_dist_shard sh USING (shardid)
+        WHERE sh.logicalrelid = 'timeout_center.timeouts'::regclass AND p.nodeport = $1`,
+      [third.port],
+    );
+    const doneDuring = await s.count(`SELECT count(*) AS n FROM timeout_center.done_timeouts`);
+    const inv = await s.expectInvariants(90_000);
+    expect(inv.applied).toBe(20_000);
+    const after = await doneByNode(s);
+    report('citus: third node added, rebalanced during a drain', {
+      ...inv,
+      rebalanceMs,
+      shardsOnNewNode: moved[0]!.n,
+      doneWhenRebalanced: doneDuring,
+      doneByNode: after,
+    });
+    expect(moved[0]!.n).toBeGreaterThan(0);
+    await s.stopAll();
+  }, 180_000);
+});
