@@ -7,7 +7,8 @@ import { spawnSync } from 'node:child_process';
 import { accessSync, appendFileSync, constants, existsSync, readdirSync, readFileSync } from 'node:fs';
 import { delimiter, join } from 'node:path';
 
-export type Tool = 'faketime' | 'chromium' | 'docker-compose' | 'kubectl' | 'redis-cluster' | 'redis-sentinel' | 'script' | 'pg-auto-failover' | 'curl' | 'citus';
+export type Tool =
+  'faketime' | 'chromium' | 'docker-compose' | 'kubectl' | 'redis-cluster' | 'redis-sentinel' | 'script' | 'pg-auto-failover' | 'curl' | 'citus';
 type Argv = [string, ...string[]];
 
 interface ToolSpec {
