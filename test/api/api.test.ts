@@ -127,8 +127,10 @@ describe('HTTP API (run --api, and timeout-center api)', () => {
     expect((await call('POST', '/v1/timeouts/order.unpaid/202/cancel')).body).toEqual({ cancelled: false });
     expect((await call('GET', '/v1/timeouts/order.unpaid/202')).body).toMatchObject({ state: 'cancelled', dueAt: '2098-01-01T00:00:00.000Z' });
     expect((await call('GET', '/v1/timeouts/order.unpaid/999999')).body.error).toMatchObject({ code: 'not_found' });
-    // Settle is answered by the settle function the runtime gives; none yet in this build: 501.
-    expect((await call('POST', '/v1/timeouts/order.unpaid/203/settle')).body.error).toMatchObject({ code: 'not_implemented' });
+    // Settle on read (src/settle/): nothing to settle for an id never scheduled; one due in an hour is not due yet.
+    expect((await call('POST', '/v1/timeouts/order.unpaid/203/settle')).body).toMatchObject({ outcome: 'not_found' });
+    await call('POST', '/v1/timeouts', { kind: 'order.unpaid', bizId: '204', delayMs: 3_600_000 });
+    expect((await call('POST', '/v1/timeouts/order.unpaid/204/settle')).body).toMatchObject({ outcome: 'not_due', state: 'pending' });
   });
 
   it('schedules a batch of 5,000 in one transaction; a batch that fails in the database writes none of its rows', async () => {
