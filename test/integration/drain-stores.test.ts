@@ -257,9 +257,14 @@ describe('drain past the bound with shards running in stores (real processes)', 
       center: [{ state: 'queued', owner: null }],
       store_a: [{ state: 'queued', owner: null }],
     });
-    // store_b's shard was not given back by the worker (the reaper requeues it after the lease).
-    expect(after.store_b).toHaveLength(1);
-    expect(after.store_b[0]!.owner).not.toBeNull();
+    // store_b's shard was not given back by the worker: it stays running under the stopped worker,
+    // whose session (frozen behind the proxy) still holds the shard's row lock, so the reaper leaves
+    // it to its lease. Since issue 31 the map no longer counts a shard held by a gone worker as
+    // covering due rows, so it may already have planned a new, queued one beside it.
+    const running = after.store_b.filter((s) => s.state === 'running');
+    expect(running).toHaveLength(1);
+    expect(running[0]!.owner).not.toBeNull();
+    expect(after.store_b.filter((s) => s.state !== 'running').every((s) => s.state === 'queued' && s.owner === null)).toBe(true);
     const notReleased = worker.lines.find((l) => /could not release the running shards/.test(String(l.msg)));
     expect(notReleased?.['store']).toBe('store_b');
     const released = worker.lines.filter((l) => l.msg === 'running shards released');
