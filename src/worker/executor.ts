@@ -42,8 +42,9 @@ interface Taken {
   lateness_n: string | null;
   /** When lateness_ms was measured: the claim statement's start, epoch ms (PostgreSQL's clock). */
   measured_ms: string;
-  /** Up to 32 schedule trace contexts of the claimed rows (sql/0022), or null. */
-  trace_parents: string | null;
+  /** Up to 32 schedule trace contexts of the claimed rows (sql/0022), or null; absent from the
+   *  Citus form (citus/worker/claim.sql keeps no trace context). */
+  trace_parents?: string | null;
 }
 
 interface Outcome {
@@ -427,7 +428,8 @@ function batchClaimValues(lease: Lease): unknown[] {
 
 /** The claimed rows' schedule trace contexts (claim.sql's trace_parents; none: empty). */
 function traceParentsOf(taken: Taken): string[] {
-  return taken.trace_parents === null || taken.trace_parents === '{}' ? [] : parseTextArray(taken.trace_parents);
+  const parents = taken.trace_parents;
+  return parents === undefined || parents === null || parents === '{}' ? [] : parseTextArray(parents);
 }
 
 function claimStatement(batch: BatchSqlHandler, lease: Lease): BatchStatement {
