@@ -45,7 +45,7 @@ describe('worker killed mid-shard', () => {
     const survivor = s.worker('worker-survivor');
     await Promise.all([victim.waitForMsg('worker started'), survivor.waitForMsg('worker started')]);
     await s.seed(N);
-    s.coordinator();
+    const coordinator = s.coordinator();
 
     const exit = await victim.exited;
     expect(exit.signal).toBe('SIGKILL');
@@ -53,9 +53,17 @@ describe('worker killed mid-shard', () => {
 
     const inv = await s.expectInvariants(30_000);
     expect(inv.applied).toBe(N);
-    // The committed shard's message stayed unacknowledged in Redis; the survivor claims it
-    // (XAUTOCLAIM after leaseMs idle), finds the shard final and acknowledges it.
-    await survivor.waitForMsg('took over shard deliveries left by a stopped worker', 15_000);
+    // The committed shard's message stayed unacknowledged in Redis. Whoever comes first takes it
+    // over: the leader's reaper once the victim has had no heartbeat for worker.goneAfterMs (it
+    // deletes the gone worker's deliveries; issue 31), or the survivor's XAUTOCLAIM after leaseMs
+    // idle (it finds the shard final and acknowledges it).
+    await waitUntil(
+      "the dead worker's deliveries taken over",
+      () =>
+        coordinator.lines.some((l) => l.msg === 'took over the shards of gone workers (no heartbeat within worker.goneAfterMs)') ||
+        survivor.lines.some((l) => l.msg === 'took over shard deliveries left by a stopped worker'),
+      15_000,
+    );
     // A committed shard is never re-run: only the victim's other in-flight shard (killed
     // mid-transaction, concurrency 2) may show a second attempt.
     const rerun = await s.count(`SELECT count(*) AS n FROM timeout_center.shards WHERE attempts > 1`);
