@@ -38,7 +38,10 @@ describe('bench:external, small', () => {
     expect(r.allCorrect).toBe(true);
     expect(r.sameDatabasePerSecond).toBeGreaterThan(0);
     expect(r.externalPerSecond).toBeGreaterThan(0);
-    // The second write shows in the center's WAL (a property of the design, not a timing).
-    expect(r.externalCenterWalBytesPerTimeout).toBeGreaterThan(r.sameDatabaseCenterWalBytesPerTimeout);
+    // Since issue 32 the external path writes each timeout once in the center (the claim writes
+    // only the shard's row): its center WAL per timeout stays below the same-database path's, which
+    // also writes the order (a property of the design, not a timing; 340 against 547 B measured).
+    expect(r.externalCenterWalBytesPerTimeout).toBeGreaterThan(0);
+    expect(r.externalCenterWalBytesPerTimeout).toBeLessThan(r.sameDatabaseCenterWalBytesPerTimeout);
   });
 });

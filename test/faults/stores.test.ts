@@ -385,7 +385,8 @@ describe('timeouts stored beside the orders, three stores', () => {
     await waitUntil('the worker serves every store', () => w.lines.filter((l) => /^worker serves store/.test(String(l.msg))).length >= STORES.length, 20_000);
     await centerServer.pgCtl('-m', 'fast', 'stop');
     // Every store's leader notices at its next copy of the flow controls, and goes on.
-    const tail = () => `coordinator alive: ${String(c.alive)}; its last lines: ${JSON.stringify(c.lines.slice(-15).map((l) => [l.msg, l['store']]))}`;
+    const tail = () =>
+      `coordinator alive: ${String(c.alive)}; its last lines: ${JSON.stringify(c.lines.slice(-15).map((l) => [l.msg, l['store']]))}; its stderr: ${c.stderr.slice(-1500)}`;
     const [from] = await seed(3000, 300);
     await waitUntil(
       'the stores closed their new timeouts with the center down',
