@@ -108,6 +108,20 @@ export function engineClientClass(
     }
 
     private async open(): Promise<pg.Client> {
+      // pg-pool listens for a client's 'error' only once connect() has called back, and open()
+      // runs statements (the target check, setup) before that: a server shutting down then would
+      // emit 'error' with no listener and crash the process (node-postgres #2762). Failures during
+      // open() reach the caller as the rejection of the statement or of connect().
+      const swallow = (): void => {};
+      this.on('error', swallow);
+      try {
+        return await this.openOnce();
+      } finally {
+        this.removeListener('error', swallow);
+      }
+    }
+
+    private async openOnce(): Promise<pg.Client> {
       if (target && target.hosts.length > 1) {
         const i = await firstQualifyingHost(target, { applicationName });
         this.host = target.hosts[i]!.host;
