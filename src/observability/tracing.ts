@@ -127,12 +127,16 @@ export function parseTraceparent(value: string): SpanContext | undefined {
   return isSpanContextValid(ctx) ? ctx : undefined;
 }
 
-/** Span links to stored traceparents, at most MAX_LINKS_PER_SPAN (invalid ones dropped). */
+/** Span links to stored traceparents, one per distinct context (a request that scheduled many
+ *  timeouts is one link), at most MAX_LINKS_PER_SPAN; invalid ones dropped. */
 export function linksTo(traceparents: Iterable<string | null | undefined>): Link[] {
   const links: Link[] = [];
+  const seen = new Set<string>();
   for (const tp of traceparents) {
     if (links.length >= MAX_LINKS_PER_SPAN) break;
-    const ctx = tp ? parseTraceparent(tp) : undefined;
+    if (!tp || seen.has(tp)) continue;
+    seen.add(tp);
+    const ctx = parseTraceparent(tp);
     if (ctx) links.push({ context: ctx, attributes: { 'tc.link': 'schedule' } });
   }
   return links;

@@ -34,7 +34,8 @@
 -- it (a flood's rows share a few due times: a shard sends a few pairs, not one number per row,
 -- and its worker parses a few); in the plain form one lateness per row, lateness_n NULL, and ids
 -- (bigint[]), biz_ids (text[]), payloads (jsonb[]), all in id order. Both forms: trace_parents
--- (text[], NULL when none): up to 32 of the claimed rows' schedule trace contexts (sql/0022), which
+-- (text[], NULL when none): up to 32 distinct schedule trace contexts of the claimed rows (sql/0022: one
+-- request that scheduled a thousand timeouts is one link, not 32 copies of it), which
 -- the shard's span links to. Each lateness is measured
 -- at this statement's start; measured_ms is that instant (epoch ms, float8): the worker moves the
 -- lateness to the PostgreSQL clock read right after the shard's COMMIT (executor.ts), so
@@ -77,7 +78,7 @@ SELECT coalesce(sum(g.n), 0)::int AS n,
        coalesce(array_agg((date_part('epoch', statement_timestamp() - g.due_at) * 1000)::int4), '{}') AS lateness_ms,
        coalesce(array_agg(g.n), '{}') AS lateness_n,
        date_part('epoch', statement_timestamp()) * 1000 AS measured_ms,
-       (SELECT array_agg(l.trace_parent) FROM (SELECT trace_parent FROM due WHERE trace_parent IS NOT NULL LIMIT 32) l) AS trace_parents
+       (SELECT array_agg(l.trace_parent) FROM (SELECT DISTINCT trace_parent FROM due WHERE trace_parent IS NOT NULL LIMIT 32) l) AS trace_parents
   FROM (SELECT due_at, count(*)::int AS n, count(*) FILTER (WHERE result = 'skipped')::int AS skipped
           FROM taken WHERE $4 GROUP BY due_at) g
 HAVING $4
@@ -88,6 +89,6 @@ SELECT count(*)::int, 0,
        coalesce(array_agg(d.id), '{}'), coalesce(array_agg(d.biz_id), '{}'), coalesce(array_agg(d.payload), '{}'),
        coalesce(array_agg((date_part('epoch', statement_timestamp() - d.due_at) * 1000)::int4), '{}'),
        NULL, date_part('epoch', statement_timestamp()) * 1000,
-       (SELECT array_agg(l.trace_parent) FROM (SELECT trace_parent FROM due WHERE trace_parent IS NOT NULL LIMIT 32) l)
+       (SELECT array_agg(l.trace_parent) FROM (SELECT DISTINCT trace_parent FROM due WHERE trace_parent IS NOT NULL LIMIT 32) l)
   FROM (SELECT id, biz_id, payload, due_at FROM due WHERE NOT $4 ORDER BY id) d
 HAVING NOT $4
