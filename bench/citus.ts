@@ -19,9 +19,14 @@
 //   --concurrency <c>    worker concurrency (default: the product's)
 //   --lead-ms <ms>       due instant this far after seeding starts (default 5,000 + N x 0.15)
 //   --out <file>         also write the figures as JSON here
+//   --profile            where each node's CPU goes (bench/lib/profile.ts): pg_stat_statements
+//                        loaded on every node (plan and execution time, utility statements: the
+//                        two-phase commits), reset before the burst and read after; CPU per
+//                        process from /proc, labelled from pg_stat_activity. Costs some CPU
+//                        itself: profile rounds are for where, not for the ratio.
 //   --help               this text
 import { spawn, type ChildProcess } from 'node:child_process';
-import { mkdtempSync, readFileSync, readdirSync, writeFileSync } from 'node:fs';
+import { closeSync, mkdtempSync, openSync, readFileSync, readdirSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { parseArgs } from 'node:util';
@@ -29,8 +34,9 @@ import pg from 'pg';
 import { startCitusCluster, type CitusCluster } from '../test/helpers/citus.ts';
 import { startPostgres, stopAllServers, type PostgresServer } from '../test/helpers/servers.ts';
 import { TEST_REDIS_URL, testKeyPrefix } from '../test/helpers/services.ts';
-import { CLOSE_MANY_SQL, KIND, ORDERS_DDL, sleep } from './lib/orders.ts';
+import { KIND, ORDERS_DDL, sleep } from './lib/orders.ts';
 import { positiveCounts, printUsage } from './lib/usage.ts';
+import { cpuByLabel, snapshotProcesses, statementTotals, type ProcessSnapshot } from './lib/profile.ts';
 
 const { values: args } = parseArgs({
   options: {
@@ -39,6 +45,7 @@ const { values: args } = parseArgs({
     concurrency: { type: 'string' },
     'lead-ms': { type: 'string' },
     out: { type: 'string' },
+    profile: { type: 'boolean', default: false },
     help: { type: 'boolean', short: 'h', default: false },
   },
   strict: true,
@@ -55,6 +62,18 @@ const o = positiveCounts(TOOL, { concurrency: args.concurrency, 'lead-ms': args[
 const CLI = new URL('../dist/cli/main.js', import.meta.url).pathname;
 const WARMUP = 30;
 type System = 'plain' | 'citus';
+/** The close, the same statement for both systems. Its stamp is now(), not clock_timestamp() as
+ *  bench/lib/orders.ts's: Citus refuses a VOLATILE function in an UPDATE of a query that touches
+ *  distributed tables (every batch claim failed on it, and ran in the plain form instead). The
+ *  bench's time is read from the history's finished_at, not from closed_at. */
+const CLOSE_SQL = "UPDATE orders SET status = 'closed', closed_at = now(), closes = closes + 1 WHERE id = ANY($1) AND status = 'unpaid' RETURNING id";
+const PROFILE = args.profile === true;
+const PROFILE_SETTINGS = {
+  'pg_stat_statements.track': 'all',
+  'pg_stat_statements.track_utility': 'on',
+  'pg_stat_statements.track_planning': 'on',
+  'pg_stat_statements.max': '10000',
+} as const;
 
 /** CPU seconds of every postgres process of a server: the postmaster, its reaped children
  *  (cutime/cstime) and its live children. */
@@ -121,6 +140,13 @@ interface Burst {
   cpuCoordinatorPer100k: number;
   cpuWorkersPer100k: number | null;
   problems: string[];
+  shards: number;
+  shardsRunAgain: number;
+  /** warn/error lines the run process logged; its log file */
+  warnings: number;
+  log: string;
+  /** --profile: per node, CPU seconds per process label and the statements' figures */
+  profile?: Record<string, unknown>;
 }
 
 async function burst(system: System, round: number, plain: PostgresServer, cluster: CitusCluster): Promise<Burst> {
@@ -140,7 +166,7 @@ async function burst(system: System, round: number, plain: PostgresServer, clust
     await pool.query(ORDERS_DDL);
     const config = {
       redisKeyPrefix: testKeyPrefix(`bench-citus-${system}`),
-      kinds: { [KIND]: { handler: { type: 'sql' as const, sql: CLOSE_MANY_SQL } } },
+      kinds: { [KIND]: { handler: { type: 'sql' as const, sql: CLOSE_SQL } } },
       ...(o.concurrency > 0 && args.concurrency ? { worker: { concurrency: o.concurrency } } : {}),
       logLevel: 'warn' as const,
     };
@@ -149,7 +175,11 @@ async function burst(system: System, round: number, plain: PostgresServer, clust
     writeFileSync(configPath, JSON.stringify(config));
     const env = { ...process.env, DATABASE_URL: url, REDIS_URL: TEST_REDIS_URL };
     await runCli(['migrate', '--config', configPath], env);
-    children.push(spawn(process.execPath, [CLI, 'run', '--config', configPath], { env, stdio: ['ignore', 'ignore', 'inherit'] }));
+    // the process's log (warn and up) kept beside its config, named in the figures
+    const logPath = join(dir, 'run.log');
+    const logFd = openSync(logPath, 'w');
+    children.push(spawn(process.execPath, [CLI, 'run', '--config', configPath], { env, stdio: ['ignore', logFd, 'inherit'] }));
+    closeSync(logFd);
     await seed(pool, system, N + 1, N + WARMUP, new Date(Date.now() - 1000));
     const warm = performance.now();
     while ((await left(pool)) > 0) {
@@ -167,6 +197,19 @@ async function burst(system: System, round: number, plain: PostgresServer, clust
     }
     const seedMarginMs = due.getTime() - Date.now();
     if (seedMarginMs > 200) await sleep(seedMarginMs - 200);
+    const labels = system === 'plain' ? ['plain'] : ['coordinator', ...cluster.workers.map((_, i) => `worker ${i + 1}`)];
+    let snapshots: ProcessSnapshot[] = [];
+    if (PROFILE) {
+      for (const n of nodes) {
+        const p = quietPool(n.url(name), 1);
+        // on the Citus coordinator the extension is created locally only (not propagated)
+        await p.query('SET citus.enable_ddl_propagation = off').catch(() => {});
+        await p.query('CREATE EXTENSION IF NOT EXISTS pg_stat_statements');
+        await p.query('SELECT pg_stat_statements_reset()');
+        await p.end();
+      }
+      snapshots = await Promise.all(nodes.map(snapshotProcesses));
+    }
     const cpuBefore = nodes.map(serverCpuSeconds);
     const start = performance.now();
     while ((await left(pool)) > 0) {
@@ -174,6 +217,20 @@ async function burst(system: System, round: number, plain: PostgresServer, clust
       await sleep(250);
     }
     const cpuAfter = nodes.map(serverCpuSeconds);
+    let profile: Record<string, unknown> | undefined;
+    if (PROFILE) {
+      const after = await Promise.all(nodes.map(snapshotProcesses));
+      profile = {};
+      for (const [i, n] of nodes.entries()) {
+        const p = quietPool(n.url(name), 1);
+        profile[labels[i]!] = {
+          cpuSeconds: cpuAfter[i]! - cpuBefore[i]!,
+          cpuByProcess: cpuByLabel(snapshots[i]!, after[i]!),
+          ...(await statementTotals(p, labels[i]!)),
+        };
+        await p.end();
+      }
+    }
     const { rows } = await pool.query<{ end: number; n: number }>(
       `SELECT extract(epoch FROM max(finished_at))::float8 AS end, count(*)::int AS n FROM timeout_center.done_timeouts WHERE due_at = $1`,
       [due],
@@ -189,6 +246,14 @@ async function burst(system: System, round: number, plain: PostgresServer, clust
     const unpaid = N + WARMUP - Math.floor((N + WARMUP) / 10);
     if (closes[0]!.once !== unpaid) problems.push(`${closes[0]!.once} orders closed once, expected ${unpaid}`);
     if (closes[0]!.more > 0) problems.push(`${closes[0]!.more} orders closed twice or paid ones closed`);
+    // Shards that ran more than once (a lease lost, a transaction retried) and the process's
+    // warnings: a drain that only looks slow may be one that redoes its work.
+    const { rows: sh } = await pool.query<{ shards: number; again: number }>(
+      `SELECT count(*)::int AS shards, count(*) FILTER (WHERE attempts > 1)::int AS again FROM timeout_center.shards`,
+    );
+    const warnings = readFileSync(logPath, 'utf8')
+      .split('\n')
+      .filter((l) => /"level":(4|5|6)0/.test(l)).length;
     return {
       system,
       round,
@@ -198,6 +263,11 @@ async function burst(system: System, round: number, plain: PostgresServer, clust
       cpuCoordinatorPer100k: per100k(cpu[0]!),
       cpuWorkersPer100k: system === 'citus' ? per100k(cpu.slice(1).reduce((a, b) => a + b, 0)) : null,
       problems,
+      shards: sh[0]!.shards,
+      shardsRunAgain: sh[0]!.again,
+      warnings,
+      log: logPath,
+      ...(profile ? { profile } : {}),
     };
   } finally {
     for (const ch of children) if (ch.exitCode === null && ch.signalCode === null) ch.kill('SIGTERM');
@@ -212,8 +282,10 @@ const median = (xs: number[]) => {
 };
 
 async function main(): Promise<void> {
-  const plain = await startPostgres({ settings: { max_connections: '300' } });
-  const cluster = await startCitusCluster(2);
+  const plain = await startPostgres({
+    settings: { max_connections: '300', ...(PROFILE ? { shared_preload_libraries: 'pg_stat_statements', ...PROFILE_SETTINGS } : {}) },
+  });
+  const cluster = await startCitusCluster(2, PROFILE ? { shared_preload_libraries: 'citus,pg_stat_statements', ...PROFILE_SETTINGS } : {});
   const bursts: Burst[] = [];
   try {
     for (let r = 1; r <= ROUNDS; r += 1) {
@@ -221,7 +293,7 @@ async function main(): Promise<void> {
       for (const system of order) {
         const b = await burst(system, r, plain, cluster);
         bursts.push(b);
-        console.log(JSON.stringify(b));
+        console.log(JSON.stringify(b, null, PROFILE ? 1 : undefined));
       }
     }
   } finally {

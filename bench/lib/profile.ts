@@ -140,3 +140,107 @@ export function printStatements(title: string, rows: StatementProfile[]): void {
   for (const r of rows)
     console.log(`    ${String(r.totalMs).padStart(7)} ms ${String(r.calls).padStart(6)} calls ${String(r.meanMs).padStart(8)} ms/call  ${r.query}`);
 }
+
+/** Each live process of an instance (the postmaster's children) with its CPU seconds so far and a
+ *  label from pg_stat_activity: backend type, and for client backends the application name (the
+ *  product's pools name themselves; Citus's connections between nodes are `citus_internal ...`). */
+export interface ProcessSnapshot {
+  /** the postmaster's own CPU and its reaped children's (processes that exited) */
+  postmasterWithReaped: number;
+  byPid: Map<number, { label: string; cpu: number }>;
+}
+
+function postmasterPid(server: PostgresServer): number {
+  return Number(readFileSync(join(server.dir, 'data', 'postmaster.pid'), 'utf8').split('\n')[0]);
+}
+
+/** The label of a process: "client: <application_name>" (gpid suffixes cut), or its backend type. */
+function labelOf(backendType: string | null, app: string | null): string {
+  if (backendType === 'client backend') return `client: ${(app ?? '').replace(/ gpid=\d+/, '').replace(/\s+\(.*\)$/, '') || '(no name)'}`;
+  return backendType ?? 'other';
+}
+
+export async function snapshotProcesses(server: PostgresServer): Promise<ProcessSnapshot> {
+  const c = new pg.Client({ connectionString: server.url() });
+  c.on('error', () => {});
+  await c.connect();
+  let labels: Map<number, string>;
+  try {
+    const { rows } = await c.query<{ pid: number; backend_type: string | null; application_name: string | null }>(
+      'SELECT pid, backend_type, application_name FROM pg_stat_activity',
+    );
+    labels = new Map(rows.map((r) => [r.pid, labelOf(r.backend_type, r.application_name)]));
+  } finally {
+    await c.end().catch(() => {});
+  }
+  const pm = postmasterPid(server);
+  const byPid = new Map<number, { label: string; cpu: number }>();
+  for (const d of readdirSync('/proc')) {
+    const p = Number(d);
+    if (Number.isInteger(p) && p > 0 && ppidOf(p) === pm)
+      byPid.set(p, { label: labels.get(p) ?? 'other (checkpointer, walwriter, ...)', cpu: cpuOf(p, false) });
+  }
+  return { postmasterWithReaped: cpuOf(pm, true), byPid };
+}
+
+/** CPU seconds per process label between two snapshots (a process seen only at the end counts
+ *  from zero; one that exited in between is in `exited`, through the postmaster's cutime). */
+export function cpuByLabel(before: ProcessSnapshot, after: ProcessSnapshot): Record<string, number> {
+  const out: Record<string, number> = {};
+  const add = (k: string, v: number) => (out[k] = (out[k] ?? 0) + v);
+  for (const [pid, a] of after.byPid) add(a.label, a.cpu - (before.byPid.get(pid)?.cpu ?? 0));
+  // live at the start, gone at the end: their CPU up to the start was in `before`; the rest is in
+  // the postmaster's cutime delta
+  let goneBefore = 0;
+  for (const [pid, b] of before.byPid) if (!after.byPid.has(pid)) goneBefore += b.cpu;
+  add('exited during the run (reaped)', after.postmasterWithReaped - before.postmasterWithReaped - goneBefore);
+  for (const k of Object.keys(out)) out[k] = Number(out[k]!.toFixed(2));
+  return Object.fromEntries(Object.entries(out).sort((x, y) => y[1] - x[1]));
+}
+
+export interface PlannedStatement extends StatementProfile {
+  planMs: number;
+}
+
+/** Statements of the current database by plan + execution time (pg_stat_statements with
+ *  track_planning), and the sums over all of them: calls, plan and execution time, and the two
+ *  phases of two-phase commits (PREPARE TRANSACTION, COMMIT PREPARED; track_utility). */
+export async function statementTotals(
+  pool: pg.Pool,
+  instance: string,
+  limit = 15,
+): Promise<{ top: PlannedStatement[]; calls: number; planMs: number; execMs: number; prepares: number; commitPrepared: number }> {
+  const { rows } = await pool.query<{ query: string; calls: string; plan: number; total: number; rows: string }>(
+    `SELECT regexp_replace(query, '\\s+', ' ', 'g') AS query, calls, total_plan_time AS plan, total_exec_time AS total, rows
+       FROM pg_stat_statements s JOIN pg_database d ON d.oid = s.dbid
+      WHERE d.datname = current_database()`,
+  );
+  const all = rows.map((r) => ({
+    instance,
+    query: r.query.slice(0, 160),
+    calls: Number(r.calls),
+    planMs: Math.round(r.plan),
+    totalMs: Math.round(r.total),
+    meanMs: Number((r.total / Math.max(1, Number(r.calls))).toFixed(3)),
+    rows: Number(r.rows),
+    full: r.query,
+  }));
+  const sum = (f: (x: (typeof all)[number]) => number, w: (x: (typeof all)[number]) => boolean = () => true) => all.filter(w).reduce((a, x) => a + f(x), 0);
+  return {
+    top: [...all]
+      .sort((a, b) => b.planMs + b.totalMs - (a.planMs + a.totalMs))
+      .slice(0, limit)
+      .map(({ full: _full, ...x }) => x),
+    calls: sum((x) => x.calls),
+    planMs: Math.round(sum((x) => x.planMs)),
+    execMs: Math.round(sum((x) => x.totalMs)),
+    prepares: sum(
+      (x) => x.calls,
+      (x) => /^PREPARE TRANSACTION/i.test(x.full),
+    ),
+    commitPrepared: sum(
+      (x) => x.calls,
+      (x) => /^COMMIT PREPARED/i.test(x.full),
+    ),
+  };
+}

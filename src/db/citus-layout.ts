@@ -10,6 +10,9 @@ import { fileURLToPath } from 'node:url';
 
 /** sql/citus/ sits two levels above both src/db and dist/db (as migrate.ts's sql/). */
 const LAYOUT_SQL = fileURLToPath(new URL('../../sql/citus/layout.sql', import.meta.url));
+/** The claim of a shard whose handler's tables are colocated with timeouts, as a Citus distributed
+ *  function (sql/citus/claim_in_bucket.sql); (re)created at every migrate of a Citus database. */
+const FUNCTIONS_SQL = fileURLToPath(new URL('../../sql/citus/claim_in_bucket.sql', import.meta.url));
 
 /** Buckets (= Citus shards of timeouts) unless migrate is told otherwise: B workers' slots can
  *  claim one kind side by side, and a cluster can grow to B worker nodes (docs/scale.md). */
@@ -69,7 +72,11 @@ export interface LayoutResult {
 export async function applyLayout(client: pg.PoolClient | pg.Client, buckets = DEFAULT_CITUS_BUCKETS): Promise<LayoutResult> {
   const { rows } = await client.query<{ citus: boolean }>("SELECT EXISTS (SELECT 1 FROM pg_extension WHERE extname = 'citus') AS citus");
   const current = await readLayout(client);
-  if (!rows[0]?.citus || current.name === 'citus') return { layout: current, applied: false };
+  if (!rows[0]?.citus) return { layout: current, applied: false };
+  if (current.name === 'citus') {
+    await applyFunctions(client);
+    return { layout: current, applied: false };
+  }
   if (!Number.isInteger(buckets) || buckets < 1 || buckets > 1024) throw new Error(`citus buckets must be 1-1024, got ${buckets}`);
   const text = readFileSync(LAYOUT_SQL, 'utf8').replaceAll(':buckets', String(buckets));
   await client.query('BEGIN');
@@ -80,7 +87,23 @@ export async function applyLayout(client: pg.PoolClient | pg.Client, buckets = D
     await client.query('ROLLBACK').catch(() => {});
     throw new Error(`the Citus layout failed and was rolled back: ${(err as Error).message}`, { cause: err });
   }
+  await applyFunctions(client);
   return { layout: await readLayout(client), applied: true };
+}
+
+/** The layout's functions, current at every migrate (CREATE OR REPLACE, then Citus's
+ *  create_distributed_function, which keeps a function already distributed as it is). Their own
+ *  transaction, after the layout's: Citus distributes a function colocated with a table that is
+ *  distributed already. */
+async function applyFunctions(client: pg.PoolClient | pg.Client): Promise<void> {
+  await client.query('BEGIN');
+  try {
+    await client.query(readFileSync(FUNCTIONS_SQL, 'utf8'));
+    await client.query('COMMIT');
+  } catch (err) {
+    await client.query('ROLLBACK').catch(() => {});
+    throw new Error(`the Citus layout's functions failed and were rolled back: ${(err as Error).message}`, { cause: err });
+  }
 }
 
 const known = new WeakMap<object, Promise<Layout>>();

@@ -242,8 +242,9 @@ export class ShardExecutor {
         // Leased ahead of the due instant: plan the claim now (EXPLAIN executes nothing), so
         // that this session has the tables, indexes and statistics it reads loaded when the
         // instant comes, then wait for it. A first claim on a new session otherwise spends
-        // 15-30 ms on that at the instant.
-        await client.query({ text: `EXPLAIN ${claimStatement(batch, lease).sql}`, values: batchClaimValues(lease) });
+        // 15-30 ms on that at the instant. (Not the colocated Citus form: its claim is one call
+        // that the worker node plans, not this session.)
+        if (!batch.colocated) await client.query({ text: `EXPLAIN ${claimStatement(batch, lease).sql}`, values: batchClaimValues(batch, lease) });
         await untilClaimAt(lease);
         t.begin = performance.now();
       }
@@ -272,6 +273,10 @@ export class ShardExecutor {
         claimedIds: outcome.claimed,
       };
       const finish = lease.bucket === null ? sql('worker/finish', finishInputs) : sql('citus/worker/finish', { ...finishInputs, bucket: lease.bucket });
+      // Citus, batch form: the claim moved every row; only the shard's row is left to close, on the
+      // coordinator (finish.sql's timeouts parts would be round trips to a worker node for nothing).
+      const close =
+        lease.bucket === null ? finish : sql('citus/worker/close_shard', { shardId: lease.id, claimed: outcome.n, skippedMarked: outcome.skippedMarked });
       let done: { done: number; skipped: number; failed: number; retried: number };
       // Lateness is taken after the commit, on PostgreSQL's clock: a SELECT sent behind the COMMIT
       // in its round trip (outcome.ts, CLOCK_AFTER_COMMIT) reads it.
@@ -279,7 +284,7 @@ export class ShardExecutor {
       if (fast) {
         // The batch moved every row already: finish only closes the shard (empty arrays).
         const closing = (await client.query(
-          `RELEASE SAVEPOINT tc_batch; SET LOCAL statement_timeout = 0; SET LOCAL lock_timeout = 0; ${bindLiterals(finish)}; COMMIT; ${CLOCK_AFTER_COMMIT}`,
+          `RELEASE SAVEPOINT tc_batch; SET LOCAL statement_timeout = 0; SET LOCAL lock_timeout = 0; ${bindLiterals(close)}; COMMIT; ${CLOCK_AFTER_COMMIT}`,
         )) as unknown as pg.QueryResult[];
         open = false;
         done = closing[3]!.rows[0] as typeof done;
@@ -334,7 +339,7 @@ export class ShardExecutor {
       const { rows } = await client.query<Taken>({
         name: claim.name,
         text: claim.sql,
-        values: batchClaimValues(lease),
+        values: batchClaimValues(batch, lease),
         types: AS_TEXT,
       });
       const taken = rows[0]!;
@@ -390,7 +395,7 @@ export class ShardExecutor {
     const split = await applyIsolating(
       client,
       items,
-      (batch) => this.callHandler(client, handler, lease.id, batch),
+      (batch) => this.callHandler(client, handler, lease, batch),
       // The connection or the transaction itself is gone: no row is to blame, retry the shard.
       (err) => isConnectionError(err) || isRetryableConflict(err),
     );
@@ -409,10 +414,10 @@ export class ShardExecutor {
   }
 
   /** The handler on one batch, under the kind's time limit (its signal aborts after it). */
-  private callHandler(client: pg.PoolClient, handler: ResolvedHandler, shardId: number, items: ShardItem[]) {
+  private callHandler(client: pg.PoolClient, handler: ResolvedHandler, lease: Lease, items: ShardItem[]) {
     return withSpan('tc.handler', { 'tc.kind': handler.kind, 'tc.handler.items': items.length }, () =>
       withTimeLimit({ what: `handler of ${handler.kind}`, limitMs: handler.config.timeLimitMs, graceMs: 50 }, (signal) =>
-        handler.run(items, { kind: handler.kind, shardId, client, signal }),
+        handler.run(items, { kind: handler.kind, shardId: lease.id, client, signal, bucket: lease.bucket ?? undefined }),
       ),
     );
   }
@@ -420,10 +425,20 @@ export class ShardExecutor {
 
 /** The batch statement a shard claims with: newest first for every other shard of a flood mapped
  *  ahead, oldest first otherwise. */
-/** The inputs of the batch form of claim.sql (the statement with the handler inside). */
-function batchClaimValues(lease: Lease): unknown[] {
+/** The inputs of the batch form of claim.sql (the statement with the handler inside), or of
+ *  claim_colocated.sql (Citus, the handler's tables colocated with timeouts). */
+function batchClaimValues(batch: BatchSqlHandler, lease: Lease): unknown[] {
   const inputs = { shardId: lease.id, kind: lease.kind, claimLimit: lease.claim_limit, batch: true };
-  return lease.bucket === null ? statementValues('worker/claim', inputs) : statementValues('citus/worker/claim', { ...inputs, bucket: lease.bucket });
+  if (lease.bucket === null) return statementValues('worker/claim', inputs);
+  if (!batch.colocated) return statementValues('citus/worker/claim', { ...inputs, bucket: lease.bucket });
+  return statementValues('citus/worker/claim_colocated', {
+    bucket: lease.bucket,
+    shardId: lease.id,
+    kind: lease.kind,
+    claimLimit: lease.claim_limit,
+    handler: batch.colocated.handler,
+    lockTimeoutMs: HANDLER_LOCK_TIMEOUT_MS,
+  });
 }
 
 /** The claimed rows' schedule trace contexts (claim.sql's trace_parents; none: empty). */

@@ -20,6 +20,8 @@ export interface HandlerContext {
   signal: AbortSignal;
   /** The shard's attempt (its lease), from 1. */
   attempt?: number;
+  /** The bucket the shard claims from, on the Citus layout (docs/scale.md "Citus: what runs"). */
+  bucket?: number | undefined;
 }
 
 /** What a handler reports: ids it changed; ids that failed (with why); every other id is skipped. */

@@ -7,7 +7,8 @@ import { pathToFileURL } from 'node:url';
 import { resolve } from 'node:path';
 import type pg from 'pg';
 import type { HandlerConfig, KindConfig, LoadedConfig } from '../config.js';
-import { sqlHandlerForm, sqlParameterTypes, type BatchSqlHandler } from './sql-handler.js';
+import { layoutOf } from '../db/citus-layout.js';
+import { sqlHandlerForm, sqlParameterTypes, takesBucket, type BatchSqlHandler } from './sql-handler.js';
 import { postShard } from './http-handler.js';
 import type { ShardHandler } from './handler-contract.js';
 
@@ -20,11 +21,18 @@ import type { ShardHandler } from './handler-contract.js';
  */
 export const HANDLER_LOCK_TIMEOUT_MS = 100;
 
-function sqlHandler(sql: string, timeLimitMs: number): ShardHandler {
-  const wantsPayloads = /\$2\b/.test(sql);
+/** What a SQL handler's $2 is: nothing, the items' payloads, or (Citus) the shard's bucket. */
+type SecondParameter = 'none' | 'payloads' | 'bucket';
+
+function sqlHandler(sql: string, timeLimitMs: number, second: SecondParameter = /\$2\b/.test(sql) ? 'payloads' : 'none'): ShardHandler {
   return async (items, ctx) => {
     const ids = items.map((i) => i.bizId);
-    const params: unknown[] = wantsPayloads ? [ids, items.map((i) => (i.payload === undefined ? null : JSON.stringify(i.payload)))] : [ids];
+    const params: unknown[] = [ids];
+    if (second === 'payloads') params.push(items.map((i) => (i.payload === undefined ? null : JSON.stringify(i.payload))));
+    if (second === 'bucket') {
+      if (ctx.bucket === undefined) throw new Error(`the handler of ${ctx.kind} takes the bucket ($2), and shard ${ctx.shardId} has none`);
+      params.push(ctx.bucket);
+    }
     // The executor calls handlers inside a savepoint: on error, ROLLBACK TO SAVEPOINT also undoes
     // this SET LOCAL, so it is reset here only on success.
     await ctx.client.query(`SET LOCAL statement_timeout = ${Math.floor(timeLimitMs)}; SET LOCAL lock_timeout = ${HANDLER_LOCK_TIMEOUT_MS}`);
@@ -121,7 +129,7 @@ export async function resolveHandlers(
       };
     } else if (kc.handler.type === 'sql') {
       const parameterTypes = await checkSql(pool, kind, kc.handler.sql);
-      run = sqlHandler(kc.handler.sql, kc.timeLimitMs);
+      run = sqlHandler(kc.handler.sql, kc.timeLimitMs, takesBucket(await layoutOf(pool), parameterTypes) ? 'bucket' : undefined);
       const sqlForm = await sqlHandlerForm(pool, kc.handler.sql, kc.timeLimitMs, parameterTypes);
       if (sqlForm.form === 'batch') batch = sqlForm.batch;
       form = { form: sqlForm.form, reason: sqlForm.reason };

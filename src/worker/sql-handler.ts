@@ -3,10 +3,13 @@
 // skipped is one statement per shard, with no value per timeout crossing into JavaScript. Built
 // once per kind at start and checked by PostgreSQL; a handler it cannot take (payloads in $2, a
 // statement that cannot stand in a WITH clause, a $1 that is not an array) runs as written.
+// On the Citus layout a handler whose $2 is a smallint takes the shard's bucket there: when its
+// tables are distributed on the bucket and colocated with timeouts, the batch form is one call of
+// a distributed function that Citus runs on the worker node of the bucket (claim_colocated.sql).
 import { createHash } from 'node:crypto';
 import type pg from 'pg';
 import { isConnectionError } from '../db/pool.js';
-import { compose, sql } from '../db/queries.js';
+import { compose, sql, statement } from '../db/queries.js';
 import { layoutOf, PLAIN, type Layout } from '../db/citus-layout.js';
 
 /** Newest due first, among the rows due by the flood's instant (the shard's not_before). */
@@ -40,6 +43,10 @@ export interface BatchSqlHandler extends BatchStatement {
    *  side do not pass over each other's locked rows. */
   newest: BatchStatement;
   timeLimitMs: number;
+  /** Citus, the handler's tables colocated with timeouts: the statement is claim_colocated.sql
+   *  (`newest` the same: Citus claims oldest first), and this is its handler argument: the kind's
+   *  statement with $1 cast to its inferred type and $2 the bucket. */
+  colocated?: { handler: string };
 }
 
 function batchStatement(sql: string): BatchStatement {
@@ -152,8 +159,13 @@ export type SqlHandlerForm = { form: 'batch'; batch: BatchSqlHandler; reason: st
  *  parameterTypes: what sqlParameterTypes returned for the handler, when the caller already asked.
  *  Connection errors are thrown (the worker cannot start), not taken for a reason to run plain. */
 export async function sqlHandlerForm(pool: pg.Pool, handlerSql: string, timeLimitMs: number, parameterTypes?: string[]): Promise<SqlHandlerForm> {
-  if (/\$(?:[2-9]|\d{2,})/.test(handlerSql)) return { form: 'plain', reason: 'it takes payloads ($2) or more parameters' };
   const body = handlerSql.trim().replace(/;\s*$/, '');
+  const layout = await layoutOf(pool);
+  if (layout.name === 'citus' && /\$2\b/.test(handlerSql) && !/\$(?:[3-9]|\d{2,})/.test(handlerSql)) {
+    const types = parameterTypes ?? (await sqlParameterTypes(pool, body));
+    if (takesBucket(layout, types)) return colocatedForm(pool, layout, body, types[0], timeLimitMs);
+  }
+  if (/\$(?:[2-9]|\d{2,})/.test(handlerSql)) return { form: 'plain', reason: 'it takes payloads ($2) or more parameters' };
   const types = parameterTypes ?? (await sqlParameterTypes(pool, body));
   const type = types.length === 1 ? types[0] : undefined;
   if (!type || !/^[a-z0-9_ ]+\[\]$/.test(type)) {
@@ -163,11 +175,15 @@ export async function sqlHandlerForm(pool: pg.Pool, handlerSql: string, timeLimi
   if (!inner) return { form: 'plain', reason: '$1 occurs only inside quotes or comments' };
   // compose() splices by position: `$$`, `$&` and `$1` in the handler (a dollar-quoted literal,
   // say) reach PostgreSQL as written.
-  const layout = await layoutOf(pool);
   const sql = composeClaim({ handler: `  ${inner}` }, layout);
   const newest = composeClaim({ handler: `  ${inner}`, claimOrder: 'newest' }, layout);
   try {
     await sqlParameterTypes(pool, sql); // PostgreSQL accepts the combined statement
+    // Citus plans a distributed statement at execution, not at PREPARE: EXPLAIN it (nothing runs)
+    // with a shard's values, so a statement Citus refuses (a VOLATILE function in an UPDATE of a
+    // query on distributed tables, say) runs in the plain form from the start instead of failing
+    // every shard.
+    if (layout.name === 'citus') await pool.query({ text: `EXPLAIN ${sql}`, values: [0, null, 0, true, layout.buckets[0]] });
   } catch (err) {
     if (isConnectionError(err)) throw err;
     return { form: 'plain', reason: `it cannot stand inside the claim statement: ${(err as Error).message}` };
@@ -176,6 +192,47 @@ export async function sqlHandlerForm(pool: pg.Pool, handlerSql: string, timeLimi
     form: 'batch',
     batch: { ...batchStatement(sql), newest: batchStatement(newest), timeLimitMs },
     reason: 'it takes only an array $1 and returns the ids it changed',
+  };
+}
+
+/** On the Citus layout, a handler whose parameters are an array $1 and a smallint $2 takes the
+ *  shard's bucket as $2 (its tables distributed on the bucket, colocated with timeouts). */
+export function takesBucket(layout: Layout, types: readonly string[]): boolean {
+  return layout.name === 'citus' && types.length === 2 && /^[a-z0-9_ ]+\[\]$/.test(types[0] ?? '') && types[1] === 'smallint';
+}
+
+/**
+ * The colocated batch form (Citus): claim_colocated.sql, one call of timeout_center.claim_in_bucket
+ * per shard, delegated by Citus to the worker node of the shard's bucket. Checked at start with a
+ * call that claims nothing (limit 0) in a transaction rolled back: the handler runs there on an
+ * empty batch, and Citus refuses it unless every table it touches is on the bucket's shards
+ * (force delegation). A handler that fails the check runs in the plain form, its $2 the bucket.
+ */
+async function colocatedForm(pool: pg.Pool, layout: Layout, body: string, arrayType: string | undefined, timeLimitMs: number): Promise<SqlHandlerForm> {
+  const handler = replaceParameter(body, 1, `($1::${arrayType})`);
+  if (!handler || layout.name !== 'citus') return { form: 'plain', reason: '$1 occurs only inside quotes or comments' };
+  const client = await pool.connect();
+  try {
+    await client.query('BEGIN');
+    try {
+      await client.query(sql('citus/worker/claim_colocated', { bucket: layout.buckets[0]!, shardId: 0, kind: null, claimLimit: 0, handler, lockTimeoutMs: 0 }));
+    } finally {
+      await client.query('ROLLBACK');
+    }
+  } catch (err) {
+    if (isConnectionError(err)) throw err;
+    return {
+      form: 'plain',
+      reason: `it takes the bucket ($2), but its tables are not all distributed on it and colocated with timeouts, so the claim cannot run on the bucket's node: ${(err as Error).message}`,
+    };
+  } finally {
+    client.release();
+  }
+  const text = statement('citus/worker/claim_colocated');
+  return {
+    form: 'batch',
+    batch: { ...batchStatement(text), newest: batchStatement(text), timeLimitMs, colocated: { handler } },
+    reason: "it takes an array $1 and the bucket $2, its tables colocated with timeouts: claim, handler and move run in one call on the bucket's worker node",
   };
 }
 

@@ -9,12 +9,17 @@ import { cancel, reschedule, schedule } from '../../src/schedule.js';
 import { statements as compiled } from '../../src/db/statements.generated.js';
 import { startCitusCluster, type CitusCluster } from '../helpers/citus.js';
 import { execFileSync } from 'node:child_process';
-import { CLI, killAll, runCli } from '../helpers/processes.js';
+import { CLI, killAll, runCli, spawnCli } from '../helpers/processes.js';
+import { writeConfig } from '../helpers/orders.js';
+import { sqlHandlerForm } from '../../src/worker/sql-handler.js';
+import { bindLiterals } from '../../src/worker/bind-literals.js';
+import { sql } from '../../src/db/queries.js';
+import { readFileSync } from 'node:fs';
 import { stopAllServers } from '../helpers/servers.js';
 import { createTestDatabase } from '../helpers/services.js';
 import { requireTools } from '../helpers/system-tools.js';
 import { forOrder, namedBlock, statements } from '../docs/readme-blocks.js';
-import { report, Scenario } from '../faults/harness.js';
+import { report, Scenario, waitUntil } from '../faults/harness.js';
 
 const tools = requireTools('citus');
 
@@ -142,6 +147,15 @@ describe.skipIf(tools.skip)(tools.title('Citus: the layout, the README blocks an
     );
     expect(shards[0]!.without).toBe(0);
     expect(shards[0]!.buckets).toBe(16);
+    // History is stamped after the handler: each applied row's finished_at is no earlier than the
+    // closing transition the handler's UPDATE wrote (order_transitions.at: clock_timestamp() in
+    // the orders trigger, on the coordinator), as on one PostgreSQL (claim.sql).
+    const { rows: early } = await s.pool.query<{ n: number; applied: number }>(
+      `WITH d AS MATERIALIZED (SELECT biz_id::bigint AS id, finished_at FROM timeout_center.done_timeouts WHERE result = 'applied')
+       SELECT count(*) FILTER (WHERE d.finished_at < t.at)::int AS n, count(*)::int AS applied
+         FROM d JOIN order_transitions t ON t.order_id = d.id AND t.to_status = 'closed'`,
+    );
+    expect(early[0]).toEqual({ n: 0, applied: inv.applied });
     // The operator CLI reads the Citus store.
     for (const args of [['scans'], ['failed'], ['status'], ['purge', '--dry-run'], ['purge', '--done-after', '0s']]) {
       const r = await runCli(args, s.env());
@@ -149,6 +163,156 @@ describe.skipIf(tools.skip)(tools.title('Citus: the layout, the README blocks an
     }
     await s.stopAll();
   }, 120_000);
+
+  it('a SQL handler Citus refuses inside the claim (a VOLATILE function in its UPDATE) runs in the plain form from the start', async () => {
+    // PREPARE accepts it; Citus refuses it only when it plans the claim (EXPLAIN, or the first
+    // shard): every batch claim failed, and a shard leased ahead failed outright (its warm-up
+    // EXPLAIN) and waited for its lease to run out.
+    const form = await sqlHandlerForm(
+      s.pool,
+      "UPDATE orders SET status = 'closed', closed_at = clock_timestamp() WHERE id = ANY($1) AND status = 'unpaid' RETURNING id",
+      1000,
+    );
+    expect(form.form).toBe('plain');
+    expect(form.reason).toMatch(/must not be VOLATILE/);
+  });
+
+  it('a kind added after the layout: ALTER TYPE ... ADD VALUE on the coordinator reaches every node, its timeouts route and drain', async () => {
+    const newKind = 'order.reminded'; // sorts before order.unpaid: ADD VALUE ... BEFORE
+    const config = JSON.parse(readFileSync(s.configPath, 'utf8')) as { kinds: Record<string, unknown> };
+    config.kinds[newKind] = config.kinds['order.unpaid'];
+    const configPath = writeConfig(config as Parameters<typeof writeConfig>[0]);
+    const migrated = await runCli(['migrate', '--config', configPath], s.env());
+    expect(migrated.code, migrated.stderr).toBe(0);
+    for (const node of [cluster.coordinator, ...cluster.workers]) {
+      const rows = await cluster.query<{ labels: string[] }>(node, 'tc_citus', 'SELECT enum_range(NULL::timeout_center.kind)::text[] AS labels');
+      expect(rows[0]!.labels, `node ${node.port}`).toEqual([newKind, 'order.unpaid']);
+    }
+    // The insert routes to the worker node of its bucket, which parses the new label.
+    await s.pool.query(`INSERT INTO orders (id, status) SELECT g, 'unpaid' FROM generate_series(300001, 300020) g`);
+    for (let i = 300001; i <= 300020; i += 1) await schedule(s.pool, { kind: newKind, bizId: i, delayMs: 0 });
+    const run = spawnCli('run (new kind)', ['run', '--config', configPath], s.env());
+    try {
+      await waitUntil(
+        'the new kind drained',
+        async () => (await s.count(`SELECT count(*) AS n FROM timeout_center.done_timeouts WHERE kind = $1 AND result = 'applied'`, [newKind])) === 20,
+        60_000,
+      );
+    } finally {
+      await run.stop(10_000);
+    }
+    expect(await s.count(`SELECT count(*) AS n FROM orders WHERE id BETWEEN 300001 AND 300020 AND status = 'closed'`)).toBe(20);
+  }, 90_000);
+
+  it("orders colocated with timeouts on the bucket: claim, handler and move in one call on the bucket's worker node, history after the handler, a failing row isolated", async () => {
+    const url = await cluster.createDatabase('tc_citus_colocated');
+    // The handler takes the shard's bucket as $2 (a smallint: PostgreSQL infers it from the column).
+    const handler = "UPDATE orders SET status = 'closed' WHERE bucket = $2 AND id = ANY($1) AND status = 'unpaid' RETURNING id";
+    const c = await Scenario.create('citus-colocated', {
+      databaseUrl: url,
+      kind: { shardSize: 300, maxAttempts: 2, handler: { type: 'sql', sql: handler } },
+      worker: { concurrency: 2 },
+    });
+    try {
+      // The business table, distributed on the same bucket and colocated with timeouts (the
+      // scenario's own orders, a plain table on the coordinator, make way). Its trigger stamps the
+      // close on the worker node's clock, counts closes, and refuses the poison row.
+      await c.pool.query(`DROP TABLE orders CASCADE`);
+      await c.pool.query(`
+        SET citus.enable_unsafe_triggers = on;
+        CREATE TABLE orders (id bigint NOT NULL, bucket smallint NOT NULL, status text NOT NULL, poison boolean NOT NULL DEFAULT false,
+                             closes integer NOT NULL DEFAULT 0, closed_at timestamptz, PRIMARY KEY (id, bucket));
+        CREATE FUNCTION orders_close() RETURNS trigger LANGUAGE plpgsql AS $$
+        BEGIN
+          IF NEW.status = 'closed' AND OLD.status IS DISTINCT FROM 'closed' THEN
+            IF NEW.poison THEN RAISE EXCEPTION 'order % cannot be closed (poison row)', NEW.id; END IF;
+            NEW.closed_at := clock_timestamp();
+            NEW.closes := OLD.closes + 1;
+          END IF;
+          RETURN NEW;
+        END $$;
+        CREATE TRIGGER orders_close BEFORE UPDATE ON orders FOR EACH ROW EXECUTE FUNCTION orders_close();
+        SELECT create_distributed_table('orders', 'bucket', colocate_with => 'timeout_center.timeouts');`);
+      await c.pool.query(
+        `INSERT INTO orders (id, bucket, status, poison)
+         SELECT g, timeout_center.bucket_of(g::text), CASE WHEN g % 10 = 0 THEN 'paid' ELSE 'unpaid' END, g = 777 FROM generate_series(1, 3000) g`,
+      );
+      await c.pool.query(
+        `INSERT INTO timeout_center.timeouts (kind, biz_id, due_at, bucket)
+         SELECT 'order.unpaid', g::text, now() + interval '1 second' + g * interval '0.3 millisecond', timeout_center.bucket_of(g::text)
+           FROM generate_series(1, 3000) g`,
+      );
+      // The claim is one task on one worker node: Citus delegates the call.
+      const bucket = (await c.pool.query<{ b: number }>(`SELECT buckets[1] AS b FROM timeout_center.layout`)).rows[0]!.b;
+      const call = sql('citus/worker/claim_colocated', {
+        bucket,
+        shardId: 0,
+        kind: 'order.unpaid',
+        claimLimit: 0,
+        handler: handler.replace('$1', '($1::bigint[])'),
+        lockTimeoutMs: 100,
+      });
+      // (without the file's comment lines: Citus cannot EXPLAIN a delegated call that has them)
+      const text = bindLiterals(call)
+        .split('\n')
+        .filter((l) => !l.startsWith('--'))
+        .join('\n');
+      const { rows: plan } = await c.pool.query<{ 'QUERY PLAN': string }>(`EXPLAIN ${text}`);
+      const explained = plan.map((r) => r['QUERY PLAN']).join('\n');
+      expect(explained).toMatch(/Task Count: 1\b/);
+      expect(explained).toMatch(new RegExp(`port=(${cluster.workers.map((w) => w.port).join('|')})\\b`));
+      expect(explained).toMatch(/Function Scan on claim_in_bucket/);
+      // And as the worker sends it (bound parameters, inside a transaction): Citus says it pushed
+      // the call down (DEBUG1), rather than running the function on the coordinator.
+      const probe = await c.pool.connect();
+      const notices: string[] = [];
+      probe.on('notice', (m) => notices.push(m.message ?? ''));
+      try {
+        await probe.query('BEGIN');
+        await probe.query('SET LOCAL client_min_messages = debug1');
+        await probe.query(call);
+        await probe.query('ROLLBACK');
+      } finally {
+        probe.release();
+      }
+      expect(notices).toContain('pushing down function call in a multi-statement transaction');
+
+      const worker = c.worker('worker-colocated');
+      const form = await worker.waitForMsg(/handler runs in the/, 30_000);
+      expect(form['form'], String(form['reason'])).toBe('batch');
+      expect(String(form['reason'])).toMatch(/bucket's worker node/);
+      c.coordinator();
+      await waitUntil(
+        'the colocated drain',
+        async () => (await c.count(`SELECT count(*) AS n FROM timeout_center.timeouts WHERE state IN ('pending', 'dispatched')`)) === 0,
+        90_000,
+        250,
+      );
+      const { rows: closes } = await c.pool.query<{ once: number; more: number; paid: number; poison: number }>(
+        `SELECT count(*) FILTER (WHERE closes = 1)::int AS once, count(*) FILTER (WHERE closes > 1)::int AS more,
+                count(*) FILTER (WHERE status = 'paid' AND closes > 0)::int AS paid, count(*) FILTER (WHERE poison AND closes > 0)::int AS poison
+           FROM orders`,
+      );
+      expect(closes[0]).toEqual({ once: 2699, more: 0, paid: 0, poison: 0 });
+      const { rows: history } = await c.pool.query<{ applied: number; skipped: number; failed: number; early: number }>(
+        `SELECT (SELECT count(*) FROM timeout_center.done_timeouts WHERE result = 'applied')::int AS applied,
+                (SELECT count(*) FROM timeout_center.done_timeouts WHERE result = 'skipped')::int AS skipped,
+                (SELECT count(*) FROM timeout_center.timeouts WHERE state = 'failed' AND biz_id = '777')::int AS failed,
+                (SELECT count(*) FROM timeout_center.done_timeouts d JOIN orders o ON o.bucket = d.bucket AND o.id = d.biz_id::bigint
+                  WHERE d.result = 'applied' AND d.finished_at < o.closed_at)::int AS early`,
+      );
+      // Every applied row's history is stamped after its close (the handler ran before the stamp).
+      expect(history[0]).toEqual({ applied: 2699, skipped: 300, failed: 1, early: 0 });
+      const { rows: counts } = await c.pool.query<{ done: number; skipped: number }>(
+        `SELECT sum(done_count)::int AS done, sum(skipped_count)::int AS skipped FROM timeout_center.shards WHERE state = 'done'`,
+      );
+      expect(counts[0]).toEqual({ done: 2699, skipped: 300 });
+      report('citus colocated drain: 3,000 (300 paid, 1 poison), 1 worker', { ms: c.elapsedMs() });
+      await c.stopAll();
+    } finally {
+      await c.close();
+    }
+  }, 150_000);
 });
 
 describe('plain PostgreSQL: the layout is not there', () => {
@@ -165,7 +329,8 @@ describe('plain PostgreSQL: the layout is not there', () => {
       const names = Object.keys(compiled);
       for (const name of names.filter((n) => !n.startsWith('citus/')))
         expect(compiled[name as keyof typeof compiled].text, name).not.toMatch(/\bbucket(_of)?\s*[=(,]|\.bucket\b/);
-      for (const name of names.filter((n) => n.startsWith('citus/') && n !== 'citus/coordinator/due_probe')) {
+      const citusOnly = ['citus/coordinator/due_probe', 'citus/worker/claim_colocated', 'citus/worker/close_shard'];
+      for (const name of names.filter((n) => n.startsWith('citus/') && !citusOnly.includes(n))) {
         expect(names, name).toContain(name.slice('citus/'.length));
       }
     } finally {

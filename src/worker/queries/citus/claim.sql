@@ -5,6 +5,11 @@
 -- done_timeouts shard. The batch form's handler (on the orders, plain tables on the Citus
 -- coordinator) is planned by Citus apart: the locked rows come back to the coordinator, the
 -- handler runs there, and the move runs on the worker node, in one statement and transaction.
+-- A handler on tables colocated with timeouts takes the other Citus form, claim_colocated.sql (the
+-- claim as a function Citus runs on the bucket's worker node; docs/scale.md "Citus: what runs").
+-- finished_at, as in claim.sql, is clock_timestamp() read once as the rows move: Citus runs the
+-- move as its own step after the handler's (a planned-apart CTE), so the stamp follows the handler
+-- (statement_timestamp() here was the claim's start, before the handler).
 -- Keep in step with claim.sql.
 -- claim: second statement of the shard transaction. Takes the shard's rows; in the batch form it
 -- is also the one write of each timeout on its way to done: the row leaves timeout_center.timeouts
@@ -69,7 +74,7 @@ WITH pinned AS MATERIALIZED (
     FROM taken k
 ), moved AS (
   INSERT INTO timeout_center.done_timeouts (bucket, id, kind, biz_id, due_at, payload, attempts, shard_id, result, last_error, created_at, finished_at)
-  SELECT bucket, id, kind, biz_id, due_at, payload, attempts + 1, $1, result, last_error, created_at, statement_timestamp()
+  SELECT bucket, id, kind, biz_id, due_at, payload, attempts + 1, $1, result, last_error, created_at, (SELECT clock_timestamp())
     FROM judged
 )
 -- Batch form: counted per distinct due time of the rows moved, then summed. HAVING: one row in

@@ -1,0 +1,12 @@
+-- claim_colocated, Citus only: the batch claim of a shard whose SQL handler changes tables
+-- distributed on the bucket and colocated with timeouts (its $2 is the shard's bucket): one call
+-- of timeout_center.claim_in_bucket (sql/citus/claim_in_bucket.sql), a distributed function that
+-- Citus delegates to the worker node holding the bucket, inside the shard's transaction. Claim,
+-- handler and move run there; one row in claim.sql's batch shape comes back. The handler is the
+-- kind's statement with its $1 cast to the type PostgreSQL inferred (sql-handler.ts).
+-- No plain counterpart: on one PostgreSQL claim.sql's batch form is already one statement.
+--   $1 the shard's bucket   $2 shard id   $3 kind   $4 claim limit   $5 the handler's statement
+--   $6 the handler's lock_timeout (ms). The worker's check at start passes no kind and a limit of 0.
+-- @params bucket: number, shardId: number, kind: string | null, claimLimit: number, handler: string, lockTimeoutMs: number
+-- Returns n, skipped, ids, biz_ids, payloads (NULL), lateness_ms, lateness_n, measured_ms.
+SELECT * FROM timeout_center.claim_in_bucket($1::smallint, $2::bigint, $3::timeout_center.kind, $4::integer, $5::text, $6::integer)
