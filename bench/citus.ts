@@ -6,9 +6,17 @@
 // Each round and system gets a fresh database: `timeout-center migrate`, one `timeout-center run`
 // process (coordinator + worker, product defaults unless given), a warm-up of 30, then N orders
 // (every 10th paid) with their timeouts due at one instant D a few seconds ahead (on Citus the
-// insert names the bucket, README section 3d), VACUUM ANALYZE and CHECKPOINT on every node.
-// The time is D -> the latest finished_at of the burst's done_timeouts rows (the statement time of
-// the claim that moved it; the same measure for both systems). CPU: utime + stime of every
+// insert names the bucket, README section 3e), VACUUM ANALYZE and CHECKPOINT on every node.
+// The close is the same UPDATE everywhere; where the orders live:
+//   plain               one PostgreSQL, orders(id primary key): the leanest that does the work
+//   citus (colocated)   orders distributed on the same bucket as the timeouts, colocated with them
+//                       (primary key (id, bucket)); the handler names the shard's bucket ($2), so the
+//                       claim, the close and the move run as one call on the bucket's worker node
+//                       (claim_colocated.sql). The timeout center apart from the business systems.
+//   citus-coordinator   orders a plain table on the Citus coordinator, the handler as on plain (the
+//                       claim planned apart by Citus: every row through the coordinator)
+// The time is D -> the latest finished_at of the burst's done_timeouts rows (clock_timestamp()
+// read once as each claim moves its rows, after the close; the same measure for all). CPU: utime + stime of every
 // postgres process of each node (the postmaster's own, its reaped children's, and its live
 // children's, from /proc) from just before D to the end, per 100,000 timeouts; the Citus
 // coordinator node's share against the worker nodes' total is what decides how far adding worker
@@ -17,7 +25,10 @@
 //   --n <count>          timeouts per burst (default 200,000)
 //   --rounds <r>         interleaved rounds (default 3)
 //   --concurrency <c>    worker concurrency (default: the product's)
+//   --shard-size <s>     the kind's shardSize (default: the product's)
 //   --lead-ms <ms>       due instant this far after seeding starts (default 5,000 + N x 0.15)
+//   --citus <list>       the Citus variants, comma-separated: colocated, coordinator (default:
+//                        colocated), each against plain in every round
 //   --out <file>         also write the figures as JSON here
 //   --profile            where each node's CPU goes (bench/lib/profile.ts): pg_stat_statements
 //                        loaded on every node (plan and execution time, utility statements: the
@@ -27,7 +38,7 @@
 //   --help               this text
 import { spawn, type ChildProcess } from 'node:child_process';
 import { closeSync, mkdtempSync, openSync, readFileSync, readdirSync, writeFileSync } from 'node:fs';
-import { tmpdir } from 'node:os';
+import { loadavg, tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { parseArgs } from 'node:util';
 import pg from 'pg';
@@ -35,7 +46,7 @@ import { startCitusCluster, type CitusCluster } from '../test/helpers/citus.ts';
 import { startPostgres, stopAllServers, type PostgresServer } from '../test/helpers/servers.ts';
 import { TEST_REDIS_URL, testKeyPrefix } from '../test/helpers/services.ts';
 import { KIND, ORDERS_DDL, sleep } from './lib/orders.ts';
-import { positiveCounts, printUsage } from './lib/usage.ts';
+import { failUsage, positiveCounts, printUsage } from './lib/usage.ts';
 import { cpuByLabel, snapshotProcesses, statementTotals, type ProcessSnapshot } from './lib/profile.ts';
 
 const { values: args } = parseArgs({
@@ -43,9 +54,11 @@ const { values: args } = parseArgs({
     n: { type: 'string' },
     rounds: { type: 'string' },
     concurrency: { type: 'string' },
+    'shard-size': { type: 'string' },
     'lead-ms': { type: 'string' },
     out: { type: 'string' },
     profile: { type: 'boolean', default: false },
+    citus: { type: 'string', default: 'colocated' },
     help: { type: 'boolean', short: 'h', default: false },
   },
   strict: true,
@@ -58,15 +71,36 @@ const TOOL = 'bench:citus';
 const c = positiveCounts(TOOL, { n: args.n, rounds: args.rounds }, { n: 200_000, rounds: 3 });
 const N = c.n;
 const ROUNDS = c.rounds;
-const o = positiveCounts(TOOL, { concurrency: args.concurrency, 'lead-ms': args['lead-ms'] }, { concurrency: 0, 'lead-ms': Math.round(5000 + N * 0.15) });
+const o = positiveCounts(
+  TOOL,
+  { concurrency: args.concurrency, 'lead-ms': args['lead-ms'], 'shard-size': args['shard-size'] },
+  { concurrency: 0, 'lead-ms': Math.round(5000 + N * 0.15), 'shard-size': 0 },
+);
 const CLI = new URL('../dist/cli/main.js', import.meta.url).pathname;
 const WARMUP = 30;
-type System = 'plain' | 'citus';
+type System = 'plain' | 'citus' | 'citus-coordinator';
+const VARIANTS: Record<string, System> = { colocated: 'citus', coordinator: 'citus-coordinator' };
+const CITUS: System[] = args.citus.split(',').map((v) => VARIANTS[v.trim()] ?? failUsage(TOOL, `--citus takes colocated, coordinator; got ${v}`));
 /** The close, the same statement for both systems. Its stamp is now(), not clock_timestamp() as
  *  bench/lib/orders.ts's: Citus refuses a VOLATILE function in an UPDATE of a query that touches
  *  distributed tables (every batch claim failed on it, and ran in the plain form instead). The
  *  bench's time is read from the history's finished_at, not from closed_at. */
 const CLOSE_SQL = "UPDATE orders SET status = 'closed', closed_at = now(), closes = closes + 1 WHERE id = ANY($1) AND status = 'unpaid' RETURNING id";
+/** The same close on orders colocated with the timeouts: the shard's bucket ($2) names the shard. */
+const CLOSE_COLOCATED_SQL =
+  "UPDATE orders SET status = 'closed', closed_at = now(), closes = closes + 1 WHERE bucket = $2 AND id = ANY($1) AND status = 'unpaid' RETURNING id";
+/** Orders distributed on the bucket, colocated with timeouts (after migrate laid timeouts out). */
+const ORDERS_COLOCATED_DDL = `
+  CREATE TABLE orders (
+    id        bigint NOT NULL,
+    bucket    smallint NOT NULL,
+    status    text NOT NULL,
+    due_at    timestamptz NOT NULL,
+    closed_at timestamptz,
+    closes    integer NOT NULL DEFAULT 0,
+    PRIMARY KEY (id, bucket)
+  );
+  SELECT create_distributed_table('orders', 'bucket', colocate_with => 'timeout_center.timeouts')`;
 const PROFILE = args.profile === true;
 const PROFILE_SETTINGS = {
   'pg_stat_statements.track': 'all',
@@ -116,18 +150,35 @@ function runCli(argv: string[], env: NodeJS.ProcessEnv): Promise<void> {
 }
 
 async function seed(pool: pg.Pool, system: System, from: number, to: number, dueAt: Date): Promise<void> {
-  const bucket = system === 'citus' ? [', bucket', ', timeout_center.bucket_of(id::text)'] : ['', ''];
+  const bucket = system !== 'plain' ? [', bucket', ', timeout_center.bucket_of(i::text)'] : ['', ''];
+  const orderBucket = system === 'citus' ? [', bucket', ', timeout_center.bucket_of(i::text)'] : ['', ''];
   await pool.query(
-    `WITH o AS (INSERT INTO orders (id, status, due_at)
-                SELECT i, CASE WHEN i % 10 = 0 THEN 'paid' ELSE 'unpaid' END, $3 FROM generate_series($1::bigint, $2::bigint) i RETURNING id)
-     INSERT INTO timeout_center.timeouts (kind, biz_id, due_at${bucket[0]}) SELECT $4, id::text, $3${bucket[1]} FROM o`,
+    `INSERT INTO orders (id, status, due_at${orderBucket[0]})
+     SELECT i, CASE WHEN i % 10 = 0 THEN 'paid' ELSE 'unpaid' END, $3${orderBucket[1]} FROM generate_series($1::bigint, $2::bigint) i`,
+    [from, to, dueAt],
+  );
+  await pool.query(
+    `INSERT INTO timeout_center.timeouts (kind, biz_id, due_at${bucket[0]})
+     SELECT $4, i::text, $3${bucket[1]} FROM generate_series($1::bigint, $2::bigint) i`,
     [from, to, dueAt, KIND],
   );
 }
 
-async function left(pool: pg.Pool): Promise<number> {
-  const { rows } = await pool.query<{ n: number }>(`SELECT count(*)::int AS n FROM timeout_center.timeouts WHERE state NOT IN ('done', 'cancelled', 'failed')`);
-  return rows[0]!.n;
+/** Whether the drain is over: first the shards' sizes summed on the (Citus coordinator) node's
+ *  control plane, then, once they reach what was seeded, two index probes of the timeouts (the due
+ *  index, the in-flight index) to be sure. Polling every 250 ms then costs next to nothing on
+ *  either system: a count of the timeouts read every row version left by the drain, on every
+ *  poll, and on Citus went to every shard. */
+async function drained(pool: pg.Pool, expected: number): Promise<boolean> {
+  const { rows } = await pool.query<{ n: string }>(`SELECT coalesce(sum(size), 0) AS n FROM timeout_center.shards WHERE state = 'done'`);
+  return Number(rows[0]!.n) >= expected && !(await busy(pool));
+}
+
+async function busy(pool: pg.Pool): Promise<boolean> {
+  const { rows: pending } = await pool.query(`SELECT 1 FROM timeout_center.timeouts WHERE kind = $1 AND state = 'pending' LIMIT 1`, [KIND]);
+  if (pending.length > 0) return true;
+  const { rows: inFlight } = await pool.query(`SELECT 1 FROM timeout_center.timeouts WHERE state = 'dispatched' LIMIT 1`);
+  return inFlight.length > 0;
 }
 
 interface Burst {
@@ -139,6 +190,8 @@ interface Burst {
   /** CPU seconds per 100,000 timeouts: the (Citus coordinator) node, and the Citus worker nodes */
   cpuCoordinatorPer100k: number;
   cpuWorkersPer100k: number | null;
+  /** the box's 1-minute load average at the due instant and at the end */
+  load: [number, number];
   problems: string[];
   shards: number;
   shardsRunAgain: number;
@@ -150,7 +203,7 @@ interface Burst {
 }
 
 async function burst(system: System, round: number, plain: PostgresServer, cluster: CitusCluster): Promise<Burst> {
-  const name = `bc_${system}_${round}`;
+  const name = `bc_${system.replace('-', '_')}_${round}`;
   let url: string;
   if (system === 'plain') {
     const admin = quietPool(plain.url(), 1);
@@ -163,10 +216,15 @@ async function burst(system: System, round: number, plain: PostgresServer, clust
   const pool = quietPool(url, 4);
   const children: ChildProcess[] = [];
   try {
-    await pool.query(ORDERS_DDL);
+    if (system !== 'citus') await pool.query(ORDERS_DDL);
     const config = {
       redisKeyPrefix: testKeyPrefix(`bench-citus-${system}`),
-      kinds: { [KIND]: { handler: { type: 'sql' as const, sql: CLOSE_SQL } } },
+      kinds: {
+        [KIND]: {
+          handler: { type: 'sql' as const, sql: system === 'citus' ? CLOSE_COLOCATED_SQL : CLOSE_SQL },
+          ...(args['shard-size'] ? { shardSize: o['shard-size'] } : {}),
+        },
+      },
       ...(o.concurrency > 0 && args.concurrency ? { worker: { concurrency: o.concurrency } } : {}),
       logLevel: 'warn' as const,
     };
@@ -175,14 +233,18 @@ async function burst(system: System, round: number, plain: PostgresServer, clust
     writeFileSync(configPath, JSON.stringify(config));
     const env = { ...process.env, DATABASE_URL: url, REDIS_URL: TEST_REDIS_URL };
     await runCli(['migrate', '--config', configPath], env);
+    if (system === 'citus') await pool.query(ORDERS_COLOCATED_DDL);
     // the process's log (warn and up) kept beside its config, named in the figures
     const logPath = join(dir, 'run.log');
     const logFd = openSync(logPath, 'w');
-    children.push(spawn(process.execPath, [CLI, 'run', '--config', configPath], { env, stdio: ['ignore', logFd, 'inherit'] }));
+    // --profile: the coordinator and the worker as two processes (their connections then show
+    // apart in pg_stat_activity: CPU per role); otherwise one `run` process, as measured.
+    for (const role of PROFILE ? ['coordinator', 'worker'] : ['run'])
+      children.push(spawn(process.execPath, [CLI, role, '--config', configPath], { env, stdio: ['ignore', logFd, 'inherit'] }));
     closeSync(logFd);
     await seed(pool, system, N + 1, N + WARMUP, new Date(Date.now() - 1000));
     const warm = performance.now();
-    while ((await left(pool)) > 0) {
+    while (!(await drained(pool, WARMUP))) {
       if (performance.now() - warm > 120_000) throw new Error(`${system}: warm-up not drained after 120 s`);
       await sleep(100);
     }
@@ -211,8 +273,9 @@ async function burst(system: System, round: number, plain: PostgresServer, clust
       snapshots = await Promise.all(nodes.map(snapshotProcesses));
     }
     const cpuBefore = nodes.map(serverCpuSeconds);
+    const loadAtDue = loadavg()[0]!;
     const start = performance.now();
-    while ((await left(pool)) > 0) {
+    while (!(await drained(pool, WARMUP + N))) {
       if (performance.now() - start > 900_000) throw new Error(`${system}: not drained after 15 min`);
       await sleep(250);
     }
@@ -261,7 +324,8 @@ async function burst(system: System, round: number, plain: PostgresServer, clust
       perSecond: Math.round(N / seconds),
       seedMarginMs,
       cpuCoordinatorPer100k: per100k(cpu[0]!),
-      cpuWorkersPer100k: system === 'citus' ? per100k(cpu.slice(1).reduce((a, b) => a + b, 0)) : null,
+      cpuWorkersPer100k: system !== 'plain' ? per100k(cpu.slice(1).reduce((a, b) => a + b, 0)) : null,
+      load: [Number(loadAtDue.toFixed(1)), Number(loadavg()[0]!.toFixed(1))],
       problems,
       shards: sh[0]!.shards,
       shardsRunAgain: sh[0]!.again,
@@ -289,7 +353,8 @@ async function main(): Promise<void> {
   const bursts: Burst[] = [];
   try {
     for (let r = 1; r <= ROUNDS; r += 1) {
-      const order: System[] = r % 2 === 1 ? ['plain', 'citus'] : ['citus', 'plain'];
+      const systems: System[] = ['plain', ...CITUS];
+      const order = r % 2 === 1 ? systems : [...systems].reverse();
       for (const system of order) {
         const b = await burst(system, r, plain, cluster);
         bursts.push(b);
@@ -300,25 +365,34 @@ async function main(): Promise<void> {
     await stopAllServers();
   }
   const of = (s: System) => bursts.filter((b) => b.system === s);
-  const ratios = [...new Set(bursts.map((b) => b.round))].map((r) => {
-    const p = bursts.find((b) => b.round === r && b.system === 'plain')!;
-    const ci = bursts.find((b) => b.round === r && b.system === 'citus')!;
-    return Number((ci.perSecond / p.perSecond).toFixed(3));
-  });
-  const citus = of('citus');
+  const plainPerSecond = median(of('plain').map((b) => b.perSecond));
+  /** One Citus variant against plain: medians, the ratio of medians and per round, the CPU split. */
+  const figures = (system: System) => {
+    const citus = of(system);
+    const coordinator = median(citus.map((b) => b.cpuCoordinatorPer100k));
+    const workers = median(citus.map((b) => b.cpuWorkersPer100k ?? 0));
+    return {
+      citusPerSecond: median(citus.map((b) => b.perSecond)),
+      ratioOfMedians: Number((median(citus.map((b) => b.perSecond)) / plainPerSecond).toFixed(3)),
+      ratiosPerRound: [...new Set(bursts.map((b) => b.round))].map((r) => {
+        const p = bursts.find((b) => b.round === r && b.system === 'plain')!;
+        const ci = bursts.find((b) => b.round === r && b.system === system)!;
+        return Number((ci.perSecond / p.perSecond).toFixed(3));
+      }),
+      citusCoordinatorCpuPer100k: coordinator,
+      citusWorkersCpuPer100k: workers,
+      coordinatorShare: Number((coordinator / Math.max(workers, 1e-9)).toFixed(3)),
+    };
+  };
   const summary = {
     n: N,
     rounds: ROUNDS,
-    plainPerSecond: median(of('plain').map((b) => b.perSecond)),
-    citusPerSecond: median(citus.map((b) => b.perSecond)),
-    ratioOfMedians: Number((median(citus.map((b) => b.perSecond)) / median(of('plain').map((b) => b.perSecond))).toFixed(3)),
-    ratiosPerRound: ratios,
+    plainPerSecond,
     plainCpuPer100k: median(of('plain').map((b) => b.cpuCoordinatorPer100k)),
-    citusCoordinatorCpuPer100k: median(citus.map((b) => b.cpuCoordinatorPer100k)),
-    citusWorkersCpuPer100k: median(citus.map((b) => b.cpuWorkersPer100k ?? 0)),
-    coordinatorShare: Number(
-      (median(citus.map((b) => b.cpuCoordinatorPer100k)) / Math.max(median(citus.map((b) => b.cpuWorkersPer100k ?? 0)), 1e-9)).toFixed(3),
-    ),
+    // the first variant asked for (colocated by default) at the top level, every variant below
+    ...figures(CITUS[0]!),
+    variants: Object.fromEntries(CITUS.map((v) => [v, figures(v)])),
+    loadAverage: { min: Math.min(...bursts.flatMap((b) => b.load)), max: Math.max(...bursts.flatMap((b) => b.load)) },
     problems: bursts.flatMap((b) => b.problems.map((p) => `${b.system} round ${b.round}: ${p}`)),
     bursts,
   };

@@ -81,19 +81,24 @@ BEGIN
     INTO d_id, d_kind, d_biz, d_due, d_payload, d_attempts, d_error, d_created
     FROM taken k;
   finished := clock_timestamp();
+  -- applied: the row's business id among those the handler changed (IN a subquery: hashed, as
+  -- claim.sql's; `= ANY (changed)` would compare each row with every changed id)
   INSERT INTO timeout_center.done_timeouts
          (bucket, id, kind, biz_id, due_at, payload, attempts, shard_id, result, last_error, created_at, finished_at)
   SELECT claim_in_bucket.bucket, u.id, u.kind, u.biz_id, u.due_at, u.payload, u.attempts + 1, claim_in_bucket.shard_id,
-         CASE WHEN u.biz_id = ANY (changed) THEN 'applied' ELSE 'skipped' END, u.last_error, u.created_at, finished
+         CASE WHEN u.biz_id IN (SELECT c.v FROM unnest(changed) AS c (v) WHERE c.v IS NOT NULL) THEN 'applied' ELSE 'skipped' END,
+         u.last_error, u.created_at, finished
     FROM unnest(d_id, d_kind, d_biz, d_due, d_payload, d_attempts, d_error, d_created)
          AS u (id, kind, biz_id, due_at, payload, attempts, last_error, created_at);
   RETURN QUERY
-  SELECT coalesce(sum(g.n), 0)::integer, coalesce(sum(g.skipped), 0)::integer, NULL::bigint[], NULL::text[], NULL::jsonb[],
+  SELECT coalesce(sum(g.n), 0)::integer,
+         (SELECT count(*) FROM unnest(d_biz) AS u (biz_id)
+           WHERE u.biz_id NOT IN (SELECT c.v FROM unnest(changed) AS c (v) WHERE c.v IS NOT NULL))::integer,
+         NULL::bigint[], NULL::text[], NULL::jsonb[],
          coalesce(array_agg((date_part('epoch', started - g.due_at) * 1000)::integer), '{}'),
          coalesce(array_agg(g.n), '{}'),
          date_part('epoch', started) * 1000
-    FROM (SELECT u.due_at, count(*)::integer AS n, count(*) FILTER (WHERE NOT u.biz_id = ANY (changed))::integer AS skipped
-            FROM unnest(d_due, d_biz) AS u (due_at, biz_id) GROUP BY u.due_at) g;
+    FROM (SELECT u.due_at, count(*)::integer AS n FROM unnest(d_due) AS u (due_at) GROUP BY u.due_at) g;
 END
 $fn$;
 SELECT create_distributed_function('timeout_center.claim_in_bucket(smallint, bigint, timeout_center.kind, integer, text, integer)',

@@ -41,9 +41,13 @@ export async function reap(pool: pg.Pool, epoch: number, options: ReapOptions): 
     // shards on in this same reap.
     if (options.unpublish.length > 0) await client.query(sql('coordinator/unpublish_shards', { shardIds: options.unpublish }));
     const expired = await client.query(sql('coordinator/expire_gone', { goneAfterMs: options.goneAfterMs, maxShards: BATCH }));
-    const abandoned = await client.query<{ id: number; kind: string; scan_id: number; failed_count: number }>(
-      sql(citus ? 'citus/coordinator/abandon_shards' : 'coordinator/abandon_shards', { maxShards: BATCH }),
-    );
+    type Abandoned = { id: number; kind: string; scan_id: number; failed_count: number };
+    // On Citus only when a shard is doomed (any_doomed.sql: its UPDATE of the pinned rows would go
+    // to every shard, with two-phase commit on every worker node, at every reap).
+    const doomed = !citus || (await client.query<{ doomed: boolean }>(sql('citus/coordinator/any_doomed'))).rows[0]!.doomed;
+    const abandoned = doomed
+      ? await client.query<Abandoned>(sql(citus ? 'citus/coordinator/abandon_shards' : 'coordinator/abandon_shards', { maxShards: BATCH }))
+      : { rows: [] as Abandoned[] };
     const requeued = await client.query<ShardRow>(sql('coordinator/requeue_expired', { maxShards: BATCH }));
     const stale = await client.query<ShardRow>(
       sql('coordinator/republish_queued', {

@@ -10,9 +10,10 @@ import { fileURLToPath } from 'node:url';
 
 /** sql/citus/ sits two levels above both src/db and dist/db (as migrate.ts's sql/). */
 const LAYOUT_SQL = fileURLToPath(new URL('../../sql/citus/layout.sql', import.meta.url));
-/** The claim of a shard whose handler's tables are colocated with timeouts, as a Citus distributed
- *  function (sql/citus/claim_in_bucket.sql); (re)created at every migrate of a Citus database. */
-const FUNCTIONS_SQL = fileURLToPath(new URL('../../sql/citus/claim_in_bucket.sql', import.meta.url));
+/** What the layout adds beside its tables, (re)applied at every migrate of a Citus database, in
+ *  order: the buckets table (sql/citus/buckets.sql) and the claim of a shard whose handler's tables
+ *  are colocated with timeouts, a Citus distributed function (sql/citus/claim_in_bucket.sql). */
+const OBJECTS_SQL = ['buckets.sql', 'claim_in_bucket.sql'].map((f) => fileURLToPath(new URL(`../../sql/citus/${f}`, import.meta.url)));
 
 /** Buckets (= Citus shards of timeouts) unless migrate is told otherwise: B workers' slots can
  *  claim one kind side by side, and a cluster can grow to B worker nodes (docs/scale.md). */
@@ -74,7 +75,7 @@ export async function applyLayout(client: pg.PoolClient | pg.Client, buckets = D
   const current = await readLayout(client);
   if (!rows[0]?.citus) return { layout: current, applied: false };
   if (current.name === 'citus') {
-    await applyFunctions(client);
+    await applyObjects(client);
     return { layout: current, applied: false };
   }
   if (!Number.isInteger(buckets) || buckets < 1 || buckets > 1024) throw new Error(`citus buckets must be 1-1024, got ${buckets}`);
@@ -87,22 +88,22 @@ export async function applyLayout(client: pg.PoolClient | pg.Client, buckets = D
     await client.query('ROLLBACK').catch(() => {});
     throw new Error(`the Citus layout failed and was rolled back: ${(err as Error).message}`, { cause: err });
   }
-  await applyFunctions(client);
+  await applyObjects(client);
   return { layout: await readLayout(client), applied: true };
 }
 
-/** The layout's functions, current at every migrate (CREATE OR REPLACE, then Citus's
- *  create_distributed_function, which keeps a function already distributed as it is). Their own
- *  transaction, after the layout's: Citus distributes a function colocated with a table that is
- *  distributed already. */
-async function applyFunctions(client: pg.PoolClient | pg.Client): Promise<void> {
+/** The layout's other objects, current at every migrate (each file is idempotent: CREATE ... IF
+ *  NOT EXISTS, CREATE OR REPLACE, and Citus's create_distributed_function, which keeps a function
+ *  already distributed as it is). A transaction of their own, after the layout's: Citus colocates
+ *  them with a table that is distributed already. */
+async function applyObjects(client: pg.PoolClient | pg.Client): Promise<void> {
   await client.query('BEGIN');
   try {
-    await client.query(readFileSync(FUNCTIONS_SQL, 'utf8'));
+    for (const file of OBJECTS_SQL) await client.query(readFileSync(file, 'utf8'));
     await client.query('COMMIT');
   } catch (err) {
     await client.query('ROLLBACK').catch(() => {});
-    throw new Error(`the Citus layout's functions failed and were rolled back: ${(err as Error).message}`, { cause: err });
+    throw new Error(`the Citus layout's objects failed and were rolled back: ${(err as Error).message}`, { cause: err });
   }
 }
 

@@ -51,9 +51,11 @@ describe.skipIf(tools.skip)(tools.title('Citus: the layout, the README blocks an
               (SELECT count(*) FROM pg_dist_shard sh WHERE sh.logicalrelid = p.logicalrelid)::int AS shards
          FROM pg_dist_partition p WHERE logicalrelid::text LIKE 'timeout_center.%' ORDER BY 1`,
     );
-    expect(dist.map((d) => d.table)).toEqual(['timeout_center.done_timeouts', 'timeout_center.timeouts']);
+    // (buckets: one row per bucket, colocated too: sql/citus/buckets.sql)
+    expect(dist.map((d) => d.table)).toEqual(['timeout_center.buckets', 'timeout_center.done_timeouts', 'timeout_center.timeouts']);
     expect(dist.every((d) => d.method === 'h' && d.shards === 16)).toBe(true);
-    expect(dist[0]!.colocation).toBe(dist[1]!.colocation);
+    expect(new Set(dist.map((d) => d.colocation)).size).toBe(1);
+    expect(await s.count(`SELECT count(*) AS n FROM timeout_center.buckets`)).toBe(16);
     // Every bucket value lands in its own shard.
     const { rows: buckets } = await s.pool.query<{ n: number; shards: number }>(
       `SELECT count(*)::int AS n, count(DISTINCT get_shard_id_for_distribution_column('timeout_center.timeouts', b))::int AS shards
@@ -329,7 +331,7 @@ describe('plain PostgreSQL: the layout is not there', () => {
       const names = Object.keys(compiled);
       for (const name of names.filter((n) => !n.startsWith('citus/')))
         expect(compiled[name as keyof typeof compiled].text, name).not.toMatch(/\bbucket(_of)?\s*[=(,]|\.bucket\b/);
-      const citusOnly = ['citus/coordinator/due_probe', 'citus/worker/claim_colocated', 'citus/worker/close_shard'];
+      const citusOnly = ['citus/coordinator/due_probe', 'citus/coordinator/any_doomed', 'citus/worker/claim_colocated', 'citus/worker/close_shard'];
       for (const name of names.filter((n) => n.startsWith('citus/') && !citusOnly.includes(n))) {
         expect(names, name).toContain(name.slice('citus/'.length));
       }

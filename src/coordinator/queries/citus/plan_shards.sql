@@ -102,6 +102,8 @@ WITH live_bucket AS (
   SELECT f.kind, r.databases[1] AS target, c.bucket, f.shard_size, f.shard_room, f.row_room, true AS counted,
          -- as plan_shards.sql's count, which stops at the live capacity plus $4
          greatest(least(c.n, coalesce(lb.capacity, 0) + $4) - coalesce(lb.capacity, 0), 0) AS uncovered,
+         -- the same over all of the kind's buckets (the adaptive shard size, below)
+         sum(greatest(least(c.n, coalesce(lb.capacity, 0) + $4) - coalesce(lb.capacity, 0), 0)) OVER (PARTITION BY f.kind) AS kind_uncovered,
          c.n < coalesce(lb.capacity, 0) + $4 AS complete
     FROM flow f
     LEFT JOIN timeout_center.kind_routes r ON r.kind = f.kind
@@ -129,6 +131,13 @@ WITH live_bucket AS (
   -- call per shard). When nothing of the kind is in flight (a flood begins), its first shard keeps
   -- `base`, so the first closes commit one small shard after the due instant rather than one
   -- large one.
+  -- Citus: the adaptive size is a quarter of what is uncovered of the kind over all its buckets
+  -- (not of one bucket's), and an adaptive kind gets neither the small first shard nor the halving
+  -- end per bucket. Both would multiply by the bucket count: a flood of 200,000 over 16 buckets
+  -- was 160-170 shards of ~1,200 rows where one PostgreSQL plans 15, and each shard costs the
+  -- Citus coordinator its lease, lock, claim call, close and commit (docs/benchmarks.md "A timeout
+  -- database on Citus"); the buckets' shards interleave, so the workers' last shards end close
+  -- together without the halving.
   SELECT n.kind, n.target, n.bucket, 1 + p.turn AS turn, n.shard_room, n.row_room, tf.row_room AS target_row_room,
          coalesce(lt.capacity, 0) AS target_in_flight, p.claim_limit::int AS claim_limit
     FROM need n
@@ -137,14 +146,12 @@ WITH live_bucket AS (
    CROSS JOIN LATERAL (SELECT least(n.shard_size, coalesce(tf.shard_size, n.shard_size))::bigint AS base) b
    CROSS JOIN LATERAL (SELECT n.target IS NULL AND n.row_room IS NULL AND n.shard_room IS NULL
                               AND (SELECT k.handler_type FROM timeout_center.kinds k WHERE k.kind = n.kind) = 'sql' AS adaptive) a
-   CROSS JOIN LATERAL (SELECT CASE WHEN a.adaptive THEN greatest(b.base, least(20000, ceil(n.uncovered / 4.0)::bigint))
+   CROSS JOIN LATERAL (SELECT CASE WHEN a.adaptive THEN greatest(b.base, least(20000, ceil(n.kind_uncovered / 4.0)::bigint))
                                    ELSE b.base END AS size) ad
    CROSS JOIN LATERAL (SELECT ad.size,
-                              CASE WHEN EXISTS (SELECT 1 FROM live l WHERE l.kind = n.kind) THEN ad.size
+                              CASE WHEN a.adaptive OR EXISTS (SELECT 1 FROM live l WHERE l.kind = n.kind) THEN ad.size
                                    ELSE least(ad.size, b.base) END AS first,
-                              -- the smallest shard of the halving end (equal shards: size)
-                              CASE WHEN a.adaptive AND n.complete THEN least(ad.size, greatest(b.base, ceil(ad.size / 8.0)::bigint))
-                                   ELSE ad.size END AS smallest) sz
+                              ad.size AS smallest) sz
    CROSS JOIN LATERAL (
      -- turn 0: the first shard; then the rest (rest rows) counted from the end: the kth shard from
      -- the end holds smallest * 2^(k-1) rows, at most size, and the one farthest from the end what
