@@ -21,6 +21,11 @@ import type { UnservedKinds } from './unserved-kinds.js';
 import { setActiveAttributes } from '../observability/tracing.js';
 
 const BACKPRESSURE_RECHECK_MS = 100;
+/** The same on the Citus layout: there a tick's probe (citus/due_probe.sql) is a read of every
+ *  shard, 2-4 ms of the Citus coordinator's CPU, against two index probes on one PostgreSQL. While
+ *  every due row is covered by shards in flight a tick only looks for rows due since, so a drain
+ *  ticks 4 times a second instead of 10 (docs/benchmarks.md "A timeout database on Citus"). */
+const CITUS_BACKPRESSURE_RECHECK_MS = 250;
 /** With nothing in flight, the coordinator wakes this long before the next due instant to count
  *  what will be due at it (count_ahead.sql), so a flood's plan at the instant needs no count. */
 const COUNT_AHEAD_MS = 500;
@@ -77,6 +82,7 @@ export class Mapper {
   async map(epoch: number): Promise<number | undefined> {
     const { pool, flow: leaderFlow, dispatcher, metrics, logger } = this.deps;
     const cfg = this.cfg;
+    const recheckMs = (await layoutOf(pool)).name === 'citus' ? CITUS_BACKPRESSURE_RECHECK_MS : BACKPRESSURE_RECHECK_MS;
     const { rows } = await pool.query<Clock>(await nextDueStatement(pool, this.kinds));
     const clock = rows[0]!;
     const clockReadAt = Date.now();
@@ -132,11 +138,11 @@ export class Mapper {
     metrics.shardsInFlight.set({ store: this.deps.store }, inFlight);
 
     // A full room: more may be waiting. Shards written: more may have become due meanwhile.
-    if (planned) return planned.shards.length >= room ? BACKPRESSURE_RECHECK_MS : cfg.minTickIntervalMs;
+    if (planned) return planned.shards.length >= room ? recheckMs : cfg.minTickIntervalMs;
     // Due rows all covered by shards in flight (or no room): look again when some have finished,
     // or when the next rows become due if that is sooner (a steady stream of due instants must
     // not wait out the recheck: the next tick sees them past the covered cutoff and plans them).
-    if (due) return clock.next_after ? Math.min(BACKPRESSURE_RECHECK_MS, untilDue(clock.next_after, clock.now)) : BACKPRESSURE_RECHECK_MS;
+    if (due) return clock.next_after ? Math.min(recheckMs, untilDue(clock.next_after, clock.now)) : recheckMs;
     const nextDue = clock.next_after;
     if (!nextDue) return undefined;
     // Nothing is due: sleep until the next claimable time, measured on the database clock. With
