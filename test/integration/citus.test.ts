@@ -206,7 +206,7 @@ describe.skipIf(tools.skip)(tools.title('Citus: the layout, the README blocks an
     expect(await s.count(`SELECT count(*) AS n FROM orders WHERE id BETWEEN 300001 AND 300020 AND status = 'closed'`)).toBe(20);
   }, 90_000);
 
-  it("orders colocated with timeouts on the bucket: claim, handler and move in one call on the bucket's worker node, history after the handler, a failing row isolated", async () => {
+  it("orders colocated with timeouts on the bucket: claim, handler and move in one call on the bucket's worker node, history after the handler, a failing row isolated, a worker killed before its commit", async () => {
     const url = await cluster.createDatabase('tc_citus_colocated');
     // The handler takes the shard's bucket as $2 (a smallint: PostgreSQL infers it from the column).
     const handler = "UPDATE orders SET status = 'closed' WHERE bucket = $2 AND id = ANY($1) AND status = 'unpaid' RETURNING id";
@@ -279,11 +279,19 @@ describe.skipIf(tools.skip)(tools.title('Citus: the layout, the README blocks an
       }
       expect(notices).toContain('pushing down function call in a multi-statement transaction');
 
+      // One worker process is SIGKILLed before its first shard's commit (its call ran on the worker
+      // node inside the open transaction): the shard runs again, pins its rows and splits, and the
+      // function then applies pinned rows (its first branch).
+      const victim = c.worker('worker-victim', { failpoints: 'worker.before-commit=1*kill' });
       const worker = c.worker('worker-colocated');
-      const form = await worker.waitForMsg(/handler runs in the/, 30_000);
-      expect(form['form'], String(form['reason'])).toBe('batch');
-      expect(String(form['reason'])).toMatch(/bucket's worker node/);
+      for (const w of [victim, worker]) {
+        const form = await w.waitForMsg(/handler runs in the/, 30_000);
+        expect(form['form'], String(form['reason'])).toBe('batch');
+        expect(String(form['reason'])).toMatch(/bucket's worker node/);
+      }
       c.coordinator();
+      await victim.exited;
+      expect(victim.stderr).toContain('failpoint worker.before-commit hit: kill');
       await waitUntil(
         'the colocated drain',
         async () => (await c.count(`SELECT count(*) AS n FROM timeout_center.timeouts WHERE state IN ('pending', 'dispatched')`)) === 0,
@@ -309,7 +317,9 @@ describe.skipIf(tools.skip)(tools.title('Citus: the layout, the README blocks an
         `SELECT sum(done_count)::int AS done, sum(skipped_count)::int AS skipped FROM timeout_center.shards WHERE state = 'done'`,
       );
       expect(counts[0]).toEqual({ done: 2699, skipped: 300 });
-      report('citus colocated drain: 3,000 (300 paid, 1 poison), 1 worker', { ms: c.elapsedMs() });
+      const again = await c.count(`SELECT count(*) AS n FROM timeout_center.shards WHERE attempts > 1`);
+      expect(again).toBeGreaterThan(0);
+      report('citus colocated drain: 3,000 (300 paid, 1 poison), a worker SIGKILLed before its commit', { ms: c.elapsedMs(), shardsRunAgain: again });
       await c.stopAll();
     } finally {
       await c.close();
