@@ -35,6 +35,8 @@
 //                        two-phase commits), reset before the burst and read after; CPU per
 //                        process from /proc, labelled from pg_stat_activity. Costs some CPU
 //                        itself: profile rounds are for where, not for the ratio.
+//   --perf <dir>         with --profile: `perf record -g` of the Citus coordinator node's processes
+//                        (and plain's) during the burst, one perf.data per system and round in <dir>
 //   --help               this text
 import { spawn, type ChildProcess } from 'node:child_process';
 import { closeSync, mkdtempSync, openSync, readFileSync, readdirSync, writeFileSync } from 'node:fs';
@@ -58,6 +60,7 @@ const { values: args } = parseArgs({
     'lead-ms': { type: 'string' },
     out: { type: 'string' },
     profile: { type: 'boolean', default: false },
+    perf: { type: 'string' },
     citus: { type: 'string', default: 'colocated' },
     help: { type: 'boolean', short: 'h', default: false },
   },
@@ -132,6 +135,26 @@ function serverCpuSeconds(server: PostgresServer): number {
     if (f && Number(f[1]) === pid) ticks += Number(f[11]) + Number(f[12]);
   }
   return ticks / tick;
+}
+
+/** perf record -g of a server's live processes (the postmaster's children) until stopPerf. */
+function startPerf(server: PostgresServer, out: string): ChildProcess {
+  const pm = Number(readFileSync(join(server.dir, 'data', 'postmaster.pid'), 'utf8').split('\n')[0]);
+  const pids = readdirSync('/proc').filter((d) => {
+    if (!/^\d+$/.test(d)) return false;
+    try {
+      const stat = readFileSync(`/proc/${d}/stat`, 'utf8');
+      return Number(stat.slice(stat.lastIndexOf(')') + 2).split(' ')[1]) === pm;
+    } catch {
+      return false;
+    }
+  });
+  return spawn('perf', ['record', '-F', '499', '-g', '-o', out, '-p', pids.join(',')], { stdio: 'ignore' });
+}
+
+async function stopPerf(perf: ChildProcess): Promise<void> {
+  perf.kill('SIGINT');
+  await new Promise((r) => perf.once('exit', r));
 }
 
 function quietPool(url: string, max = 2): pg.Pool {
@@ -272,6 +295,9 @@ async function burst(system: System, round: number, plain: PostgresServer, clust
       }
       snapshots = await Promise.all(nodes.map(snapshotProcesses));
     }
+    // --perf: sample the (coordinator) node's processes alive now: the product's pooled
+    // connections, which do the drain's work there
+    const perf = PROFILE && args.perf ? startPerf(nodes[0]!, join(args.perf, `${name}.perf.data`)) : undefined;
     const cpuBefore = nodes.map(serverCpuSeconds);
     const loadAtDue = loadavg()[0]!;
     const start = performance.now();
@@ -280,6 +306,7 @@ async function burst(system: System, round: number, plain: PostgresServer, clust
       await sleep(250);
     }
     const cpuAfter = nodes.map(serverCpuSeconds);
+    if (perf) await stopPerf(perf);
     let profile: Record<string, unknown> | undefined;
     if (PROFILE) {
       const after = await Promise.all(nodes.map(snapshotProcesses));
