@@ -268,7 +268,13 @@ async function burst(setting: Setting, round: number, center: PostgresServer, bu
     const walPools = instancePools.filter((p): p is pg.Pool => p !== undefined);
     const walBefore = await Promise.all(walPools.map(walLsn));
     const shardsBefore = PROFILE ? await Promise.all(timeoutPools.map(lastShardId)) : [];
-    const samplers = PROFILE ? allPools.map((p, i) => new ActivitySampler(p, i === 0 ? name : `${name}_${BUSINESS[i - 1]}`)) : [];
+    // One sampler per instance (16 databases sampled one by one every 20 ms took a share of the
+    // business instances' CPU): the center's database, and each business instance's databases.
+    const samplers = PROFILE
+      ? instancePools.flatMap((p, k) =>
+          p === undefined ? [] : [new ActivitySampler(p, k === 0 ? name : BUSINESS.filter((_, i) => onInstance(i) === k - 1).map((b) => `${name}_${b}`))],
+        )
+      : [];
     const cpuBefore = PROFILE ? instances.map(instanceCpu) : [];
     const nodeBefore = PROFILE ? children.map((c) => processCpu(c.pid)) : [];
     if (PROFILE) {
@@ -299,6 +305,22 @@ async function burst(setting: Setting, round: number, center: PostgresServer, bu
         console.log(
           `  shards per target: ${rows.map((r) => `${r.target ?? 'center'} ${r.shards} (${r.rows} rows, size mean ${r.mean}, ${r.min}-${r.max})`).join('; ')}`,
         );
+        // When the shards ran: from the due instant to the first lease and the last record, how
+        // many ran at once on average (their lease-to-record times over that span), and a shard's
+        // time from lease to claim and from claim to record.
+        const { rows: t } = await timeoutPools[i]!.query<Record<string, number>>(
+          `SELECT extract(epoch FROM min(started_at) - $2)::float8 AS first_start, extract(epoch FROM max(finished_at) - $2)::float8 AS last_end,
+                  (sum(extract(epoch FROM finished_at - started_at)) / nullif(extract(epoch FROM max(finished_at) - min(started_at)), 0))::float8 AS running,
+                  (avg(extract(epoch FROM claimed_at - started_at)) * 1000)::float8 AS lease_to_claim_ms,
+                  (avg(extract(epoch FROM finished_at - claimed_at)) * 1000)::float8 AS claim_to_record_ms,
+                  (avg(extract(epoch FROM started_at - created_at)) * 1000)::float8 AS planned_to_lease_ms
+             FROM timeout_center.shards WHERE id > $1 AND size > 0`,
+          [shardsBefore[i], due],
+        );
+        const f = (x: number | undefined, d = 2) => (x === undefined || x === null ? '-' : x.toFixed(d));
+        console.log(
+          `  shards ran from D+${f(t[0]?.first_start)} s to D+${f(t[0]?.last_end)} s, ${f(t[0]?.running)} at once on average; per shard: planned to leased ${f(t[0]?.planned_to_lease_ms, 0)} ms, leased to claimed ${f(t[0]?.lease_to_claim_ms, 1)} ms, claimed to recorded ${f(t[0]?.claim_to_record_ms, 1)} ms`,
+        );
       }
       console.log(`  center backends (average number in each state): ${JSON.stringify(activity[0])}`);
       printStatements('center statements', await topStatements(centerPool, 'center', 10));
@@ -307,13 +329,14 @@ async function burst(setting: Setting, round: number, center: PostgresServer, bu
         // does; their sum is what the business instances do.
         const states: Record<string, number> = {};
         for (const a of activity.slice(1)) for (const [k, v] of Object.entries(a)) states[k] = Number(((states[k] ?? 0) + v).toFixed(2));
-        console.log(`  business backends, all ${businessPools.length} databases (average number in each state): ${JSON.stringify(states)}`);
+        console.log(`  business backends, all ${businessPools.length} databases together (average number in each state): ${JSON.stringify(states)}`);
         const summed = new Map<string, StatementProfile>();
         for (const [i, p] of businessPools.entries())
           for (const r of await topStatements(p, BUSINESS[i]!, 20)) {
-            const t = summed.get(r.query) ?? { ...r, calls: 0, totalMs: 0, rows: 0, instance: 'business' };
+            const t = summed.get(r.query) ?? { ...r, calls: 0, totalMs: 0, planMs: 0, rows: 0, instance: 'business' };
             t.calls += r.calls;
             t.totalMs += r.totalMs;
+            t.planMs += r.planMs;
             t.rows += r.rows;
             t.meanMs = Number((t.totalMs / Math.max(1, t.calls)).toFixed(3));
             summed.set(r.query, t);
