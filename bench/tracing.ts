@@ -1,0 +1,277 @@
+// npm run bench:tracing [-- options]: what tracing costs the drain (issue 33: "off unless
+// configured, and then no measurable cost"). The same burst (bench/lib/workloads.ts burst(): --n
+// orders with their timeouts due at one instant, the product's defaults, the same-database SQL
+// handler, one coordinator and one worker process, the end time read at commit) drained by:
+//
+//   ref-*   the engine before tracing, built from git in a temporary worktree under /tmp (its
+//           node_modules a symlink to this checkout's) and run from its dist/:
+//             ref-before  the parent of the first commit that created src/observability/tracing.ts
+//                         or sql/0022_trace_context.sql (the commit before tracing existed; on the
+//                         branch tracing was written on, so it lacks main's other work since);
+//             ref-main    main just before the merge that brought tracing in (the first parent of
+//                         the first first-parent commit that has tracing.ts): the same engine with
+//                         everything merged before it, the closest reference to this build;
+//   off     this build, no OTEL_* variable (every OTEL_* of the bench's own environment removed);
+//   on      this build with OTEL_TRACES_EXPORTER=otlp and OTEL_EXPORTER_OTLP_ENDPOINT at a sink
+//           in this process that accepts each OTLP/HTTP export, counts its spans and discards
+//           it (the SDK's defaults otherwise: batch processor, JSON over HTTP).
+//
+// Rounds are interleaved (each round runs every variant once, the order rotated each round, so
+// no variant always runs first or after the same one); each variant is reported by its median
+// round, and the ratios are of medians taken in this one run. Besides the drain rate, the CPU
+// seconds the engine's processes spent from the due instant to the end of the drain: less
+// sensitive to the other jobs on a shared box than a wall-clock rate.
+//
+//   --n <count>        burst size (default 100,000)
+//   --rounds <r>       interleaved rounds (default 3)
+//   --refs <list>      which references: before,main (default both), or none
+//   --wal-warmup-mb <mb>  WAL the bench PostgreSQL writes before the first round (default: lib/server.ts's)
+//   --keep-refs        keep the reference worktrees (and reuse them next run: /tmp/tc-bench-ref-<commit>)
+//   --out <file>       also write the figures as JSON here
+//   --help             this text
+import { execFileSync } from 'node:child_process';
+import { existsSync, realpathSync, symlinkSync, writeFileSync } from 'node:fs';
+import { createServer, type Server } from 'node:http';
+import type { AddressInfo } from 'node:net';
+import { cpus, loadavg } from 'node:os';
+import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { parseArgs } from 'node:util';
+import { killAll } from '../test/helpers/processes.ts';
+import { startBenchServer, type BenchServer } from './lib/server.ts';
+import { Status } from './lib/status.ts';
+import { TC_DEFAULTS, type Variant } from './lib/systems.ts';
+import { failUsage, positiveCounts, printUsage } from './lib/usage.ts';
+import { burst, type BurstResult } from './lib/workloads.ts';
+
+const { values: args } = parseArgs({
+  options: {
+    n: { type: 'string' },
+    rounds: { type: 'string' },
+    refs: { type: 'string' },
+    'keep-refs': { type: 'boolean', default: false },
+    'wal-warmup-mb': { type: 'string' },
+    out: { type: 'string' },
+    help: { type: 'boolean', short: 'h', default: false },
+  },
+  strict: true,
+});
+if (args.help) {
+  printUsage(import.meta.url);
+  process.exit(0);
+}
+const opt = positiveCounts('bench:tracing', { n: args.n, rounds: args.rounds }, { n: 100_000, rounds: 3 });
+const refNames = (args.refs ?? 'before,main')
+  .split(',')
+  .map((s) => s.trim())
+  .filter((s) => s && s !== 'none');
+for (const r of refNames) if (r !== 'before' && r !== 'main') failUsage('bench:tracing', `--refs takes before, main or none, got ${r}`);
+
+const root = fileURLToPath(new URL('..', import.meta.url));
+const status = new Status();
+const git = (...a: string[]) => execFileSync('git', ['-C', root, ...a], { encoding: 'utf8' }).trim();
+const TRACING_PATHS = ['src/observability/tracing.ts', 'sql/0022_trace_context.sql'];
+
+// Tracing off means no OTEL_* variable at all: none of the bench's own reaches a process.
+for (const k of Object.keys(process.env)) if (k.startsWith('OTEL_')) delete process.env[k];
+
+/** The reference commits, as described at the top. */
+function referenceCommits(): { id: string; commit: string; what: string }[] {
+  const out: { id: string; commit: string; what: string }[] = [];
+  if (refNames.includes('before')) {
+    const first = git('log', '--reverse', '--format=%H', '--', ...TRACING_PATHS).split('\n')[0];
+    if (!first) throw new Error(`no commit touches ${TRACING_PATHS.join(' or ')}`);
+    out.push({ id: 'ref-before', commit: git('rev-parse', `${first}^`), what: `the commit before tracing existed (parent of ${first.slice(0, 7)})` });
+  }
+  if (refNames.includes('main')) {
+    const merged = git('log', '--first-parent', '--reverse', '--format=%H', '--', ...TRACING_PATHS).split('\n')[0];
+    if (!merged) throw new Error('tracing is not on the first-parent history');
+    out.push({ id: 'ref-main', commit: git('rev-parse', `${merged}^1`), what: `main before tracing was merged (first parent of ${merged.slice(0, 7)})` });
+  }
+  return out;
+}
+
+/** A built checkout of commit under /tmp (reused when already built). */
+function buildReference(commit: string): string {
+  const dir = `/tmp/tc-bench-ref-${commit.slice(0, 12)}`;
+  const cli = join(dir, 'dist', 'cli', 'main.js');
+  if (existsSync(cli)) return dir;
+  status.log(`building ${commit.slice(0, 7)} in ${dir}`);
+  if (!existsSync(dir)) git('worktree', 'add', '--detach', dir, commit);
+  if (!existsSync(join(dir, 'node_modules'))) symlinkSync(realpathSync(join(root, 'node_modules')), join(dir, 'node_modules'));
+  // Its own build script (compile the SQL, then tsc), with this checkout's installed packages.
+  execFileSync('npm', ['run', 'build', '--silent'], { cwd: dir, stdio: 'inherit' });
+  if (!existsSync(cli)) throw new Error(`the build of ${commit} left no ${cli}`);
+  return dir;
+}
+
+function removeReference(dir: string): void {
+  try {
+    git('worktree', 'remove', '--force', dir);
+  } catch (err) {
+    status.log(`could not remove the worktree ${dir}: ${(err as Error).message}`);
+  }
+}
+
+/** The OTLP/HTTP sink: answers each export 200 and keeps only counts. */
+async function startSink(): Promise<{ server: Server; url: string; counts: { exports: number; spans: number; bytes: number } }> {
+  const counts = { exports: 0, spans: 0, bytes: 0 };
+  const server = createServer((req, res) => {
+    const chunks: Buffer[] = [];
+    req.on('data', (c: Buffer) => chunks.push(c));
+    req.on('end', () => {
+      const body = Buffer.concat(chunks);
+      counts.exports += 1;
+      counts.bytes += body.length;
+      try {
+        const doc = JSON.parse(body.toString('utf8')) as { resourceSpans?: { scopeSpans?: { spans?: unknown[] }[] }[] };
+        for (const rs of doc.resourceSpans ?? []) for (const ss of rs.scopeSpans ?? []) counts.spans += ss.spans?.length ?? 0;
+      } catch {
+        /* not JSON (protobuf): counted in bytes only */
+      }
+      res.writeHead(200, { 'content-type': 'application/json' });
+      res.end('{}');
+    });
+  });
+  await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
+  return { server, url: `http://127.0.0.1:${(server.address() as AddressInfo).port}`, counts };
+}
+
+const median = (xs: number[]) => {
+  const s = [...xs].sort((a, b) => a - b);
+  return s.length % 2 ? s[(s.length - 1) / 2]! : (s[s.length / 2 - 1]! + s[s.length / 2]!) / 2;
+};
+const fmt = (x: number, digits = 0) => x.toLocaleString('en', { maximumFractionDigits: digits, minimumFractionDigits: digits });
+
+let server: BenchServer | undefined;
+let sink: Awaited<ReturnType<typeof startSink>> | undefined;
+const built: string[] = [];
+
+async function main(): Promise<number> {
+  const head = git('rev-parse', '--short', 'HEAD');
+  const dirty = git('status', '--porcelain', '--untracked-files=no', '--', 'src', 'sql') !== '';
+  if (!existsSync(join(root, 'dist', 'cli', 'main.js'))) throw new Error('no dist/: npm run build first (npm run bench:tracing does)');
+  const refs = referenceCommits().map((r) => {
+    const dir = buildReference(r.commit);
+    built.push(dir);
+    return { ...r, dir };
+  });
+  sink = await startSink();
+  const variants: Variant[] = [
+    ...refs.map((r) => ({
+      id: r.id,
+      system: 'timeout-center' as const,
+      label: `${r.id} ${r.commit.slice(0, 7)}`,
+      settings: { ...TC_DEFAULTS, cli: join(r.dir, 'dist', 'cli', 'main.js') },
+    })),
+    { id: 'off', system: 'timeout-center', label: `tracing off ${head}${dirty ? '+' : ''}`, settings: { ...TC_DEFAULTS } },
+    {
+      id: 'on',
+      system: 'timeout-center',
+      label: `tracing on ${head}${dirty ? '+' : ''}`,
+      settings: { ...TC_DEFAULTS, env: { OTEL_TRACES_EXPORTER: 'otlp', OTEL_EXPORTER_OTLP_ENDPOINT: sink.url, OTEL_SERVICE_NAME: 'tc-bench' } },
+    },
+  ];
+  status.set('starting the bench PostgreSQL and writing its WAL warm-up');
+  const warmup = args['wal-warmup-mb'];
+  server = await startBenchServer(warmup === undefined ? {} : { walWarmupBytes: Number(warmup) * 1024 * 1024 });
+  const env = { status, server };
+  const byVariant = new Map<string, (BurstResult & { load: [number, number]; spans?: number })[]>();
+  for (let round = 0; round < opt.rounds; round += 1) {
+    const order = variants.map((_, i) => variants[(i + round) % variants.length]!);
+    for (const v of order) {
+      status.step(`round ${round + 1}/${opt.rounds} · ${v.label}`);
+      const loadBefore = loadavg()[0]!;
+      const spansBefore = sink.counts.spans;
+      const b = await burst(v, opt.n, 300, env);
+      const load: [number, number] = [loadBefore, loadavg()[0]!];
+      const spans = v.id === 'on' ? sink.counts.spans - spansBefore : undefined;
+      byVariant.set(v.id, [...(byVariant.get(v.id) ?? []), { ...b, load, ...(spans === undefined ? {} : { spans }) }]);
+      status.log(
+        `round ${round + 1} ${v.label}: ${fmt(b.rate)} /s, ${b.seconds.toFixed(2)} s, engine CPU ${(b.consumerCpuSeconds ?? 0).toFixed(2)} s, ` +
+          `lateness p50 ${b.lateness.p50.toFixed(2)} s p99 ${b.lateness.p99.toFixed(2)} s, load ${load[0].toFixed(1)}→${load[1].toFixed(1)}` +
+          `${spans === undefined ? '' : `, ${spans} spans exported`}; correct: ${b.correctness.ok ? 'yes' : b.correctness.problems.join('; ')}`,
+      );
+      if (!b.correctness.ok) throw new Error(`${v.label}: the drain was not correct: ${b.correctness.problems.join('; ')}`);
+    }
+  }
+  status.clear();
+  const summary = variants.map((v) => {
+    const runs = byVariant.get(v.id)!;
+    return {
+      id: v.id,
+      label: v.label,
+      rates: runs.map((r) => Math.round(r.rate)),
+      rate: median(runs.map((r) => r.rate)),
+      cpu: median(runs.map((r) => r.consumerCpuSeconds ?? 0)),
+      cpus: runs.map((r) => +(r.consumerCpuSeconds ?? 0).toFixed(2)),
+      p99: median(runs.map((r) => r.lateness.p99)),
+      load: runs.map((r) => r.load.map((x) => +x.toFixed(1))),
+      spans: runs.map((r) => r.spans).filter((x) => x !== undefined),
+    };
+  });
+  const by = (id: string) => summary.find((s) => s.id === id);
+  const lines = [
+    `bench:tracing, burst of ${fmt(opt.n)}, ${opt.rounds} interleaved rounds, ${cpus().length} CPUs, ${new Date().toISOString()}`,
+    '',
+    '| variant | rate per round (/s) | median rate | engine CPU s per round | median CPU s | median lateness p99 | load (1 min) before→after each round |',
+    '| --- | --- | --- | --- | --- | --- | --- |',
+    ...summary.map(
+      (s) =>
+        `| ${s.label} | ${s.rates.map((r) => fmt(r)).join(' · ')} | ${fmt(s.rate)} | ${s.cpus.join(' · ')} | ${s.cpu.toFixed(2)} | ${s.p99.toFixed(2)} s | ${s.load.map((l) => l.join('→')).join(' · ')} |`,
+    ),
+    '',
+  ];
+  const ratios: Record<string, { rate: number; cpu: number }> = {};
+  for (const num of ['off', 'on']) {
+    for (const den of [...refs.map((r) => r.id), ...(num === 'on' ? ['off'] : [])]) {
+      const a = by(num)!;
+      const b = by(den)!;
+      ratios[`${num}/${den}`] = { rate: a.rate / b.rate, cpu: a.cpu / b.cpu };
+      lines.push(`${num}/${den}: rate ${(a.rate / b.rate).toFixed(2)}x, engine CPU ${(a.cpu / b.cpu).toFixed(2)}x`);
+    }
+  }
+  const on = by('on');
+  if (on) lines.push(`spans exported per round (tracing on): ${on.spans.join(' · ')}`);
+  process.stdout.write(`${lines.join('\n')}\n`);
+  if (args.out) {
+    writeFileSync(
+      args.out,
+      JSON.stringify(
+        {
+          at: new Date().toISOString(),
+          head,
+          dirty,
+          options: opt,
+          references: refs.map(({ id, commit, what }) => ({ id, commit, what })),
+          summary,
+          ratios,
+          runs: Object.fromEntries(byVariant),
+        },
+        null,
+        2,
+      ),
+    );
+  }
+  return 0;
+}
+
+async function cleanUp(): Promise<void> {
+  await killAll().catch(() => {});
+  await server?.stop().catch(() => {});
+  await new Promise((r) => (sink ? sink.server.close(r) : r(undefined)));
+  if (!args['keep-refs']) for (const dir of built) removeReference(dir);
+}
+
+main().then(
+  async (code) => {
+    await cleanUp();
+    process.exit(code);
+  },
+  async (err: unknown) => {
+    status.clear();
+    process.stderr.write(`bench:tracing failed: ${(err as Error).stack ?? String(err)}\n`);
+    await cleanUp();
+    process.exit(1);
+  },
+);
