@@ -25,6 +25,9 @@
 //   --n <count>        burst size (default 100,000)
 //   --rounds <r>       interleaved rounds (default 3)
 //   --refs <list>      which references: before,main (default both), or none
+//   --lead-ms <ms>     how long before the due instant the loading starts, beyond the loading's own
+//                      estimate (default 10,000: on a loaded box a shorter lead lets the loading run
+//                      past the due instant, and that round's processes start with the burst overdue)
 //   --wal-warmup-mb <mb>  WAL the bench PostgreSQL writes before the first round (default: lib/server.ts's)
 //   --keep-refs        keep the reference worktrees (and reuse them next run: /tmp/tc-bench-ref-<commit>)
 //   --out <file>       also write the figures as JSON here
@@ -51,6 +54,7 @@ const { values: args } = parseArgs({
     refs: { type: 'string' },
     'keep-refs': { type: 'boolean', default: false },
     'wal-warmup-mb': { type: 'string' },
+    'lead-ms': { type: 'string' },
     out: { type: 'string' },
     help: { type: 'boolean', short: 'h', default: false },
   },
@@ -60,7 +64,7 @@ if (args.help) {
   printUsage(import.meta.url);
   process.exit(0);
 }
-const opt = positiveCounts('bench:tracing', { n: args.n, rounds: args.rounds }, { n: 100_000, rounds: 3 });
+const opt = positiveCounts('bench:tracing', { n: args.n, rounds: args.rounds, 'lead-ms': args['lead-ms'] }, { n: 100_000, rounds: 3, 'lead-ms': 10_000 });
 const refNames = (args.refs ?? 'before,main')
   .split(',')
   .map((s) => s.trim())
@@ -183,13 +187,14 @@ async function main(): Promise<number> {
       status.step(`round ${round + 1}/${opt.rounds} · ${v.label}`);
       const loadBefore = loadavg()[0]!;
       const spansBefore = sink.counts.spans;
-      const b = await burst(v, opt.n, 300, env);
+      const b = await burst(v, opt.n, 300, env, opt['lead-ms']);
       const load: [number, number] = [loadBefore, loadavg()[0]!];
       const spans = v.id === 'on' ? sink.counts.spans - spansBefore : undefined;
       byVariant.set(v.id, [...(byVariant.get(v.id) ?? []), { ...b, load, ...(spans === undefined ? {} : { spans }) }]);
       status.log(
         `round ${round + 1} ${v.label}: ${fmt(b.rate)} /s, ${b.seconds.toFixed(2)} s, engine CPU ${(b.consumerCpuSeconds ?? 0).toFixed(2)} s, ` +
-          `lateness p50 ${b.lateness.p50.toFixed(2)} s p99 ${b.lateness.p99.toFixed(2)} s, load ${load[0].toFixed(1)}→${load[1].toFixed(1)}` +
+          `PostgreSQL CPU ${(b.dbCpuSeconds ?? 0).toFixed(2)} s, lateness p50 ${b.lateness.p50.toFixed(2)} s p99 ${b.lateness.p99.toFixed(2)} s, ` +
+          `load ${load[0].toFixed(1)}→${load[1].toFixed(1)}${b.overrunMs > 0 ? `, loading overran the due instant by ${b.overrunMs} ms` : ''}` +
           `${spans === undefined ? '' : `, ${spans} spans exported`}; correct: ${b.correctness.ok ? 'yes' : b.correctness.problems.join('; ')}`,
       );
       if (!b.correctness.ok) throw new Error(`${v.label}: the drain was not correct: ${b.correctness.problems.join('; ')}`);
@@ -205,6 +210,8 @@ async function main(): Promise<number> {
       rate: median(runs.map((r) => r.rate)),
       cpu: median(runs.map((r) => r.consumerCpuSeconds ?? 0)),
       cpus: runs.map((r) => +(r.consumerCpuSeconds ?? 0).toFixed(2)),
+      dbCpu: median(runs.map((r) => r.dbCpuSeconds ?? 0)),
+      overruns: runs.filter((r) => r.overrunMs > 0).length,
       p99: median(runs.map((r) => r.lateness.p99)),
       load: runs.map((r) => r.load.map((x) => +x.toFixed(1))),
       spans: runs.map((r) => r.spans).filter((x) => x !== undefined),
@@ -214,25 +221,27 @@ async function main(): Promise<number> {
   const lines = [
     `bench:tracing, burst of ${fmt(opt.n)}, ${opt.rounds} interleaved rounds, ${cpus().length} CPUs, ${new Date().toISOString()}`,
     '',
-    '| variant | rate per round (/s) | median rate | engine CPU s per round | median CPU s | median lateness p99 | load (1 min) before→after each round |',
-    '| --- | --- | --- | --- | --- | --- | --- |',
+    '| variant | rate per round (/s) | median rate | engine CPU s per round | median engine CPU s | median PostgreSQL CPU s | median lateness p99 | load (1 min) before→after each round |',
+    '| --- | --- | --- | --- | --- | --- | --- | --- |',
     ...summary.map(
       (s) =>
-        `| ${s.label} | ${s.rates.map((r) => fmt(r)).join(' · ')} | ${fmt(s.rate)} | ${s.cpus.join(' · ')} | ${s.cpu.toFixed(2)} | ${s.p99.toFixed(2)} s | ${s.load.map((l) => l.join('→')).join(' · ')} |`,
+        `| ${s.label} | ${s.rates.map((r) => fmt(r)).join(' · ')} | ${fmt(s.rate)} | ${s.cpus.join(' · ')} | ${s.cpu.toFixed(2)} | ${s.dbCpu.toFixed(2)} | ${s.p99.toFixed(2)} s${s.overruns ? ` (${s.overruns} overran)` : ''} | ${s.load.map((l) => l.join('→')).join(' · ')} |`,
     ),
     '',
   ];
-  const ratios: Record<string, { rate: number; cpu: number }> = {};
+  const ratios: Record<string, { rate: number; cpu: number; dbCpu: number }> = {};
   for (const num of ['off', 'on']) {
     for (const den of [...refs.map((r) => r.id), ...(num === 'on' ? ['off'] : [])]) {
       const a = by(num)!;
       const b = by(den)!;
-      ratios[`${num}/${den}`] = { rate: a.rate / b.rate, cpu: a.cpu / b.cpu };
-      lines.push(`${num}/${den}: rate ${(a.rate / b.rate).toFixed(2)}x, engine CPU ${(a.cpu / b.cpu).toFixed(2)}x`);
+      ratios[`${num}/${den}`] = { rate: a.rate / b.rate, cpu: a.cpu / b.cpu, dbCpu: a.dbCpu / b.dbCpu };
+      lines.push(
+        `${num}/${den}: rate ${(a.rate / b.rate).toFixed(2)}x, engine CPU ${(a.cpu / b.cpu).toFixed(2)}x, PostgreSQL CPU ${(a.dbCpu / b.dbCpu).toFixed(2)}x`,
+      );
     }
   }
   const on = by('on');
-  if (on) lines.push(`spans exported per round (tracing on): ${on.spans.join(' · ')}`);
+  if (on) lines.push(`spans exported per round (tracing on): ${on.spans.join(' · ')} (${fmt(sink.counts.bytes / 1024)} KiB of OTLP JSON in all)`);
   process.stdout.write(`${lines.join('\n')}\n`);
   if (args.out) {
     writeFileSync(
