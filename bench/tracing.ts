@@ -19,8 +19,15 @@
 // Rounds are interleaved (each round runs every variant once, the order rotated each round, so
 // no variant always runs first or after the same one); each variant is reported by its median
 // round, and the ratios are of medians taken in this one run. Besides the drain rate, the CPU
-// seconds the engine's processes spent from the due instant to the end of the drain: less
-// sensitive to the other jobs on a shared box than a wall-clock rate.
+// seconds the engine's processes and PostgreSQL's backends spent from the due instant to the end
+// of the drain: less sensitive to the other jobs on a shared box than a wall-clock rate.
+//
+// Then the one statement tracing changed on this path, alone: claim.sql's batch form (claim + SQL
+// handler + the move to history, one statement per shard; this build's returns the rows' distinct
+// trace contexts too) as the reference builds it (its dist/) and as this build does, draining
+// --statement-n due timeouts --statement-k at a time on two connections (bench/lib/drain-loop.ts,
+// as bench:statements), interleaved rounds on fresh databases of the same server: the backends'
+// CPU seconds and the rate.
 //
 //   --n <count>        burst size (default 100,000)
 //   --rounds <r>       interleaved rounds (default 3)
@@ -30,6 +37,10 @@
 //                      past the due instant, and that round's processes start with the burst overdue)
 //   --wal-warmup-mb <mb>  WAL the bench PostgreSQL writes before the first round (default: lib/server.ts's)
 //   --keep-refs        keep the reference worktrees (and reuse them next run: /tmp/tc-bench-ref-<commit>)
+//   --statement-rounds <r>  rounds of the statement part (default 4)
+//   --statement-n <n>  timeouts per statement round (default 200,000)
+//   --statement-k <k>  rows per statement (default 5,000)
+//   --skip-statement   no statement part
 //   --out <file>       also write the figures as JSON here
 //   --help             this text
 import { execFileSync } from 'node:child_process';
@@ -40,10 +51,17 @@ import { cpus, loadavg } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
+import type pg from 'pg';
+// dist/: npm run bench:tracing builds first (the statement part runs this build's composed claim).
+import { statementValues } from '../dist/db/queries.js';
+import { batchSqlHandler } from '../dist/worker/sql-handler.js';
 import { killAll } from '../test/helpers/processes.ts';
+import { dueDatabase } from './lib/due-database.ts';
+import { drainLoop, expectDrained } from './lib/drain-loop.ts';
+import { CLOSE_MANY_SQL, KIND } from './lib/orders.ts';
 import { startBenchServer, type BenchServer } from './lib/server.ts';
 import { Status } from './lib/status.ts';
-import { TC_DEFAULTS, type Variant } from './lib/systems.ts';
+import { cpuSeconds, TC_DEFAULTS, type Variant } from './lib/systems.ts';
 import { failUsage, positiveCounts, printUsage } from './lib/usage.ts';
 import { burst, type BurstResult } from './lib/workloads.ts';
 
@@ -55,6 +73,10 @@ const { values: args } = parseArgs({
     'keep-refs': { type: 'boolean', default: false },
     'wal-warmup-mb': { type: 'string' },
     'lead-ms': { type: 'string' },
+    'statement-rounds': { type: 'string' },
+    'statement-n': { type: 'string' },
+    'statement-k': { type: 'string' },
+    'skip-statement': { type: 'boolean', default: false },
     out: { type: 'string' },
     help: { type: 'boolean', short: 'h', default: false },
   },
@@ -64,7 +86,18 @@ if (args.help) {
   printUsage(import.meta.url);
   process.exit(0);
 }
-const opt = positiveCounts('bench:tracing', { n: args.n, rounds: args.rounds, 'lead-ms': args['lead-ms'] }, { n: 100_000, rounds: 3, 'lead-ms': 10_000 });
+const opt = positiveCounts(
+  'bench:tracing',
+  {
+    n: args.n,
+    rounds: args.rounds,
+    'lead-ms': args['lead-ms'],
+    'statement-rounds': args['statement-rounds'],
+    'statement-n': args['statement-n'],
+    'statement-k': args['statement-k'],
+  },
+  { n: 100_000, rounds: 3, 'lead-ms': 10_000, 'statement-rounds': 4, 'statement-n': 200_000, 'statement-k': 5000 },
+);
 const refNames = (args.refs ?? 'before,main')
   .split(',')
   .map((s) => s.trim())
@@ -240,6 +273,7 @@ async function main(): Promise<number> {
       );
     }
   }
+  const statement = refs.length > 0 && !args['skip-statement'] ? await statementPart(server, refs[refs.length - 1]!, lines) : undefined;
   const on = by('on');
   if (on) lines.push(`spans exported per round (tracing on): ${on.spans.join(' · ')} (${fmt(sink.counts.bytes / 1024)} KiB of OTLP JSON in all)`);
   process.stdout.write(`${lines.join('\n')}\n`);
@@ -255,6 +289,7 @@ async function main(): Promise<number> {
           references: refs.map(({ id, commit, what }) => ({ id, commit, what })),
           summary,
           ratios,
+          statement,
           runs: Object.fromEntries(byVariant),
         },
         null,
@@ -263,6 +298,68 @@ async function main(): Promise<number> {
     );
   }
   return 0;
+}
+
+/** The statement part (see the top): the reference's batch claim against this build's. */
+async function statementPart(srv: BenchServer, ref: { id: string; commit: string; dir: string }, lines: string[]) {
+  const AS_TEXT = { getTypeParser: () => (value: string) => value };
+  type Builder = (pool: pg.Pool, handlerSql: string, timeLimitMs: number) => Promise<{ sql: string } | undefined>;
+  const refBuilder = ((await import(join(ref.dir, 'dist', 'worker', 'sql-handler.js'))) as { batchSqlHandler: Builder }).batchSqlHandler;
+  const forms: { id: string; build: Builder }[] = [
+    { id: ref.id, build: refBuilder },
+    { id: 'this build', build: batchSqlHandler },
+  ];
+  const n = opt['statement-n'];
+  const k = opt['statement-k'];
+  const runs = new Map<string, { rate: number; cpu: number }[]>();
+  for (let round = 0; round < opt['statement-rounds']; round += 1) {
+    for (const form of round % 2 === 0 ? forms : [...forms].reverse()) {
+      status.step(`statement round ${round + 1}/${opt['statement-rounds']} · ${form.id}`);
+      status.set(`loading ${fmt(n)} due timeouts`);
+      const { pool, drop } = await dueDatabase(srv, { label: 'bench_tracing_claim', n, schema: 'ours', shardSize: k, poolMax: 3 });
+      try {
+        const batch = await form.build(pool, CLOSE_MANY_SQL, 60_000);
+        if (!batch) throw new Error(`${form.id}: the close statement has no batch form`);
+        const pids = new Map<pg.PoolClient, number>();
+        status.set('draining');
+        const { total, seconds } = await drainLoop(pool, 2, async (c, shard) => {
+          if (!pids.has(c)) pids.set(c, (await c.query<{ pid: number }>('SELECT pg_backend_pid() AS pid')).rows[0]!.pid);
+          await c.query('BEGIN');
+          const { rows } = await c.query<{ n: string }>({
+            text: batch.sql,
+            values: statementValues('worker/claim', { shardId: shard, kind: KIND, claimLimit: k, batch: true }),
+            types: AS_TEXT,
+          });
+          await c.query('COMMIT');
+          return Number(rows[0]!.n);
+        });
+        // Read before the pool ends: the backends' CPU time dies with them.
+        const cpu = [...pids.values()].reduce((sum, pid) => sum + cpuSeconds(pid), 0);
+        await expectDrained(pool, form.id, n, total);
+        runs.set(form.id, [...(runs.get(form.id) ?? []), { rate: total / seconds, cpu }]);
+        status.log(`statement round ${round + 1} ${form.id}: ${fmt(total / seconds)} /s, backends' CPU ${cpu.toFixed(2)} s`);
+      } finally {
+        await drop();
+      }
+    }
+  }
+  status.clear();
+  const med = (id: string) => ({ rate: median(runs.get(id)!.map((r) => r.rate)), cpu: median(runs.get(id)!.map((r) => r.cpu)) });
+  const a = med(ref.id);
+  const b = med('this build');
+  lines.push(
+    '',
+    `claim.sql batch form alone (${fmt(n)} timeouts, ${fmt(k)} per statement, 2 connections, ${opt['statement-rounds']} interleaved rounds):`,
+    ...forms.map(
+      (f) =>
+        `  ${f.id}: ${runs
+          .get(f.id)!
+          .map((r) => `${fmt(r.rate)} /s ${r.cpu.toFixed(2)} s`)
+          .join(' · ')}; median ${fmt(med(f.id).rate)} /s, CPU ${med(f.id).cpu.toFixed(2)} s`,
+    ),
+    `  this build / ${ref.id}: rate ${(b.rate / a.rate).toFixed(2)}x, backends' CPU ${(b.cpu / a.cpu).toFixed(2)}x`,
+  );
+  return { reference: ref.id, n, k, runs: Object.fromEntries(runs), ratio: { rate: b.rate / a.rate, cpu: b.cpu / a.cpu } };
 }
 
 async function cleanUp(): Promise<void> {
