@@ -27,7 +27,10 @@
 // trace contexts too) as the reference builds it (its dist/) and as this build does, draining
 // --statement-n due timeouts --statement-k at a time on two connections (bench/lib/drain-loop.ts,
 // as bench:statements), interleaved rounds on fresh databases of the same server: the backends'
-// CPU seconds and the rate.
+// CPU seconds and the rate. And what the part tracing added to it costs inside PostgreSQL, which
+// no rate on a shared box can show: EXPLAIN ANALYZE of this build's statement claiming
+// --statement-k rows (rolled back, 7 times), the time of the trace_parents InitPlan (the distinct
+// contexts, at most 32) against the statement's.
 //
 //   --n <count>        burst size (default 100,000)
 //   --rounds <r>       interleaved rounds (default 3)
@@ -41,6 +44,7 @@
 //   --statement-n <n>  timeouts per statement round (default 200,000)
 //   --statement-k <k>  rows per statement (default 5,000)
 //   --skip-statement   no statement part
+//   --skip-burst       the statement part only
 //   --out <file>       also write the figures as JSON here
 //   --help             this text
 import { execFileSync } from 'node:child_process';
@@ -77,6 +81,7 @@ const { values: args } = parseArgs({
     'statement-n': { type: 'string' },
     'statement-k': { type: 'string' },
     'skip-statement': { type: 'boolean', default: false },
+    'skip-burst': { type: 'boolean', default: false },
     out: { type: 'string' },
     help: { type: 'boolean', short: 'h', default: false },
   },
@@ -214,7 +219,7 @@ async function main(): Promise<number> {
   server = await startBenchServer(warmup === undefined ? {} : { walWarmupBytes: Number(warmup) * 1024 * 1024 });
   const env = { status, server };
   const byVariant = new Map<string, (BurstResult & { load: [number, number]; spans?: number })[]>();
-  for (let round = 0; round < opt.rounds; round += 1) {
+  for (let round = 0; round < (args['skip-burst'] ? 0 : opt.rounds); round += 1) {
     const order = variants.map((_, i) => variants[(i + round) % variants.length]!);
     for (const v of order) {
       status.step(`round ${round + 1}/${opt.rounds} · ${v.label}`);
@@ -234,39 +239,44 @@ async function main(): Promise<number> {
     }
   }
   status.clear();
-  const summary = variants.map((v) => {
-    const runs = byVariant.get(v.id)!;
-    return {
-      id: v.id,
-      label: v.label,
-      rates: runs.map((r) => Math.round(r.rate)),
-      rate: median(runs.map((r) => r.rate)),
-      cpu: median(runs.map((r) => r.consumerCpuSeconds ?? 0)),
-      cpus: runs.map((r) => +(r.consumerCpuSeconds ?? 0).toFixed(2)),
-      dbCpu: median(runs.map((r) => r.dbCpuSeconds ?? 0)),
-      overruns: runs.filter((r) => r.overrunMs > 0).length,
-      p99: median(runs.map((r) => r.lateness.p99)),
-      load: runs.map((r) => r.load.map((x) => +x.toFixed(1))),
-      spans: runs.map((r) => r.spans).filter((x) => x !== undefined),
-    };
-  });
+  const summary = variants
+    .filter((v) => byVariant.has(v.id))
+    .map((v) => {
+      const runs = byVariant.get(v.id)!;
+      return {
+        id: v.id,
+        label: v.label,
+        rates: runs.map((r) => Math.round(r.rate)),
+        rate: median(runs.map((r) => r.rate)),
+        cpu: median(runs.map((r) => r.consumerCpuSeconds ?? 0)),
+        cpus: runs.map((r) => +(r.consumerCpuSeconds ?? 0).toFixed(2)),
+        dbCpu: median(runs.map((r) => r.dbCpuSeconds ?? 0)),
+        overruns: runs.filter((r) => r.overrunMs > 0).length,
+        p99: median(runs.map((r) => r.lateness.p99)),
+        load: runs.map((r) => r.load.map((x) => +x.toFixed(1))),
+        spans: runs.map((r) => r.spans).filter((x) => x !== undefined),
+      };
+    });
   const by = (id: string) => summary.find((s) => s.id === id);
-  const lines = [
-    `bench:tracing, burst of ${fmt(opt.n)}, ${opt.rounds} interleaved rounds, ${cpus().length} CPUs, ${new Date().toISOString()}`,
-    '',
-    '| variant | rate per round (/s) | median rate | engine CPU s per round | median engine CPU s | median PostgreSQL CPU s | median lateness p99 | load (1 min) before→after each round |',
-    '| --- | --- | --- | --- | --- | --- | --- | --- |',
-    ...summary.map(
-      (s) =>
-        `| ${s.label} | ${s.rates.map((r) => fmt(r)).join(' · ')} | ${fmt(s.rate)} | ${s.cpus.join(' · ')} | ${s.cpu.toFixed(2)} | ${s.dbCpu.toFixed(2)} | ${s.p99.toFixed(2)} s${s.overruns ? ` (${s.overruns} overran)` : ''} | ${s.load.map((l) => l.join('→')).join(' · ')} |`,
-    ),
-    '',
-  ];
+  const lines = args['skip-burst']
+    ? [`bench:tracing, the statement part only, ${cpus().length} CPUs, ${new Date().toISOString()}`]
+    : [
+        `bench:tracing, burst of ${fmt(opt.n)}, ${opt.rounds} interleaved rounds, ${cpus().length} CPUs, ${new Date().toISOString()}`,
+        '',
+        '| variant | rate per round (/s) | median rate | engine CPU s per round | median engine CPU s | median PostgreSQL CPU s | median lateness p99 | load (1 min) before→after each round |',
+        '| --- | --- | --- | --- | --- | --- | --- | --- |',
+        ...summary.map(
+          (s) =>
+            `| ${s.label} | ${s.rates.map((r) => fmt(r)).join(' · ')} | ${fmt(s.rate)} | ${s.cpus.join(' · ')} | ${s.cpu.toFixed(2)} | ${s.dbCpu.toFixed(2)} | ${s.p99.toFixed(2)} s${s.overruns ? ` (${s.overruns} overran)` : ''} | ${s.load.map((l) => l.join('→')).join(' · ')} |`,
+        ),
+        '',
+      ];
   const ratios: Record<string, { rate: number; cpu: number; dbCpu: number }> = {};
   for (const num of ['off', 'on']) {
     for (const den of [...refs.map((r) => r.id), ...(num === 'on' ? ['off'] : [])]) {
-      const a = by(num)!;
-      const b = by(den)!;
+      const a = by(num);
+      const b = by(den);
+      if (!a || !b) continue;
       ratios[`${num}/${den}`] = { rate: a.rate / b.rate, cpu: a.cpu / b.cpu, dbCpu: a.dbCpu / b.dbCpu };
       lines.push(
         `${num}/${den}: rate ${(a.rate / b.rate).toFixed(2)}x, engine CPU ${(a.cpu / b.cpu).toFixed(2)}x, PostgreSQL CPU ${(a.dbCpu / b.dbCpu).toFixed(2)}x`,
@@ -359,7 +369,63 @@ async function statementPart(srv: BenchServer, ref: { id: string; commit: string
     ),
     `  this build / ${ref.id}: rate ${(b.rate / a.rate).toFixed(2)}x, backends' CPU ${(b.cpu / a.cpu).toFixed(2)}x`,
   );
-  return { reference: ref.id, n, k, runs: Object.fromEntries(runs), ratio: { rate: b.rate / a.rate, cpu: b.cpu / a.cpu } };
+  const explained = await explainClaim(srv, k);
+  lines.push(
+    `  EXPLAIN ANALYZE of this build's statement claiming ${fmt(k)} rows (7 runs, rolled back): the trace_parents InitPlan ` +
+      `${explained.initPlanMs.map((x) => x.toFixed(2)).join(' · ')} ms (median ${median(explained.initPlanMs).toFixed(2)}), ` +
+      `the whole statement median ${median(explained.totalMs).toFixed(1)} ms: ${((100 * median(explained.initPlanMs)) / median(explained.totalMs)).toFixed(2)} %`,
+  );
+  return { reference: ref.id, n, k, runs: Object.fromEntries(runs), ratio: { rate: b.rate / a.rate, cpu: b.cpu / a.cpu }, explain: explained };
+}
+
+interface PlanNode {
+  'Node Type': string;
+  'Subplan Name'?: string;
+  'Actual Total Time': number;
+  'Actual Loops': number;
+  Filter?: string;
+  Plans?: PlanNode[];
+}
+
+/** The trace_parents InitPlan's time (the aggregate over the distinct contexts, as EXPLAIN
+ *  ANALYZE reports it) and the statement's execution time, claiming k due rows. */
+async function explainClaim(srv: BenchServer, k: number): Promise<{ initPlanMs: number[]; totalMs: number[] }> {
+  status.step('EXPLAIN ANALYZE of the claim');
+  const { pool, drop } = await dueDatabase(srv, { label: 'bench_tracing_explain', n: k, schema: 'ours', shardSize: k, poolMax: 2 });
+  const out = { initPlanMs: [] as number[], totalMs: [] as number[] };
+  try {
+    const batch = await batchSqlHandler(pool, CLOSE_MANY_SQL, 60_000);
+    if (!batch) throw new Error('the close statement has no batch form');
+    const client = await pool.connect();
+    try {
+      for (let i = 0; i < 7; i += 1) {
+        await client.query('BEGIN');
+        const { rows } = await client.query<{ 'QUERY PLAN': [{ Plan: PlanNode; 'Execution Time': number }] }>({
+          text: `EXPLAIN (ANALYZE, FORMAT JSON) ${batch.sql}`,
+          values: statementValues('worker/claim', { shardId: 1, kind: KIND, claimLimit: k, batch: true }),
+        });
+        await client.query('ROLLBACK');
+        const plan = rows[0]!['QUERY PLAN'][0];
+        // The InitPlan whose subtree filters on trace_parent, in the branch that ran (loops > 0).
+        let initPlan = 0;
+        const walk = (node: PlanNode, inside: boolean): boolean => {
+          const mine = (node['Subplan Name'] ?? '').startsWith('InitPlan');
+          const found = (node.Filter ?? '').includes('trace_parent') || (node.Plans ?? []).some((p) => walk(p, inside || mine));
+          if (mine && found && node['Actual Loops'] > 0) initPlan = Math.max(initPlan, node['Actual Total Time']);
+          return found;
+        };
+        walk(plan.Plan, false);
+        out.initPlanMs.push(initPlan);
+        out.totalMs.push(plan['Execution Time']);
+      }
+    } finally {
+      client.release();
+    }
+  } finally {
+    await drop();
+  }
+  status.clear();
+  return out;
 }
 
 async function cleanUp(): Promise<void> {
