@@ -30,7 +30,9 @@
 // CPU seconds and the rate. And what the part tracing added to it costs inside PostgreSQL, which
 // no rate on a shared box can show: EXPLAIN ANALYZE of this build's statement claiming
 // --statement-k rows (rolled back, 7 times), the time of the trace_parents InitPlan (the distinct
-// contexts, at most 32) against the statement's.
+// contexts, at most 32) against the statement's. And what a span costs the engine's process when
+// tracing is off: withSpan (the engine's one entry) around an async call, against the bare call,
+// 200,000 times, in this process (no SDK registered: the API's no-op span).
 //
 //   --n <count>        burst size (default 100,000)
 //   --rounds <r>       interleaved rounds (default 3)
@@ -59,6 +61,7 @@ import type pg from 'pg';
 // dist/: npm run bench:tracing builds first (the statement part runs this build's composed claim).
 import { statementValues } from '../dist/db/queries.js';
 import { batchSqlHandler } from '../dist/worker/sql-handler.js';
+import { withSpan } from '../dist/observability/tracing.js';
 import { killAll } from '../test/helpers/processes.ts';
 import { dueDatabase } from './lib/due-database.ts';
 import { drainLoop, expectDrained } from './lib/drain-loop.ts';
@@ -284,6 +287,12 @@ async function main(): Promise<number> {
     }
   }
   const statement = refs.length > 0 && !args['skip-statement'] ? await statementPart(server, refs[refs.length - 1]!, lines) : undefined;
+  const noop = await noopSpanCost();
+  lines.push(
+    '',
+    `a span with tracing off (withSpan around an async call, this process, no SDK): ${noop.map((r) => `${r.withSpanUs.toFixed(2)} µs`).join(' · ')} per call, ` +
+      `the bare call ${noop.map((r) => `${r.bareUs.toFixed(2)} µs`).join(' · ')}`,
+  );
   const on = by('on');
   if (on) lines.push(`spans exported per round (tracing on): ${on.spans.join(' · ')} (${fmt(sink.counts.bytes / 1024)} KiB of OTLP JSON in all)`);
   process.stdout.write(`${lines.join('\n')}\n`);
@@ -300,6 +309,7 @@ async function main(): Promise<number> {
           summary,
           ratios,
           statement,
+          noopSpan: noop,
           runs: Object.fromEntries(byVariant),
         },
         null,
@@ -376,6 +386,23 @@ async function statementPart(srv: BenchServer, ref: { id: string; commit: string
       `the whole statement median ${median(explained.totalMs).toFixed(1)} ms: ${((100 * median(explained.initPlanMs)) / median(explained.totalMs)).toFixed(2)} %`,
   );
   return { reference: ref.id, n, k, runs: Object.fromEntries(runs), ratio: { rate: b.rate / a.rate, cpu: b.cpu / a.cpu }, explain: explained };
+}
+
+/** withSpan with no SDK registered (what the engine calls ~6 times per shard and 5 times per
+ *  coordinator tick), against the same async call bare; three rounds of 200,000. */
+async function noopSpanCost(): Promise<{ withSpanUs: number; bareUs: number }[]> {
+  const calls = 200_000;
+  const bare = async (i: number) => i + 1;
+  const out: { withSpanUs: number; bareUs: number }[] = [];
+  for (let round = 0; round < 3; round += 1) {
+    let t = performance.now();
+    for (let i = 0; i < calls; i += 1) await bare(i);
+    const bareUs = ((performance.now() - t) * 1000) / calls;
+    t = performance.now();
+    for (let i = 0; i < calls; i += 1) await withSpan('tc.bench', { 'tc.i': i }, () => bare(i));
+    out.push({ withSpanUs: ((performance.now() - t) * 1000) / calls, bareUs });
+  }
+  return out;
 }
 
 interface PlanNode {
