@@ -33,9 +33,11 @@
 //   --concurrency <c>    worker concurrency (default: the product's, 4)
 //   --shard-size <k>     shard size (default: the product's, 500)
 //   --lead-ms <ms>       due instant this far after seeding starts (default 3,000 + N × 0.05)
-//   --databases <d>      business databases behind the route (default 3: b0, b1, b2, one per
+//   --databases <d,...>  business databases behind the route (default 3: b0, b1, b2, one per
 //                        business instance); more go round the three business instances (16: six
-//                        on the first, five on each other), each a database of its own
+//                        on the first, five on each other), each a database of its own. Several
+//                        counts (`--databases 3,16`) run external and beside once per count, in
+//                        the same interleaved rounds (labelled external-3, external-16, ...)
 //   --only <variants>    comma-separated subset of one-database,external,beside
 //   --out <file>         also write the figures as JSON here
 //   --profile            where the time goes (bench/lib/profile.ts): each instance's statements
@@ -52,7 +54,16 @@ import { startPostgres, stopAllServers, type PostgresServer } from '../test/help
 import { TEST_REDIS_URL, testKeyPrefix } from '../test/helpers/services.ts';
 import { CLOSE_MANY_SQL, KIND, ORDERS_DDL, correctness, sleep } from './lib/orders.ts';
 import { failUsage, positiveCounts, printUsage } from './lib/usage.ts';
-import { ActivitySampler, enableProfiling, instanceCpu, printStatements, processCpu, resetStatements, topStatements } from './lib/profile.ts';
+import {
+  ActivitySampler,
+  enableProfiling,
+  instanceCpu,
+  printStatements,
+  processCpu,
+  resetStatements,
+  topStatements,
+  type StatementProfile,
+} from './lib/profile.ts';
 
 const { values: args } = parseArgs({
   options: {
@@ -75,11 +86,8 @@ if (args.help) {
   process.exit(0);
 }
 const TOOL = 'bench:stores';
-const counts = positiveCounts(
-  TOOL,
-  { n: args.n, rounds: args.rounds, workers: args.workers, databases: args.databases },
-  { n: 200_000, rounds: 3, workers: 1, databases: 3 },
-);
+const counts = positiveCounts(TOOL, { n: args.n, rounds: args.rounds, workers: args.workers }, { n: 200_000, rounds: 3, workers: 1 });
+const DATABASE_COUNTS = (args.databases ?? '3').split(',').map((d) => positiveCounts(TOOL, { databases: d.trim() }, { databases: 3 }).databases);
 const N = counts.n;
 const ROUNDS = counts.rounds;
 const WORKERS = counts.workers;
@@ -99,15 +107,30 @@ const ALL = ['one-database', 'external', 'beside'] as const;
 type Variant = (typeof ALL)[number];
 const VARIANTS: Variant[] = args.only ? (args.only.split(',').map((s) => s.trim()) as Variant[]) : [...ALL];
 for (const v of VARIANTS) if (!ALL.includes(v)) failUsage(TOOL, `--only takes ${ALL.join(',')}, got ${v}`);
+/** One burst's setting: a variant, over so many business databases (one-database: none). */
+interface Setting {
+  variant: Variant;
+  databases: number;
+  /** The variant's name, with its database count when several counts run. */
+  label: string;
+}
+const SETTINGS: Setting[] = VARIANTS.flatMap((variant): Setting[] =>
+  variant === 'one-database'
+    ? [{ variant, databases: 0, label: variant }]
+    : DATABASE_COUNTS.map((databases) => ({ variant, databases, label: DATABASE_COUNTS.length > 1 ? `${variant}-${databases}` : variant })),
+);
 const PROFILE = args.profile === true;
 const CLI = new URL('../dist/cli/main.js', import.meta.url).pathname;
-const BUSINESS = Array.from({ length: counts.databases }, (_, i) => `b${i}`);
+const businessNames = (count: number) => Array.from({ length: count }, (_, i) => `b${i}`);
 /** The business instance each business database lives on. */
 const onInstance = (i: number) => i % 3;
 const WARMUP = 30;
 
 interface Burst {
   variant: Variant;
+  /** business databases behind the route (one-database: 0) */
+  databases: number;
+  label: string;
   round: number;
   /** D → the last timeout's commit, s */
   seconds: number;
@@ -118,6 +141,9 @@ interface Burst {
   perDatabase: { timeouts: number; seconds: number | null }[];
   /** WAL written by all four instances from after seeding to the end, per timeout */
   walBytesPerTimeout: number;
+  /** the same, the center's instance / the three business instances together */
+  centerWalBytesPerTimeout: number;
+  businessWalBytesPerTimeout: number;
   ok: boolean;
   problems: string[];
 }
@@ -171,13 +197,20 @@ async function seedOrders(pool: pg.Pool, from: number, to: number, parts: number
     );
 }
 
+async function lastShardId(pool: pg.Pool): Promise<number> {
+  const { rows } = await pool.query<{ id: number }>('SELECT coalesce(max(id), 0)::int AS id FROM timeout_center.shards');
+  return rows[0]!.id;
+}
+
 async function timeoutsLeft(pool: pg.Pool): Promise<number> {
   const { rows } = await pool.query<{ n: number }>(`SELECT count(*)::int AS n FROM timeout_center.timeouts WHERE state NOT IN ('done', 'cancelled', 'failed')`);
   return rows[0]!.n;
 }
 
-async function burst(variant: Variant, round: number, center: PostgresServer, business: PostgresServer[]): Promise<Burst> {
-  const name = `s_${variant.replace('-', '_')}_${round}`;
+async function burst(setting: Setting, round: number, center: PostgresServer, business: PostgresServer[]): Promise<Burst> {
+  const { variant, label } = setting;
+  const BUSINESS = businessNames(setting.databases);
+  const name = `s_${label.replace(/-/g, '_')}_${round}`;
   const centerUrl = await createDb(center, name);
   const businessUrls = variant === 'one-database' ? [] : await Promise.all(BUSINESS.map((b, i) => createDb(business[onInstance(i)]!, `${name}_${b}`)));
   const centerPool = quietPool(centerUrl);
@@ -193,7 +226,7 @@ async function burst(variant: Variant, round: number, center: PostgresServer, bu
         ? { type: 'sql' as const, sql: CLOSE_MANY_SQL }
         : { type: 'sql' as const, sql: CLOSE_MANY_SQL, route: { by: 'modulo' as const, databases: [...BUSINESS] } };
     const configInput = {
-      redisKeyPrefix: testKeyPrefix(`bench-stores-${variant}`),
+      redisKeyPrefix: testKeyPrefix(`bench-stores-${label}`),
       ...(variant === 'one-database' ? {} : { businessDatabases: Object.fromEntries(BUSINESS.map((b, i) => [b, { url: businessUrls[i]! }])) }),
       kinds: { [KIND]: { ...(variant === 'beside' ? { store: 'beside' as const } : {}), ...(SHARD ? { shardSize: SHARD } : {}), handler } },
       ...(CONCURRENCY ? { worker: { concurrency: CONCURRENCY } } : {}),
@@ -214,7 +247,7 @@ async function burst(variant: Variant, round: number, center: PostgresServer, bu
     await seedAll(variant, N + 1, N + WARMUP, warm, ordersPools, centerPool);
     const warmStart = performance.now();
     while ((await Promise.all(timeoutPools.map(timeoutsLeft))).some((n) => n > 0)) {
-      if (performance.now() - warmStart > 60_000) throw new Error(`${variant}: warm-up not drained after 60 s`);
+      if (performance.now() - warmStart > 60_000) throw new Error(`${label}: warm-up not drained after 60 s`);
       await sleep(50);
     }
 
@@ -228,9 +261,20 @@ async function burst(variant: Variant, round: number, center: PostgresServer, bu
     await Promise.all(allPools.map((p) => p.query('VACUUM ANALYZE')));
     await Promise.all(allPools.map((p) => p.query('CHECKPOINT')));
     const seedMarginMs = due.getTime() - Date.now();
-    const walBefore = await Promise.all(allPools.map(walLsn));
+    // WAL per instance: one database of each instance that has any (several business databases
+    // share an instance, and its WAL position is the instance's, not the database's).
     const instances = [center, ...business];
-    const samplers = PROFILE ? allPools.map((p, i) => new ActivitySampler(p, i === 0 ? name : `${name}_${BUSINESS[i - 1]}`)) : [];
+    const instancePools = [centerPool, ...business.map((_, k) => businessPools.find((__, i) => onInstance(i) === k))];
+    const walPools = instancePools.filter((p): p is pg.Pool => p !== undefined);
+    const walBefore = await Promise.all(walPools.map(walLsn));
+    const shardsBefore = PROFILE ? await Promise.all(timeoutPools.map(lastShardId)) : [];
+    // One sampler per instance (16 databases sampled one by one every 20 ms took a share of the
+    // business instances' CPU): the center's database, and each business instance's databases.
+    const samplers = PROFILE
+      ? instancePools.flatMap((p, k) =>
+          p === undefined ? [] : [new ActivitySampler(p, k === 0 ? name : BUSINESS.filter((_, i) => onInstance(i) === k - 1).map((b) => `${name}_${b}`))],
+        )
+      : [];
     const cpuBefore = PROFILE ? instances.map(instanceCpu) : [];
     const nodeBefore = PROFILE ? children.map((c) => processCpu(c.pid)) : [];
     if (PROFILE) {
@@ -239,22 +283,65 @@ async function burst(variant: Variant, round: number, center: PostgresServer, bu
     }
     const pollStart = performance.now();
     while ((await Promise.all(timeoutPools.map(timeoutsLeft))).some((n) => n > 0)) {
-      if (performance.now() - pollStart > 600_000) throw new Error(`${variant}: not drained after 10 min`);
+      if (performance.now() - pollStart > 600_000) throw new Error(`${label}: not drained after 10 min`);
       await sleep(250); // only tells when to read the end; the end itself is read at commit
     }
-    const walAfter = await Promise.all(allPools.map(walLsn));
+    const walAfter = await Promise.all(walPools.map(walLsn));
     if (PROFILE) {
       const nodeCpu = children.reduce((a, c, i) => a + processCpu(c.pid) - nodeBefore[i]!, 0);
       const cpu = instances.map((s, i) => instanceCpu(s) - cpuBefore[i]!);
       const activity = await Promise.all(samplers.map((s) => s.stop()));
-      const labels = ['center', ...BUSINESS];
       console.log(
-        `profile round ${round} ${variant}: ${((performance.now() - pollStart) / 1000).toFixed(2)} s from seeded to drained; CPU s: node ${nodeCpu.toFixed(2)}, ` +
+        `profile round ${round} ${label}: ${((performance.now() - pollStart) / 1000).toFixed(2)} s from seeded to drained; CPU s: node ${nodeCpu.toFixed(2)}, ` +
           instances.map((_, i) => `${i === 0 ? 'center' : `business instance ${i}`} ${cpu[i]!.toFixed(2)}`).join(', '),
       );
-      for (let i = 0; i < allPools.length; i += 1) {
-        console.log(`  ${labels[i]} backends (average number in each state): ${JSON.stringify(activity[i])}`);
-        printStatements(`${labels[i]} statements`, await topStatements(allPools[i]!, labels[i]!, 8));
+      // The burst's shards per target: how many, their sizes (what per-shard costs are paid over).
+      for (let i = 0; i < timeoutPools.length; i += 1) {
+        const { rows } = await timeoutPools[i]!.query<{ target: string | null; shards: number; mean: number; min: number; max: number; rows: number }>(
+          `SELECT target, count(*)::int AS shards, round(avg(size))::int AS mean, min(size)::int AS min, max(size)::int AS max, sum(size)::int AS rows
+             FROM timeout_center.shards WHERE id > $1 GROUP BY target ORDER BY target`,
+          [shardsBefore[i]],
+        );
+        console.log(
+          `  shards per target: ${rows.map((r) => `${r.target ?? 'center'} ${r.shards} (${r.rows} rows, size mean ${r.mean}, ${r.min}-${r.max})`).join('; ')}`,
+        );
+        // When the shards ran: from the due instant to the first lease and the last record, how
+        // many ran at once on average (their lease-to-record times over that span), and a shard's
+        // time from lease to claim and from claim to record.
+        const { rows: t } = await timeoutPools[i]!.query<Record<string, number>>(
+          `SELECT extract(epoch FROM min(started_at) - $2)::float8 AS first_start, extract(epoch FROM max(finished_at) - $2)::float8 AS last_end,
+                  (sum(extract(epoch FROM finished_at - started_at)) / nullif(extract(epoch FROM max(finished_at) - min(started_at)), 0))::float8 AS running,
+                  (avg(extract(epoch FROM claimed_at - started_at)) * 1000)::float8 AS lease_to_claim_ms,
+                  (avg(extract(epoch FROM finished_at - claimed_at)) * 1000)::float8 AS claim_to_record_ms,
+                  (avg(extract(epoch FROM started_at - created_at)) * 1000)::float8 AS planned_to_lease_ms
+             FROM timeout_center.shards WHERE id > $1 AND size > 0`,
+          [shardsBefore[i], due],
+        );
+        const f = (x: number | undefined, d = 2) => (x === undefined || x === null ? '-' : x.toFixed(d));
+        console.log(
+          `  shards ran from D+${f(t[0]?.first_start)} s to D+${f(t[0]?.last_end)} s, ${f(t[0]?.running)} at once on average; per shard: planned to leased ${f(t[0]?.planned_to_lease_ms, 0)} ms, leased to claimed ${f(t[0]?.lease_to_claim_ms, 1)} ms, claimed to recorded ${f(t[0]?.claim_to_record_ms, 1)} ms`,
+        );
+      }
+      console.log(`  center backends (average number in each state): ${JSON.stringify(activity[0])}`);
+      printStatements('center statements', await topStatements(centerPool, 'center', 10));
+      if (businessPools.length > 0) {
+        // Every business database's backends and statements, summed: one database shows what each
+        // does; their sum is what the business instances do.
+        const states: Record<string, number> = {};
+        for (const a of activity.slice(1)) for (const [k, v] of Object.entries(a)) states[k] = Number(((states[k] ?? 0) + v).toFixed(2));
+        console.log(`  business backends, all ${businessPools.length} databases together (average number in each state): ${JSON.stringify(states)}`);
+        const summed = new Map<string, StatementProfile>();
+        for (const [i, p] of businessPools.entries())
+          for (const r of await topStatements(p, BUSINESS[i]!, 20)) {
+            const t = summed.get(r.query) ?? { ...r, calls: 0, totalMs: 0, planMs: 0, rows: 0, instance: 'business' };
+            t.calls += r.calls;
+            t.totalMs += r.totalMs;
+            t.planMs += r.planMs;
+            t.rows += r.rows;
+            t.meanMs = Number((t.totalMs / Math.max(1, t.calls)).toFixed(3));
+            summed.set(r.query, t);
+          }
+        printStatements(`business statements, all ${businessPools.length} databases`, [...summed.values()].sort((x, y) => y.totalMs - x.totalMs).slice(0, 12));
       }
     }
     // The end: the commit of the last of the burst's timeouts to become final, wherever it lives.
@@ -299,15 +386,20 @@ async function burst(variant: Variant, round: number, center: PostgresServer, bu
       const { rows } = await centerPool.query<{ n: number }>('SELECT count(*)::int AS n FROM timeout_center.all_timeouts');
       if (rows[0]!.n > 0) problems.push(`${rows[0]!.n} timeouts in the center's database`);
     }
-    const walBytes = walAfter.reduce((a, w, i) => a + Number(w - walBefore[i]!), 0);
+    const walOf = walAfter.map((w, i) => Number(w - walBefore[i]!));
+    const walBytes = walOf.reduce((a, w) => a + w, 0);
     return {
       variant,
+      databases: setting.databases,
+      label,
       round,
       seconds,
       perSecond: N / seconds,
       seedMarginMs,
       perDatabase,
       walBytesPerTimeout: walBytes / N,
+      centerWalBytesPerTimeout: walOf[0]! / N,
+      businessWalBytesPerTimeout: (walBytes - walOf[0]!) / N,
       ok: problems.length === 0,
       problems,
     };
@@ -363,13 +455,14 @@ try {
   );
   for (let round = 1; round <= ROUNDS; round += 1) {
     // Interleaved: the order rotates each round.
-    const order = VARIANTS.map((_, i) => VARIANTS[(i + round - 1) % VARIANTS.length]!);
-    for (const variant of order) {
-      const r = await burst(variant, round, center!, business);
+    const order = SETTINGS.map((_, i) => SETTINGS[(i + round - 1) % SETTINGS.length]!);
+    for (const setting of order) {
+      const r = await burst(setting, round, center!, business);
       results.push(r);
       console.log(
-        `round ${round} ${variant.padEnd(12)} ${N} timeouts in ${r.seconds.toFixed(2)} s = ${Math.round(r.perSecond)}/s, ` +
-          `WAL ${Math.round(r.walBytesPerTimeout)} B/timeout, ready ${r.seedMarginMs} ms before due${r.perDatabase.length > 1 ? `, per store ${r.perDatabase.map((d) => `${d.timeouts} in ${d.seconds} s`).join(' / ')}` : ''}${r.ok ? '' : ` PROBLEMS: ${r.problems.join('; ')}`}`,
+        `round ${round} ${r.label.padEnd(12)} ${N} timeouts in ${r.seconds.toFixed(2)} s = ${Math.round(r.perSecond)}/s, ` +
+          `WAL ${Math.round(r.walBytesPerTimeout)} B/timeout (center ${Math.round(r.centerWalBytesPerTimeout)}, business ${Math.round(r.businessWalBytesPerTimeout)}), ` +
+          `ready ${r.seedMarginMs} ms before due${r.perDatabase.length > 1 ? `, per store ${r.perDatabase.map((d) => `${d.timeouts} in ${d.seconds} s`).join(' / ')}` : ''}${r.ok ? '' : ` PROBLEMS: ${r.problems.join('; ')}`}`,
       );
     }
   }
@@ -377,16 +470,31 @@ try {
   await stopAllServers();
 }
 
-const medians = Object.fromEntries(VARIANTS.map((v) => [v, Math.round(median(results.filter((r) => r.variant === v).map((r) => r.perSecond)))])) as Partial<
-  Record<Variant, number>
->;
-const perRoundRatio = (v: Variant) =>
+const LABELS = SETTINGS.map((s) => s.label);
+const medians: Record<string, number> = Object.fromEntries(
+  LABELS.map((l) => [l, Math.round(median(results.filter((r) => r.label === l).map((r) => r.perSecond)))]),
+);
+/** a's rate over b's, round by round (the same round: the same box, minutes apart) */
+const perRound = (a: string, b: string) =>
   Array.from({ length: ROUNDS }, (_, i) => {
-    const a = results.find((r) => r.variant === v && r.round === i + 1);
-    const b = results.find((r) => r.variant === 'one-database' && r.round === i + 1);
-    return a && b ? Number((a.perSecond / b.perSecond).toFixed(2)) : null;
+    const x = results.find((r) => r.label === a && r.round === i + 1);
+    const y = results.find((r) => r.label === b && r.round === i + 1);
+    return x && y ? Number((x.perSecond / y.perSecond).toFixed(2)) : null;
   });
-const ratio = (v: Variant) => (medians[v] && medians['one-database'] ? Number((medians[v] / medians['one-database']).toFixed(2)) : null);
+const over = (a: string, b: string) => (medians[a] && medians[b] ? Number((medians[a] / medians[b]).toFixed(2)) : null);
+const others = LABELS.filter((l) => l !== 'one-database');
+// Several database counts: each count's median over the first count's, per variant (e.g.
+// external-16 / external-3), and per round.
+const acrossCounts =
+  DATABASE_COUNTS.length > 1
+    ? VARIANTS.filter((v) => v !== 'one-database').flatMap((v) =>
+        DATABASE_COUNTS.slice(1).map((d) => {
+          const a = `${v}-${d}`;
+          const b = `${v}-${DATABASE_COUNTS[0]}`;
+          return { ratio: `${a} / ${b}`, median: over(a, b), perRound: perRound(a, b) };
+        }),
+      )
+    : [];
 const summary = {
   n: N,
   rounds: ROUNDS,
@@ -395,19 +503,32 @@ const summary = {
   databaseConcurrency: 'default (2)',
   shardSize: SHARD ?? 'default (500)',
   leadMs: LEAD_MS,
+  businessDatabases: DATABASE_COUNTS,
   instances: 'four private PostgreSQL instances (fsync off, track_commit_timestamp on), fresh databases per variant per round',
   medianPerSecond: medians,
-  besideOverOneDatabase: ratio('beside'),
-  externalOverOneDatabase: ratio('external'),
-  perRoundBesideOverOneDatabase: perRoundRatio('beside'),
-  perRoundExternalOverOneDatabase: perRoundRatio('external'),
+  besideOverOneDatabase: over('beside', 'one-database'),
+  externalOverOneDatabase: over('external', 'one-database'),
+  perRoundBesideOverOneDatabase: perRound('beside', 'one-database'),
+  perRoundExternalOverOneDatabase: perRound('external', 'one-database'),
+  overOneDatabase: Object.fromEntries(others.map((l) => [l, { median: over(l, 'one-database'), perRound: perRound(l, 'one-database') }])),
+  acrossCounts,
+  medianWalBytesPerTimeout: Object.fromEntries(
+    LABELS.map((l) => {
+      const rs = results.filter((r) => r.label === l);
+      return [
+        l,
+        { center: Math.round(median(rs.map((r) => r.centerWalBytesPerTimeout))), business: Math.round(median(rs.map((r) => r.businessWalBytesPerTimeout))) },
+      ];
+    }),
+  ),
   allCorrect: results.every((r) => r.ok),
   runs: results,
 };
 console.log(
-  `median: ${VARIANTS.map((v) => `${v} ${medians[v]}/s`).join(', ')}; beside/one-database ${summary.besideOverOneDatabase}x ` +
-    `(per round ${summary.perRoundBesideOverOneDatabase.join(', ')}), external/one-database ${summary.externalOverOneDatabase}x ` +
-    `(per round ${summary.perRoundExternalOverOneDatabase.join(', ')})${summary.allCorrect ? ', all correct' : ', PROBLEMS (see above)'}`,
+  `median: ${LABELS.map((l) => `${l} ${medians[l]}/s`).join(', ')}; ` +
+    others.map((l) => `${l}/one-database ${summary.overOneDatabase[l]?.median}x (per round ${summary.overOneDatabase[l]?.perRound.join(', ')})`).join(', ') +
+    acrossCounts.map((a) => `; ${a.ratio} ${a.median}x (per round ${a.perRound.join(', ')})`).join('') +
+    (summary.allCorrect ? ', all correct' : ', PROBLEMS (see above)'),
 );
 if (args.out) writeFileSync(args.out, JSON.stringify(summary, null, 2));
 if (!summary.allCorrect) process.exit(1);

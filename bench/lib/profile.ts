@@ -20,6 +20,14 @@ export async function enableProfiling(server: PostgresServer): Promise<void> {
   await c.query(`ALTER SYSTEM SET track_io_timing = on`);
   await c.end();
   await server.restart('fast');
+  // Planning time too (the product sends its statements unprepared, so each call is planned): a
+  // setting of the library, known once it is loaded.
+  const after = new pg.Client({ connectionString: server.url() });
+  after.on('error', () => {});
+  await after.connect();
+  await after.query(`ALTER SYSTEM SET pg_stat_statements.track_planning = on`);
+  await after.query('SELECT pg_reload_conf()');
+  await after.end();
 }
 
 function cpuOf(pid: number, withChildren: boolean): number {
@@ -67,6 +75,8 @@ export interface StatementProfile {
   query: string;
   calls: number;
   totalMs: number;
+  /** planning, apart from totalMs (execution) */
+  planMs: number;
   meanMs: number;
   rows: number;
 }
@@ -78,8 +88,8 @@ export async function resetStatements(pool: pg.Pool): Promise<void> {
 }
 
 export async function topStatements(pool: pg.Pool, instance: string, limit = 12): Promise<StatementProfile[]> {
-  const { rows } = await pool.query<{ query: string; calls: string; total: number; mean: number; rows: string }>(
-    `SELECT regexp_replace(query, '\\s+', ' ', 'g') AS query, calls, total_exec_time AS total, mean_exec_time AS mean, rows
+  const { rows } = await pool.query<{ query: string; calls: string; total: number; plan: number; mean: number; rows: string }>(
+    `SELECT regexp_replace(query, '\\s+', ' ', 'g') AS query, calls, total_exec_time AS total, total_plan_time AS plan, mean_exec_time AS mean, rows
        FROM pg_stat_statements s JOIN pg_database d ON d.oid = s.dbid
       WHERE d.datname = current_database() ORDER BY total_exec_time DESC LIMIT $1`,
     [limit],
@@ -89,6 +99,7 @@ export async function topStatements(pool: pg.Pool, instance: string, limit = 12)
     query: r.query.slice(0, 110),
     calls: Number(r.calls),
     totalMs: Math.round(r.total),
+    planMs: Math.round(r.plan),
     meanMs: Number(r.mean.toFixed(3)),
     rows: Number(r.rows),
   }));
@@ -103,7 +114,8 @@ export class ActivitySampler {
 
   constructor(
     private readonly pool: pg.Pool,
-    private readonly database: string,
+    /** the database(s) of the instance whose backends are counted */
+    private readonly database: string | string[],
   ) {}
 
   start(): void {
@@ -114,8 +126,8 @@ export class ActivitySampler {
             `SELECT CASE WHEN state = 'active' AND wait_event_type IS NULL THEN 'running'
                          WHEN state = 'active' THEN 'waiting: ' || wait_event_type || '/' || wait_event
                          ELSE state END AS what, count(*)::int AS n
-               FROM pg_stat_activity WHERE datname = $1 AND application_name LIKE 'timeout-center%' GROUP BY 1`,
-            [this.database],
+               FROM pg_stat_activity WHERE datname = ANY ($1::text[]) AND application_name LIKE 'timeout-center%' GROUP BY 1`,
+            [typeof this.database === 'string' ? [this.database] : this.database],
           )
           .catch(() => ({ rows: [] as { what: string; n: number }[] }));
         this.samples += 1;
@@ -138,7 +150,9 @@ export class ActivitySampler {
 export function printStatements(title: string, rows: StatementProfile[]): void {
   console.log(`  ${title}`);
   for (const r of rows)
-    console.log(`    ${String(r.totalMs).padStart(7)} ms ${String(r.calls).padStart(6)} calls ${String(r.meanMs).padStart(8)} ms/call  ${r.query}`);
+    console.log(
+      `    ${String(r.totalMs).padStart(7)} ms ${String(r.calls).padStart(6)} calls ${String(r.meanMs).padStart(8)} ms/call ${String(r.planMs).padStart(6)} ms planning  ${r.query}`,
+    );
 }
 
 /** Each live process of an instance (the postmaster's children) with its CPU seconds so far and a

@@ -148,6 +148,8 @@ export interface TcSettings {
   minTickIntervalMs: number;
   /** Another build's dist/cli/main.js (--ref): the same driver runs an earlier checkout. */
   cli?: string;
+  /** More environment for timeout-center's processes (bench:tracing: the OTEL_* variables). */
+  env?: Record<string, string>;
 }
 
 /** The product's defaults (src/config.ts), written out so the settings table shows them. */
@@ -177,7 +179,7 @@ class TimeoutCenterDriver implements Driver {
   get env() {
     // BENCH_TC_NODE_OPTIONS reaches only timeout-center's processes, e.g. "--cpu-prof --cpu-prof-dir=/tmp/prof".
     const redis = this.ctx.redisEnv ? { REDIS_URL: undefined, ...this.ctx.redisEnv } : { REDIS_URL: this.ctx.redisUrl };
-    return { DATABASE_URL: this.ctx.databaseUrl, ...redis, NODE_OPTIONS: process.env['BENCH_TC_NODE_OPTIONS'] };
+    return { DATABASE_URL: this.ctx.databaseUrl, ...redis, NODE_OPTIONS: process.env['BENCH_TC_NODE_OPTIONS'], ...this.s.env };
   }
 
   async prepare() {

@@ -4,6 +4,7 @@
 // SQL there (schedule.ts), so a call over HTTP does exactly what schedule() does.
 import type { Config } from '../config.js';
 import { sql } from '../db/queries.js';
+import { activeTraceparent } from '../observability/tracing.js';
 import { cancel, reschedule, schedule, storeOf, type PgQueryable } from '../schedule.js';
 import { ApiError } from './errors.js';
 import type { BatchRequest, ScheduleRequest, SettleAnswer, SettleOutcome, TimeoutView } from './schemas.js';
@@ -122,6 +123,9 @@ export class ApiBackend {
       dueAts: items.map((t) => ('dueAt' in t ? new Date(t.dueAt) : null)),
       delaysMs: items.map((t) => ('delayMs' in t ? t.delayMs : null)),
       payloads: items.map((t) => (t.payload === undefined ? null : JSON.stringify(t.payload))),
+      // The request's span (request-spans.ts) is active here: its context goes with every row, as
+      // schedule() keeps it for one (none when tracing is off: NULL, nothing stored).
+      traceParent: activeTraceparent() ?? null,
     });
     let rows: { ord: number; id: string | number; due_at: Date; created: boolean }[];
     try {

@@ -13,6 +13,7 @@ import { isLoopback } from '../console/auth.js';
 import { InputError } from '../input-error.js';
 import type { ApiBackend } from './backend.js';
 import { ApiError, errorBody, toErrorAnswer } from './errors.js';
+import { noteErrorCode, traceRequests } from './request-spans.js';
 import { registerRoutes } from './routes.js';
 import { DEFAULT_BODY_LIMIT } from './schemas.js';
 import type { ApiToken, TokenTable } from './tokens.js';
@@ -71,6 +72,8 @@ export async function buildApiApp(options: ApiAppOptions): Promise<FastifyInstan
     // A bizId is up to 200 characters, percent-encoded in the path (find-my-way's default stops at 100).
     routerOptions: { ignoreTrailingSlash: false, maxParamLength: 2048 },
   });
+  // First: each request's span starts before authentication and wraps every route's handler.
+  traceRequests(app);
   app.setValidatorCompiler(validatorCompiler);
   app.setSerializerCompiler(serializerCompiler);
   app.decorateRequest('apiToken', null);
@@ -147,6 +150,7 @@ export async function buildApiApp(options: ApiAppOptions): Promise<FastifyInstan
 
   app.setErrorHandler((err, req, reply) => {
     const answer = toErrorAnswer(err);
+    noteErrorCode(req, answer?.body.error.code ?? 'internal');
     if (answer) {
       if (answer.status === 401 || answer.status === 403)
         req.log.info({ route: req.routeOptions.url, token: req.apiToken?.name, code: answer.body.error.code }, 'api request refused');
@@ -155,7 +159,10 @@ export async function buildApiApp(options: ApiAppOptions): Promise<FastifyInstan
     req.log.error({ err, route: req.routeOptions.url }, 'api request failed');
     return reply.code(500).send(errorBody('internal', 'internal error (the server log has the details)'));
   });
-  app.setNotFoundHandler((req, reply) => reply.code(404).send(errorBody('not_found', `no such route: ${req.method} ${req.url.split('?')[0]}`)));
+  app.setNotFoundHandler((req, reply) => {
+    noteErrorCode(req, 'not_found');
+    return reply.code(404).send(errorBody('not_found', `no such route: ${req.method} ${req.url.split('?')[0]}`));
+  });
 
   registerRoutes(app, options.backend);
   await app.ready();

@@ -10,6 +10,7 @@
 import {
   context,
   propagation,
+  ROOT_CONTEXT,
   SpanKind,
   SpanStatusCode,
   trace,
@@ -75,6 +76,55 @@ export function withRequestSpan<T>(
 ): Promise<T> {
   const parent = propagation.extract(context.active(), headers);
   return withSpan(`${method} ${route}`, { 'http.request.method': method, 'http.route': route }, fn, { kind: SpanKind.SERVER, parent });
+}
+
+/** An incoming request's SERVER span whose start and end are two events (the API server's
+ *  onRequest and onResponse hooks) rather than one callback: see startServerSpan. */
+export interface ServerSpan {
+  readonly span: Span;
+  /** Runs fn with this span active: spans fn starts are its children, and schedule() inside
+   *  keeps this span's context with the timeout. */
+  run<T>(fn: () => T): T;
+  /** Ends the span with the response's status; errorCode: the answer's stable error code
+   *  (`error.type`), on a 4xx or 5xx. A 5xx marks the span failed (a 4xx is the caller's error,
+   *  not the server's, as the HTTP semantic conventions have it). Once; later calls do nothing. */
+  end(statusCode: number | undefined, errorCode?: string): void;
+}
+
+/**
+ * Starts an incoming HTTP request's span (SERVER), continuing the caller's trace when its headers
+ * carry a traceparent: named `<METHOD> <route>` after the route template (`POST /v1/timeouts`,
+ * `GET /v1/timeouts/:kind/:bizId`), never the raw URL, or `<METHOD>` alone when no route matched.
+ * The caller ends it (ServerSpan.end). Tracing off: a non-recording span, nothing extracted.
+ */
+export function startServerSpan(
+  method: string,
+  route: string | undefined,
+  headers: Record<string, string | string[] | undefined>,
+  attributes: Attributes = {},
+): ServerSpan {
+  const parent = propagation.extract(ROOT_CONTEXT, headers);
+  const span = tracer.startSpan(
+    route === undefined ? method : `${method} ${route}`,
+    { kind: SpanKind.SERVER, attributes: { 'http.request.method': method, ...(route === undefined ? {} : { 'http.route': route }), ...attributes } },
+    parent,
+  );
+  const active = trace.setSpan(parent, span);
+  let ended = false;
+  return {
+    span,
+    run: (fn) => context.with(active, fn),
+    end: (statusCode, errorCode) => {
+      if (ended) return;
+      ended = true;
+      if (span.isRecording() && statusCode !== undefined) {
+        span.setAttribute('http.response.status_code', statusCode);
+        if (errorCode !== undefined && statusCode >= 400) span.setAttribute('error.type', errorCode);
+        if (statusCode >= 500) span.setStatus({ code: SpanStatusCode.ERROR, message: errorCode ?? String(statusCode) });
+      }
+      span.end();
+    },
+  };
 }
 
 /** Starts a child of the active span that the caller ends (span.end()): for a step that is not

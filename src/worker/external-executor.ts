@@ -35,7 +35,7 @@ import { splitPinned } from './isolate.js';
 import type { Lease } from './lease.js';
 import { latenessAt, recordOutcome, type ShardCounts, type ShardOutcome } from './outcome.js';
 import { withTimeLimit } from './time-limit.js';
-import { withSpan } from '../observability/tracing.js';
+import { addLinksToActive, withSpan } from '../observability/tracing.js';
 
 export type ExternalOutcome = Exclude<ShardOutcome, { status: 'held' }>;
 
@@ -53,6 +53,8 @@ interface Claimed {
    *  instant, after the target's commit, when observed. */
   lateness: number[];
   measuredMs: number;
+  /** Up to 32 distinct schedule trace contexts of the claimed rows (external_claim.sql). */
+  traceParents: string[];
 }
 
 /** What a run decided, in biz_ids: the record writes it. */
@@ -111,6 +113,9 @@ export class ExternalExecutor {
     const started = performance.now();
     const claimed = await withSpan('tc.claim', { 'tc.claim.form': 'external' }, () => this.claim(lease, handler.external));
     if (!claimed) return { status: 'not-ours', reason: `lease on shard ${lease.id} was lost before its claim` };
+    // The shard's span (tc.shard, active here) links to the schedule requests of what it applies,
+    // as on the same-database path (executor.ts).
+    addLinksToActive(claimed.traceParents);
     await failpoint('external.after-claim');
     const { items } = claimed;
     const kc = handler.config;
@@ -251,6 +256,7 @@ export class ExternalExecutor {
         lateness: string;
         fresh: string;
         measured_ms: string;
+        trace_parents: string | null;
       }>
     ).rows[0];
     if (!row) return undefined;
@@ -267,6 +273,7 @@ export class ExternalExecutor {
       items: bizIds.map((bizId, i) => ({ bizId, payload: payloads[i] })).filter((_, i) => keep[i]),
       lateness: lateness.filter((_, i) => keep[i]),
       measuredMs: Number(row.measured_ms),
+      traceParents: row.trace_parents === null || row.trace_parents === '{}' ? [] : parseTextArray(row.trace_parents),
     };
   }
 

@@ -108,8 +108,13 @@ export interface FailoverLog {
   unnamed: string[];
 }
 
-/** "A handful": what a process may log about one failover (issue 31, point 3). */
-export const MAX_FAILOVER_LINES = 6;
+/** "A handful": what a process may log about one failover (issue 31, point 3). A leader can have
+ *  seven distinct things to say, each once: the node unreachable, a tick failed, it stepped down
+ *  (its lock lost with the master), Redis reachable again, the shard channel's marker gone with an
+ *  unreplicated write (shards republished), the reaper's recovery, ticking again. A flood is the
+ *  same line over and over: no message more than MAX_FAILOVER_REPEATS times. */
+export const MAX_FAILOVER_LINES = 8;
+export const MAX_FAILOVER_REPEATS = 2;
 
 const REDIS_LINE = /redis/i;
 /** The lines that say Redis (or one node) is gone or back: each must name its node(s). */

@@ -12,7 +12,7 @@ import { startRedisCluster, type RedisCluster } from '../helpers/redis-ha.js';
 import { stopAllServers } from '../helpers/servers.js';
 import { requireTools } from '../helpers/system-tools.js';
 import { leaderLockKey, markerKey, streamKey } from '../../src/transport/keys.js';
-import { failoverLog, KINDS, MAX_FAILOVER_LINES, midDrain, startBurst, type Burst } from './ha-burst.js';
+import { failoverLog, KINDS, MAX_FAILOVER_LINES, MAX_FAILOVER_REPEATS, midDrain, startBurst, type Burst } from './ha-burst.js';
 import { sleep, waitUntil } from './harness.js';
 
 const run = promisify(execFile);
@@ -131,6 +131,9 @@ describe.skipIf(tools.skip)(tools.title('Redis Cluster'), () => {
     for (const l of logs) {
       expect(l.errors, `${l.process}: no error line for an expected failover`).toBe(0);
       expect(l.lines, `${l.process}: at most a handful of lines (${JSON.stringify(l.byMessage)})`).toBeLessThanOrEqual(MAX_FAILOVER_LINES);
+      expect(Math.max(0, ...Object.values(l.byMessage)), `${l.process}: no line repeated (${JSON.stringify(l.byMessage)})`).toBeLessThanOrEqual(
+        MAX_FAILOVER_REPEATS,
+      );
       expect(l.unnamed, `${l.process}: every Redis line names its node`).toEqual([]);
     }
     const left = b.s.procs.flatMap((p) => p.lines.filter((x) => /^Redis unreachable/.test(String(x.msg))).map((x) => x['node']));

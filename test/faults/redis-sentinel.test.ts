@@ -7,7 +7,7 @@ import { killAll } from '../helpers/processes.js';
 import { cli, startSentinelGroup, type SentinelGroup } from '../helpers/redis-ha.js';
 import { stopAllServers } from '../helpers/servers.js';
 import { requireTools } from '../helpers/system-tools.js';
-import { failoverLog, MAX_FAILOVER_LINES, midDrain, startBurst, type Burst } from './ha-burst.js';
+import { failoverLog, MAX_FAILOVER_LINES, MAX_FAILOVER_REPEATS, midDrain, startBurst, type Burst } from './ha-burst.js';
 import { sleep, waitUntil } from './harness.js';
 
 const tools = requireTools('redis-sentinel');
@@ -63,6 +63,9 @@ describe.skipIf(tools.skip)(tools.title('Redis Sentinel'), () => {
     for (const l of logs) {
       expect(l.errors, `${l.process}: no error line for an expected failover`).toBe(0);
       expect(l.lines, `${l.process}: at most a handful of lines (${JSON.stringify(l.byMessage)})`).toBeLessThanOrEqual(MAX_FAILOVER_LINES);
+      expect(Math.max(0, ...Object.values(l.byMessage)), `${l.process}: no line repeated (${JSON.stringify(l.byMessage)})`).toBeLessThanOrEqual(
+        MAX_FAILOVER_REPEATS,
+      );
       expect(l.unnamed, `${l.process}: every Redis line names its node`).toEqual([]);
       expect(l.byMessage['Redis reachable again'] ?? 0, `${l.process}: one reachable-again line`).toBeLessThanOrEqual(1);
     }

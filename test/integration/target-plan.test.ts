@@ -17,6 +17,8 @@ import { createTestDatabase, type TestDatabase } from '../helpers/services.js';
 import { tearDown } from '../helpers/teardown.js';
 
 const SQL = "UPDATE orders SET status = 'closed' WHERE id = ANY($1) RETURNING id";
+/** Eight unlimited business databases behind one route (the last describe). */
+const WIDE = ['w0', 'w1', 'w2', 'w3', 'w4', 'w5', 'w6', 'w7'];
 const EPOCH = 1;
 let db: TestDatabase;
 let pool: pg.Pool;
@@ -27,13 +29,18 @@ beforeAll(async () => {
   pool = createPool({ connectionString: db.url, max: 3, applicationName: 'target-plan test', logger: createLogger('silent') });
   await migrate(pool, createLogger('silent'));
   const config = parseConfig({
-    businessDatabases: { a: { url: 'postgres://a', rateLimit: 1000 }, b: { url: 'postgres://b' } },
+    businessDatabases: {
+      a: { url: 'postgres://a', rateLimit: 1000 },
+      b: { url: 'postgres://b' },
+      ...Object.fromEntries(WIDE.map((d) => [d, { url: `postgres://${d}` }])),
+    },
     kinds: {
       'k.a1': { handler: { type: 'sql', sql: SQL, database: 'a' } },
       'k.a2': { handler: { type: 'sql', sql: SQL, database: 'a' } },
       'k.routed': { handler: { type: 'sql', sql: SQL, route: { by: 'modulo', databases: ['a', 'b'] } } },
       'k.b': { handler: { type: 'sql', sql: SQL, database: 'b' } },
       'k.same': { handler: { type: 'sql', sql: SQL } },
+      'k.wide': { handler: { type: 'sql', sql: SQL, route: { by: 'modulo', databases: WIDE } } },
     },
   });
   await syncKinds(pool, config.kinds);
@@ -42,7 +49,7 @@ beforeAll(async () => {
   await pool.query(`UPDATE timeout_center.coordinator_lease SET epoch = $1, holder = 'test' WHERE id = 1`, [EPOCH]);
   // A live worker serves every kind (a kind no live worker serves gets one shard at most).
   await pool.query(`INSERT INTO timeout_center.workers (worker_id, host, pid, kinds) VALUES ('test-worker', 'test', 1, $1)`, [Object.keys(config.kinds)]);
-  for (const kind of Object.keys(config.kinds)) {
+  for (const kind of KINDS) {
     await pool.query(`INSERT INTO timeout_center.timeouts (kind, biz_id, due_at) SELECT $1, g::text, now() - interval '1 s' FROM generate_series(1, 3000) g`, [
       kind,
     ]);
@@ -141,5 +148,40 @@ describe('plan_shards under a rate limit per business database', () => {
     await pool.query(`UPDATE timeout_center.targets SET rate_limit = NULL WHERE target = 'a'`);
     const free = await newShards(await plan({}));
     expect(free.filter((s) => s.target === 'a').some((s) => s.claim_limit === 500)).toBe(true);
+  });
+});
+
+describe('plan_shards for a kind routed over many business databases', () => {
+  it("sizes its shards on the kind's uncovered rows over all its targets, not on each target's", async () => {
+    // 16,000 due over eight databases: 2,000 each. A quarter of the kind's 16,000 is 4,000, so
+    // each database gets one shard of its 2,000, except the first, whose first shard is the
+    // kind's small first one (500: nothing of the kind in flight yet), and one of the 1,500 left.
+    // Sized on one database's 2,000 (a quarter: 500), each got four shards of 500, and sixteen
+    // databases paid each shard's fixed costs for a sixteenth of a flood (issue 32).
+    await pool.query(
+      `INSERT INTO timeout_center.timeouts (kind, biz_id, due_at) SELECT 'k.wide', g::text, now() - interval '1 s' FROM generate_series(1, 16000) g`,
+    );
+    const scan = await planScan(pool, EPOCH, {
+      coordinatorId: 'test',
+      cutoff: new Date(),
+      kinds: ['k.wide'],
+      maxShards: 1000,
+      maxRows: 50_000,
+      credit: {},
+      rateBudget: {},
+      targetBudget: {},
+      goneAfterMs: 3000,
+    });
+    const shards = await newShards(scan);
+    for (const d of WIDE) {
+      expect(rowsTo(shards, d), d).toBe(2000);
+      expect(
+        shards
+          .filter((s) => s.target === d)
+          .map((s) => s.claim_limit)
+          .sort((x, y) => x - y),
+        d,
+      ).toEqual(d === 'w0' ? [500, 1500] : [2000]);
+    }
   });
 });

@@ -6,7 +6,9 @@
 -- An unknown kind fails the cast to timeout_center.kind (22P02) and nothing is written.
 --   $1 kinds   $2 biz_ids   $3 due ats (timestamptz, NULL: use the delay)
 --   $4 delays (ms from now(), NULL: use the due at)   $5 payloads (jsonb text or NULL)
--- @params kinds: string[], bizIds: string[], dueAts: (Date | null)[], delaysMs: (number | null)[], payloads: (string | null)[]
+--   $6 the request's W3C traceparent, kept with every row of the batch (NULL: none; sql/0022), and
+--      replaced with it on a pending row moved, as schedule.sql does
+-- @params kinds: string[], bizIds: string[], dueAts: (Date | null)[], delaysMs: (number | null)[], payloads: (string | null)[], traceParent: string | null
 -- Returns ord (1-based position in the input), id, due_at, created.
 WITH input AS (
   SELECT i.ord, i.kind::timeout_center.kind AS kind, i.biz_id,
@@ -14,10 +16,10 @@ WITH input AS (
     FROM unnest($1::text[], $2::text[], $3::timestamptz[], $4::double precision[], $5::text[])
          WITH ORDINALITY AS i(kind, biz_id, due_at, delay_ms, payload, ord)),
 ins AS (
-  INSERT INTO timeout_center.timeouts AS t (kind, biz_id, due_at, payload)
-  SELECT kind, biz_id, due_at, payload FROM input ORDER BY kind, biz_id
+  INSERT INTO timeout_center.timeouts AS t (kind, biz_id, due_at, payload, trace_parent)
+  SELECT kind, biz_id, due_at, payload, $6::text FROM input ORDER BY kind, biz_id
   ON CONFLICT (kind, biz_id) WHERE state IN ('pending', 'dispatched')
-  DO UPDATE SET due_at = EXCLUDED.due_at, payload = EXCLUDED.payload WHERE t.state = 'pending'
+  DO UPDATE SET due_at = EXCLUDED.due_at, payload = EXCLUDED.payload, trace_parent = EXCLUDED.trace_parent WHERE t.state = 'pending'
   RETURNING t.id, t.kind, t.biz_id, t.due_at, (xmax = 0) AS created)
 SELECT input.ord::int AS ord, coalesce(ins.id, d.id)::int8 AS id, coalesce(ins.due_at, d.due_at) AS due_at,
        coalesce(ins.created, false) AS created

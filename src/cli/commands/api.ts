@@ -13,6 +13,7 @@ import { loadConfig, type LoadedConfig } from '../../config.js';
 import { assertMigrated } from '../../db/migrate.js';
 import { createPool } from '../../db/pool.js';
 import { createLogger, type Logger } from '../../observability/logger.js';
+import { TracingService } from '../../observability/tracing.js';
 import { checkPostgres } from '../../runtime.js';
 import { service, type Service } from '../../service.js';
 import { storeLayout } from '../../stores/layout.js';
@@ -134,11 +135,24 @@ export function registerApi(program: Command): void {
     .action(async (opts: { config?: string; port: number; host: string; allowUnauthenticated?: boolean }) => {
       const config = loadConfig({ path: opts.config, needsRedis: false });
       const logger = createLogger(config.logLevel);
-      const server = await serveApi({ config, port: opts.port, host: opts.host, allowUnauthenticated: Boolean(opts.allowUnauthenticated), logger });
+      // OpenTelemetry when the OTEL_* variables configure it, as in run/coordinator/worker (there
+      // it is the runtime's first service): each request's span is exported.
+      const tracing = new TracingService(logger);
+      await tracing.start();
+      let server: ApiServer;
+      try {
+        server = await serveApi({ config, port: opts.port, host: opts.host, allowUnauthenticated: Boolean(opts.allowUnauthenticated), logger });
+      } catch (err) {
+        await tracing.stop();
+        throw err;
+      }
       await new Promise<void>((resolve) => {
         const stop = () => {
           logger.info('stopping the API');
-          void server.close().then(resolve);
+          void server
+            .close()
+            .then(() => tracing.stop())
+            .then(resolve);
         };
         process.once('SIGTERM', stop);
         process.once('SIGINT', stop);

@@ -140,23 +140,39 @@ WITH live_target AS (
   -- cap, no rate limit on the kind or its database: an operator who limits one keeps its
   -- configured size); code and HTTP handlers get their configured size (one call per shard). When nothing of the kind is in flight (a flood begins), its first shard keeps
   -- `base`, so the first closes commit one small shard after the due instant rather than one
-  -- large one.
+  -- large one. A kind routed over several business databases is sized on its uncovered rows over
+  -- all its unlimited targets (kind_uncovered), not on each target's: its flood is spread over the
+  -- workers' slots by its targets already, and a quarter of one target's rows made sixteen
+  -- databases' shards a sixteenth the size of one database's, each paying the per-shard costs
+  -- (lease, claim, marker, fenced record, ACK) for a few hundred rows (issue 32: 160 shards of
+  -- 1,250 rows on average for 200,000 over 16 databases, 45 of 4,444 over 3); and only its first
+  -- target's first shard keeps `base`.
   SELECT n.kind, n.target, 1 + p.turn AS turn, n.shard_room, n.row_room, tf.row_room AS target_row_room,
          coalesce(lt.capacity, 0) AS target_in_flight, p.claim_limit::int AS claim_limit
     FROM need n
     LEFT JOIN target_flow tf ON tf.target = n.target
     LEFT JOIN live_target lt ON lt.kind = n.kind AND lt.target = n.target
    CROSS JOIN LATERAL (SELECT least(n.shard_size, coalesce(tf.shard_size, n.shard_size))::bigint AS base) b
+   -- the kind's uncovered rows: its own for a kind with one target; over its targets without a
+   -- rate limit for a routed kind (a limited one's rows go at its pace, in shards of its size)
+   CROSS JOIN LATERAL (SELECT greatest(n.uncovered, (SELECT sum(n2.uncovered) FROM need n2
+                                                      WHERE n2.kind = n.kind
+                                                        AND NOT EXISTS (SELECT 1 FROM target_flow t2 WHERE t2.target = n2.target))) AS kind_uncovered) ku
    CROSS JOIN LATERAL (SELECT n.row_room IS NULL AND n.shard_room IS NULL AND tf.row_room IS NULL
                               AND (SELECT k.handler_type FROM timeout_center.kinds k WHERE k.kind = n.kind) = 'sql' AS adaptive,
                               -- a business database's shard (issue 32): 5,000 rows at most, so its
                               -- transaction there holds the orders' row locks for a fraction of a
                               -- second, and its marker and held ids stay a few tens of kB
                               CASE WHEN n.target IS NULL THEN 20000 ELSE 5000 END AS largest) a
-   CROSS JOIN LATERAL (SELECT CASE WHEN a.adaptive THEN greatest(b.base, least(a.largest, ceil(n.uncovered / 4.0)::bigint))
+   CROSS JOIN LATERAL (SELECT CASE WHEN a.adaptive THEN greatest(b.base, least(a.largest, ceil(ku.kind_uncovered / 4.0)::bigint))
                                    ELSE b.base END AS size) ad
    CROSS JOIN LATERAL (SELECT ad.size,
-                              CASE WHEN EXISTS (SELECT 1 FROM live l WHERE l.kind = n.kind) THEN ad.size
+                              -- one small first shard per kind: a routed kind's first target's
+                              -- (its other targets' first shards start in the same instant and
+                              -- would only pay the per-shard costs more often)
+                              CASE WHEN EXISTS (SELECT 1 FROM live l WHERE l.kind = n.kind)
+                                     OR n.target IS DISTINCT FROM (SELECT min(n3.target) FROM need n3 WHERE n3.kind = n.kind AND n3.uncovered > 0)
+                                   THEN ad.size
                                    ELSE least(ad.size, b.base) END AS first,
                               -- the smallest shard of the halving end (equal shards: size)
                               CASE WHEN a.adaptive AND n.complete THEN least(ad.size, greatest(b.base, ceil(ad.size / 8.0)::bigint))

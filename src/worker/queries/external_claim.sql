@@ -21,7 +21,9 @@
 -- Returns one row: target (the shard's), ids (bigint[]), biz_ids (text[]), payloads (jsonb[]),
 -- lateness in s (float8[]), fresh (this is the shard's first claim: no earlier run of it can have
 -- applied anything), measured_ms (the instant the lateness is measured at, epoch ms: the worker
--- moves it to the record's, external_record.sql at_ms); no row when the lease is no longer ours.
+-- moves it to the record's, external_record.sql at_ms), trace_parents (text[], NULL when none: up
+-- to 32 distinct schedule trace contexts of the rows, sql/0022, which the shard's span links to,
+-- as claim.sql's); no row when the lease is no longer ours.
 WITH ours AS MATERIALIZED (
   SELECT sh.target, sh.claimed_at, sh.held_ids FROM timeout_center.shards sh
    WHERE sh.id = $1 AND sh.lease_token = $4 AND sh.state = 'running'
@@ -30,11 +32,11 @@ WITH ours AS MATERIALIZED (
   UPDATE timeout_center.timeouts t
      SET state = 'dispatched', shard_id = $1, attempts = t.attempts + 1
    WHERE t.id = ANY (coalesce((SELECT o.held_ids FROM ours o WHERE o.claimed_at IS NOT NULL), '{}'::bigint[])) AND t.state = 'pending'
-  RETURNING t.id, t.biz_id, t.payload, t.due_at
+  RETURNING t.id, t.biz_id, t.payload, t.due_at, t.trace_parent
 ), pinned AS MATERIALIZED (
   -- The shard's dispatched rows: taken back by an earlier re-run, or handed to it by the split of
   -- a shard that ran again after its worker died (split_pinned.sql).
-  SELECT h.id, h.biz_id, h.payload, h.due_at FROM timeout_center.timeouts h
+  SELECT h.id, h.biz_id, h.payload, h.due_at, h.trace_parent FROM timeout_center.timeouts h
    WHERE h.shard_id = $1 AND h.state = 'dispatched' AND EXISTS (SELECT 1 FROM ours)
 ), busy AS MATERIALIZED (
   -- The ids the kind's other live shards hold (a few shards, a few thousand ids).
@@ -42,7 +44,7 @@ WITH ours AS MATERIALIZED (
    WHERE o.kind = $2 AND o.held_ids IS NOT NULL AND o.state IN ('queued', 'running') AND o.id <> $1
      AND EXISTS (SELECT 1 FROM ours WHERE claimed_at IS NULL) AND NOT EXISTS (SELECT 1 FROM pinned)
 ), fresh AS MATERIALIZED (
-  SELECT d.id, d.biz_id, d.payload, d.due_at FROM timeout_center.timeouts d
+  SELECT d.id, d.biz_id, d.payload, d.due_at, d.trace_parent FROM timeout_center.timeouts d
    WHERE d.kind = $2::timeout_center.kind AND d.state = 'pending' AND d.available_at <= statement_timestamp()
      -- the row's target, stamped when it was written (sql/0020): a routed claim walks its own
      -- target's due rows on timeouts_due_by_target and never reads another target's
@@ -57,7 +59,7 @@ WITH ours AS MATERIALIZED (
      SET claimed_at = coalesce(sh.claimed_at, statement_timestamp()),
          held_ids = CASE WHEN sh.claimed_at IS NULL AND NOT EXISTS (SELECT 1 FROM pinned) THEN ARRAY(SELECT f.id FROM fresh f) END
    WHERE sh.id = $1 AND EXISTS (SELECT 1 FROM ours)
-), rows AS (
+), rows AS MATERIALIZED (
   SELECT * FROM pinned UNION ALL SELECT * FROM taken_back UNION ALL SELECT * FROM fresh
 )
 SELECT (SELECT target FROM ours) AS target,
@@ -66,6 +68,7 @@ SELECT (SELECT target FROM ours) AS target,
        coalesce(array_agg(r.payload ORDER BY r.id), '{}') AS payloads,
        coalesce(array_agg(extract(epoch FROM statement_timestamp() - r.due_at)::float8 ORDER BY r.id), '{}') AS lateness,
        (SELECT claimed_at IS NULL FROM ours) AS fresh,
-       date_part('epoch', statement_timestamp()) * 1000 AS measured_ms
+       date_part('epoch', statement_timestamp()) * 1000 AS measured_ms,
+       (SELECT array_agg(l.trace_parent) FROM (SELECT DISTINCT trace_parent FROM rows WHERE trace_parent IS NOT NULL LIMIT 32) l) AS trace_parents
   FROM rows r
 HAVING EXISTS (SELECT 1 FROM ours)
