@@ -149,7 +149,7 @@ function startPerf(server: PostgresServer, out: string): ChildProcess {
       return false;
     }
   });
-  return spawn('perf', ['record', '-F', '499', '-g', '-o', out, '-p', pids.join(',')], { stdio: 'ignore' });
+  return spawn('perf', ['record', '-F', '4999', '-g', '-o', out, '-p', pids.join(',')], { stdio: 'ignore' });
 }
 
 async function stopPerf(perf: ChildProcess): Promise<void> {
