@@ -160,6 +160,9 @@ async function closeGaps(ordersDbs: OrdersDb[], faults: Fault[], arrivalsStopped
       const overlaps = (g: Fault) => !f.scope || !g.scope || g.scope.some((d) => f.scope!.includes(d));
       const next = fs.slice(i + 1).find(overlaps)?.startMs ?? Infinity;
       const gap = longestGap(times, f.startMs, Math.min(f.doneMs + GAP_HORIZON_MS, next, arrivalsStoppedMs), next);
+      // The first close after the server answered again, if one came before the next fault.
+      const firstAfterBack = f.backMs === undefined ? undefined : times[lowerBound(times, f.backMs)];
+      const resumed = firstAfterBack !== undefined && firstAfterBack < next ? { closesResumedMs: Math.round(firstAfterBack - f.backMs!) } : {};
       return {
         type: f.type,
         ...(f.target ? { target: f.target } : {}),
@@ -167,10 +170,11 @@ async function closeGaps(ordersDbs: OrdersDb[], faults: Fault[], arrivalsStopped
         doneAt: new Date(f.doneMs).toISOString(),
         gapMs: Math.round(gap.gapMs),
         gapFrom: new Date(gap.fromMs).toISOString(),
+        ...resumed,
         ...(f.detail ?? {}),
       };
     });
-  const byType: Record<string, { count: number; p50Ms: number; maxMs: number }> = {};
+  const byType: Record<string, { count: number; p50Ms: number; maxMs: number; closesResumedMaxMs?: number }> = {};
   // A process fault is told apart by the role of its victim (a leader's death stops every close
   // until the lock expires; a worker's, only its own shards).
   const group = (g: (typeof perFault)[number]) => {
@@ -182,7 +186,13 @@ async function closeGaps(ordersDbs: OrdersDb[], faults: Fault[], arrivalsStopped
       .filter((g) => group(g) === type)
       .map((g) => g.gapMs)
       .sort((a, b) => a - b);
-    byType[type] = { count: gaps.length, p50Ms: gaps[Math.floor(gaps.length / 2)]!, maxMs: gaps.at(-1)! };
+    const resumed = perFault.filter((g) => group(g) === type && g.closesResumedMs !== undefined).map((g) => g.closesResumedMs!);
+    byType[type] = {
+      count: gaps.length,
+      p50Ms: gaps[Math.floor(gaps.length / 2)]!,
+      maxMs: gaps.at(-1)!,
+      ...(resumed.length ? { closesResumedMaxMs: Math.max(...resumed) } : {}),
+    };
   }
   // For comparison: the longest gap over all closes outside every fault's window (arrivals are
   // steady, so this is what the load alone gives on this machine).

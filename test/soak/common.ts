@@ -61,6 +61,9 @@ export interface Fault {
   startMs: number;
   /** When the nemesis was done with it (the server back, the process thawed). */
   doneMs: number;
+  /** When the server it took away answered again (restarted, or a replica promoted): the gap's
+   *  report says how long closes took to resume after that. Absent for process faults. */
+  backMs?: number;
   /** End of its lateness window: timeouts due up to a lease after it are not counted as clean. */
   endMs: number;
   /** The orders databases whose closes it can stop (their close gaps are measured); all when absent. */

@@ -86,16 +86,25 @@ export async function runSoak(args: SoakArgs): Promise<number> {
     const nemesisKilled = new Set<number>();
     // Every line the fleet logged (warn and above: LOG_LEVEL), kept for the report.
     const fleetLines: { process: string; line: LogLine }[] = [];
-    const ownExits: { process: string; at: string; code: number | null; signal: string | null; stderr: string; lastLines: unknown[] }[] = [];
+    const ownExits: { process: string; at: string; afterMs: number; code: number | null; signal: string | null; stderr: string; lastLines: unknown[] }[] = [];
     const launch = (name: string, role: Role) => {
       const p = spawnCli(name, [role, '--config', configPath], env);
+      const spawnedAt = Date.now();
       fleet.set(name, p);
       void p.exited.then(async ({ code, signal }) => {
         for (const l of p.lines) fleetLines.push({ process: name, line: l });
         if (!running) return;
         restarts[name] = (restarts[name] ?? 0) + 1;
         if (!nemesisKilled.has(p.pid)) {
-          ownExits.push({ process: name, at: new Date().toISOString(), code, signal, stderr: p.stderr.slice(-2000), lastLines: p.lines.slice(-8) });
+          ownExits.push({
+            process: name,
+            at: new Date().toISOString(),
+            afterMs: Date.now() - spawnedAt,
+            code,
+            signal,
+            stderr: p.stderr.slice(-2000),
+            lastLines: p.lines.slice(-8),
+          });
           log(`${name} exited on its own (code ${code}, signal ${signal}): ${p.stderr.slice(-300).trim() || JSON.stringify(p.lines.at(-1))}`);
         }
         await sleep(500);
@@ -379,11 +388,11 @@ interface Summary {
   faults: number;
   faultsByType: Record<string, number>;
   nemesisFailed: unknown[];
-  ownExits: { process: string; code: number | null; signal: string | null }[];
+  ownExits: { process: string; afterMs: number; code: number | null; signal: string | null }[];
   violations: Record<string, { count: number; sample: string[] }>;
   lateness: { outsideFaults: number; p50Ms: number | null; p99Ms: number | null; maxMs: number | null };
   closeGaps: {
-    byType: Record<string, { count: number; p50Ms: number; maxMs: number }>;
+    byType: Record<string, { count: number; p50Ms: number; maxMs: number; closesResumedMaxMs?: number }>;
     worst: { type: string; target?: string; at: string; gapMs: number } | undefined;
     quietMaxMs: number;
   };
@@ -403,11 +412,22 @@ function printSummary(r: Summary): void {
       .sort((a, b) => b[1] - a[1])
       .map(([k, v]) => `${v} ${k}`)
       .join(', ')}${r.nemesisFailed.length ? `; ${r.nemesisFailed.length} nemesis actions failed (see nemesisFailed)` : ''}`,
-    `  processes that exited on their own (not killed by the nemesis): ${r.ownExits.length ? r.ownExits.map((e) => `${e.process} (code ${e.code})`).join(', ') : 'none'}`,
+    // Exit 3 is the CLI's "unavailable, nothing done": a process (re)started while Redis or a
+    // database was down refuses to start, and its supervisor (here the soak) starts it again.
+    `  processes that exited on their own (not killed by the nemesis): ${
+      r.ownExits.length
+        ? r.ownExits
+            .map((e) => `${e.process} after ${Math.round(e.afterMs / 100) / 10} s (exit ${e.code ?? e.signal}${e.code === 3 ? ': unavailable at start' : ''})`)
+            .join(', ')
+        : 'none'
+    }`,
     `  violations: ${bad.length === 0 ? '0 of every kind' : bad.map(([k, v]) => `${k}: ${v.count} (e.g. ${v.sample.slice(0, 3).join(', ')})`).join('; ')}`,
     `  lateness outside fault windows: p50 ${r.lateness.p50Ms} ms, p99 ${r.lateness.p99Ms} ms, max ${r.lateness.maxMs} ms (${n(r.lateness.outsideFaults)} timeouts)`,
     `  longest gap in closes after a fault, by type (p50 / max):`,
-    ...Object.entries(r.closeGaps.byType).map(([k, v]) => `    ${k}: ${n(v.p50Ms)} / ${n(v.maxMs)} ms (${v.count})`),
+    ...Object.entries(r.closeGaps.byType).map(
+      ([k, v]) =>
+        `    ${k}: ${n(v.p50Ms)} / ${n(v.maxMs)} ms (${v.count})${v.closesResumedMaxMs !== undefined ? `; closes resumed at most ${n(v.closesResumedMaxMs)} ms after the server answered again` : ''}`,
+    ),
     `  longest: ${r.closeGaps.worst ? `${n(r.closeGaps.worst.gapMs)} ms after ${r.closeGaps.worst.type}${r.closeGaps.worst.target ? ` (${r.closeGaps.worst.target})` : ''} at ${r.closeGaps.worst.at}` : 'none'}; longest gap away from any fault: ${n(r.closeGaps.quietMaxMs)} ms`,
   ];
   process.stdout.write(`${lines.join('\n')}\n`);

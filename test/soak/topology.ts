@@ -165,7 +165,7 @@ function restartBusiness(server: PostgresServer) {
   return async (): Promise<FaultResult> => {
     await server.restart('immediate');
     const doneMs = Date.now();
-    return { type: 'business PostgreSQL restarted -m immediate', doneMs, endMs: doneMs + 2000, scope: ['business'] };
+    return { type: 'business PostgreSQL restarted -m immediate', doneMs, backMs: doneMs, endMs: doneMs + 2000, scope: ['business'] };
   };
 }
 
@@ -176,7 +176,7 @@ function restartRedisEmpty(redis: Awaited<ReturnType<typeof startRedis>>) {
     await sleep(500);
     await redis.start();
     const doneMs = Date.now();
-    return { type: 'Redis restarted empty', doneMs, endMs: doneMs + 2000 };
+    return { type: 'Redis restarted empty', doneMs, backMs: doneMs, endMs: doneMs + 2000 };
   };
 }
 
@@ -217,6 +217,7 @@ export async function setUp(topology: Topology, center: Db): Promise<SetUp> {
         type: how === 'SIGKILL' ? 'store PostgreSQL SIGKILLed, restarted' : 'store PostgreSQL stopped -m immediate, restarted',
         target: STORES[i]!,
         doneMs,
+        backMs: doneMs,
         endMs: doneMs + 2000,
         scope: [STORES[i]!],
         detail: { downMs: doneMs - t0 },
@@ -303,6 +304,7 @@ export async function setUp(topology: Topology, center: Db): Promise<SetUp> {
         type: 'Redis Cluster master SIGKILLed, replica promoted, old master rejoined',
         target: `127.0.0.1:${victimPort} (${key})`,
         doneMs,
+        backMs: t0 + promotedMs,
         endMs: t0 + promotedMs + 2000,
         detail: { promotedMs, rejoinedMs: doneMs - t0, promotedPort: promoted },
       };
@@ -310,7 +312,7 @@ export async function setUp(topology: Topology, center: Db): Promise<SetUp> {
     const recreate = async (): Promise<FaultResult> => {
       await cluster.restartEmpty();
       const doneMs = Date.now();
-      return { type: 'Redis Cluster recreated empty', doneMs, endMs: doneMs + 2000 };
+      return { type: 'Redis Cluster recreated empty', doneMs, backMs: doneMs, endMs: doneMs + 2000 };
     };
     return {
       ...common,
@@ -346,6 +348,7 @@ export async function setUp(topology: Topology, center: Db): Promise<SetUp> {
       type: 'Sentinel master SIGKILLed, replica promoted, old master rejoined',
       target: `127.0.0.1:${victim.port}`,
       doneMs,
+      backMs: t0 + promotedMs,
       endMs: t0 + promotedMs + 2000,
       detail: { promotedMs, rejoinedMs: doneMs - t0, promotedPort: other.port },
     };
