@@ -148,10 +148,10 @@ export function longestGap(times: Float64Array, from: number, until: number, nex
 
 /** Per fault, the longest gap in the closes it can stop (its scope: one database, or all). */
 async function closeGaps(ordersDbs: OrdersDb[], faults: Fault[], arrivalsStoppedMs: number) {
-  const byDb = new Map<string, Float64Array>();
-  for (const { name, pool } of ordersDbs) byDb.set(name, await closeTimes(pool));
-  const merge = (names: string[]) => Float64Array.from(names.flatMap((n) => [...(byDb.get(n) ?? [])])).sort();
-  const all = merge([...byDb.keys()]);
+  const byDbTimes = new Map<string, Float64Array>();
+  for (const { name, pool } of ordersDbs) byDbTimes.set(name, await closeTimes(pool));
+  const merge = (names: string[]) => Float64Array.from(names.flatMap((n) => [...(byDbTimes.get(n) ?? [])])).sort();
+  const all = merge([...byDbTimes.keys()]);
   const perFault = faults
     .filter((f) => f.startMs < arrivalsStoppedMs)
     .map((f, i, fs) => {
@@ -159,7 +159,12 @@ async function closeGaps(ordersDbs: OrdersDb[], faults: Fault[], arrivalsStopped
       // A gap that begins, or goes on, once the next fault has begun is that fault's.
       const overlaps = (g: Fault) => !f.scope || !g.scope || g.scope.some((d) => f.scope!.includes(d));
       const next = fs.slice(i + 1).find(overlaps)?.startMs ?? Infinity;
-      const gap = longestGap(times, f.startMs, Math.min(f.doneMs + GAP_HORIZON_MS, next, arrivalsStoppedMs), next);
+      const until = Math.min(f.doneMs + GAP_HORIZON_MS, next, arrivalsStoppedMs);
+      const gap = longestGap(times, f.startMs, until, next);
+      // Per database too: whether a fault of one kind's server (a Redis master) stops the others.
+      const byDb = Object.fromEntries(
+        (f.scope ?? [...byDbTimes.keys()]).map((db) => [db, Math.round(longestGap(byDbTimes.get(db) ?? new Float64Array(), f.startMs, until, next).gapMs)]),
+      );
       // The first close after the server answered again, if one came before the next fault.
       const firstAfterBack = f.backMs === undefined ? undefined : times[lowerBound(times, f.backMs)];
       const resumed = firstAfterBack !== undefined && firstAfterBack < next ? { closesResumedMs: Math.round(firstAfterBack - f.backMs!) } : {};
@@ -171,6 +176,7 @@ async function closeGaps(ordersDbs: OrdersDb[], faults: Fault[], arrivalsStopped
         gapMs: Math.round(gap.gapMs),
         gapFrom: new Date(gap.fromMs).toISOString(),
         ...resumed,
+        gapByDb: byDb,
         ...(f.detail ?? {}),
       };
     });
