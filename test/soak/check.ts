@@ -146,37 +146,43 @@ export function longestGap(times: Float64Array, from: number, until: number, nex
   return longest;
 }
 
-/** Per fault, the longest gap in the closes it can stop (its scope: one database, or all). */
+/** Per fault, the longest gap in closes of a database it can stop (its scope: one database, or
+ *  all): measured in each database on its own, so that one database's stall does not hide behind
+ *  another's closes. */
 async function closeGaps(ordersDbs: OrdersDb[], faults: Fault[], arrivalsStoppedMs: number) {
   const byDbTimes = new Map<string, Float64Array>();
   for (const { name, pool } of ordersDbs) byDbTimes.set(name, await closeTimes(pool));
-  const merge = (names: string[]) => Float64Array.from(names.flatMap((n) => [...(byDbTimes.get(n) ?? [])])).sort();
-  const all = merge([...byDbTimes.keys()]);
+  const dbs = [...byDbTimes.keys()];
+  const touches = (f: Fault, db: string) => !f.scope || f.scope.includes(db);
   const perFault = faults
     .filter((f) => f.startMs < arrivalsStoppedMs)
     .map((f, i, fs) => {
-      const times = f.scope ? merge(f.scope) : all;
-      // A gap that begins, or goes on, once the next fault has begun is that fault's.
-      const overlaps = (g: Fault) => !f.scope || !g.scope || g.scope.some((d) => f.scope!.includes(d));
-      const next = fs.slice(i + 1).find(overlaps)?.startMs ?? Infinity;
-      const until = Math.min(f.doneMs + GAP_HORIZON_MS, next, arrivalsStoppedMs);
-      const gap = longestGap(times, f.startMs, until, next);
-      // Per database too: whether a fault of one kind's server (a Redis master) stops the others.
-      const byDb = Object.fromEntries(
-        (f.scope ?? [...byDbTimes.keys()]).map((db) => [db, Math.round(longestGap(byDbTimes.get(db) ?? new Float64Array(), f.startMs, until, next).gapMs)]),
-      );
-      // The first close after the server answered again, if one came before the next fault.
-      const firstAfterBack = f.backMs === undefined ? undefined : times[lowerBound(times, f.backMs)];
-      const resumed = firstAfterBack !== undefined && firstAfterBack < next ? { closesResumedMs: Math.round(firstAfterBack - f.backMs!) } : {};
+      const byDb = dbs.map((db) => {
+        const times = byDbTimes.get(db)!;
+        // A gap that begins, or goes on, once the next fault touching this database has begun is that fault's.
+        const next = fs.slice(i + 1).find((g) => touches(g, db))?.startMs ?? Infinity;
+        const gap = longestGap(times, f.startMs, Math.min(f.doneMs + GAP_HORIZON_MS, next, arrivalsStoppedMs), next);
+        // The first close after the server answered again, if one came before the next fault.
+        const firstAfterBack = f.backMs === undefined ? undefined : times[lowerBound(times, f.backMs)];
+        const resumedMs = firstAfterBack !== undefined && firstAfterBack < next ? firstAfterBack - f.backMs! : undefined;
+        return { db, ...gap, resumedMs };
+      });
+      const inScope = byDb.filter((g) => touches(f, g.db));
+      const worst = inScope.reduce((w, g) => (g.gapMs > w.gapMs ? g : w));
+      const resumed = inScope.map((g) => g.resumedMs).filter((r): r is number => r !== undefined);
       return {
         type: f.type,
         ...(f.target ? { target: f.target } : {}),
         at: new Date(f.startMs).toISOString(),
         doneAt: new Date(f.doneMs).toISOString(),
-        gapMs: Math.round(gap.gapMs),
-        gapFrom: new Date(gap.fromMs).toISOString(),
-        ...resumed,
-        gapByDb: byDb,
+        gapMs: Math.round(worst.gapMs),
+        gapDb: worst.db,
+        gapFrom: new Date(worst.fromMs).toISOString(),
+        // Closes resumed in the databases it stopped: the last of them to resume.
+        ...(resumed.length === inScope.length ? { closesResumedMs: Math.round(Math.max(...resumed)) } : {}),
+        // Every database, also those outside its scope: whether a fault of one server (a store, a
+        // Redis master) stops closes that do not depend on it.
+        gapByDb: Object.fromEntries(byDb.map((g) => [g.db, Math.round(g.gapMs)])),
         ...(f.detail ?? {}),
       };
     });
@@ -200,12 +206,14 @@ async function closeGaps(ordersDbs: OrdersDb[], faults: Fault[], arrivalsStopped
       ...(resumed.length ? { closesResumedMaxMs: Math.max(...resumed) } : {}),
     };
   }
-  // For comparison: the longest gap over all closes outside every fault's window (arrivals are
-  // steady, so this is what the load alone gives on this machine).
+  // For comparison: the longest gap between two closes of a database away from every fault's
+  // window (arrivals are steady, so this is what the load alone gives on this machine).
   let quietMaxMs = 0;
-  const meetsFault = (a: number, b: number) => faults.some((f) => a <= f.doneMs + GAP_HORIZON_MS && b >= f.startMs);
-  for (let i = 1; i < all.length && all[i]! <= arrivalsStoppedMs; i += 1) {
-    if (all[i]! - all[i - 1]! > quietMaxMs && !meetsFault(all[i - 1]!, all[i]!)) quietMaxMs = all[i]! - all[i - 1]!;
+  for (const [db, times] of byDbTimes) {
+    const meetsFault = (a: number, b: number) => faults.some((f) => touches(f, db) && a <= f.doneMs + GAP_HORIZON_MS && b >= f.startMs);
+    for (let i = 1; i < times.length && times[i]! <= arrivalsStoppedMs; i += 1) {
+      if (times[i]! - times[i - 1]! > quietMaxMs && !meetsFault(times[i - 1]!, times[i]!)) quietMaxMs = times[i]! - times[i - 1]!;
+    }
   }
   const worst = perFault.reduce<(typeof perFault)[number] | undefined>((w, g) => (!w || g.gapMs > w.gapMs ? g : w), undefined);
   return { byType, worst, quietMaxMs: Math.round(quietMaxMs), perFault };

@@ -393,7 +393,7 @@ interface Summary {
   lateness: { outsideFaults: number; p50Ms: number | null; p99Ms: number | null; maxMs: number | null };
   closeGaps: {
     byType: Record<string, { count: number; p50Ms: number; maxMs: number; closesResumedMaxMs?: number }>;
-    worst: { type: string; target?: string; at: string; gapMs: number } | undefined;
+    worst: { type: string; target?: string; at: string; gapMs: number; gapDb: string } | undefined;
     quietMaxMs: number;
   };
   loadAverage: { max1m: number; mean1m: number | null };
@@ -423,12 +423,12 @@ function printSummary(r: Summary): void {
     }`,
     `  violations: ${bad.length === 0 ? '0 of every kind' : bad.map(([k, v]) => `${k}: ${v.count} (e.g. ${v.sample.slice(0, 3).join(', ')})`).join('; ')}`,
     `  lateness outside fault windows: p50 ${r.lateness.p50Ms} ms, p99 ${r.lateness.p99Ms} ms, max ${r.lateness.maxMs} ms (${n(r.lateness.outsideFaults)} timeouts)`,
-    `  longest gap in closes after a fault, by type (p50 / max):`,
+    `  longest gap in a database's closes after a fault, by type (p50 / max):`,
     ...Object.entries(r.closeGaps.byType).map(
       ([k, v]) =>
         `    ${k}: ${n(v.p50Ms)} / ${n(v.maxMs)} ms (${v.count})${v.closesResumedMaxMs !== undefined ? `; closes resumed at most ${n(v.closesResumedMaxMs)} ms after the server answered again` : ''}`,
     ),
-    `  longest: ${r.closeGaps.worst ? `${n(r.closeGaps.worst.gapMs)} ms after ${r.closeGaps.worst.type}${r.closeGaps.worst.target ? ` (${r.closeGaps.worst.target})` : ''} at ${r.closeGaps.worst.at}` : 'none'}; longest gap away from any fault: ${n(r.closeGaps.quietMaxMs)} ms`,
+    `  longest: ${r.closeGaps.worst ? `${n(r.closeGaps.worst.gapMs)} ms (${r.closeGaps.worst.gapDb}) after ${r.closeGaps.worst.type}${r.closeGaps.worst.target ? ` (${r.closeGaps.worst.target})` : ''} at ${r.closeGaps.worst.at}` : 'none'}; longest gap away from any fault: ${n(r.closeGaps.quietMaxMs)} ms`,
   ];
   process.stdout.write(`${lines.join('\n')}\n`);
 }
