@@ -40,7 +40,7 @@ const shared = {
 
 export default defineConfig({
   test: {
-    reporters: ['default'],
+    reporters: ['default', './test/helpers/slow-file-reporter.ts'],
     projects: [
       {
         extends: false,
