@@ -45,7 +45,7 @@ let settler: Settler | undefined;
 let configPath: string;
 let env: Record<string, string | undefined>;
 const procs: CliProcess[] = [];
-const posts: { items: number }[] = [];
+const posts: { key: string | undefined; ids: string[]; applied: string[] }[] = [];
 
 function quietPool(url: string, max = 4): pg.Pool {
   const pool = new pg.Pool({ connectionString: url, max });
@@ -75,16 +75,23 @@ beforeAll(async () => {
     req.on('data', (c: Buffer) => (body += c.toString()));
     req.on('end', () => {
       const items = (JSON.parse(body) as { items: { bizId: string }[] }).items;
-      posts.push({ items: items.length });
+      const post = { key: req.headers['idempotency-key'] as string | undefined, ids: items.map((i) => i.bizId), applied: [] as string[] };
+      posts.push(post);
       ordersPool
         .query<{ id: string }>(NON_IDEMPOTENT, [items.map((i) => i.bizId)])
-        .then(({ rows }) => res.writeHead(200, { 'content-type': 'application/json' }).end(JSON.stringify({ applied: rows.map((r) => r.id) })))
+        .then(({ rows }) => {
+          post.applied = rows.map((r) => r.id);
+          res.writeHead(200, { 'content-type': 'application/json' }).end(JSON.stringify({ applied: post.applied }));
+        })
         .catch(() => res.writeHead(500).end());
     });
   });
   await new Promise<void>((resolve) => service.listen(0, '127.0.0.1', resolve));
   const servicePort = (service.address() as { port: number }).port;
-  const kind = { shardSize: 50, maxAttempts: 3, backoffMs: 200, timeLimitMs: 3000 };
+  // A time limit well above what a loaded box takes: an HTTP call past its limit is retried by
+  // design (at least once: a service must apply an order once by its own guard), which this
+  // service's non-idempotent close would show as a double of its own, not of settle's.
+  const kind = { shardSize: 50, maxAttempts: 3, backoffMs: 200, timeLimitMs: 20_000 };
   const config: ConfigInput = {
     redisKeyPrefix: testKeyPrefix('settle-ext'),
     poolSize: 4,
@@ -94,7 +101,7 @@ beforeAll(async () => {
       [HTTP]: { ...kind, handler: { type: 'http', url: `http://127.0.0.1:${servicePort}/close` } },
     },
     coordinator: { lockTtlMs: 2000, republishAfterMs: 2000, maxInFlightShards: 16, minTickIntervalMs: 50, lagCheckIntervalMs: 1000 },
-    worker: { leaseMs: 4000, blockMs: 200, concurrency: 2, drainTimeoutMs: 3000 },
+    worker: { leaseMs: 30_000, blockMs: 200, concurrency: 2, drainTimeoutMs: 3000 },
     alerts: { lagSlaMs: 600_000 },
   };
   configPath = writeConfig(config);
@@ -122,7 +129,7 @@ describe('settle on read for a business-database kind and an HTTP kind, racing t
     const workers = [1, 2].map((i) => spawn(`worker-${i}`, ['worker', '--config', configPath], 'external.before-business-commit=sleep(100)'));
     const apiPort = await freePort();
     const api = spawn('api', ['api', '--config', configPath, '--port', String(apiPort)]);
-    await Promise.all([...workers.map((w) => w.waitForMsg('worker started')), api.waitForMsg('api listening', 60_000)]);
+    await Promise.all([...workers.map((w) => w.waitForMsg('worker started', 60_000)), api.waitForMsg('api listening', 60_000)]);
     const coordinator = spawn('coordinator', ['coordinator', '--config', configPath]);
     await coordinator.waitForMsg('became leader', 15_000);
 
@@ -214,16 +221,27 @@ describe('settle on read for a business-database kind and an HTTP kind, racing t
     const doubled = orderRows.filter((o) => o.closes > 1);
     const untrue = orderRows.filter((o) => o.closes !== (doneOf.get(o.id)?.applied ?? 0) || (doneOf.get(o.id)?.n ?? 0) > 1);
     const paidClosed = orderRows.filter((o) => o.status === 'paid' && o.closes > 0);
-    const by = (kind: string, settled: boolean) => history.filter((h) => h.kind === kind && h.result === 'applied' && (h.settled_by !== null) === settled).length;
+    const by = (kind: string, settled: boolean) =>
+      history.filter((h) => h.kind === kind && h.result === 'applied' && (h.settled_by !== null) === settled).length;
     const figures = {
       outcomes,
       details,
       paid: paid.size,
-      appliedBySettle: { [BIZ]: by(BIZ, true), [HTTP]: by(HTTP, true) },
-      appliedByShard: { [BIZ]: by(BIZ, false), [HTTP]: by(HTTP, false) },
+      appliedBySettle: { [BIZ]: by(BIZ, true), [HTTP]: by(HTTP, true) } as Record<string, number>,
+      appliedByShard: { [BIZ]: by(BIZ, false), [HTTP]: by(HTTP, false) } as Record<string, number>,
       posts: posts.length,
     };
     report('settle external race', figures);
+    if (doubled.length > 0) {
+      const ids = doubled.map((o) => o.id);
+      const { rows: trail } = await centerPool.query(
+        `SELECT a.biz_id, a.state, a.result, a.shard_id, a.settled_by, a.attempts, a.last_error, sh.owner, sh.attempts AS shard_attempts, sh.state AS shard_state
+           FROM timeout_center.all_timeouts a LEFT JOIN timeout_center.shards sh ON sh.id = a.shard_id WHERE a.biz_id = ANY($1)`,
+        [ids],
+      );
+      console.log('doubled:', JSON.stringify(trail), JSON.stringify(posts.filter((p) => p.ids.some((i) => ids.includes(i)))));
+      for (const p of procs) console.log(p.name, JSON.stringify(p.lines.filter((l) => (l.level ?? 0) >= 40).slice(-6)));
+    }
     expect(doubled, 'orders a handler ran on twice').toEqual([]);
     expect(untrue, 'orders whose closes differ from their applied history').toEqual([]);
     expect(paidClosed, 'paid orders closed').toEqual([]);
