@@ -88,7 +88,7 @@ BEGIN
   EXCEPTION WHEN lock_not_available THEN
     PERFORM set_config('lock_timeout', v_lock, true);
     RETURN QUERY SELECT 'busy', v_id, 'pending'::text, NULL::timestamptz, NULL::timestamptz, NULL::text, NULL::bigint,
-                        format('a worker''s shard (or a payer) holds the row, NULL::bigint, NULL::uuid; it did not let go within %s ms', greatest(p_wait_ms, 0));
+                        format('a worker''s shard (or a payer) holds the row; it did not let go within %s ms', greatest(p_wait_ms, 0)), NULL::bigint, NULL::uuid;
     RETURN;
   END;
   IF NOT v_found THEN
@@ -187,12 +187,12 @@ BEGIN
     WHEN lock_not_available THEN
       PERFORM set_config('lock_timeout', v_lock, true);
       RETURN QUERY SELECT 'busy', t.id, t.state, t.due_at, t.available_at, NULL::text, NULL::bigint,
-                          'the handler waited more than 100 ms on a lock of the object (a payer holds it), NULL::bigint, NULL::uuid; nothing changed';
+                          'the handler waited more than 100 ms on a lock of the object (a payer holds it); nothing changed', NULL::bigint, NULL::uuid;
       RETURN;
     WHEN OTHERS THEN
       PERFORM set_config('lock_timeout', v_lock, true);
       RETURN QUERY SELECT 'failed', t.id, t.state, t.due_at, t.available_at, NULL::text, NULL::bigint,
-                          format('the handler failed: %s (%s), NULL::bigint, NULL::uuid; nothing changed, the scan applies it with retries', SQLERRM, SQLSTATE);
+                          format('the handler failed: %s (%s); nothing changed, the scan applies it with retries', SQLERRM, SQLSTATE), NULL::bigint, NULL::uuid;
       RETURN;
   END;
   v_result := CASE WHEN v_applied > 0 THEN 'applied' ELSE 'skipped' END;
