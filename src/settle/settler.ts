@@ -142,6 +142,9 @@ export class Settler {
         detail: `this process cannot run the handler of ${kind}: ${(err as Error).message}; the workers apply it`,
       });
     }
+    // The heartbeat first: a shard bound to an owner the reaper does not know as live would be
+    // taken over at its next reap (expire_gone.sql) while this runs it.
+    const parts = await this.open();
     let row: BindRow | undefined;
     try {
       ({
@@ -175,14 +178,14 @@ export class Settler {
       suspect: false,
       claimAt: performance.now(),
     };
-    const outcome = await this.runShard(lease, handler);
+    const outcome = await this.runShard(parts, lease, handler);
     return this.outcomeOf(kind, bizId, timeoutId!, lease, outcome, found);
   }
 
   /** The workers' external executor on the bound shard, under its lease (renewed while it runs),
    *  in a shard span as a worker's run is (tc.shard). */
-  private async runShard(lease: Lease, handler: ExternalHandler): Promise<ExternalOutcome> {
-    const { executor, housekeeping } = await this.open();
+  private async runShard(parts: Awaited<NonNullable<Settler['parts']>>, lease: Lease, handler: ExternalHandler): Promise<ExternalOutcome> {
+    const { executor, housekeeping } = parts;
     const kept = housekeeping.leaseKeeper.keep(lease.id, lease.lease_token);
     try {
       return await withSpan('tc.shard', { 'tc.shard.id': lease.id, 'tc.kind': lease.kind, 'tc.store': 'center', 'tc.scan.id': lease.scan_id }, () =>

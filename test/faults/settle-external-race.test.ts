@@ -7,15 +7,15 @@
 //   - order.http: an HTTP handler (the local service closes the orders it is posted), settled over
 //     the HTTP API (a `timeout-center api` process).
 // At the instant the orders fall due, both workers apply their shards (each holding its business
-// commit 100 ms, so settles meet rows a shard holds), four readers settle every order in their
-// own random order, and two payers pay a fifth of the orders (half cancel the timeout first, as
-// the payment protocol says, the other half only pay, guarded). Both handlers are not
-// idempotent: they add one to orders.closes each time they run on an order (guarded against paid
-// orders only, not against closed ones), so a second application anywhere would show. After the
-// drain: each order changed at most once, closes is 1 exactly for the orders the history says
-// were applied (by a shard or a settle), a paid order was never closed, every marker left in the
-// orders database belongs to a recorded shard, and for each kind both a shard and a settle applied
-// some.
+// commit 300 ms, and the HTTP service answering after 150 ms, so settles meet rows a shard holds),
+// four readers settle every order in their own random order, and two payers pay a fifth of the
+// orders (half cancel the timeout first, as the payment protocol says, the other half only pay,
+// guarded). Both handlers are not idempotent: they add one to orders.closes each time they run on
+// an order (guarded against paid orders only, not against closed ones), so a second application
+// anywhere would show. After the drain: each order changed at most once, closes is 1 exactly for
+// the orders the history says were applied (by a shard or a settle), a paid order was never
+// closed, every marker left in the orders database belongs to a recorded shard, and for each kind
+// both a shard and a settle applied some.
 import { createServer, type Server } from 'node:http';
 import pg from 'pg';
 import { pino } from 'pino';
@@ -77,8 +77,8 @@ beforeAll(async () => {
       const items = (JSON.parse(body) as { items: { bizId: string }[] }).items;
       const post = { key: req.headers['idempotency-key'] as string | undefined, ids: items.map((i) => i.bizId), applied: [] as string[] };
       posts.push(post);
-      ordersPool
-        .query<{ id: string }>(NON_IDEMPOTENT, [items.map((i) => i.bizId)])
+      sleep(150)
+        .then(() => ordersPool.query<{ id: string }>(NON_IDEMPOTENT, [items.map((i) => i.bizId)]))
         .then(({ rows }) => {
           post.applied = rows.map((r) => r.id);
           res.writeHead(200, { 'content-type': 'application/json' }).end(JSON.stringify({ applied: post.applied }));
@@ -126,7 +126,7 @@ describe('settle on read for a business-database kind and an HTTP kind, racing t
       procs.push(p);
       return p;
     };
-    const workers = [1, 2].map((i) => spawn(`worker-${i}`, ['worker', '--config', configPath], 'external.before-business-commit=sleep(100)'));
+    const workers = [1, 2].map((i) => spawn(`worker-${i}`, ['worker', '--config', configPath], 'external.before-business-commit=sleep(300)'));
     const apiPort = await freePort();
     const api = spawn('api', ['api', '--config', configPath, '--port', String(apiPort)]);
     await Promise.all([...workers.map((w) => w.waitForMsg('worker started', 60_000)), api.waitForMsg('api listening', 60_000)]);
@@ -223,7 +223,12 @@ describe('settle on read for a business-database kind and an HTTP kind, racing t
     const paidClosed = orderRows.filter((o) => o.status === 'paid' && o.closes > 0);
     const by = (kind: string, settled: boolean) =>
       history.filter((h) => h.kind === kind && h.result === 'applied' && (h.settled_by !== null) === settled).length;
+    // Settle shards a worker ran again (their settler's lease taken over): 0 unless a settler stalled.
+    const { rows: rerun } = await centerPool.query<{ n: number }>(
+      `SELECT count(*)::int AS n FROM timeout_center.shards WHERE settled_by IS NOT NULL AND attempts > 1`,
+    );
     const figures = {
+      settleShardsRerun: rerun[0]!.n,
       outcomes,
       details,
       paid: paid.size,
