@@ -26,15 +26,26 @@ let env: Record<string, string>;
 const KIND = 'order.unpaid';
 const PAYLOAD_SQL = "UPDATE orders SET status = 'closed' WHERE id = ANY($1) AND ($2::jsonb[])[1] ->> 'close' = 'yes' RETURNING id";
 
+// Two business databases the center does not own, for a kind routed over them by order id.
+let bizA: TestDatabase;
+let bizB: TestDatabase;
+let poolB: pg.Pool;
+
 beforeAll(async () => {
   db = await createTestDatabase('settle');
   pool = new pg.Pool({ connectionString: db.url, max: 6 });
   await createOrdersSchema(pool);
+  bizA = await createTestDatabase('settle-biz-a');
+  bizB = await createTestDatabase('settle-biz-b');
+  poolB = new pg.Pool({ connectionString: bizB.url, max: 2 });
+  await createOrdersSchema(poolB);
   env = {
     DATABASE_URL: db.url,
     REDIS_URL: TEST_REDIS_URL,
     TIMEOUT_CENTER_CONFIG: writeConfig({
+      businessDatabases: { orders_a: { url: bizA.url }, orders_b: { url: bizB.url } },
       kinds: {
+        'order.routed': { handler: { type: 'sql', sql: CLOSE_SQL, route: { by: 'modulo', databases: ['orders_a', 'orders_b'] } } },
         [KIND]: { handler: { type: 'sql', sql: CLOSE_SQL } },
         'order.payload': { handler: { type: 'sql', sql: PAYLOAD_SQL } },
         'order.capped': { maxRunningShards: 1, handler: { type: 'sql', sql: CLOSE_SQL } },
@@ -53,7 +64,12 @@ beforeAll(async () => {
   expect(migrated.code, migrated.stderr).toBe(0);
 });
 
-afterAll(() => tearDown({ pool, db }));
+afterAll(async () => {
+  await poolB?.end();
+  await bizA?.drop();
+  await bizB?.drop();
+  await tearDown({ pool, db });
+});
 
 /** An order and its timeout, due `dueInMs` from now (negative: overdue). */
 async function order(opts: { kind?: string; status?: string; dueInMs?: number; poison?: boolean; payload?: unknown } = {}): Promise<string> {
@@ -333,6 +349,24 @@ describe('settle through the shard protocol (Settler), for a handler that runs e
     // Once: nothing live any more, and the handler is not called again.
     expect((await settler.settle('order.code', id)).outcome).toBe('not_found');
     expect(calls).toHaveLength(1);
+  });
+
+  it('applies a kind routed over business databases in the database its rule picks, with the marker protocol', async () => {
+    const id = 7001; // odd: orders_b
+    await poolB.query(`INSERT INTO orders (id, status) VALUES ($1, 'unpaid')`, [id]);
+    await pool.query(`INSERT INTO timeout_center.timeouts (kind, biz_id, due_at) VALUES ('order.routed', $1, now() - interval '1 second')`, [String(id)]);
+    const r = await settler.settle('order.routed', id);
+    expect(r).toMatchObject({ outcome: 'applied', state: 'done', result: 'applied' });
+    const { rows: closed } = await poolB.query('SELECT status FROM orders WHERE id = $1', [id]);
+    expect(closed[0]).toEqual({ status: 'closed' });
+    const { rows: shard } = await pool.query('SELECT target, settled_by FROM timeout_center.shards WHERE id = $1', [r.shardId]);
+    expect(shard[0]).toEqual({ target: 'orders_b', settled_by: 'postgres' });
+    const { rows: markers } = await poolB.query('SELECT count(*)::int AS n FROM timeout_center.markers');
+    expect(markers[0].n).toBe(0);
+    // The SQL function cannot reach orders_b: it names the API instead.
+    await poolB.query(`INSERT INTO orders (id, status) VALUES (7003, 'unpaid')`);
+    await pool.query(`INSERT INTO timeout_center.timeouts (kind, biz_id, due_at) VALUES ('order.routed', '7003', now() - interval '1 second')`);
+    expect((await settle(pool, 'order.routed', '7003')).outcome).toBe('unsupported');
   });
 
   it('answers skipped, not_due, paused and limited as settle does, binding nothing', async () => {
