@@ -16,6 +16,8 @@
 // the orders the history says were applied (by a shard or a settle), a paid order was never
 // closed, every marker left in the orders database belongs to a recorded shard, and for each kind
 // both a shard and a settle applied some.
+// Then a settler killed between the business commit and its record: a worker takes its shard over
+// and records it from the marker (applied once, recorded once).
 import { createServer, type Server } from 'node:http';
 import pg from 'pg';
 import { pino } from 'pino';
@@ -273,4 +275,46 @@ describe('settle on read for a business-database kind and an HTTP kind, racing t
     expect(paid.size).toBeGreaterThan(0);
     await Promise.all(procs.filter((p) => p.alive).map((p) => p.stop(10_000)));
   }, 180_000);
+
+  it('a settler killed between the business commit and its record: a worker takes its shard over and records it from the marker, once', async () => {
+    const spawn = (name: string, args: string[], failpoints?: string) => {
+      const p = spawnCli(name, args, { ...env, TC_FAILPOINTS: failpoints });
+      procs.push(p);
+      return p;
+    };
+    const worker = spawn('worker-3', ['worker', '--config', configPath]);
+    const apiPort = await freePort();
+    const api = spawn('api-killed', ['api', '--config', configPath, '--port', String(apiPort)], 'external.after-apply-commit=1*kill');
+    await Promise.all([worker.waitForMsg('worker started', 60_000), api.waitForMsg('api listening', 60_000)]);
+    const id = 10_001;
+    await ordersPool.query(`INSERT INTO orders (id, status) VALUES ($1, 'unpaid')`, [id]);
+    // Due, and no coordinator yet: no shard of the scan can hold it, the settle binds it.
+    await centerPool.query(`INSERT INTO timeout_center.timeouts (kind, biz_id, due_at) VALUES ($1, $2, now() - interval '1 second')`, [BIZ, String(id)]);
+    const res = await fetch(`http://127.0.0.1:${apiPort}/v1/timeouts/${BIZ}/${id}/settle`, { method: 'POST' }).catch((err: unknown) => err as Error);
+    // The API process died answering: the order closed in the orders database, the center not told.
+    expect(res).toBeInstanceOf(Error);
+    expect((await api.exited).signal).toBe('SIGKILL');
+    const { rows: closed } = await ordersPool.query<{ closes: number }>('SELECT closes FROM orders WHERE id = $1', [id]);
+    expect(closed[0]!.closes).toBe(1);
+    // The reaper sees the settler's heartbeat stop and hands its shard to a worker, whose run finds
+    // the marker and records what the settler's run did, without applying again.
+    const coordinator = spawn('coordinator-2', ['coordinator', '--config', configPath]);
+    await coordinator.waitForMsg('became leader', 15_000);
+    await waitUntil(
+      'the settle recorded',
+      async () => (await centerPool.query(`SELECT 1 FROM timeout_center.done_timeouts WHERE kind = $1 AND biz_id = $2`, [BIZ, String(id)])).rowCount === 1,
+      60_000,
+      250,
+    );
+    const { rows: history } = await centerPool.query(
+      `SELECT d.result, sh.settled_by IS NOT NULL AS settle_shard, sh.attempts, sh.state FROM timeout_center.done_timeouts d
+         JOIN timeout_center.shards sh ON sh.id = d.shard_id WHERE d.kind = $1 AND d.biz_id = $2`,
+      [BIZ, String(id)],
+    );
+    expect(history).toEqual([{ result: 'applied', settle_shard: true, attempts: 2, state: 'done' }]);
+    const { rows: after } = await ordersPool.query<{ closes: number }>('SELECT closes FROM orders WHERE id = $1', [id]);
+    expect(after[0]!.closes).toBe(1);
+    expect(worker.lines.some((l) => /recorded what it did from its marker/.test(String(l.msg)))).toBe(true);
+    await Promise.all(procs.filter((p) => p.alive).map((p) => p.stop(10_000)));
+  }, 120_000);
 });
