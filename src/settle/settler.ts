@@ -35,7 +35,7 @@ import type { ShardHandler } from '../worker/handler-contract.js';
 import { externalTarget, resolveHandlers, type ExternalTarget, type ResolvedHandler } from '../worker/handlers.js';
 import type { Lease } from '../worker/lease.js';
 import { Housekeeping } from '../worker/housekeeping.js';
-import { settle, type SettleOptions, type SettleOutcome, type SettleResult } from './settle.js';
+import { checkSettleInput, settle, type SettleOptions, type SettleOutcome, type SettleResult } from './settle.js';
 
 export interface SettlerOptions {
   /** The config the workers run (kinds, handlers, business databases, breaker, leases). */
@@ -118,11 +118,7 @@ export class Settler {
   async settleIn(db: Executor, kind: string, bizId: ScheduleInput['bizId'], options: SettleOptions = {}): Promise<SettleResult> {
     const kc = this.options.config.kinds[kind];
     if (!kc || kc.store === 'beside' || !externalTarget(kc.handler)) return settle(db, kind, bizId, options);
-    const id = typeof bizId === 'string' ? bizId : String(bizId);
-    if (id.length === 0 || id.length > 200) throw new TimeoutInputError(`bizId must be 1 to 200 characters, got ${JSON.stringify(id)}`);
-    const waitMs = options.waitMs ?? 1000;
-    if (!Number.isInteger(waitMs) || waitMs < 0 || waitMs > 600_000)
-      throw new TimeoutInputError(`waitMs must be an integer from 0 to 600000, got ${String(waitMs)}`);
+    const { id, waitMs } = checkSettleInput(kind, bizId, options);
     return withSpan('tc.settle', { 'tc.kind': kind, 'tc.biz_id': id, 'tc.settle.path': 'shard' }, async (span) => {
       const result = await this.settleExternal(kind, id, waitMs);
       span.setAttribute('tc.settle.outcome', result.outcome);
