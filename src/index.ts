@@ -3,6 +3,8 @@
 export { schedule, cancel, reschedule, storeOf, TimeoutInputError, UnknownKindError } from './schedule.js';
 export { StoreRouter } from './stores/store-router.js';
 export { settle, SETTLE_OUTCOMES } from './settle/settle.js';
+export { Settler } from './settle/settler.js';
+export type { SettlerOptions } from './settle/settler.js';
 export type { SettleOptions, SettleOutcome, SettleResult } from './settle/settle.js';
 export { withSpan, withRequestSpan, activeTraceparent, injectTraceHeaders, tracingConfigured, SpanKind } from './observability/tracing.js';
 export type { Span } from './observability/tracing.js';

@@ -4,10 +4,10 @@
 // service on the same database gets the same from SQL; this adds input checks, typed answers and a
 // span. Supported: kinds whose SQL handler runs in the database holding their timeouts (the center,
 // or a store beside the orders: route with StoreRouter.settle). Other handlers (a business
-// database the center does not own, HTTP, code) answer 'unsupported': there the effect commits in
-// another system than the timeout, and only the shard's protocol (claim committed first, a marker
-// keyed by shard attempt, the record under the shard's lease) makes it exactly once; a one-row run
-// outside a shard would have neither, so they are left to the scan.
+// database the center does not own, HTTP, code) answer 'unsupported' here: there the effect
+// commits in another system than the timeout, and only the shard's protocol (claim committed
+// first, a marker keyed by the shard, the record under the shard's lease) makes it exactly once.
+// The Settler (settler.ts) settles those as a one-row shard run through that protocol.
 import { sql } from '../db/queries.js';
 import { withSpan } from '../observability/tracing.js';
 import { runStatement, TimeoutInputError, UnknownKindError, type Executor, type ScheduleInput } from '../schedule.js';
@@ -17,8 +17,8 @@ import { runStatement, TimeoutInputError, UnknownKindError, type Executor, type 
  *  done), not_due, paused, limited (the kind at its max running shards or its rate over the last
  *  second), busy (a worker holds it: locked past waitMs, or dispatched to a shard; or the handler
  *  waited > 100 ms on a payer's lock of the object), already_final (it went final while settle
- *  waited), not_found (no live timeout), unsupported (the handler runs outside this database:
- *  business database, HTTP, code), failed (the handler raised; rolled back, left for the scan).
+ *  waited), not_found (no live timeout), unsupported (here: the handler runs outside this database,
+ *  business database, HTTP, code: use the Settler; there: a code handler it does not have), failed (the handler raised; rolled back, left for the scan).
  *  Only applied and skipped change anything. For schemas (the HTTP API's zod enum). */
 export const SETTLE_OUTCOMES = ['applied', 'skipped', 'not_due', 'paused', 'limited', 'busy', 'already_final', 'not_found', 'unsupported', 'failed'] as const;
 export type SettleOutcome = (typeof SETTLE_OUTCOMES)[number];
@@ -59,6 +59,17 @@ interface Row {
   detail: string;
 }
 
+/** settle()'s input checks, shared with the Settler: the biz_id as text and the wait. */
+export function checkSettleInput(kind: string, bizId: ScheduleInput['bizId'], options: SettleOptions): { id: string; waitMs: number } {
+  if (typeof kind !== 'string' || kind.length === 0) throw new TimeoutInputError('kind is required (e.g. "order.unpaid")');
+  const id = typeof bizId === 'string' ? bizId : String(bizId);
+  if (id.length === 0 || id.length > 200) throw new TimeoutInputError(`bizId must be 1 to 200 characters, got ${JSON.stringify(id)}`);
+  const waitMs = options.waitMs ?? 1000;
+  if (!Number.isInteger(waitMs) || waitMs < 0 || waitMs > 600_000)
+    throw new TimeoutInputError(`waitMs must be an integer from 0 to 600000, got ${String(waitMs)}`);
+  return { id, waitMs };
+}
+
 /**
  * Applies the live timeout of (kind, bizId) now, if it is due and pending, with the kind's handler
  * and guard, and says what happened. Never a second effect beside a worker: it takes the claim's
@@ -67,12 +78,7 @@ interface Row {
  * commits at once.
  */
 export async function settle(db: Executor, kind: string, bizId: ScheduleInput['bizId'], options: SettleOptions = {}): Promise<SettleResult> {
-  if (typeof kind !== 'string' || kind.length === 0) throw new TimeoutInputError('kind is required (e.g. "order.unpaid")');
-  const id = typeof bizId === 'string' ? bizId : String(bizId);
-  if (id.length === 0 || id.length > 200) throw new TimeoutInputError(`bizId must be 1 to 200 characters, got ${JSON.stringify(id)}`);
-  const waitMs = options.waitMs ?? 1000;
-  if (!Number.isInteger(waitMs) || waitMs < 0 || waitMs > 600_000)
-    throw new TimeoutInputError(`waitMs must be an integer from 0 to 600000, got ${String(waitMs)}`);
+  const { id, waitMs } = checkSettleInput(kind, bizId, options);
   return withSpan('tc.settle', { 'tc.kind': kind, 'tc.biz_id': id }, async (span) => {
     let rows: Row[];
     try {

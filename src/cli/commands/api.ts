@@ -6,7 +6,7 @@
 import { CommanderError, Option, type Command } from 'commander';
 import type pg from 'pg';
 import { ApiBackend, type SettleFn } from '../../api/backend.js';
-import { settle } from '../../settle/settle.js';
+import { Settler } from '../../settle/settler.js';
 import { ApiConfigError, startApi, type ApiServer } from '../../api/server.js';
 import { ApiTokenConfigError, resolveApiTokens, TokenTable } from '../../api/tokens.js';
 import { loadConfig, type LoadedConfig } from '../../config.js';
@@ -36,12 +36,16 @@ export interface ServeApiInput {
   settle?: SettleFn | undefined;
 }
 
-/** The API's settle: timeout_center.settle in the database that holds the timeout (the backend
- *  hands it the center's or the store's pool). */
-const settleInDatabase: SettleFn = async (db, kind, bizId) => {
-  const r = await settle(db, kind, bizId);
-  return { outcome: r.outcome, detail: r.detail, state: r.state, shardId: r.shardId };
-};
+/** The API's settle: the Settler (src/settle/settler.ts) on the database that holds the timeout
+ *  (the backend hands it the center's or the store's pool): timeout_center.settle there for a
+ *  handler that runs in it, a one-row shard through the workers' external executor for one that
+ *  runs elsewhere (business database, HTTP, code with a module). */
+function settleWith(settler: Settler): SettleFn {
+  return async (db, kind, bizId) => {
+    const r = await settler.settleIn(db, kind, bizId);
+    return { outcome: r.outcome, detail: r.detail, state: r.state, shardId: r.shardId };
+  };
+}
 
 /** Opens the API's pools (the center's, each store's) and serves; close() stops them. */
 export async function serveApi(input: ServeApiInput): Promise<ApiServer> {
@@ -59,7 +63,11 @@ export async function serveApi(input: ServeApiInput): Promise<ApiServer> {
     pools.push(pool);
     return pool;
   };
-  const closePools = () => Promise.all(pools.map((p) => p.end().catch(() => undefined)));
+  let settler: Settler | undefined;
+  const closePools = async () => {
+    await settler?.close().catch(() => undefined);
+    await Promise.all(pools.map((p) => p.end().catch(() => undefined)));
+  };
   try {
     const center = open(config.databaseUrl);
     await checkPostgres(center, config.databaseUrl);
@@ -69,7 +77,8 @@ export async function serveApi(input: ServeApiInput): Promise<ApiServer> {
       const url = config.businessDatabaseUrls[store];
       if (url) stores[store] = open(url);
     }
-    const backend = new ApiBackend({ center, stores, kinds: config.kinds, settle: input.settle ?? settleInDatabase });
+    if (!input.settle) settler = new Settler({ config, pool: center, stores, logger: logger.child({ component: 'settle' }) });
+    const backend = new ApiBackend({ center, stores, kinds: config.kinds, settle: input.settle ?? settleWith(settler!) });
     const server = await startApi({
       backend,
       tokens,
