@@ -30,6 +30,7 @@ const ALONE = [
   'test/faults/unsafe-payment-order.test.ts',
   'test/faults/payment-race.test.ts',
   'test/faults/settle-race.test.ts',
+  'test/faults/settle-external-race.test.ts',
 ];
 
 const shared = {
