@@ -138,7 +138,8 @@ function numberCheck(def: AnyDef): LeanCheck | null {
   for (const c of all) {
     if (c.when !== undefined) return null;
     if (c.check === 'number_format' && c.format === 'safeint') tests.push((v: number) => (Number.isSafeInteger(v) ? OK : FAIL));
-    else if (c.check === 'number_format' && c.format === 'float64') continue; // every finite number
+    else if (c.check === 'number_format' && c.format === 'float64')
+      continue; // every finite number
     else if (c.check === 'greater_than' && typeof c.value === 'number') {
       const min = c.value;
       tests.push(c.inclusive ? (v: number) => (v >= min ? OK : FAIL) : (v: number) => (v > min ? OK : FAIL));

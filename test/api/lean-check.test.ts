@@ -9,7 +9,7 @@ import * as schemas from '../../src/api/schemas.js';
 
 // A small deterministic generator (the same cases every run).
 let seed = 42;
-const rand = () => ((seed = (seed * 1103515245 + 12345) % 2147483648) / 2147483648);
+const rand = () => (seed = (seed * 1103515245 + 12345) % 2147483648) / 2147483648;
 const pick = <T>(xs: readonly T[]): T => xs[Math.floor(rand() * xs.length)]!;
 
 const STRINGS = [
@@ -41,7 +41,25 @@ const STRINGS = [
   'ok',
 ];
 const NUMBERS = [0, 1, -1, 0.5, 42, 86_400_000, 3153600000000, 3153600000001, Number.MAX_SAFE_INTEGER, 2 ** 53, -0, NaN, Infinity, 1e300];
-const KEYS = ['kind', 'bizId', 'dueAt', 'delayMs', 'payload', 'timeouts', 'id', 'created', 'transaction', 'count', 'status', 'error', 'code', 'message', 'field', 'outcome', 'extra'];
+const KEYS = [
+  'kind',
+  'bizId',
+  'dueAt',
+  'delayMs',
+  'payload',
+  'timeouts',
+  'id',
+  'created',
+  'transaction',
+  'count',
+  'status',
+  'error',
+  'code',
+  'message',
+  'field',
+  'outcome',
+  'extra',
+];
 
 function randomValue(depth: number): unknown {
   const r = rand();
