@@ -98,14 +98,27 @@ export class ApiBackend {
   }
 
   /** One statement, so one transaction: every timeout is written or none. A batch goes to one
-   *  database; one whose timeouts belong in different stores is refused (split it by store). */
+   *  database; one whose timeouts belong in different stores is refused (split it by store).
+   *  One pass over the batch: each kind checked at its first row, a (kind, bizId) given twice
+   *  refused at its second, the statement's arrays built. */
   async scheduleBatch(body: BatchRequest) {
     const items = body.timeouts;
-    const seen = new Map<string, number>();
-    items.forEach((t, i) => {
-      this.checkKind(t.kind, `timeouts.${i}.kind`);
-      const key = `${t.kind}\u0000${t.bizId}`;
-      const first = seen.get(key);
+    const n = items.length;
+    const kinds = new Array<string>(n);
+    const bizIds = new Array<string>(n);
+    const dueAts = new Array<Date | null>(n);
+    const delaysMs = new Array<number | null>(n);
+    const payloads = new Array<string | null>(n);
+    const seen = new Map<string, Map<string, number>>();
+    for (let i = 0; i < n; i += 1) {
+      const t = items[i]!;
+      let ids = seen.get(t.kind);
+      if (ids === undefined) {
+        this.checkKind(t.kind, `timeouts.${i}.kind`);
+        ids = new Map();
+        seen.set(t.kind, ids);
+      }
+      const first = ids.get(t.bizId);
       if (first !== undefined) {
         throw new ApiError(
           400,
@@ -114,35 +127,58 @@ export class ApiBackend {
           `timeouts.${i}.bizId`,
         );
       }
-      seen.set(key, i);
-    });
-    const db = await this.batchDatabase(body);
+      ids.set(t.bizId, i);
+      kinds[i] = t.kind;
+      bizIds[i] = t.bizId;
+      if ('dueAt' in t) {
+        dueAts[i] = new Date(t.dueAt);
+        delaysMs[i] = null;
+      } else {
+        dueAts[i] = null;
+        delaysMs[i] = t.delayMs;
+      }
+      payloads[i] = t.payload === undefined ? null : JSON.stringify(t.payload);
+    }
+    const db = await this.batchDatabase(body, seen);
     const { text, values } = sql('api/schedule_batch', {
-      kinds: items.map((t) => t.kind),
-      bizIds: items.map((t) => t.bizId),
-      dueAts: items.map((t) => ('dueAt' in t ? new Date(t.dueAt) : null)),
-      delaysMs: items.map((t) => ('delayMs' in t ? t.delayMs : null)),
-      payloads: items.map((t) => (t.payload === undefined ? null : JSON.stringify(t.payload))),
+      kinds,
+      bizIds,
+      dueAts,
+      delaysMs,
+      payloads,
       // The request's span (request-spans.ts) is active here: its context goes with every row, as
       // schedule() keeps it for one (none when tracing is off: NULL, nothing stored).
       traceParent: activeTraceparent() ?? null,
     });
-    let rows: { ord: number; id: string | number; due_at: Date; created: boolean }[];
+    let rows: { id: string | number | null; due_ms: string | number; created: boolean }[];
     try {
       rows = (await db.query(text, values)).rows as typeof rows;
     } catch (err) {
       return translate(err, 'timeouts');
     }
-    const timeouts = rows.map((r) => {
-      const t = items[r.ord - 1]!;
-      return { id: Number(r.id), kind: t.kind, bizId: t.bizId, dueAt: iso(r.due_at), created: r.created };
-    });
-    return { transaction: 'all-or-nothing' as const, count: timeouts.length, created: timeouts.filter((t) => t.created).length, timeouts };
+    if (rows.length !== n) throw new Error(`schedule_batch answered ${rows.length} rows for ${n} timeouts`);
+    // One row per timeout sent, in the order sent. A batch's due times are mostly one instant
+    // (one now() plus one delay): each distinct one is formatted once.
+    const timeouts = new Array<{ id: number; kind: string; bizId: string; dueAt: string; created: boolean }>(n);
+    let created = 0;
+    let lastMs = Number.NaN;
+    let lastIso = '';
+    for (let i = 0; i < n; i += 1) {
+      const r = rows[i]!;
+      const ms = Number(r.due_ms);
+      if (ms !== lastMs) {
+        lastMs = ms;
+        lastIso = new Date(ms).toISOString();
+      }
+      if (r.created) created += 1;
+      timeouts[i] = { id: Number(r.id), kind: kinds[i]!, bizId: bizIds[i]!, dueAt: lastIso, created: r.created };
+    }
+    return { transaction: 'all-or-nothing' as const, count: n, created, timeouts };
   }
 
-  private async batchDatabase(body: BatchRequest): Promise<PgQueryable> {
+  private async batchDatabase(body: BatchRequest, byKind: Map<string, unknown>): Promise<PgQueryable> {
+    if (![...byKind.keys()].some((kind) => this.beside(kind))) return this.options.center;
     const beside = body.timeouts.map((t, i) => [t, i] as const).filter(([t]) => this.beside(t.kind));
-    if (beside.length === 0) return this.options.center;
     const { text, values } = sql('api/stores_of', { kinds: beside.map(([t]) => t.kind), bizIds: beside.map(([t]) => t.bizId) });
     const rows = (await this.options.center.query(text, values)).rows as { ord: number; store: string | null }[];
     const stores = new Set<string | null>(beside.length < body.timeouts.length ? [null] : []);

@@ -9,7 +9,9 @@
 --   $6 the request's W3C traceparent, kept with every row of the batch (NULL: none; sql/0022), and
 --      replaced with it on a pending row moved, as schedule.sql does
 -- @params kinds: string[], bizIds: string[], dueAts: (Date | null)[], delaysMs: (number | null)[], payloads: (string | null)[], traceParent: string | null
--- Returns ord (1-based position in the input), id, due_at, created.
+-- Returns one row per input row, in the input's order (the caller pairs them by position): id,
+-- due_ms (the stored due time in whole milliseconds since the epoch, truncated as a JS Date of it
+-- would be: no timestamptz text to format here and parse there), created.
 WITH input AS (
   SELECT i.ord, i.kind::timeout_center.kind AS kind, i.biz_id,
          coalesce(i.due_at, now() + i.delay_ms * interval '1 millisecond') AS due_at, i.payload::jsonb AS payload
@@ -21,7 +23,7 @@ ins AS (
   ON CONFLICT (kind, biz_id) WHERE state IN ('pending', 'dispatched')
   DO UPDATE SET due_at = EXCLUDED.due_at, payload = EXCLUDED.payload, trace_parent = EXCLUDED.trace_parent WHERE t.state = 'pending'
   RETURNING t.id, t.kind, t.biz_id, t.due_at, (xmax = 0) AS created)
-SELECT input.ord::int AS ord, coalesce(ins.id, d.id)::int8 AS id, coalesce(ins.due_at, d.due_at) AS due_at,
+SELECT coalesce(ins.id, d.id)::int8 AS id, trunc(extract(epoch FROM coalesce(ins.due_at, d.due_at)) * 1000)::int8 AS due_ms,
        coalesce(ins.created, false) AS created
   FROM input
   LEFT JOIN ins ON ins.kind = input.kind AND ins.biz_id = input.biz_id
