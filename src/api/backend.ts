@@ -150,29 +150,41 @@ export class ApiBackend {
       // schedule() keeps it for one (none when tracing is off: NULL, nothing stored).
       traceParent: activeTraceparent() ?? null,
     });
-    let rows: { id: string | number | null; due_ms: string | number; created: boolean }[];
+    let rows: { kind: string; biz_id: string; id: string | number; due_ms: string | number; created: boolean; written: boolean }[];
     try {
       rows = (await db.query(text, values)).rows as typeof rows;
     } catch (err) {
       return translate(err, 'timeouts');
     }
-    if (rows.length !== n) throw new Error(`schedule_batch answered ${rows.length} rows for ${n} timeouts`);
-    // One row per timeout sent, in the order sent. A batch's due times are mostly one instant
-    // (one now() plus one delay): each distinct one is formatted once.
+    // One row per timeout sent, paired with it by (kind, bizId), answered in the order sent (a
+    // timeout both written and found dispatched: the written row, see schedule_batch.sql). A
+    // batch's due times are mostly one instant (one now() plus one delay): each distinct one is
+    // formatted once.
     const timeouts = new Array<{ id: number; kind: string; bizId: string; dueAt: string; created: boolean }>(n);
+    const written = new Uint8Array(n);
     let created = 0;
+    let answered = 0;
     let lastMs = Number.NaN;
     let lastIso = '';
-    for (let i = 0; i < n; i += 1) {
-      const r = rows[i]!;
+    for (const r of rows) {
+      const i = seen.get(r.kind)?.get(r.biz_id);
+      if (i === undefined) throw new Error(`schedule_batch answered ${r.kind} ${r.biz_id}, which was not sent`);
+      if (timeouts[i] !== undefined) {
+        if (!r.written) continue;
+        if (written[i] === 1) throw new Error(`schedule_batch wrote ${r.kind} ${r.biz_id} twice`);
+      } else answered += 1;
       const ms = Number(r.due_ms);
       if (ms !== lastMs) {
         lastMs = ms;
         lastIso = new Date(ms).toISOString();
       }
+      if (r.written) written[i] = 1;
       if (r.created) created += 1;
       timeouts[i] = { id: Number(r.id), kind: kinds[i]!, bizId: bizIds[i]!, dueAt: lastIso, created: r.created };
     }
+    // A timeout neither written nor found dispatched (it went final between the statement's
+    // snapshot and its insert, and was not written again): the answer would be incomplete.
+    if (answered !== n) throw new Error(`schedule_batch answered ${answered} of ${n} timeouts: retry the batch (it is idempotent)`);
     return { transaction: 'all-or-nothing' as const, count: n, created, timeouts };
   }
 

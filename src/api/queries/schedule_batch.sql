@@ -9,24 +9,27 @@
 --   $6 the request's W3C traceparent, kept with every row of the batch (NULL: none; sql/0022), and
 --      replaced with it on a pending row moved, as schedule.sql does
 -- @params kinds: string[], bizIds: string[], dueAts: (Date | null)[], delaysMs: (number | null)[], payloads: (string | null)[], traceParent: string | null
--- Returns one row per input row, in the input's order (the caller pairs them by position): id,
--- due_ms (the stored due time in whole milliseconds since the epoch, truncated as a JS Date of it
--- would be: no timestamptz text to format here and parse there), created.
+-- Returns one row per timeout, in no particular order (the caller pairs them by kind and biz_id,
+-- which the batch names once each): kind, biz_id, id, due_ms (the stored due time in whole
+-- milliseconds since the epoch, truncated as a JS Date of it would be: no timestamptz text to
+-- format here and parse there), created, written. The rows written come from RETURNING alone;
+-- only when fewer were written than sent (a dispatched one left alone) is the input matched to
+-- the dispatched rows (written false). A row dispatched in this statement's snapshot that went
+-- final before the insert reached it is written anew and also found dispatched: the caller keeps
+-- the written one.
 WITH input AS (
-  SELECT i.ord, i.kind::timeout_center.kind AS kind, i.biz_id,
+  SELECT i.kind::timeout_center.kind AS kind, i.biz_id,
          coalesce(i.due_at, now() + i.delay_ms * interval '1 millisecond') AS due_at, i.payload::jsonb AS payload
-    FROM unnest($1::text[], $2::text[], $3::timestamptz[], $4::double precision[], $5::text[])
-         WITH ORDINALITY AS i(kind, biz_id, due_at, delay_ms, payload, ord)),
+    FROM unnest($1::text[], $2::text[], $3::timestamptz[], $4::double precision[], $5::text[]) AS i(kind, biz_id, due_at, delay_ms, payload)),
 ins AS (
   INSERT INTO timeout_center.timeouts AS t (kind, biz_id, due_at, payload, trace_parent)
   SELECT kind, biz_id, due_at, payload, $6::text FROM input ORDER BY kind, biz_id
   ON CONFLICT (kind, biz_id) WHERE state IN ('pending', 'dispatched')
   DO UPDATE SET due_at = EXCLUDED.due_at, payload = EXCLUDED.payload, trace_parent = EXCLUDED.trace_parent WHERE t.state = 'pending'
-  RETURNING t.id, t.kind, t.biz_id, t.due_at, (xmax = 0) AS created)
-SELECT coalesce(ins.id, d.id)::int8 AS id, trunc(extract(epoch FROM coalesce(ins.due_at, d.due_at)) * 1000)::int8 AS due_ms,
-       coalesce(ins.created, false) AS created
+  RETURNING t.kind, t.biz_id, t.id, t.due_at, (xmax = 0) AS created)
+SELECT kind, biz_id, id, trunc(extract(epoch FROM due_at) * 1000)::int8 AS due_ms, created, true AS written FROM ins
+UNION ALL
+SELECT d.kind, d.biz_id, d.id, trunc(extract(epoch FROM d.due_at) * 1000)::int8, false, false
   FROM input
-  LEFT JOIN ins ON ins.kind = input.kind AND ins.biz_id = input.biz_id
-  LEFT JOIN timeout_center.timeouts d
-         ON ins.id IS NULL AND d.kind = input.kind AND d.biz_id = input.biz_id AND d.state = 'dispatched'
- ORDER BY input.ord
+  JOIN timeout_center.timeouts d ON d.kind = input.kind AND d.biz_id = input.biz_id AND d.state = 'dispatched'
+ WHERE (SELECT count(*) FROM ins) < (SELECT count(*) FROM input)
