@@ -37,6 +37,15 @@ function due(input: { dueAt: string } | { delayMs: number }): Due {
   return 'dueAt' in input ? { dueAt: new Date(input.dueAt) } : { delayMs: input.delayMs };
 }
 
+/** The biz_id as the database stores it: a lone UTF-16 surrogate (which no UTF-8 text can hold)
+ *  becomes U+FFFD, as the pg client's encoding of a text parameter makes it. Pairing the batch's
+ *  answer rows (schedule_batch.sql) and refusing a timeout named twice go by this form. */
+const LONE_SURROGATE = /[\ud800-\udbff](?![\udc00-\udfff])|(?<![\ud800-\udbff])[\udc00-\udfff]/g;
+function wellFormed(s: string): string {
+  LONE_SURROGATE.lastIndex = 0;
+  return LONE_SURROGATE.test(s) ? s.replace(LONE_SURROGATE, '\ufffd') : s;
+}
+
 const iso = (d: Date | string): string => new Date(d).toISOString();
 const isoOrNull = (d: Date | string | null): string | null => (d === null ? null : iso(d));
 
@@ -106,19 +115,20 @@ export class ApiBackend {
     const n = items.length;
     const kinds = new Array<string>(n);
     const bizIds = new Array<string>(n);
-    const dueAts = new Array<Date | null>(n);
+    const dueMs = new Array<number | null>(n);
     const delaysMs = new Array<number | null>(n);
-    const payloads = new Array<string | null>(n);
+    const payloads = new Array<[unknown] | null>(n);
     const seen = new Map<string, Map<string, number>>();
     for (let i = 0; i < n; i += 1) {
       const t = items[i]!;
+      const bizId = wellFormed(t.bizId);
       let ids = seen.get(t.kind);
       if (ids === undefined) {
         this.checkKind(t.kind, `timeouts.${i}.kind`);
         ids = new Map();
         seen.set(t.kind, ids);
       }
-      const first = ids.get(t.bizId);
+      const first = ids.get(bizId);
       if (first !== undefined) {
         throw new ApiError(
           400,
@@ -127,25 +137,25 @@ export class ApiBackend {
           `timeouts.${i}.bizId`,
         );
       }
-      ids.set(t.bizId, i);
+      ids.set(bizId, i);
       kinds[i] = t.kind;
-      bizIds[i] = t.bizId;
+      bizIds[i] = bizId;
       if ('dueAt' in t) {
-        dueAts[i] = new Date(t.dueAt);
+        dueMs[i] = Date.parse(t.dueAt);
         delaysMs[i] = null;
       } else {
-        dueAts[i] = null;
+        dueMs[i] = null;
         delaysMs[i] = t.delayMs;
       }
-      payloads[i] = t.payload === undefined ? null : JSON.stringify(t.payload);
+      payloads[i] = t.payload === undefined ? null : [t.payload];
     }
     const db = await this.batchDatabase(body, seen);
     const { text, values } = sql('api/schedule_batch', {
-      kinds,
-      bizIds,
-      dueAts,
-      delaysMs,
-      payloads,
+      kinds: JSON.stringify(kinds),
+      bizIds: JSON.stringify(bizIds),
+      dueMs: JSON.stringify(dueMs),
+      delaysMs: JSON.stringify(delaysMs),
+      payloads: JSON.stringify(payloads),
       // The request's span (request-spans.ts) is active here: its context goes with every row, as
       // schedule() keeps it for one (none when tracing is off: NULL, nothing stored).
       traceParent: activeTraceparent() ?? null,
@@ -180,7 +190,7 @@ export class ApiBackend {
       }
       if (r.written) written[i] = 1;
       if (r.created) created += 1;
-      timeouts[i] = { id: Number(r.id), kind: kinds[i]!, bizId: bizIds[i]!, dueAt: lastIso, created: r.created };
+      timeouts[i] = { id: Number(r.id), kind: kinds[i]!, bizId: items[i]!.bizId, dueAt: lastIso, created: r.created };
     }
     // A timeout neither written nor found dispatched (it went final between the statement's
     // snapshot and its insert, and was not written again): the answer would be incomplete.

@@ -4,11 +4,18 @@
 -- returned. The caller refuses a (kind, biz_id) given twice (ON CONFLICT cannot touch a row twice).
 -- Rows are inserted in (kind, biz_id) order, so two batches lock shared rows in the same order.
 -- An unknown kind fails the cast to timeout_center.kind (22P02) and nothing is written.
---   $1 kinds   $2 biz_ids   $3 due ats (timestamptz, NULL: use the delay)
---   $4 delays (ms from now(), NULL: use the due at)   $5 payloads (jsonb text or NULL)
+-- The five columns come as five JSON arrays of one length, read side by side (ROWS FROM): one
+-- JSON.stringify each on the caller's side, where pg's text arrays cost a JS loop per element
+-- (and a payload, JSON inside an escaped array literal, twice).
+--   $1 kinds (JSON array of strings)   $2 biz_ids (JSON array of strings)
+--   $3 due times (JSON array: ms since the epoch, whole, or null: use the delay; seconds and
+--      milliseconds apart, so the arithmetic is exact for any year)
+--   $4 delays (JSON array: ms from now(), or null: use the due time)
+--   $5 payloads (JSON array: [payload] for a payload given, null for none: a payload of null is
+--      [null], kept as JSON null, none as SQL NULL)
 --   $6 the request's W3C traceparent, kept with every row of the batch (NULL: none; sql/0022), and
 --      replaced with it on a pending row moved, as schedule.sql does
--- @params kinds: string[], bizIds: string[], dueAts: (Date | null)[], delaysMs: (number | null)[], payloads: (string | null)[], traceParent: string | null
+-- @params kinds: string, bizIds: string, dueMs: string, delaysMs: string, payloads: string, traceParent: string | null
 -- Returns one row per timeout, in no particular order (the caller pairs them by kind and biz_id,
 -- which the batch names once each): kind, biz_id, id, due_ms (the stored due time in whole
 -- milliseconds since the epoch, truncated as a JS Date of it would be: no timestamptz text to
@@ -19,8 +26,11 @@
 -- the written one.
 WITH input AS (
   SELECT i.kind::timeout_center.kind AS kind, i.biz_id,
-         coalesce(i.due_at, now() + i.delay_ms * interval '1 millisecond') AS due_at, i.payload::jsonb AS payload
-    FROM unnest($1::text[], $2::text[], $3::timestamptz[], $4::double precision[], $5::text[]) AS i(kind, biz_id, due_at, delay_ms, payload)),
+         coalesce(timestamptz 'epoch' + (i.due_ms::int8 / 1000) * interval '1 second' + (i.due_ms::int8 % 1000) * interval '1 millisecond',
+                  now() + i.delay_ms::double precision * interval '1 millisecond') AS due_at,
+         (i.payload -> 0)::jsonb AS payload
+    FROM ROWS FROM (json_array_elements_text($1::json), json_array_elements_text($2::json), json_array_elements_text($3::json),
+                    json_array_elements_text($4::json), json_array_elements($5::json)) AS i(kind, biz_id, due_ms, delay_ms, payload)),
 ins AS (
   INSERT INTO timeout_center.timeouts AS t (kind, biz_id, due_at, payload, trace_parent)
   SELECT kind, biz_id, due_at, payload, $6::text FROM input ORDER BY kind, biz_id
