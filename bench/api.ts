@@ -5,7 +5,11 @@
 //   1. batch rate: --batches batches of 5,000 timeouts through POST /v1/timeouts/batch, two in
 //      flight, against the same rows (same batch size, two connections in flight) inserted by the
 //      plain SQL a service would run (INSERT ... SELECT FROM unnest ... ON CONFLICT, the README's
-//      upsert); interleaved rounds, best of each; goal API >= 0.5x SQL.
+//      upsert); interleaved rounds, best of each; goal API >= 0.5x SQL. Each round also reports the
+//      CPU it cost per batch of 5,000, from /proc: the API process (`run --api`: HTTP, JSON, zod,
+//      the pg client), the database's backends, and this process (building the requests, or the
+//      SQL reference's arrays): on a box shared with other jobs the rates move with the load, the
+//      CPU per batch much less.
 //   2. single calls: POST /v1/timeouts at a steady --rate per second for --seconds (open loop: each
 //      call starts on its tick whether or not the last answered), p50/p99/max; and the same calls
 //      by schedule() over pg at the same rate as the reference.
@@ -25,6 +29,7 @@
 //   --help          this text
 import { spawn, type ChildProcess } from 'node:child_process';
 import { writeFileSync } from 'node:fs';
+import { loadavg } from 'node:os';
 import net from 'node:net';
 import { parseArgs } from 'node:util';
 import pg from 'pg';
@@ -33,6 +38,7 @@ import { freePort } from '../test/helpers/servers.ts';
 import { createTestDatabase, TEST_REDIS_URL, testKeyPrefix } from '../test/helpers/services.ts';
 import { writeConfig } from '../test/helpers/orders.ts';
 import { CLOSE_MANY_SQL, KIND, ORDERS_DDL, correctness, insertOrders, sleep } from './lib/orders.ts';
+import { processCpu } from './lib/profile.ts';
 import { positiveCounts, printUsage } from './lib/usage.ts';
 
 const { values: args } = parseArgs({
@@ -121,8 +127,17 @@ try {
     nextId += BATCH;
     return Array.from({ length: BATCH }, (_, i) => ({ kind: KIND, bizId: String(from + i), delayMs: 86_400_000 }));
   };
-  async function twoInFlight(run: (batch: ReturnType<typeof batchOf>) => Promise<void>): Promise<number> {
+  /** CPU seconds so far of the API process, of the database's backends (by pid: a backend that
+   *  ended during a round is missed, one that started is counted whole), and of this process. */
+  async function cpuNow(): Promise<{ api: number; pg: Map<number, number>; bench: number }> {
+    const { rows } = await pool.query<{ pid: number }>('SELECT pid FROM pg_stat_activity WHERE datname = current_database()');
+    const u = process.cpuUsage();
+    return { api: processCpu(proc?.pid), pg: new Map(rows.map((r) => [r.pid, processCpu(r.pid)])), bench: (u.user + u.system) / 1e6 };
+  }
+  const cpuRounds: { path: string; cpuMsPerBatch: { api: number; pg: number; bench: number; total: number } }[] = [];
+  async function twoInFlight(run: (batch: ReturnType<typeof batchOf>) => Promise<void>, path?: string): Promise<number> {
     const batches = Array.from({ length: opt.batches }, batchOf);
+    const before = await cpuNow();
     const started = performance.now();
     let i = 0;
     await Promise.all(
@@ -130,7 +145,18 @@ try {
         while (i < batches.length) await run(batches[i++]!);
       }),
     );
-    return (opt.batches * BATCH) / ((performance.now() - started) / 1000);
+    const rate = (opt.batches * BATCH) / ((performance.now() - started) / 1000);
+    if (path) {
+      const after = await cpuNow();
+      let pgCpu = 0;
+      for (const [pid, s] of after.pg) pgCpu += s - (before.pg.get(pid) ?? 0);
+      const per = (sec: number) => +((sec * 1000) / opt.batches).toFixed(1);
+      const api = path === 'api' ? per(after.api - before.api) : 0;
+      const cpu = { api, pg: per(pgCpu), bench: per(after.bench - before.bench), total: 0 };
+      cpu.total = +(cpu.api + cpu.pg + cpu.bench).toFixed(1);
+      cpuRounds.push({ path, cpuMsPerBatch: cpu });
+    }
+    return rate;
   }
   const viaApi = async (batch: ReturnType<typeof batchOf>) => {
     const res = await post('/v1/timeouts/batch', { timeouts: batch });
@@ -149,11 +175,11 @@ try {
   await twoInFlight(viaSql);
   for (let r = 0; r < opt.rounds; r += 1) {
     if (r % 2 === 0) {
-      api.push(await twoInFlight(viaApi));
-      sqlRates.push(await twoInFlight(viaSql));
+      api.push(await twoInFlight(viaApi, 'api'));
+      sqlRates.push(await twoInFlight(viaSql, 'sql'));
     } else {
-      sqlRates.push(await twoInFlight(viaSql));
-      api.push(await twoInFlight(viaApi));
+      sqlRates.push(await twoInFlight(viaSql, 'sql'));
+      api.push(await twoInFlight(viaApi, 'api'));
     }
   }
   const bestApi = Math.max(...api);
@@ -165,6 +191,14 @@ try {
     bestApi: Math.round(bestApi),
     bestSql: Math.round(bestSql),
     ratio: +(bestApi / bestSql).toFixed(2),
+    // CPU per batch of 5,000 in each round (ms): api (the API process; 0 on the SQL path), pg (the
+    // database's backends), bench (this process), and the least total of each path.
+    cpuMsPerBatch: cpuRounds,
+    leastCpuMsPerBatch: {
+      api: Math.min(...cpuRounds.filter((c) => c.path === 'api').map((c) => c.cpuMsPerBatch.total)),
+      sql: Math.min(...cpuRounds.filter((c) => c.path === 'sql').map((c) => c.cpuMsPerBatch.total)),
+    },
+    load: loadavg().map((l) => +l.toFixed(1)),
   };
   console.log('batch', JSON.stringify(figures['batch']));
   await pool.query('DELETE FROM timeout_center.timeouts');

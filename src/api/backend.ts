@@ -37,6 +37,15 @@ function due(input: { dueAt: string } | { delayMs: number }): Due {
   return 'dueAt' in input ? { dueAt: new Date(input.dueAt) } : { delayMs: input.delayMs };
 }
 
+/** The biz_id as the database stores it: a lone UTF-16 surrogate (which no UTF-8 text can hold)
+ *  becomes U+FFFD, as the pg client's encoding of a text parameter makes it. Pairing the batch's
+ *  answer rows (schedule_batch.sql) and refusing a timeout named twice go by this form. */
+const LONE_SURROGATE = /[\ud800-\udbff](?![\udc00-\udfff])|(?<![\ud800-\udbff])[\udc00-\udfff]/g;
+function wellFormed(s: string): string {
+  LONE_SURROGATE.lastIndex = 0;
+  return LONE_SURROGATE.test(s) ? s.replace(LONE_SURROGATE, '\ufffd') : s;
+}
+
 const iso = (d: Date | string): string => new Date(d).toISOString();
 const isoOrNull = (d: Date | string | null): string | null => (d === null ? null : iso(d));
 
@@ -98,14 +107,28 @@ export class ApiBackend {
   }
 
   /** One statement, so one transaction: every timeout is written or none. A batch goes to one
-   *  database; one whose timeouts belong in different stores is refused (split it by store). */
+   *  database; one whose timeouts belong in different stores is refused (split it by store).
+   *  One pass over the batch: each kind checked at its first row, a (kind, bizId) given twice
+   *  refused at its second, the statement's arrays built. */
   async scheduleBatch(body: BatchRequest) {
     const items = body.timeouts;
-    const seen = new Map<string, number>();
-    items.forEach((t, i) => {
-      this.checkKind(t.kind, `timeouts.${i}.kind`);
-      const key = `${t.kind}\u0000${t.bizId}`;
-      const first = seen.get(key);
+    const n = items.length;
+    const kinds = new Array<string>(n);
+    const bizIds = new Array<string>(n);
+    const dueMs = new Array<number | null>(n);
+    const delaysMs = new Array<number | null>(n);
+    const payloads = new Array<[unknown] | null>(n);
+    const seen = new Map<string, Map<string, number>>();
+    for (let i = 0; i < n; i += 1) {
+      const t = items[i]!;
+      const bizId = wellFormed(t.bizId);
+      let ids = seen.get(t.kind);
+      if (ids === undefined) {
+        this.checkKind(t.kind, `timeouts.${i}.kind`);
+        ids = new Map();
+        seen.set(t.kind, ids);
+      }
+      const first = ids.get(bizId);
       if (first !== undefined) {
         throw new ApiError(
           400,
@@ -114,35 +137,70 @@ export class ApiBackend {
           `timeouts.${i}.bizId`,
         );
       }
-      seen.set(key, i);
-    });
-    const db = await this.batchDatabase(body);
+      ids.set(bizId, i);
+      kinds[i] = t.kind;
+      bizIds[i] = bizId;
+      if ('dueAt' in t) {
+        dueMs[i] = Date.parse(t.dueAt);
+        delaysMs[i] = null;
+      } else {
+        dueMs[i] = null;
+        delaysMs[i] = t.delayMs;
+      }
+      payloads[i] = t.payload === undefined ? null : [t.payload];
+    }
+    const db = await this.batchDatabase(body, seen);
     const { text, values } = sql('api/schedule_batch', {
-      kinds: items.map((t) => t.kind),
-      bizIds: items.map((t) => t.bizId),
-      dueAts: items.map((t) => ('dueAt' in t ? new Date(t.dueAt) : null)),
-      delaysMs: items.map((t) => ('delayMs' in t ? t.delayMs : null)),
-      payloads: items.map((t) => (t.payload === undefined ? null : JSON.stringify(t.payload))),
+      kinds: JSON.stringify(kinds),
+      bizIds: JSON.stringify(bizIds),
+      dueMs: JSON.stringify(dueMs),
+      delaysMs: JSON.stringify(delaysMs),
+      payloads: JSON.stringify(payloads),
       // The request's span (request-spans.ts) is active here: its context goes with every row, as
       // schedule() keeps it for one (none when tracing is off: NULL, nothing stored).
       traceParent: activeTraceparent() ?? null,
     });
-    let rows: { ord: number; id: string | number; due_at: Date; created: boolean }[];
+    let rows: { kind: string; biz_id: string; id: string | number; due_ms: string | number; created: boolean; written: boolean }[];
     try {
       rows = (await db.query(text, values)).rows as typeof rows;
     } catch (err) {
       return translate(err, 'timeouts');
     }
-    const timeouts = rows.map((r) => {
-      const t = items[r.ord - 1]!;
-      return { id: Number(r.id), kind: t.kind, bizId: t.bizId, dueAt: iso(r.due_at), created: r.created };
-    });
-    return { transaction: 'all-or-nothing' as const, count: timeouts.length, created: timeouts.filter((t) => t.created).length, timeouts };
+    // One row per timeout sent, paired with it by (kind, bizId), answered in the order sent (a
+    // timeout both written and found dispatched: the written row, see schedule_batch.sql). A
+    // batch's due times are mostly one instant (one now() plus one delay): each distinct one is
+    // formatted once.
+    const timeouts = new Array<{ id: number; kind: string; bizId: string; dueAt: string; created: boolean }>(n);
+    const written = new Uint8Array(n);
+    let created = 0;
+    let answered = 0;
+    let lastMs = Number.NaN;
+    let lastIso = '';
+    for (const r of rows) {
+      const i = seen.get(r.kind)?.get(r.biz_id);
+      if (i === undefined) throw new Error(`schedule_batch answered ${r.kind} ${r.biz_id}, which was not sent`);
+      if (timeouts[i] !== undefined) {
+        if (!r.written) continue;
+        if (written[i] === 1) throw new Error(`schedule_batch wrote ${r.kind} ${r.biz_id} twice`);
+      } else answered += 1;
+      const ms = Number(r.due_ms);
+      if (ms !== lastMs) {
+        lastMs = ms;
+        lastIso = new Date(ms).toISOString();
+      }
+      if (r.written) written[i] = 1;
+      if (r.created) created += 1;
+      timeouts[i] = { id: Number(r.id), kind: kinds[i]!, bizId: items[i]!.bizId, dueAt: lastIso, created: r.created };
+    }
+    // A timeout neither written nor found dispatched (it went final between the statement's
+    // snapshot and its insert, and was not written again): the answer would be incomplete.
+    if (answered !== n) throw new Error(`schedule_batch answered ${answered} of ${n} timeouts: retry the batch (it is idempotent)`);
+    return { transaction: 'all-or-nothing' as const, count: n, created, timeouts };
   }
 
-  private async batchDatabase(body: BatchRequest): Promise<PgQueryable> {
+  private async batchDatabase(body: BatchRequest, byKind: Map<string, unknown>): Promise<PgQueryable> {
+    if (![...byKind.keys()].some((kind) => this.beside(kind))) return this.options.center;
     const beside = body.timeouts.map((t, i) => [t, i] as const).filter(([t]) => this.beside(t.kind));
-    if (beside.length === 0) return this.options.center;
     const { text, values } = sql('api/stores_of', { kinds: beside.map(([t]) => t.kind), bizIds: beside.map(([t]) => t.bizId) });
     const rows = (await this.options.center.query(text, values)).rows as { ord: number; store: string | null }[];
     const stores = new Set<string | null>(beside.length < body.timeouts.length ? [null] : []);

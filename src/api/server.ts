@@ -9,10 +9,12 @@ import swagger from '@fastify/swagger';
 import Fastify, { LogController, type FastifyBaseLogger, type FastifyInstance } from 'fastify';
 import { jsonSchemaTransform, jsonSchemaTransformObject, serializerCompiler, validatorCompiler } from 'fastify-type-provider-zod';
 import type { Logger } from 'pino';
+import { z } from 'zod';
 import { isLoopback } from '../console/auth.js';
 import { InputError } from '../input-error.js';
 import type { ApiBackend } from './backend.js';
 import { ApiError, errorBody, toErrorAnswer } from './errors.js';
+import { leanCheck, OK } from './lean-check.js';
 import { noteErrorCode, traceRequests } from './request-spans.js';
 import { registerRoutes } from './routes.js';
 import { DEFAULT_BODY_LIMIT } from './schemas.js';
@@ -53,6 +55,26 @@ declare module 'fastify' {
   }
 }
 
+/** zod validates each request (fastify-type-provider-zod), after a lean check compiled from the
+ *  same schema (lean-check.ts): a value the lean check finds OK is one zod accepts as it is, and
+ *  goes on without zod's copy; anything else goes to zod, whose answer (or error) stands. */
+const leanValidatorCompiler: typeof validatorCompiler = (route) => {
+  const zod = validatorCompiler(route);
+  const lean = route.schema instanceof z.core.$ZodType ? leanCheck(route.schema) : null;
+  if (!lean) return zod;
+  return (data) => (lean(data) === OK ? { value: data } : zod(data));
+};
+
+/** Each answer is checked against its route's response schema before it is written: by the lean
+ *  check when it can tell (the answer is already what zod would write), else by zod, which refuses
+ *  an answer that does not match (a 500, never a body that breaks the document). */
+const leanSerializerCompiler: typeof serializerCompiler = (route) => {
+  const zod = serializerCompiler(route);
+  const lean = route.schema instanceof z.core.$ZodType ? leanCheck(route.schema) : null;
+  if (!lean) return zod;
+  return (data) => (lean(data) === OK ? JSON.stringify(data) : zod(data));
+};
+
 /** The Fastify app with every route, not yet listening (tests and the document generator use it
  *  with inject()/ready()). */
 export async function buildApiApp(options: ApiAppOptions): Promise<FastifyInstance> {
@@ -74,8 +96,8 @@ export async function buildApiApp(options: ApiAppOptions): Promise<FastifyInstan
   });
   // First: each request's span starts before authentication and wraps every route's handler.
   traceRequests(app);
-  app.setValidatorCompiler(validatorCompiler);
-  app.setSerializerCompiler(serializerCompiler);
+  app.setValidatorCompiler(leanValidatorCompiler);
+  app.setSerializerCompiler(leanSerializerCompiler);
   app.decorateRequest('apiToken', null);
   // JSON only: any other body type is 415 (Fastify would hand a text/plain body to the schema).
   app.removeContentTypeParser('text/plain');
