@@ -60,6 +60,10 @@ interface Claimed {
 /** What a run decided, in biz_ids: the record writes it. */
 type Decision = Marker & {
   fromMarker: boolean;
+  /** The run handled every row the shard holds (it wrote its own marker, naming every row its
+   *  claim returned: the shard's held and dispatched rows, which nothing else changes while the
+   *  lease is ours): the record is told so (ran NULL) instead of being sent the list again. */
+  ranAll?: boolean;
   where: pg.Pool | undefined;
   /** The center's transaction holding the shard's row lock since before the target's commit
    *  (step 3): the record goes in it. */
@@ -380,7 +384,7 @@ export class ExternalExecutor {
       at.phase = 'commit';
       await client.query('COMMIT');
       await failpoint('external.after-apply-commit');
-      return { ...marker, fromMarker: false, where, center: lock };
+      return { ...marker, fromMarker: false, ranAll: true, where, center: lock };
     };
     try {
       return await withTimeLimit<Decision | Lost>(
@@ -501,7 +505,7 @@ export class ExternalExecutor {
         backoffMs: handler.config.backoffMs,
         batchRetryMs: batch ? Math.round(decision.retryInMs) : null,
         batchError: batch ? decision.error : null,
-        ran: batch ? null : (decision.ran ?? null),
+        ran: batch || decision.ranAll ? null : (decision.ran ?? null),
       }),
     );
     const row = rows[0];

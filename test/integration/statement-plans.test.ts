@@ -4,7 +4,7 @@
 //     every row with every other (a nested loop over two 1-row estimates: 1,000 x 1,000).
 //   external_claim (routed): walks its target's due index in due order and stops at its limit,
 //     never reads and sorts the kind's whole backlog (sql/0016), nor reads other targets' rows
-//     (sql/0020).
+//     (sql/0020); its one sort is its own claimed rows into id order.
 import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { statement } from '../../src/db/queries.js';
@@ -77,7 +77,18 @@ describe('plans of the external path', () => {
     const plan = await explain(statement('worker/external_claim'), [Number(s.id), KIND, SHARD, s.lease_token, true]);
     expect(plan).toContain('"Index Name":"timeouts_due_by_target"');
     expect(plan).not.toContain('"Node Type":"Seq Scan"');
-    expect(plan).not.toContain('"Node Type":"Sort"');
+    // The one sort allowed: the shard's own claimed rows into id order, for the arrays it returns
+    // (at most its limit); never the kind's backlog before the limit.
+    const sorts: { rows: number; input: string }[] = [];
+    const walk = (node: { 'Node Type': string; 'Actual Rows'?: number; 'CTE Name'?: string; Plans?: unknown[] }) => {
+      if (node['Node Type'] === 'Sort') {
+        const child = (node.Plans?.[0] ?? {}) as { 'Node Type'?: string; 'CTE Name'?: string };
+        sorts.push({ rows: node['Actual Rows'] ?? -1, input: `${child['Node Type']} ${child['CTE Name'] ?? ''}`.trim() });
+      }
+      for (const p of node.Plans ?? []) walk(p as typeof node);
+    };
+    walk((JSON.parse(plan) as [{ Plan: Parameters<typeof walk>[0] }])[0].Plan);
+    expect(sorts).toEqual([{ rows: SHARD, input: 'CTE Scan rows' }]);
     // Its own target's rows only (sql/0020): no row of b0 or b2 read and thrown away.
     expect(plan).toMatch(/"Index Name":"timeouts_due_by_target"[^{}]*"Rows Removed by Filter":0[,}]/);
   });

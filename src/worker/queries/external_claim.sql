@@ -63,12 +63,14 @@ WITH ours AS MATERIALIZED (
   SELECT * FROM pinned UNION ALL SELECT * FROM taken_back UNION ALL SELECT * FROM fresh
 )
 SELECT (SELECT target FROM ours) AS target,
-       coalesce(array_agg(r.id ORDER BY r.id), '{}') AS ids,
-       coalesce(array_agg(r.biz_id ORDER BY r.id), '{}') AS biz_ids,
-       coalesce(array_agg(r.payload ORDER BY r.id), '{}') AS payloads,
-       coalesce(array_agg(extract(epoch FROM statement_timestamp() - r.due_at)::float8 ORDER BY r.id), '{}') AS lateness,
+       -- in id order, sorted once for the five arrays (the subquery's order: PostgreSQL 15 sorts
+       -- each `array_agg(... ORDER BY ...)` on its own, five sorts of the shard's rows)
+       coalesce(array_agg(r.id), '{}') AS ids,
+       coalesce(array_agg(r.biz_id), '{}') AS biz_ids,
+       coalesce(array_agg(r.payload), '{}') AS payloads,
+       coalesce(array_agg(extract(epoch FROM statement_timestamp() - r.due_at)::float8), '{}') AS lateness,
        (SELECT claimed_at IS NULL FROM ours) AS fresh,
        date_part('epoch', statement_timestamp()) * 1000 AS measured_ms,
        (SELECT array_agg(l.trace_parent) FROM (SELECT DISTINCT trace_parent FROM rows WHERE trace_parent IS NOT NULL LIMIT 32) l) AS trace_parents
-  FROM rows r
+  FROM (SELECT * FROM rows ORDER BY id) r
 HAVING EXISTS (SELECT 1 FROM ours)

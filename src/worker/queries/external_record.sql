@@ -12,9 +12,10 @@
 --   ms, and the attempt is not counted: such a failure never fails a timeout for good.
 --   Rows the run did not handle ($11, the marker's `ran`, does not name them): back to pending,
 --   due now, the attempt not counted; never recorded as skipped.
---   Every write re-checks that the row is still this shard's (dispatched, or held and pending): a row another
---   transaction changed since `rows` read it (under READ COMMITTED the DELETE and UPDATE re-check
---   only their own WHERE after waiting for its lock) is left as that transaction left it.
+--   Every write re-checks that the row is still this shard's (dispatched, or held and pending): a
+--   row another transaction changed since the statement's snapshot (under READ COMMITTED the
+--   DELETE and UPDATE re-check only their own WHERE after waiting for its lock) is left as that
+--   transaction left it.
 --   $1 shard id   $2 lease token   $3 applied biz_ids (text[])   $4 failed biz_ids (text[])
 --   $5 their errors (text[])   $6 their permanence (boolean[])   $7 max attempts
 --   $8 backoff base (ms)   $9 batch retry delay (ms, NULL when the batch ran)   $10 batch error
@@ -31,23 +32,23 @@ WITH ours AS MATERIALIZED (
   SELECT sh.id, sh.held_ids FROM timeout_center.shards sh
    WHERE sh.id = $1 AND sh.lease_token = $2 AND sh.state = 'running'
      FOR UPDATE
-), rows AS MATERIALIZED (
-  -- Each row's fate comes from the arrays, looked up by biz_id (hashed: the arrays are constants of
-  -- the statement's plan). The writes below find their rows by id in an array, through the primary
-  -- key: a join of the table with this CTE was planned as a nested loop over two 1-row estimates,
-  -- and cost 0.2 s per 1,000-row shard (bench:external at 0.12x instead of 0.53x).
-  SELECT t.id, t.biz_id = ANY ($4::text[]) AS failed, ($11::text[] IS NULL OR t.biz_id = ANY ($11::text[])) AS covered
-    FROM timeout_center.timeouts t
-   WHERE t.shard_id = $1 AND t.state = 'dispatched' AND EXISTS (SELECT 1 FROM ours)
-  UNION ALL
-  SELECT t.id, t.biz_id = ANY ($4::text[]), ($11::text[] IS NULL OR t.biz_id = ANY ($11::text[]))
-    FROM timeout_center.timeouts t
-   WHERE t.id = ANY ((SELECT held_ids FROM ours)::bigint[]) AND t.state = 'pending'
+), ids AS MATERIALIZED (
+  -- The shard's rows, as ids: the pending ones its claim holds, and on a re-run the dispatched
+  -- ones it took back (timeouts_in_flight: none on a first run). Each row's fate comes from the
+  -- parameter arrays, looked up by biz_id (hashed: the arrays are constants of the plan), inside
+  -- the write that reaches the row, so each row is read once, through the primary key: the
+  -- writes find their rows by id in an array (a join of the table with a CTE of the rows was
+  -- planned as a nested loop over two 1-row estimates: 0.2 s per 1,000-row shard), and a first
+  -- pass that read the rows to sort them into moved and kept cost a second index lookup per row.
+  SELECT coalesce(o.held_ids, '{}'::bigint[])
+         || ARRAY(SELECT t.id FROM timeout_center.timeouts t WHERE t.shard_id = $1 AND t.state = 'dispatched') AS ids
+    FROM ours o
 ), moved AS (
   -- Done (applied, or skipped: nothing to change): out of the hot table, into the history.
   DELETE FROM timeout_center.timeouts t
-   WHERE t.id = ANY (ARRAY(SELECT r.id FROM rows r WHERE NOT r.failed AND r.covered))
+   WHERE t.id = ANY ((SELECT i.ids FROM ids i)::bigint[])
      AND ((t.shard_id = $1 AND t.state = 'dispatched') OR t.state = 'pending') AND $9::int IS NULL
+     AND NOT t.biz_id = ANY ($4::text[]) AND ($11::text[] IS NULL OR t.biz_id = ANY ($11::text[]))
   RETURNING t.id, t.kind, t.biz_id, t.due_at, t.payload, t.attempts + (t.state = 'pending')::int AS attempts, $1::bigint AS shard_id,
             t.last_error, t.created_at,
             CASE WHEN t.biz_id = ANY ($3::text[]) THEN 'applied' ELSE 'skipped' END AS result
@@ -58,7 +59,8 @@ WITH ours AS MATERIALIZED (
   RETURNING 'done'::text AS state, result, NULL::text AS last_error
 ), kept AS (
   -- Failed, or the whole batch failed, or not handled by the run: stays, pending again or failed.
-  -- A failed row's error and permanence are at its biz_id's position in $4.
+  -- A failed row's error and permanence are at its biz_id's position in $4. Only the ids the
+  -- DELETE did not move are looked up again (none when the whole shard is done, the usual case).
   UPDATE timeout_center.timeouts t
      SET state = CASE WHEN $9::int IS NOT NULL OR NOT ($11::text[] IS NULL OR t.biz_id = ANY ($11::text[])) THEN 'pending'
                       WHEN coalesce(($6::boolean[])[array_position($4::text[], t.biz_id)], false) OR t.attempts + (t.state = 'pending')::int >= $7 THEN 'failed'
@@ -80,8 +82,12 @@ WITH ours AS MATERIALIZED (
          finished_at = CASE WHEN $9::int IS NULL AND ($11::text[] IS NULL OR t.biz_id = ANY ($11::text[]))
                              AND (coalesce(($6::boolean[])[array_position($4::text[], t.biz_id)], false) OR t.attempts + (t.state = 'pending')::int >= $7)
                             THEN statement_timestamp() END
-   WHERE t.id = ANY (ARRAY(SELECT r.id FROM rows r WHERE $9::int IS NOT NULL OR r.failed OR NOT r.covered))
+   WHERE t.id = ANY (CASE WHEN (SELECT count(*) FROM moved) = cardinality((SELECT i.ids FROM ids i)) THEN '{}'::bigint[]
+                          ELSE ARRAY(SELECT x FROM unnest((SELECT i.ids FROM ids i)) x EXCEPT ALL SELECT m.id FROM moved m) END)
      AND ((t.shard_id = $1 AND t.state = 'dispatched') OR t.state = 'pending')
+     -- its fate is to stay (the DELETE's fate conditions, negated): a row the DELETE passed over
+     -- for a concurrent change is left as that transaction left it, never retried here
+     AND ($9::int IS NOT NULL OR t.biz_id = ANY ($4::text[]) OR NOT ($11::text[] IS NULL OR t.biz_id = ANY ($11::text[])))
   RETURNING t.state, t.result, t.last_error
 ), written AS (
   SELECT * FROM archived UNION ALL SELECT * FROM kept
