@@ -23,8 +23,13 @@ export type Layout = { readonly name: 'plain' } | { readonly name: 'citus'; read
 
 export const PLAIN: Layout = { name: 'plain' };
 
+/** Anything that runs a query: a pg pool, client, or the operations layer's Queryable. */
+export interface LayoutReader {
+  query<R extends pg.QueryResultRow = pg.QueryResultRow>(text: string, values?: unknown[]): Promise<{ rows: R[] }>;
+}
+
 /** The layout of the database behind the pool (one round trip). */
-export async function readLayout(db: pg.Pool | pg.PoolClient | pg.Client): Promise<Layout> {
+export async function readLayout(db: LayoutReader): Promise<Layout> {
   const { rows } = await db.query<{ t: string | null }>("SELECT to_regclass('timeout_center.layout')::text AS t");
   if (!rows[0]?.t) return PLAIN;
   const { rows: l } = await db.query<{ buckets: number[] }>("SELECT buckets FROM timeout_center.layout WHERE name = 'citus'");
@@ -113,7 +118,7 @@ const known = new WeakMap<object, Promise<Layout>>();
  * The layout of a pool's database, read once per pool (a process's statements pick their Citus
  * form from it: the layout is fixed once migrate applied it). A failed read is not remembered.
  */
-export function layoutOf(pool: pg.Pool): Promise<Layout> {
+export function layoutOf(pool: LayoutReader): Promise<Layout> {
   let found = known.get(pool);
   if (!found) {
     found = readLayout(pool);

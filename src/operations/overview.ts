@@ -2,6 +2,7 @@
 // from kind_controls), leader and epoch (coordinator_lease), live workers, failed counts,
 // throughput and lateness per minute over the last hour, and open circuit breakers when the
 // circuit_breakers table exists (issue 9; absent on older schemas: none shown).
+import { layoutOf } from '../db/citus-layout.js';
 import type { Queryable } from '../flow/kind-controls.js';
 
 /** Workers heartbeat every 5 s; one not seen for three beats is not live (status, console). */
@@ -55,6 +56,21 @@ export interface OpenBreaker {
 }
 
 export async function kindBacklog(db: Queryable): Promise<KindBacklog[]> {
+  if ((await layoutOf(db)).name === 'citus') {
+    // On Citus (docs/scale.md "Citus: what runs") a subquery on timeouts correlated on kinds, a
+    // table on the coordinator, is refused: the failed counts come from one grouped multi-shard read.
+    const { rows } = await db.query<KindBacklog>(`
+      SELECT k.kind, k.paused,
+             coalesce(b.pending_due, 0)::int8 AS "pendingDue", coalesce(b.in_flight, 0)::int8 AS "inFlight",
+             b.oldest_due_at AS "oldestDueAt", extract(epoch FROM b.oldest_lag)::float8 AS "oldestLagSeconds",
+             coalesce(f.failed, 0)::int AS failed
+        FROM timeout_center.kinds k
+        LEFT JOIN timeout_center.backlog b ON b.kind = k.kind
+        LEFT JOIN (SELECT t.kind::text AS kind, count(*) AS failed FROM timeout_center.timeouts t WHERE t.state = 'failed' GROUP BY t.kind) f
+          ON f.kind = k.kind
+       ORDER BY k.kind`);
+    return rows;
+  }
   const { rows } = await db.query<KindBacklog>(`
     SELECT k.kind, k.paused,
            coalesce(b.pending_due, 0)::int8 AS "pendingDue", coalesce(b.in_flight, 0)::int8 AS "inFlight",

@@ -32,20 +32,76 @@ export interface RetryResult {
 }
 
 export async function retryFailed(db: Kysely<Database>, opts: RetrySelector): Promise<RetryResult> {
-  const selected = (eb: ExpressionBuilder<Database, 'timeout_center.timeouts'>) => {
-    const conds = [eb('timeout_center.timeouts.state', '=', 'failed')];
-    if (opts.id) conds.push(eb('timeout_center.timeouts.id', 'in', opts.id));
-    if (opts.kind !== undefined) conds.push(eb('timeout_center.timeouts.kind', '=', opts.kind));
-    if (opts.shard) conds.push(eb('timeout_center.timeouts.shard_id', 'in', opts.shard));
-    if (opts.errorContains) {
-      const pattern = `%${opts.errorContains.replace(/[\\%_]/g, (c) => `\\${c}`)}%`;
-      conds.push(eb('timeout_center.timeouts.last_error', 'ilike', pattern));
-    }
-    if (opts.scan !== undefined) {
-      conds.push(eb('timeout_center.timeouts.shard_id', 'in', eb.selectFrom('timeout_center.shards').select('id').where('scan_id', '=', opts.scan)));
-    }
-    return eb.and(conds);
-  };
+  let matched: number[];
+  let ids: number[];
+  if ((await layoutIn(db)).name === 'citus') ({ matched, ids } = await retryByBucket(db, opts));
+  else ({ matched, ids } = await retryWhere(db, opts));
+  const matchedIds = new Set(matched);
+  const notFailed = (opts.id ?? []).filter((id) => !matchedIds.has(id));
+  return { matched: matched.length, retried: ids.length, left: matched.length - ids.length, ids, notFailed, dryRun: Boolean(opts.dryRun) };
+}
+
+/** The layout of the database the transaction is in: one read (to_regclass), two on Citus. */
+async function layoutIn(db: Kysely<Database>): Promise<{ name: 'plain' | 'citus' }> {
+  const { rows } = await sql<{ citus: boolean }>`SELECT to_regclass('timeout_center.layout') IS NOT NULL AS citus`.execute(db);
+  if (!rows[0]?.citus) return { name: 'plain' };
+  const { rows: l } = await sql<{ n: number }>`SELECT count(*)::int AS n FROM timeout_center.layout WHERE name = 'citus'`.execute(db);
+  return { name: (l[0]?.n ?? 0) > 0 ? 'citus' : 'plain' };
+}
+
+/**
+ * On a Citus layout (docs/scale.md "Citus: what runs"): Citus takes `FOR UPDATE` only in a query
+ * on one shard, so the buckets that hold matching failed rows are read first (one multi-shard
+ * read, no lock), then each bucket is retried as on one PostgreSQL with `bucket = $b` in every
+ * part: three router queries per bucket, in bucket order (two retries lock in the same order), in
+ * the caller's transaction (Citus commits it on every node it touched). A business object's
+ * timeouts all sit in its bucket (bucket_of(biz_id)), so the one-live-per-object rule holds per
+ * bucket. A scan is read as its shard ids first (shards is a table on the coordinator).
+ */
+async function retryByBucket(db: Kysely<Database>, opts: RetrySelector): Promise<{ matched: number[]; ids: number[] }> {
+  let selector = opts;
+  if (opts.scan !== undefined) {
+    const ofScan = (await db.selectFrom('timeout_center.shards').select('id').where('scan_id', '=', opts.scan).execute()).map((r) => Number(r.id));
+    const shard = opts.shard ? opts.shard.filter((id) => ofScan.includes(id)) : ofScan;
+    if (shard.length === 0) return { matched: [], ids: [] };
+    selector = { ...opts, scan: undefined, shard };
+  }
+  const found = await db
+    .selectFrom('timeout_center.timeouts')
+    .select(sql<number>`timeout_center.timeouts.bucket`.as('bucket'))
+    .distinct()
+    .where((eb) => selectedBy(eb, selector))
+    .execute();
+  const buckets = found.map((r) => Number(r.bucket)).sort((a, b) => a - b);
+  const matched: number[] = [];
+  const ids: number[] = [];
+  for (const bucket of buckets) {
+    const r = await retryWhere(db, selector, bucket);
+    matched.push(...r.matched);
+    ids.push(...r.ids);
+  }
+  return { matched: matched.sort((a, b) => a - b), ids: ids.sort((a, b) => a - b) };
+}
+
+function selectedBy(eb: ExpressionBuilder<Database, 'timeout_center.timeouts'>, opts: RetrySelector, bucket?: number) {
+  const conds = [eb('timeout_center.timeouts.state', '=', 'failed')];
+  if (opts.id) conds.push(eb('timeout_center.timeouts.id', 'in', opts.id));
+  if (opts.kind !== undefined) conds.push(eb('timeout_center.timeouts.kind', '=', opts.kind));
+  if (opts.shard) conds.push(eb('timeout_center.timeouts.shard_id', 'in', opts.shard));
+  if (opts.errorContains) {
+    const pattern = `%${opts.errorContains.replace(/[\\%_]/g, (c) => `\\${c}`)}%`;
+    conds.push(eb('timeout_center.timeouts.last_error', 'ilike', pattern));
+  }
+  if (opts.scan !== undefined) {
+    conds.push(eb('timeout_center.timeouts.shard_id', 'in', eb.selectFrom('timeout_center.shards').select('id').where('scan_id', '=', opts.scan)));
+  }
+  if (bucket !== undefined) conds.push(eb(sql<number>`timeout_center.timeouts.bucket`, '=', bucket));
+  return eb.and(conds);
+}
+
+/** Locks the matching failed rows and retries the eligible ones (all of them, or one bucket's). */
+async function retryWhere(db: Kysely<Database>, opts: RetrySelector, bucket?: number): Promise<{ matched: number[]; ids: number[] }> {
+  const selected = (eb: ExpressionBuilder<Database, 'timeout_center.timeouts'>) => selectedBy(eb, opts, bucket);
   const matched = await db.selectFrom('timeout_center.timeouts').select('id').where(selected).orderBy('id').forUpdate().execute();
   // The newest failed timeout per (kind, biz_id), unless that object has a live timeout already.
   const eligible = db
@@ -60,7 +116,8 @@ export async function retryFailed(db: Kysely<Database>, opts: RetrySelector): Pr
             .select(sql`1`.as('one'))
             .whereRef('live.kind', '=', 'timeout_center.timeouts.kind')
             .whereRef('live.biz_id', '=', 'timeout_center.timeouts.biz_id')
-            .where('live.state', 'in', ['pending', 'dispatched']),
+            .where('live.state', 'in', ['pending', 'dispatched'])
+            .$if(bucket !== undefined, (q) => q.where(sql<number>`live.bucket`, '=', bucket!)),
         ),
       ),
     )
@@ -83,11 +140,10 @@ export async function retryFailed(db: Kysely<Database>, opts: RetrySelector): Pr
       })
       .where('id', 'in', eligible)
       .where('state', '=', 'failed')
+      .$if(bucket !== undefined, (q) => q.where(sql<number>`bucket`, '=', bucket!))
       .returning('id')
       .execute();
     ids = updated.map((r) => Number(r.id)).sort((a, b) => a - b);
   }
-  const matchedIds = new Set(matched.map((r) => Number(r.id)));
-  const notFailed = (opts.id ?? []).filter((id) => !matchedIds.has(id));
-  return { matched: matched.length, retried: ids.length, left: matched.length - ids.length, ids, notFailed, dryRun: Boolean(opts.dryRun) };
+  return { matched: matched.map((r) => Number(r.id)), ids };
 }

@@ -7,6 +7,7 @@
 // timeouts go back to pending (attempts 0, due now) through the same retry as `retry --shard`,
 // and the next scan claims them into a new shard. A shard still queued or running is refused
 // (it is being worked on), and so is one with no failed timeouts (nothing to rerun).
+import { layoutOf } from '../db/citus-layout.js';
 import { InputError } from '../input-error.js';
 import type { Kysely } from 'kysely';
 import type { Database } from '../db/schema.js';
@@ -67,6 +68,22 @@ export async function listScans(db: Queryable, opts: { limit: number; kind?: str
 export async function getScan(db: Queryable, scanId: number): Promise<{ scan: ScanSummary; shards: ShardSummary[] } | null> {
   const { rows } = await db.query<ScanSummary>(`SELECT ${SCAN_COLUMNS} FROM timeout_center.scan_report WHERE scan_id = $1`, [scanId]);
   if (!rows[0]) return null;
+  if ((await layoutOf(db)).name === 'citus') {
+    // On Citus (docs/scale.md "Citus: what runs") a subquery on timeouts correlated on a shard of
+    // the coordinator's shards table is refused: the scan's failed counts come from one grouped read.
+    const shards = await db.query<ShardSummary>(
+      `SELECT r.shard_id AS "shardId", r.scan_id AS "scanId", r.kind, r.size, r.state, r.attempts, r.owner, r.done, r.skipped, r.failed,
+              r.retried, r.error_sample AS "errorSample", r.started_at AS "startedAt", r.finished_at AS "finishedAt",
+              extract(epoch FROM r.duration)::float8 AS "durationSeconds", coalesce(f.n, 0)::int AS "failedNow"
+         FROM timeout_center.shard_report r
+         LEFT JOIN (SELECT t.shard_id, count(*) AS n FROM timeout_center.timeouts t
+                     WHERE t.state = 'failed' AND t.shard_id IN (SELECT id FROM timeout_center.shards WHERE scan_id = $1)
+                     GROUP BY t.shard_id) f ON f.shard_id = r.shard_id
+        WHERE r.scan_id = $1 ORDER BY r.shard_id`,
+      [scanId],
+    );
+    return { scan: rows[0], shards: shards.rows };
+  }
   const shards = await db.query<ShardSummary>(
     `SELECT r.shard_id AS "shardId", r.scan_id AS "scanId", r.kind, r.size, r.state, r.attempts, r.owner, r.done, r.skipped, r.failed,
             r.retried, r.error_sample AS "errorSample", r.started_at AS "startedAt", r.finished_at AS "finishedAt",

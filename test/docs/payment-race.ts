@@ -90,7 +90,7 @@ export async function paymentRace(
   }
   await Promise.all(pending);
   await payers.end();
-  await waitForDrain(s.pool, 30_000);
+  await waitForDrain(s.pool, 30_000, s.colocated);
 
   const { rows: flips } = await s.pool.query<{ closed_then_paid: number; paid_then_closed: number }>(
     `SELECT count(*) FILTER (WHERE from_status = 'closed' AND to_status = 'paid')::int AS closed_then_paid,
@@ -101,7 +101,10 @@ export async function paymentRace(
     `SELECT coalesce(percentile_cont(0.5) WITHIN GROUP (ORDER BY ms), 0) AS p50,
             coalesce(percentile_cont(0.99) WITHIN GROUP (ORDER BY ms), 0) AS p99, coalesce(max(ms), 0) AS max
        FROM (SELECT extract(epoch FROM x.at - t.due_at) * 1000 AS ms
-               FROM order_transitions x JOIN timeout_center.all_timeouts t ON t.biz_id = x.order_id::text
+               FROM order_transitions x JOIN ${
+                 // orders colocated on the bucket: Citus joins them to the history only on it
+                 s.colocated ? 'timeout_center.done_timeouts t ON t.bucket = x.bucket AND' : 'timeout_center.all_timeouts t ON'
+               } t.biz_id = x.order_id::text
               WHERE x.to_status = 'closed') l`,
   );
   const deadlock = /deadlock|40P01/i;

@@ -1,7 +1,11 @@
 // Faults on a Citus cluster of its own (test/helpers/citus.ts: a coordinator and two worker nodes,
 // a third added in the last scenario), the center's database laid out by `migrate` (docs/scale.md
 // "Citus: what runs"). One database per scenario on the one cluster; each ends with I1-I4 and
-// "effects = applied timeouts" (harness.ts expectInvariants).
+// "effects = applied timeouts" (harness.ts expectInvariants). The payment race, the node stop and
+// the rebalance run with the orders as a Citus user lays them out: distributed on the bucket and
+// colocated with the timeouts (README section 3e; the handler names the bucket as $2, so a shard's
+// claim, close and move are one call on its node, and a node stopped or a shard moved takes the
+// orders with it); the worker and coordinator kills keep the orders a table on the coordinator.
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { startCitusCluster, type CitusCluster } from '../helpers/citus.js';
 import { killAll } from '../helpers/processes.js';
@@ -22,6 +26,18 @@ async function scenario(label: string, options: Parameters<typeof Scenario.creat
   const s = await Scenario.create(`citus-${label}`, { databaseUrl: url, ...options });
   scenarios.push(s);
   return s;
+}
+
+/** The README's Citus payment for orders colocated with the timeouts: the orders UPDATE names the
+ *  bucket too (one shard, one node), as the timeouts UPDATE does. */
+function colocatedPay(): string {
+  const pay = namedBlock('citus-pay').text;
+  const colocated = pay.replace(
+    /UPDATE orders SET status = 'paid' WHERE id = 42\b/,
+    "UPDATE orders SET status = 'paid' WHERE bucket = timeout_center.bucket_of('42') AND id = 42",
+  );
+  if (colocated === pay) throw new Error("the README's citus-pay block changed: its orders UPDATE is not found");
+  return colocated;
 }
 
 /** Done rows per Citus worker node (host:port), from the shards' placements. */
@@ -53,12 +69,17 @@ describe.skipIf(tools.skip)(tools.title('faults on a Citus cluster'), () => {
     await stopAllServers();
   });
 
-  it('50,000 due at once, every 25th order paid at its due instant with the README Citus payment: none both closed and paid', async () => {
-    const s = await scenario('flood-payers', { kind: { shardSize: 500 }, worker: { concurrency: 2 }, coordinator: { maxInFlightShards: 64 } });
+  it('50,000 due at once, orders colocated, every 25th order paid at its due instant with the README Citus payment: none both closed and paid', async () => {
+    const s = await scenario('flood-payers', {
+      kind: { shardSize: 500 },
+      worker: { concurrency: 2 },
+      coordinator: { maxInFlightShards: 64 },
+      colocatedOrders: true,
+    });
     const workers = [s.worker('worker-1'), s.worker('worker-2')];
     await Promise.all(workers.map((w) => w.waitForMsg('worker started', 60_000)));
     await s.coordinator().waitForMsg('became leader', 60_000);
-    const figures = await paymentRace(s, workers, namedBlock('citus-pay').text, { n: 50_000, spreadMs: 0, payEvery: 25 });
+    const figures = await paymentRace(s, workers, colocatedPay(), { n: 50_000, spreadMs: 0, payEvery: 25 });
     report('citus: 50,000 due at once with payers at the due instant', { ...figures });
     expect(figures.payerErrors).toEqual({});
     expect(figures.closedThenPaid).toBe(0);
@@ -106,8 +127,8 @@ describe.skipIf(tools.skip)(tools.title('faults on a Citus cluster'), () => {
     await s.stopAll();
   }, 120_000);
 
-  it('a Citus worker node stopped -m immediate for 10 s mid-drain: its buckets wait, the other node goes on, all resume, nothing lost', async () => {
-    const s = await scenario('node-stop', { kind: { shardSize: 100 }, worker: { concurrency: 3 } });
+  it('a Citus worker node stopped -m immediate for 10 s mid-drain, orders colocated: its buckets wait, the other node goes on, all resume, nothing lost', async () => {
+    const s = await scenario('node-stop', { kind: { shardSize: 100 }, worker: { concurrency: 3 }, colocatedOrders: true });
     const workers = [s.worker('worker-1'), s.worker('worker-2')];
     await Promise.all(workers.map((w) => w.waitForMsg('worker started', 60_000)));
     s.coordinator();
@@ -149,8 +170,8 @@ describe.skipIf(tools.skip)(tools.title('faults on a Citus cluster'), () => {
     await s.stopAll();
   }, 180_000);
 
-  it('a third Citus worker node added and citus_rebalance_start run during a drain: shards move while claims run, nothing lost', async () => {
-    const s = await scenario('rebalance', { kind: { shardSize: 200 }, worker: { concurrency: 3 } });
+  it('a third Citus worker node added and citus_rebalance_start run during a drain, orders colocated: shards move with their orders while claims run, nothing lost', async () => {
+    const s = await scenario('rebalance', { kind: { shardSize: 200 }, worker: { concurrency: 3 }, colocatedOrders: true });
     const workers = [s.worker('worker-1'), s.worker('worker-2')];
     await Promise.all(workers.map((w) => w.waitForMsg('worker started', 60_000)));
     s.coordinator();

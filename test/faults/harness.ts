@@ -9,7 +9,16 @@ import { pino } from 'pino';
 import { expect } from 'vitest';
 import { createPool } from '../../src/db/pool.js';
 import type { ConfigInput } from '../../src/config.js';
-import { checkInvariants, CLOSE_SQL, createOrdersSchema, waitForDrain, writeConfig, type Invariants } from '../helpers/orders.js';
+import {
+  checkInvariants,
+  CLOSE_SQL,
+  CLOSE_SQL_COLOCATED,
+  createColocatedOrdersSchema,
+  createOrdersSchema,
+  waitForDrain,
+  writeConfig,
+  type Invariants,
+} from '../helpers/orders.js';
 import { runCli, spawnCli, type CliProcess, type LogLine } from '../helpers/processes.js';
 import { createTestDatabase, TEST_REDIS_URL, testKeyPrefix, type TestDatabase } from '../helpers/services.js';
 
@@ -32,6 +41,9 @@ export interface ScenarioOptions {
   alerts?: DeepPartial<NonNullable<ConfigInput['alerts']>>;
   poolSize?: number;
   logLevel?: 'info' | 'debug';
+  /** On a Citus database: orders and order_transitions distributed on the bucket and colocated with
+   *  the timeouts (createColocatedOrdersSchema), the kind's handler CLOSE_SQL_COLOCATED. */
+  colocatedOrders?: boolean;
 }
 
 export class Scenario {
@@ -51,6 +63,8 @@ export class Scenario {
 
   /** The database has the Citus layout (src/db/citus-layout.ts): inserts name the bucket. */
   citus = false;
+  /** orders and order_transitions are distributed on the bucket, colocated with the timeouts. */
+  colocated = false;
 
   static async create(label: string, options: ScenarioOptions = {}): Promise<Scenario> {
     const db = options.databaseUrl ? undefined : await createTestDatabase(label);
@@ -62,7 +76,7 @@ export class Scenario {
       maxAttempts: 3,
       backoffMs: 100,
       timeLimitMs: 2000,
-      handler: { type: 'sql', sql: CLOSE_SQL },
+      handler: { type: 'sql', sql: options.colocatedOrders ? CLOSE_SQL_COLOCATED : CLOSE_SQL },
       ...options.kind,
     } as NonNullable<ConfigInput['kinds']>[string];
     const config: ConfigInput = {
@@ -90,6 +104,11 @@ export class Scenario {
     const migrated = await runCli(['migrate', '--config', configPath], s.env());
     if (migrated.code !== 0) throw new Error(`migrate failed (${migrated.code}): ${migrated.stderr}`);
     s.citus = (await pool.query<{ citus: boolean }>("SELECT to_regclass('timeout_center.layout') IS NOT NULL AS citus")).rows[0]!.citus;
+    if (options.colocatedOrders) {
+      if (!s.citus) throw new Error('colocatedOrders needs a Citus database');
+      await createColocatedOrdersSchema(pool);
+      s.colocated = true;
+    }
     return s;
   }
 
@@ -106,11 +125,11 @@ export class Scenario {
   ): Promise<{ from: number; to: number }> {
     const from = opts.from ?? 1;
     const to = from + n - 1;
-    await this.pool.query(`INSERT INTO orders (id, status, poison) SELECT g, 'unpaid', g = ANY($3::bigint[]) FROM generate_series($1::bigint, $2::bigint) g`, [
-      from,
-      to,
-      opts.poison ?? [],
-    ]);
+    const orderBucket = this.colocated ? [', bucket', ', timeout_center.bucket_of(g::text)'] : ['', ''];
+    await this.pool.query(
+      `INSERT INTO orders (id, status, poison${orderBucket[0]}) SELECT g, 'unpaid', g = ANY($3::bigint[])${orderBucket[1]} FROM generate_series($1::bigint, $2::bigint) g`,
+      [from, to, opts.poison ?? []],
+    );
     // On the Citus layout the insert names each row's bucket (docs/scale.md).
     const bucket = this.citus ? ['', ', bucket', ', timeout_center.bucket_of(g::text)'] : ['', '', ''];
     await this.pool.query(
@@ -150,7 +169,7 @@ export class Scenario {
   /** Waits until every due timeout is final and every scan reduced, then checks I1-I4 and that
    *  the orders closed are exactly the timeouts applied. Returns the figures. */
   async expectInvariants(timeoutMs = 30_000): Promise<Invariants & { applied: number; closed: number; failed: number; cancelled: number }> {
-    const inv = await waitForDrain(this.pool, timeoutMs);
+    const inv = await waitForDrain(this.pool, timeoutMs, this.colocated);
     const applied = await this.count(`SELECT count(*) AS n FROM timeout_center.all_timeouts WHERE state = 'done' AND result = 'applied'`);
     const closed = await this.count(`SELECT count(*) AS n FROM order_transitions WHERE to_status = 'closed'`);
     const failed = await this.count(`SELECT count(*) AS n FROM timeout_center.all_timeouts WHERE state = 'failed'`);
@@ -168,13 +187,25 @@ export class Scenario {
       detail = `; open scans: ${JSON.stringify(scans)}`;
     }
     expect(figures, `invariants of ${this.label}${detail}`).toMatchObject({ lost: 0, doubled: 0, wrong: 0, reduceMismatch: 0, unreducedScans: 0 });
-    expect(closed, 'every close comes from exactly one applied timeout').toBe(applied);
+    if (closed !== applied) {
+      // What the history says of the orders closed (for the failure message).
+      const { rows: results } = await this.pool.query(
+        `SELECT result, count(*)::int AS n FROM timeout_center.done_timeouts GROUP BY 1
+         UNION ALL SELECT 'live ' || state, count(*)::int FROM timeout_center.timeouts GROUP BY 1`,
+      );
+      const { rows: shards } = await this.pool.query(
+        `SELECT state, count(*)::int AS n, sum(done_count)::int AS done, sum(skipped_count)::int AS skipped, sum(failed_count)::int AS failed,
+                sum(retried_count)::int AS retried, count(*) FILTER (WHERE attempts > 1)::int AS rerun FROM timeout_center.shards GROUP BY 1`,
+      );
+      detail += `; history: ${JSON.stringify(results)}; shards: ${JSON.stringify(shards)}`;
+    }
+    expect(closed, `every close comes from exactly one applied timeout${detail}`).toBe(applied);
     return figures;
   }
 
   /** Checks I1-I4 now, without waiting (after a failed scenario, for the report). */
   invariantsNow(): Promise<Invariants> {
-    return checkInvariants(this.pool);
+    return checkInvariants(this.pool, this.colocated);
   }
 
   /** Graceful stop of every process still running (SIGTERM; SIGKILL after timeoutMs). */

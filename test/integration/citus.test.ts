@@ -8,14 +8,14 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { cancel, reschedule, schedule } from '../../src/schedule.js';
 import { statements as compiled } from '../../src/db/statements.generated.js';
 import { startCitusCluster, type CitusCluster } from '../helpers/citus.js';
-import { execFileSync } from 'node:child_process';
+import { execFileSync, spawnSync } from 'node:child_process';
 import { CLI, killAll, runCli, spawnCli } from '../helpers/processes.js';
-import { writeConfig } from '../helpers/orders.js';
+import { waitForDrain, writeConfig } from '../helpers/orders.js';
 import { sqlHandlerForm } from '../../src/worker/sql-handler.js';
 import { bindLiterals } from '../../src/worker/bind-literals.js';
 import { sql } from '../../src/db/queries.js';
 import { readFileSync } from 'node:fs';
-import { stopAllServers } from '../helpers/servers.js';
+import { freePort, stopAllServers } from '../helpers/servers.js';
 import { createTestDatabase } from '../helpers/services.js';
 import { requireTools } from '../helpers/system-tools.js';
 import { forOrder, namedBlock, statements } from '../docs/readme-blocks.js';
@@ -165,6 +165,194 @@ describe.skipIf(tools.skip)(tools.title('Citus: the layout, the README blocks an
     }
     await s.stopAll();
   }, 120_000);
+
+  it('the operator actions and the console on the Citus store: retry (CLI and console: by id, shard, scan, kind; left alone), rerun, cancel, reschedule, generate, every page over HTTP', async () => {
+    const url = await cluster.createDatabase('tc_citus_ops');
+    // One attempt, then failed: the poison orders fail in real shards of real scans.
+    const o = await Scenario.create('citus-ops', { databaseUrl: url, kind: { shardSize: 100, maxAttempts: 1 } });
+    const consoleProcs: ReturnType<typeof spawnCli>[] = [];
+    try {
+      const poison = Array.from({ length: 16 }, (_, i) => 5 + i * 10); // 5, 15, ..., 155: in 10 of the 16 buckets
+      await o.seed(160, { dueInMs: 500, spreadMs: 0, poison });
+      o.coordinator();
+      o.worker('worker-1');
+      await waitUntil(
+        'the poison rows failed',
+        async () => (await o.count(`SELECT count(*) AS n FROM timeout_center.timeouts WHERE state = 'failed'`)) === poison.length,
+        120_000,
+        250,
+      );
+      await o.expectInvariants(30_000);
+      await o.stopAll();
+      const failedRows = async () =>
+        (
+          await o.pool.query<{ id: number; biz: number; shard: number; scan: number; bucket: number }>(
+            `SELECT t.id::int, t.biz_id::int AS biz, t.shard_id::int AS shard, s.scan_id::int AS scan, t.bucket
+               FROM timeout_center.timeouts t JOIN timeout_center.shards s ON s.id = t.shard_id WHERE t.state = 'failed' ORDER BY t.biz_id::int`,
+          )
+        ).rows;
+      const failed = await failedRows();
+      expect(failed.length).toBe(poison.length);
+      expect(new Set(failed.map((f) => f.bucket)).size).toBeGreaterThan(4);
+      const run = (args: string[]) => {
+        const r = spawnSync(process.execPath, [CLI, ...args], { env: { ...process.env, ...o.env() } as NodeJS.ProcessEnv, encoding: 'utf8' });
+        return { code: r.status, out: r.stdout, err: r.stderr };
+      };
+      const cli = <T>(args: string[]): T => {
+        const r = run([...args, '--json']);
+        expect(r.code, `${args.join(' ')}: ${r.err}`).toBe(0);
+        return JSON.parse(r.out) as T;
+      };
+      // The failed list and a dry run change nothing.
+      expect(cli<{ total: number }>(['failed']).total).toBe(poison.length);
+      // c: a failed row whose shard failed others too; a and b: two failed rows of other buckets.
+      const byShardOf = (shard: number) => failed.filter((f) => f.shard === shard);
+      const c = failed.find((f) => byShardOf(f.shard).length >= 2)!;
+      expect(c, 'a shard with two failed rows').toBeDefined();
+      const [a, b] = failed
+        .filter((f) => f.bucket !== c.bucket && f.shard !== c.shard)
+        .filter((f, i, all) => all.findIndex((x) => x.bucket === f.bucket) === i);
+      expect(b, 'failed rows in two more buckets').toBeDefined();
+      const dry = cli<{ matched: number; retried: number; dryRun: boolean }>(['retry', '--id', `${a!.id},${b!.id}`, '--dry-run']);
+      expect(dry).toMatchObject({ matched: 2, retried: 2, dryRun: true });
+      expect(await o.count(`SELECT count(*) AS n FROM timeout_center.timeouts WHERE state = 'failed'`)).toBe(poison.length);
+      // By id (two buckets, and an id that is not failed: exit 1, named).
+      const byId = run(['retry', '--id', `${a!.id},${b!.id},1`, '--json']);
+      expect(byId.code, byId.err).toBe(1);
+      expect(JSON.parse(byId.out)).toMatchObject({ matched: 2, retried: 2, left: 0, ids: [a!.id, b!.id].sort((x, y) => x - y), notFailed: [1] });
+      const back = await o.pool.query<{ state: string; attempts: number; shard: number | null; bucket: number; right: boolean }>(
+        `SELECT state, attempts, shard_id AS shard, bucket, bucket = timeout_center.bucket_of(biz_id) AS right FROM timeout_center.timeouts WHERE id = ANY($1::bigint[])`,
+        [[a!.id, b!.id]],
+      );
+      expect(back.rows.every((r) => r.state === 'pending' && r.attempts === 0 && r.shard === null && r.right)).toBe(true);
+      // The one-live-per-object rule holds per bucket: c's order gets a live timeout again, so
+      // retrying by its shard leaves c alone and retries the rest of that shard.
+      await schedule(o.pool, { kind: 'order.unpaid', bizId: c!.biz, delayMs: 3_600_000 });
+      const ofShard = failed.filter((f) => f.shard === c!.shard && f.id !== a!.id && f.id !== b!.id);
+      // (exit 1: a timeout was left alone)
+      const byShardRun = run(['retry', '--shard', String(c!.shard), '--json']);
+      expect(byShardRun.code, byShardRun.err).toBe(1);
+      const byShard = JSON.parse(byShardRun.out) as { matched: number; retried: number; left: number };
+      expect(byShard).toMatchObject({ matched: ofShard.length, retried: ofShard.length - 1, left: 1 });
+      expect(await o.count(`SELECT count(*) AS n FROM timeout_center.timeouts WHERE id = $1 AND state = 'failed'`, [c!.id])).toBe(1);
+      // The console (a real `timeout-center console` process): retry by id, a shard rerun, then
+      // cancel and reschedule; every page and its JSON over HTTP, right contents.
+      const port = await freePort();
+      const consoleProc = spawnCli('console (citus)', ['console', '--port', String(port)], o.env());
+      consoleProcs.push(consoleProc);
+      await consoleProc.waitForMsg('console listening', 60_000);
+      const origin = `http://127.0.0.1:${port}`;
+      const post = async (path: string, body: unknown) => {
+        const res = await fetch(`${origin}${path}`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify(body) });
+        return { status: res.status, json: (await res.json()) as Record<string, unknown> };
+      };
+      const left = (await failedRows()).filter((f) => f.id !== c!.id);
+      expect(left.length).toBeGreaterThan(1);
+      const [d, ...others] = left;
+      const retried = await post('/api/failed/retry', { id: [String(d!.id)] });
+      expect(retried.status, JSON.stringify(retried.json)).toBe(200);
+      expect(retried.json).toMatchObject({ retried: 1 });
+      const otherShard = others[0]!.shard;
+      const rerun = await post(`/api/shards/${otherShard}/rerun`, {});
+      expect(rerun.status, JSON.stringify(rerun.json)).toBe(200);
+      expect(rerun.json).toMatchObject({ retried: others.filter((f) => f.shard === otherShard).length });
+      // By scan and kind together (the CLI), then all of the kind (the console): the rest.
+      const rest = (await failedRows()).filter((f) => f.id !== c!.id);
+      const scan = rest[0]!.scan;
+      const inScan = rest.filter((f) => f.scan === scan).length;
+      const cInScan = c!.scan === scan ? 1 : 0; // c, if in the scan, is left alone again (exit 1)
+      const byScanRun = run(['retry', '--scan', String(scan), '--kind', 'order.unpaid', '--json']);
+      expect(byScanRun.code, byScanRun.err).toBe(cInScan);
+      expect(JSON.parse(byScanRun.out)).toMatchObject({ matched: inScan + cInScan, retried: inScan, left: cInScan });
+      const all = await post('/api/failed/retry', { kind: 'order.unpaid' });
+      expect(all.status, JSON.stringify(all.json)).toBe(200);
+      expect(await o.count(`SELECT count(*) AS n FROM timeout_center.timeouts WHERE state = 'failed'`)).toBe(1); // c, left alone
+      // Cancel and reschedule by the console route by bucket (router queries).
+      await o.pool.query(`INSERT INTO orders (id, status) VALUES (900001, 'unpaid'), (900002, 'unpaid')`);
+      for (const id of [900001, 900002]) await schedule(o.pool, { kind: 'order.unpaid', bizId: id, delayMs: 3_600_000 });
+      expect((await post('/api/timeouts/cancel', { kind: 'order.unpaid', bizId: '900001' })).status).toBe(200);
+      const dueAt = new Date(Date.now() + 1000).toISOString();
+      expect((await post('/api/timeouts/reschedule', { kind: 'order.unpaid', bizId: '900002', dueAt })).status).toBe(200);
+      expect((await o.pool.query(`SELECT biz_id, state FROM timeout_center.timeouts WHERE biz_id IN ('900001', '900002') ORDER BY biz_id`)).rows).toEqual([
+        { biz_id: '900001', state: 'cancelled' },
+        { biz_id: '900002', state: 'pending' },
+      ]);
+      // Every page, and its JSON.
+      const scanId = (await o.pool.query<{ id: number }>(`SELECT max(id)::int AS id FROM timeout_center.scans`)).rows[0]!.id;
+      const audit = (await o.pool.query<{ action: string }>(`SELECT action FROM timeout_center.audit_log ORDER BY id`)).rows.map((r) => r.action);
+      expect(audit).toEqual(expect.arrayContaining(['retry', 'rerun_shard', 'cancel', 'reschedule']));
+      const pages: [string, RegExp][] = [
+        ['/', /order\.unpaid/],
+        ['/kinds', /order\.unpaid/],
+        ['/databases', /<html/],
+        ['/scans', new RegExp(`>${scanId}<`)],
+        [`/scans/${scanId}`, /order\.unpaid/],
+        ['/timeouts?kind=order.unpaid&bizId=900001', /cancelled/],
+        ['/failed', new RegExp(`>${c!.biz}<`)],
+        ['/warnings', /<html/],
+        ['/audit', /rerun_shard/],
+      ];
+      for (const [path, contents] of pages) {
+        const page = await fetch(`${origin}${path}`);
+        const text = await page.text();
+        expect(page.status, `${path}: ${text.slice(0, 300)}`).toBe(200);
+        expect(text, path).toMatch(contents);
+        const api = await fetch(`${origin}/api${path === '/' ? '/' : path}`);
+        expect(api.status, `/api${path}`).toBe(200);
+        await api.json();
+      }
+      const overview = (await (await fetch(`${origin}/api/`)).json()) as { backlog: { kind: string; failed: number }[] };
+      expect(overview.backlog).toEqual([expect.objectContaining({ kind: 'order.unpaid', failed: 1 })]);
+      const failedJson = (await (await fetch(`${origin}/api/failed`)).json()) as { total: number; rows: { timeoutId: number }[] };
+      expect(failedJson.total).toBe(1);
+      expect(failedJson.rows.map((r) => r.timeoutId)).toEqual([c!.id]);
+      const scansJson = (await (await fetch(`${origin}/api/scans`)).json()) as { scanId: number }[];
+      expect(scansJson.length).toBeGreaterThan(0);
+      const scanJson = (await (await fetch(`${origin}/api/scans/${scanId}`)).json()) as { scan: { scanId: number }; shards: unknown[] };
+      expect(scanJson.scan.scanId).toBe(scanId);
+      expect(scanJson.shards.length).toBeGreaterThan(0);
+      await consoleProc.stop();
+
+      // The retried rows run again (the poison made closable) beside `generate`'s orders and
+      // payments, with a bucket on every timeout; I1-I4 and history = truth at the end.
+      await o.pool.query(`UPDATE orders SET poison = false`);
+      o.coordinator();
+      o.worker('worker-2');
+      const gen = await runCli(['generate', '--rate', '200', '--paid', '10', '--min-delay', '0', '--max-delay', '2', '--duration', '3'], o.env(), 60_000);
+      expect(gen.code, gen.stderr).toBe(0);
+      const stopped = gen.lines.find((l) => l.msg === 'generator stopped') as { created: number; paid: number } | undefined;
+      expect(stopped?.created).toBeGreaterThanOrEqual(400);
+      expect(stopped?.paid).toBeGreaterThan(0);
+      expect(gen.lines.some((l) => l.msg === 'generator batch failed; retrying next second')).toBe(false);
+      // I1-I3 as usual; I4 (the scans' failed totals against the failed rows) counts the 15 the
+      // operator retried and the rerun closed: the scans that failed them keep their totals.
+      const inv = await waitForDrain(o.pool, 60_000);
+      expect(inv).toEqual({ lost: 0, doubled: 0, wrong: 0, reduceMismatch: poison.length - 1, unreducedScans: 0 });
+      const applied = await o.count(`SELECT count(*) AS n FROM timeout_center.all_timeouts WHERE state = 'done' AND result = 'applied'`);
+      expect(await o.count(`SELECT count(*) AS n FROM order_transitions WHERE to_status = 'closed'`), 'closes = applied timeouts').toBe(applied);
+      const failedNow = await o.count(`SELECT count(*) AS n FROM timeout_center.timeouts WHERE state = 'failed'`);
+      expect(
+        await o.count(
+          `SELECT (SELECT count(*) FROM timeout_center.timeouts WHERE bucket IS DISTINCT FROM timeout_center.bucket_of(biz_id))
+                + (SELECT count(*) FROM timeout_center.done_timeouts WHERE bucket IS DISTINCT FROM timeout_center.bucket_of(biz_id)) AS n`,
+        ),
+      ).toBe(0);
+      const paidOrders = await o.count(`SELECT count(*) AS n FROM orders WHERE status = 'paid'`);
+      expect(paidOrders).toBe(stopped!.paid);
+      report('citus operator actions: 16 failed retried by CLI and console, generate 3 s', {
+        ...inv,
+        applied,
+        failed: failedNow,
+        generated: stopped!.created,
+        paid: stopped!.paid,
+      });
+      expect(failedNow).toBe(1); // c: left alone
+      await o.stopAll();
+    } finally {
+      for (const p of consoleProcs) await p.stop().catch(() => {});
+      await o.close();
+    }
+  }, 240_000);
 
   it('a SQL handler Citus refuses inside the claim (a VOLATILE function in its UPDATE) runs in the plain form from the start', async () => {
     // PREPARE accepts it; Citus refuses it only when it plans the claim (EXPLAIN, or the first
@@ -320,6 +508,35 @@ describe.skipIf(tools.skip)(tools.title('Citus: the layout, the README blocks an
       const again = await c.count(`SELECT count(*) AS n FROM timeout_center.shards WHERE attempts > 1`);
       expect(again).toBeGreaterThan(0);
       report('citus colocated drain: 3,000 (300 paid, 1 poison), a worker SIGKILLed before its commit', { ms: c.elapsedMs(), shardsRunAgain: again });
+
+      // `generate` against colocated orders: each order written with its bucket (the table has
+      // one), each timeout too; its payments and the drain never both pay and close an order.
+      const gen = await runCli(['generate', '--rate', '100', '--paid', '20', '--min-delay', '0', '--max-delay', '1', '--duration', '2'], c.env(), 60_000);
+      expect(gen.code, gen.stderr).toBe(0);
+      const stopped = gen.lines.find((l) => l.msg === 'generator stopped') as { created: number; paid: number } | undefined;
+      expect(gen.lines.some((l) => l.msg === 'generator batch failed; retrying next second')).toBe(false);
+      expect(stopped?.created).toBeGreaterThanOrEqual(100);
+      await waitUntil(
+        "generate's orders drained",
+        async () => (await c.count(`SELECT count(*) AS n FROM timeout_center.timeouts WHERE state IN ('pending', 'dispatched')`)) === 0,
+        60_000,
+        250,
+      );
+      const { rows: generated } = await c.pool.query<{ orders: number; wrongBucket: number; paid: number; closed: number; both: number; open: number }>(
+        `SELECT count(*)::int AS orders, count(*) FILTER (WHERE bucket <> timeout_center.bucket_of(id::text))::int AS "wrongBucket",
+                count(*) FILTER (WHERE status = 'paid')::int AS paid, count(*) FILTER (WHERE status = 'closed' AND closes = 1)::int AS closed,
+                count(*) FILTER (WHERE status = 'paid' AND closes > 0)::int AS both, count(*) FILTER (WHERE status = 'unpaid')::int AS open
+           FROM orders WHERE id > 3000`,
+      );
+      expect(generated[0]).toEqual({
+        orders: stopped!.created,
+        wrongBucket: 0,
+        paid: stopped!.paid,
+        closed: stopped!.created - stopped!.paid,
+        both: 0,
+        open: 0,
+      });
+      expect(await c.count(`SELECT count(*) AS n FROM timeout_center.timeouts WHERE bucket <> timeout_center.bucket_of(biz_id)`)).toBe(0);
       await c.stopAll();
     } finally {
       await c.close();
