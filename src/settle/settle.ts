@@ -48,7 +48,8 @@ export interface SettleOptions {
   waitMs?: number;
 }
 
-interface Row {
+/** A row of timeout_center.settle (and, with the bind's extra columns, of settle_run). */
+export interface SettleRow {
   outcome: SettleOutcome;
   timeout_id: string | null;
   state: string | null;
@@ -80,9 +81,9 @@ export function checkSettleInput(kind: string, bizId: ScheduleInput['bizId'], op
 export async function settle(db: Executor, kind: string, bizId: ScheduleInput['bizId'], options: SettleOptions = {}): Promise<SettleResult> {
   const { id, waitMs } = checkSettleInput(kind, bizId, options);
   return withSpan('tc.settle', { 'tc.kind': kind, 'tc.biz_id': id }, async (span) => {
-    let rows: Row[];
+    let rows: SettleRow[];
     try {
-      rows = await runStatement<Row>(db, sql('settle/settle', { kind, bizId: id, waitMs }));
+      rows = await runStatement<SettleRow>(db, sql('settle/settle', { kind, bizId: id, waitMs }));
     } catch (err) {
       const e = err as { code?: string; message?: string };
       if (e.code === '22023' && /^unknown timeout kind/.test(String(e.message))) throw new UnknownKindError(kind);

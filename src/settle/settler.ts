@@ -35,7 +35,7 @@ import type { ShardHandler } from '../worker/handler-contract.js';
 import { externalTarget, resolveHandlers, type ExternalTarget, type ResolvedHandler } from '../worker/handlers.js';
 import type { Lease } from '../worker/lease.js';
 import { Housekeeping } from '../worker/housekeeping.js';
-import { checkSettleInput, settle, type SettleOptions, type SettleOutcome, type SettleResult } from './settle.js';
+import { checkSettleInput, settle, type SettleOptions, type SettleOutcome, type SettleResult, type SettleRow } from './settle.js';
 
 export interface SettlerOptions {
   /** The config the workers run (kinds, handlers, business databases, breaker, leases). */
@@ -54,15 +54,9 @@ export interface SettlerOptions {
 
 type ExternalHandler = ResolvedHandler & { external: ExternalTarget };
 
-interface BindRow {
+/** settle_run's row: settle's, plus 'bound' and the one-row shard it bound the timeout to. */
+interface BindRow extends Omit<SettleRow, 'outcome'> {
   outcome: SettleOutcome | 'bound';
-  timeout_id: string | null;
-  state: string | null;
-  due_at: Date | null;
-  available_at: Date | null;
-  result: 'applied' | 'skipped' | null;
-  shard_id: string | null;
-  detail: string;
   scan_id: string | null;
   lease_token: string | null;
 }
