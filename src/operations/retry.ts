@@ -6,6 +6,7 @@
 import { sql, type ExpressionBuilder, type Kysely } from 'kysely';
 import type { DbTimestamp } from '../db/schema.js';
 import type { Database } from '../db/schema.js';
+import { readLayout, type Layout } from '../db/citus-layout.js';
 
 export interface RetrySelector {
   id?: number[] | undefined;
@@ -41,12 +42,9 @@ export async function retryFailed(db: Kysely<Database>, opts: RetrySelector): Pr
   return { matched: matched.length, retried: ids.length, left: matched.length - ids.length, ids, notFailed, dryRun: Boolean(opts.dryRun) };
 }
 
-/** The layout of the database the transaction is in: one read (to_regclass), two on Citus. */
-async function layoutIn(db: Kysely<Database>): Promise<{ name: 'plain' | 'citus' }> {
-  const { rows } = await sql<{ citus: boolean }>`SELECT to_regclass('timeout_center.layout') IS NOT NULL AS citus`.execute(db);
-  if (!rows[0]?.citus) return { name: 'plain' };
-  const { rows: l } = await sql<{ n: number }>`SELECT count(*)::int AS n FROM timeout_center.layout WHERE name = 'citus'`.execute(db);
-  return { name: (l[0]?.n ?? 0) > 0 ? 'citus' : 'plain' };
+/** The layout of the database the transaction is in (readLayout, run in that transaction). */
+function layoutIn(db: Kysely<Database>): Promise<Layout> {
+  return readLayout({ query: <R extends object>(text: string) => sql.raw<R>(text).execute(db) });
 }
 
 /**
