@@ -1,9 +1,13 @@
 // npm run bench:external [-- options]: the same burst twice, with the orders in the center's own
 // database (the one-write path) and with the orders in a separate database on a second PostgreSQL
 // instance on the same box (the external path: claim committed, handler + marker in the orders'
-// database, record). Each round starts fresh private PostgreSQL instances (fsync off, as the test
-// servers) and one `timeout-center run` process (coordinator + worker), puts N timeouts due at
-// once (90 % unpaid orders) and times until every timeout is final. Prints both rates, and the
+// database, record). Two private PostgreSQL instances (fsync off, as the test servers; the
+// center's with track_commit_timestamp on) are started once; every burst gets fresh databases and
+// one `timeout-center run` process (coordinator + worker), a warm-up of 30 orders through both
+// databases, then N timeouts (90 % unpaid orders) due at one instant D a few seconds ahead,
+// seeded, vacuumed and checkpointed before D. The time is D -> the commit of the last of the
+// burst's timeouts to become final in the center (max pg_xact_commit_timestamp(xmin) of its
+// done_timeouts rows), the same measure for both paths and as bench:stores. Prints both rates, and the
 // cost per timeout of the external path's extra work: wall time and the center's WAL bytes per
 // timeout (since issue 32 below the same-database path's: the claim writes only the shard's row).
 //
@@ -80,6 +84,21 @@ async function walLsn(pool: pg.Pool): Promise<bigint> {
   return BigInt(rows[0]!.b.split('.')[0]!);
 }
 
+const WARMUP = 30;
+/** The burst's due instant is this far after seeding starts: seeding, VACUUM and CHECKPOINT fit before it. */
+const LEAD_MS = 3000 + N * 0.05;
+
+/** Waits until no timeout is left in timeouts (every one done: the bench schedules no other). */
+async function waitDrained(pool: pg.Pool, limitMs: number, what: string): Promise<void> {
+  const started = performance.now();
+  for (;;) {
+    const { rows } = await pool.query<{ n: number }>(`SELECT count(*)::int AS n FROM timeout_center.timeouts`);
+    if (rows[0]!.n === 0) return;
+    if (performance.now() - started > limitMs) throw new Error(`${what}: not drained after ${Math.round(limitMs / 1000)} s`);
+    await sleep(250);
+  }
+}
+
 async function burst(path: Burst['path'], center: PostgresServer, business: PostgresServer, round: number): Promise<Burst> {
   const dbName = `bench_${path.replace('-', '_')}_${round}`;
   const admin = new pg.Pool({ connectionString: center.url(), max: 1 });
@@ -115,18 +134,38 @@ async function burst(path: Burst['path'], center: PostgresServer, business: Post
   const configPath = join(dir, 'config.json');
   writeFileSync(configPath, JSON.stringify(configInput));
 
-  // Orders and timeouts all due now; the process starts after, so the burst is the whole backlog.
-  const due = new Date(Date.now() - 1000);
+  // The process first, and a warm-up through both databases (leader elected, pools and prepared
+  // statements warm); then the burst, due at one instant D a little ahead, seeded, vacuumed and
+  // checkpointed before D (as bench:stores). Process start-up is outside the measure, for both.
+  const child = spawn(process.execPath, [CLI, 'run', '--config', configPath], {
+    env: { ...process.env, DATABASE_URL: centerUrl, REDIS_URL: TEST_REDIS_URL },
+    stdio: ['ignore', 'ignore', 'inherit'],
+  });
+  const warm = new Date(Date.now() - 1000);
+  await insertOrders(ordersPool, N + 1, N + WARMUP, warm);
+  await centerPool.query(`INSERT INTO timeout_center.timeouts (kind, biz_id, due_at) SELECT $1, g::text, $4 FROM generate_series($2::int, $3::int) g`, [
+    KIND,
+    N + 1,
+    N + WARMUP,
+    warm,
+  ]);
+  await waitDrained(centerPool, 60_000, `${path}: warm-up`);
+  const due = new Date(Date.now() + LEAD_MS);
   await insertOrders(ordersPool, 1, N, due);
   await centerPool.query(`INSERT INTO timeout_center.timeouts (kind, biz_id, due_at) SELECT $1, g::text, $3 FROM generate_series(1, $2::int) g`, [
     KIND,
     N,
     due,
   ]);
+  await centerPool.query('VACUUM ANALYZE timeout_center.timeouts');
+  await ordersPool.query('VACUUM ANALYZE orders');
   await centerPool.query('CHECKPOINT').catch(() => {});
+  if (ordersPool !== centerPool) await ordersPool.query('CHECKPOINT').catch(() => {});
+  if (Date.now() > due.getTime()) throw new Error(`${path}: seeding took past the due instant; raise LEAD_MS`);
   const walBefore = await walLsn(centerPool);
   const samplers: ActivitySampler[] = [];
   const cpuBefore = PROFILE ? [instanceCpu(center), instanceCpu(business)] : [];
+  const nodeBefore = PROFILE ? processCpu(child.pid) : 0;
   if (PROFILE) {
     await resetStatements(centerPool);
     if (ordersPool !== centerPool) await resetStatements(ordersPool);
@@ -134,27 +173,25 @@ async function burst(path: Burst['path'], center: PostgresServer, business: Post
     if (ordersPool !== centerPool) samplers.push(new ActivitySampler(ordersPool, dbName));
     for (const s of samplers) s.start();
   }
-  const started = performance.now();
-  const child = spawn(process.execPath, [CLI, 'run', '--config', configPath], {
-    env: { ...process.env, DATABASE_URL: centerUrl, REDIS_URL: TEST_REDIS_URL },
-    stdio: ['ignore', 'ignore', 'inherit'],
-  });
-  for (;;) {
-    const { rows } = await centerPool.query<{ n: number }>(
-      `SELECT count(*)::int AS n FROM timeout_center.timeouts WHERE state NOT IN ('done', 'cancelled', 'failed')`,
-    );
-    if (rows[0]!.n === 0) break;
-    if (performance.now() - started > 600_000) throw new Error(`${path}: not drained after 10 min`);
-    await sleep(10); // commit visibility, polled every 10 ms: the same measure for both paths
-  }
-  const seconds = (performance.now() - started) / 1000;
+  // Polled every 250 ms only to know when to read the end; the end itself is read at commit: the
+  // commit of the last of the burst's timeouts to become final (the center's record of it; on the
+  // external path the order's own close committed before that), the same for both paths.
+  await waitDrained(centerPool, 600_000, path);
+  const { rows: ends } = await centerPool.query<{ end: number | null; n: number }>(
+    `SELECT extract(epoch FROM max(pg_xact_commit_timestamp(xmin)))::float8 AS end, count(*)::int AS n
+       FROM timeout_center.done_timeouts WHERE due_at = $1`,
+    [due],
+  );
+  if (ends[0]!.end === null) throw new Error('no commit timestamps: track_commit_timestamp is off on the center instance');
+  if (ends[0]!.n !== N) throw new Error(`${path}: ${ends[0]!.n} of ${N} timeouts of the burst are done`);
+  const seconds = ends[0]!.end - due.getTime() / 1000;
   const walAfter = await walLsn(centerPool);
   if (PROFILE) {
-    const nodeCpu = processCpu(child.pid);
+    const nodeCpu = processCpu(child.pid) - nodeBefore;
     const cpu = [instanceCpu(center) - cpuBefore[0]!, instanceCpu(business) - cpuBefore[1]!];
     const activity = await Promise.all(samplers.map((s) => s.stop()));
     console.log(
-      `profile round ${round} ${path}: ${seconds.toFixed(2)} s wall; CPU s: node ${nodeCpu.toFixed(2)}, center instance ${cpu[0]!.toFixed(2)}, business instance ${cpu[1]!.toFixed(2)}`,
+      `profile round ${round} ${path}: ${seconds.toFixed(2)} s from D to the last commit; CPU s: node ${nodeCpu.toFixed(2)}, center instance ${cpu[0]!.toFixed(2)}, business instance ${cpu[1]!.toFixed(2)}`,
     );
     console.log(`  center backends (average number in each state): ${JSON.stringify(activity[0])}`);
     if (activity[1]) console.log(`  business backends: ${JSON.stringify(activity[1])}`);
@@ -176,7 +213,8 @@ async function burst(path: Burst['path'], center: PostgresServer, business: Post
   };
 }
 
-const center = await startPostgres();
+// The center records each timeout's end at commit (pg_xact_commit_timestamp): track_commit_timestamp.
+const center = await startPostgres({ settings: { track_commit_timestamp: 'on' } });
 const business = await startPostgres();
 if (PROFILE) await Promise.all([enableProfiling(center), enableProfiling(business)]);
 const results: Burst[] = [];
