@@ -16,6 +16,15 @@
 //   --concurrency <c>    worker concurrency (default 4)
 //   --shard-size <k>     shard size (default 1000)
 //   --out <file>         also write the figures as JSON here
+//   --references         also run, in the same rounds, the physical references of both shapes on the
+//                        minimal schema (bench/lib/limit.ts), hand-written SQL looped by
+//                        --concurrency connections taking --shard-size rows per transaction:
+//                        sql-one-database (lock, close and mark in one statement, orders beside
+//                        the timeouts) and sql-two-databases (lock and mark in the center, close in
+//                        the business database, then the center's COMMIT: the leanest two-database
+//                        shape, with the center's row locks held across the business call, which
+//                        the product does not do; docs/reliability.md section 11). Their ratio is
+//                        what this box allows a two-database path at best.
 //   --profile            where the time goes (bench/lib/profile.ts): each instance's statements
 //                        (pg_stat_statements), what the product's backends wait on (sampled), the
 //                        CPU seconds of each instance and of the node process
@@ -34,8 +43,10 @@ import { createLogger } from '../dist/observability/logger.js';
 import { prepareBusinessDatabases } from '../dist/worker/business-db.js';
 import { startPostgres, stopAllServers, type PostgresServer } from '../test/helpers/servers.ts';
 import { TEST_REDIS_URL, testKeyPrefix } from '../test/helpers/services.ts';
-import { CLOSE_MANY_SQL, KIND, ORDERS_DDL, correctness, insertOrders, sleep } from './lib/orders.ts';
+import { CLOSE_MANY_SQL, KIND, ORDERS_DDL, UNFINISHED_SQL, correctness, insertOrders, sleep } from './lib/orders.ts';
 import { printUsage } from './lib/usage.ts';
+import { drainLoop } from './lib/drain-loop.ts';
+import { MINIMAL_DDL, MINIMAL_INSERT, pureSqlStatement } from './lib/limit.ts';
 import { ActivitySampler, enableProfiling, instanceCpu, printStatements, processCpu, resetStatements, topStatements } from './lib/profile.ts';
 
 const { values: args } = parseArgs({
@@ -46,6 +57,7 @@ const { values: args } = parseArgs({
     'shard-size': { type: 'string' },
     out: { type: 'string' },
     profile: { type: 'boolean', default: false },
+    references: { type: 'boolean', default: false },
     help: { type: 'boolean', short: 'h', default: false },
   },
   strict: true,
@@ -68,6 +80,7 @@ const ROUNDS = positive('rounds', args.rounds, 2);
 const CONCURRENCY = positive('concurrency', args.concurrency, 4);
 const SHARD = positive('shard-size', args['shard-size'], 1000);
 const PROFILE = args.profile === true;
+const REFERENCES = args.references === true;
 const CLI = new URL('../dist/cli/main.js', import.meta.url).pathname;
 
 interface Burst {
@@ -213,11 +226,60 @@ async function burst(path: Burst['path'], center: PostgresServer, business: Post
   };
 }
 
+type ReferenceShape = 'sql-one-database' | 'sql-two-databases';
+
+/** A physical reference (--references): N minimal timeouts due now, drained by CONCURRENCY
+ *  connections looping one transaction of SHARD rows each until one finds nothing; the time is
+ *  the loop's, ending at the last commit. */
+async function reference(shape: ReferenceShape, center: PostgresServer, business: PostgresServer, round: number): Promise<number> {
+  const dbName = `bench_${shape.replace(/-/g, '_')}_${round}`;
+  const servers = shape === 'sql-one-database' ? [center] : [center, business];
+  for (const server of servers) {
+    const admin = new pg.Pool({ connectionString: server.url(), max: 1 });
+    await admin.query(`CREATE DATABASE ${dbName}`);
+    await admin.end();
+  }
+  const centerPool = new pg.Pool({ connectionString: center.url(dbName), max: CONCURRENCY });
+  const ordersPool = shape === 'sql-one-database' ? centerPool : new pg.Pool({ connectionString: business.url(dbName), max: CONCURRENCY });
+  await centerPool.query(MINIMAL_DDL);
+  await ordersPool.query(ORDERS_DDL);
+  const due = new Date(Date.now() - 1000);
+  await insertOrders(ordersPool, 1, N, due);
+  await centerPool.query(MINIMAL_INSERT, [1, N, due]);
+  await centerPool.query('VACUUM ANALYZE timeouts');
+  await ordersPool.query('VACUUM ANALYZE orders');
+  await centerPool.query('CHECKPOINT');
+  if (ordersPool !== centerPool) await ordersPool.query('CHECKPOINT');
+  const oneStatement = pureSqlStatement('array', KIND, 'minimal');
+  const claim = `UPDATE timeouts t SET state = 'done'
+                  WHERE t.id = ANY (ARRAY(SELECT id FROM timeouts WHERE state = 'pending' AND due_at <= now() ORDER BY due_at LIMIT $1 FOR UPDATE SKIP LOCKED))
+                 RETURNING t.biz_id`;
+  const business_ = shape === 'sql-two-databases' ? await Promise.all(Array.from({ length: CONCURRENCY }, () => ordersPool.connect())) : [];
+  let next = 0;
+  const { total, seconds } = await drainLoop(centerPool, CONCURRENCY, async (client) => {
+    if (shape === 'sql-one-database') return (await client.query<{ n: number }>(oneStatement, [SHARD])).rows[0]!.n;
+    const b = business_[next++ % business_.length]!;
+    await client.query('BEGIN');
+    const { rows } = await client.query<{ biz_id: string }>(claim, [SHARD]);
+    if (rows.length > 0) await b.query(CLOSE_MANY_SQL, [rows.map((r) => r.biz_id)]);
+    await client.query('COMMIT');
+    return rows.length;
+  });
+  for (const b of business_) b.release();
+  const c = await correctness(ordersPool, shape === 'sql-one-database' ? 'minimal' : undefined);
+  const left = (await centerPool.query<{ n: number }>(UNFINISHED_SQL.minimal)).rows[0]!.n;
+  if (total !== N || !c.ok || left > 0) throw new Error(`${shape}: drained ${total} of ${N}, ${left} left; ${c.problems.join('; ')}`);
+  if (ordersPool !== centerPool) await ordersPool.end();
+  await centerPool.end();
+  return N / seconds;
+}
+
 // The center records each timeout's end at commit (pg_xact_commit_timestamp): track_commit_timestamp.
 const center = await startPostgres({ settings: { track_commit_timestamp: 'on' } });
 const business = await startPostgres();
 if (PROFILE) await Promise.all([enableProfiling(center), enableProfiling(business)]);
 const results: Burst[] = [];
+const referenceRuns: { shape: ReferenceShape; round: number; perSecond: number }[] = [];
 try {
   for (let round = 1; round <= ROUNDS; round += 1) {
     for (const path of round % 2 ? (['same-database', 'external'] as const) : (['external', 'same-database'] as const)) {
@@ -226,6 +288,12 @@ try {
       console.log(
         `round ${round} ${path.padEnd(13)} ${N} timeouts in ${r.seconds.toFixed(2)} s = ${Math.round(r.perSecond)}/s, center WAL ${Math.round(r.centerWalBytesPerTimeout)} B/timeout${r.ok ? '' : ` PROBLEMS: ${r.problems.join('; ')}`}`,
       );
+    }
+    if (!REFERENCES) continue;
+    for (const shape of round % 2 ? (['sql-one-database', 'sql-two-databases'] as const) : (['sql-two-databases', 'sql-one-database'] as const)) {
+      const perSecond = await reference(shape, center, business, round);
+      referenceRuns.push({ shape, round, perSecond });
+      console.log(`round ${round} ${shape.padEnd(17)} ${N} timeouts at ${Math.round(perSecond)}/s`);
     }
   }
 } finally {
@@ -274,5 +342,34 @@ console.log(
 console.log(
   `median of ${ROUNDS} rounds: same database ${summary.medianSameDatabasePerSecond}/s, external ${summary.medianExternalPerSecond}/s (${summary.medianRatio}x; per round ${perRound.join(', ')})`,
 );
-if (args.out) writeFileSync(args.out, JSON.stringify(summary, null, 2));
+let referenceSummary: Record<string, unknown> | undefined;
+if (REFERENCES) {
+  const rates = (shape: ReferenceShape) => referenceRuns.filter((r) => r.shape === shape).map((r) => r.perSecond);
+  const med = (xs: number[]) => {
+    const v = [...xs].sort((a, b) => a - b);
+    return v.length % 2 ? v[(v.length - 1) >> 1]! : (v[v.length / 2 - 1]! + v[v.length / 2]!) / 2;
+  };
+  const one = med(rates('sql-one-database'));
+  const two = med(rates('sql-two-databases'));
+  const perRoundRef = Array.from({ length: ROUNDS }, (_, i) => {
+    const r = referenceRuns.filter((x) => x.round === i + 1);
+    const o = r.find((x) => x.shape === 'sql-one-database')!.perSecond;
+    const t = r.find((x) => x.shape === 'sql-two-databases')!.perSecond;
+    return Number((t / o).toFixed(2));
+  });
+  referenceSummary = {
+    medianSqlOneDatabasePerSecond: Math.round(one),
+    medianSqlTwoDatabasesPerSecond: Math.round(two),
+    medianRatio: Number((two / one).toFixed(2)),
+    perRoundRatio: perRoundRef,
+    sameDatabaseAgainstItsReference: Number((median('same-database') / one).toFixed(2)),
+    externalAgainstItsReference: Number((median('external') / two).toFixed(2)),
+  };
+  console.log(
+    `references, median of ${ROUNDS} rounds: sql-one-database ${Math.round(one)}/s, sql-two-databases ${Math.round(two)}/s ` +
+      `(${referenceSummary.medianRatio}x; per round ${perRoundRef.join(', ')}): at best a two-database path reaches that ratio on this box; ` +
+      `same-database path ${referenceSummary.sameDatabaseAgainstItsReference}x its reference, external path ${referenceSummary.externalAgainstItsReference}x its reference`,
+  );
+}
+if (args.out) writeFileSync(args.out, JSON.stringify({ ...summary, references: referenceSummary, referenceRuns }, null, 2));
 if (!summary.allCorrect) process.exit(1);
