@@ -26,26 +26,9 @@ import { centerKinds, storeLayout } from './stores/layout.js';
 import { LeaderBalance } from './stores/leader-balance.js';
 import { storeCoordinators } from './stores/store-coordinators.js';
 import { Worker } from './worker/worker.js';
+import { checkPostgres, redactDbUrl, UnreachableError } from './db/reachability.js';
 
-export class UnreachableError extends Error {
-  override name = 'UnreachableError';
-}
-
-export function redactDbUrl(url: string): string {
-  // URL userinfo, and password= in the key-value form or a URL parameter.
-  return url.replace(/\/\/([^:@/]*):([^@/]*)@/, '//$1:***@').replace(/(\bpassword\s*=\s*)('(?:[^'\\]|\\.)*'|[^\s&]+)/gi, '$1***');
-}
-
-/** Fails fast, naming the URL (password hidden) and the usual cause. */
-export async function checkPostgres(pool: pg.Pool, url: string): Promise<void> {
-  try {
-    await pool.query('SELECT 1');
-  } catch (err) {
-    throw new UnreachableError(`cannot reach PostgreSQL at ${redactDbUrl(url)}: ${(err as Error).message}. Is the server running and DATABASE_URL right?`, {
-      cause: err,
-    });
-  }
-}
+export { checkPostgres, redactDbUrl, UnreachableError };
 
 export async function checkRedis(channel: RedisStreamsChannel, target: string, timeoutMs = 5000): Promise<void> {
   try {

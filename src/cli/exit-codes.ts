@@ -5,7 +5,7 @@
 import { CommanderError } from 'commander';
 import { ConfigError } from '../config.js';
 import { InputError } from '../input-error.js';
-import { UnreachableError } from '../runtime.js';
+import { UnreachableError } from '../db/reachability.js';
 
 export const EXIT = {
   /** Everything asked was done (status: nothing wrong). */

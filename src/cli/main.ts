@@ -4,7 +4,7 @@
 import { Command, CommanderError, Option } from 'commander';
 import { loadConfig, type LoadedConfig } from '../config.js';
 import { createLogger, type Logger } from '../observability/logger.js';
-import { startRuntime, type Runtime } from '../runtime.js';
+import type { Runtime } from '../runtime.js';
 import { configOption } from './commands/common.js';
 import { registerMigrate } from './commands/migrate.js';
 import { EXIT, EXIT_CODES_HELP, exitCodeOf } from './exit-codes.js';
@@ -71,6 +71,8 @@ function serve(role: 'coordinator' | 'worker' | 'run', description: string) {
     const console_ = consoleService(opts, config, logger);
     // The HTTP API (--api), with its own pools, likewise.
     const api = apiService(opts, config, logger);
+    // Loaded here: the verbs that only read or write the database start without the engine.
+    const { startRuntime } = await import('../runtime.js');
     const runtime = await startRuntime({
       config,
       logger,

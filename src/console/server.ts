@@ -21,6 +21,9 @@ import { formParams, HttpError, isInputError, jsonParams, MAX_BODY, one, SECURIT
 import { messagePage, type PageContext } from './pages.js';
 import { findRoute, pageRoutes } from './routes.js';
 import { ConsoleStores } from './stores.js';
+import { ConsoleConfigError, normalizeBasePath } from './base-path.js';
+
+export { ConsoleConfigError, normalizeBasePath };
 
 export interface ConsoleOptions {
   /** The console's own pool (a few connections; it never shares the worker's). */
@@ -44,21 +47,6 @@ export interface ConsoleServer {
   url: string;
   port: number;
   close(): Promise<void>;
-}
-
-/** A console that must not start as configured: the message says what to change. */
-export class ConsoleConfigError extends Error {
-  override name = 'ConsoleConfigError';
-}
-
-/** "/tc/", "tc" -> "/tc"; "/" or "" -> "". */
-export function normalizeBasePath(value: string): string {
-  const trimmed = value.trim().replace(/\/+$/, '');
-  if (trimmed === '') return '';
-  const path = trimmed.startsWith('/') ? trimmed : `/${trimmed}`;
-  if (!/^(\/[A-Za-z0-9._~-]+)+$/.test(path))
-    throw new ConsoleConfigError(`--base-path must be a URL path such as /tc (letters, digits, . _ ~ -), got "${value}"`);
-  return path;
 }
 
 export async function startConsole(options: ConsoleOptions): Promise<ConsoleServer> {

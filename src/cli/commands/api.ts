@@ -5,16 +5,15 @@
 // the command line, where `ps` shows it.
 import { CommanderError, Option, type Command } from 'commander';
 import type pg from 'pg';
-import { ApiBackend, type SettleFn } from '../../api/backend.js';
-import { Settler } from '../../settle/settler.js';
-import { ApiConfigError, startApi, type ApiServer } from '../../api/server.js';
+import type { SettleFn } from '../../api/backend.js';
+import type { Settler } from '../../settle/settler.js';
+import type { ApiServer } from '../../api/server.js';
 import { ApiTokenConfigError, resolveApiTokens, TokenTable } from '../../api/tokens.js';
 import { loadConfig, type LoadedConfig } from '../../config.js';
 import { assertMigrated } from '../../db/migrate.js';
 import { createPool } from '../../db/pool.js';
 import { createLogger, type Logger } from '../../observability/logger.js';
-import { TracingService } from '../../observability/tracing.js';
-import { checkPostgres } from '../../runtime.js';
+import { checkPostgres } from '../../db/reachability.js';
 import { service, type Service } from '../../service.js';
 import { storeLayout } from '../../stores/layout.js';
 
@@ -57,6 +56,12 @@ export async function serveApi(input: ServeApiInput): Promise<ApiServer> {
     if (err instanceof ApiTokenConfigError) throw new CommanderError(2, 'tc.api', err.message);
     throw err;
   }
+  // Loaded here, not at the top: the other verbs start without the API's server modules.
+  const [{ ApiBackend }, { Settler }, { ApiConfigError, startApi }] = await Promise.all([
+    import('../../api/backend.js'),
+    import('../../settle/settler.js'),
+    import('../../api/server.js'),
+  ]);
   const pools: pg.Pool[] = [];
   const open = (url: string) => {
     const pool = createPool({ connectionString: url, max: config.poolSize + 4, applicationName: 'timeout-center api', logger });
@@ -146,6 +151,7 @@ export function registerApi(program: Command): void {
       const logger = createLogger(config.logLevel);
       // OpenTelemetry when the OTEL_* variables configure it, as in run/coordinator/worker (there
       // it is the runtime's first service): each request's span is exported.
+      const { TracingService } = await import('../../observability/tracing.js');
       const tracing = new TracingService(logger);
       await tracing.start();
       let server: ApiServer;

@@ -12,7 +12,7 @@ import { createKysely } from '../../db/kysely.js';
 import { createPool } from '../../db/pool.js';
 import type { Database } from '../../db/schema.js';
 import { createLogger } from '../../observability/logger.js';
-import { checkPostgres } from '../../runtime.js';
+import { checkPostgres } from '../../db/reachability.js';
 
 /** Bad input: one line on stderr, exit 2, nothing changed. */
 export function inputError(message: string): CommanderError {

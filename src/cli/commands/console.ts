@@ -8,12 +8,13 @@ import { parseConfig, readConfigFile, resolveBusinessDatabaseUrls, type Config, 
 import { assertMigrated } from '../../db/migrate.js';
 import { createPool } from '../../db/pool.js';
 import { createLogger, type Logger } from '../../observability/logger.js';
-import { checkPostgres } from '../../runtime.js';
+import { checkPostgres } from '../../db/reachability.js';
 import { service, type Service } from '../../service.js';
 import { storeLayout } from '../../stores/layout.js';
 import { StoreDirectory } from '../../stores/store-directory.js';
 import { AuthConfigError, authFromEnv } from '../../console/auth.js';
-import { ConsoleConfigError, normalizeBasePath, startConsole, type ConsoleServer } from '../../console/server.js';
+import { ConsoleConfigError, normalizeBasePath } from '../../console/base-path.js';
+import type { ConsoleServer } from '../../console/server.js';
 import { databaseOption, inputError, parseDuration } from './common.js';
 
 export const DEFAULT_CONSOLE_PORT = 8080;
@@ -80,6 +81,8 @@ export async function serveConsole(input: StartConsoleInput): Promise<ConsoleSer
     await checkPostgres(pool, input.databaseUrl);
     await assertMigrated(pool);
     stores = storeDirectory(input);
+    // Loaded here, not at the top: the other verbs start without the console's server modules.
+    const { startConsole } = await import('../../console/server.js');
     const server = await startConsole({ ...input, pool, auth, stores });
     return {
       ...server,

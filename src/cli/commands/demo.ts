@@ -3,7 +3,6 @@
 // in-process shard channel. See src/demo/demo.ts.
 import { CommanderError, Option, type Command } from 'commander';
 import { readConfig } from './common.js';
-import { DemoError, runDemo } from '../../demo/demo.js';
 
 function intIn(flag: string, min: number, max: number) {
   return (value: string): number => {
@@ -75,6 +74,9 @@ export function registerDemo(program: Command): void {
           controller.abort();
         };
         process.stdout.on('error', onStdoutError);
+        // Loaded here, not at the top: the demo brings the whole engine (and PGlite), which the
+        // other verbs do not need to start.
+        const { DemoError, runDemo } = await import('../../demo/demo.js');
         try {
           const summary = await runDemo(
             {

@@ -12,7 +12,7 @@ import type pg from 'pg';
 import { layoutOf } from '../../db/citus-layout.js';
 import { createPool } from '../../db/pool.js';
 import { createLogger } from '../../observability/logger.js';
-import { checkPostgres } from '../../runtime.js';
+import { checkPostgres } from '../../db/reachability.js';
 import { centerUrl } from './common.js';
 
 function intIn(flag: string, min: number, max: number) {

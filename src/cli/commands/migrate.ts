@@ -12,7 +12,7 @@ import { createPool } from '../../db/pool.js';
 import { syncRoutes } from '../../db/routes.js';
 import { syncTargets } from '../../db/targets.js';
 import { createLogger } from '../../observability/logger.js';
-import { checkPostgres } from '../../runtime.js';
+import { checkPostgres } from '../../db/reachability.js';
 import { migrateStores } from '../../stores/store-database.js';
 import { storeLayout } from '../../stores/layout.js';
 import { CENTER } from '../../stores/store-directory.js';

@@ -17,7 +17,7 @@ import {
   withDatabase,
   type DbOptions,
 } from './common.js';
-import { UnreachableError } from '../../runtime.js';
+import { UnreachableError } from '../../db/reachability.js';
 import { CENTER } from '../../stores/store-directory.js';
 import { acrossStores, withStoreOptions } from './across.js';
 

@@ -13,7 +13,7 @@ import { listTargetControls, type TargetControls } from '../../flow/target-contr
 import { createLogger } from '../../observability/logger.js';
 import { LIVE_WINDOW_S, openBreakers, type OpenBreaker } from '../../operations/overview.js';
 import { CENTER, StoreDirectory, type PerStore, type StoreDatabase } from '../../stores/store-directory.js';
-import { probeRedis, type RedisProbe } from '../../transport/redis-probe.js';
+import type { RedisProbe } from '../../transport/redis-probe.js';
 
 /** The scan_report columns the status and scans verbs show, plus the duration in seconds. */
 export type ScanRow = Pick<
@@ -183,6 +183,7 @@ async function redisStatus(config: LoadedConfig | undefined): Promise<Fleet['red
   if (config.redisConnection.mode === 'single' && !config.redisConnection.url)
     return { error: 'not set: set REDIS_URL (or redisUrl / redis in the config) to check it' };
   try {
+    const { probeRedis } = await import('../../transport/redis-probe.js');
     return await probeRedis(config.redisConnection, config.redisKeyPrefix, Object.keys(config.kinds), createLogger('silent'));
   } catch (err) {
     return { error: (err as Error).message };
