@@ -1,6 +1,7 @@
 // node --import this file: prints, at exit, one JSON line on stderr naming every npm package the
 // process loaded (test/cli/startup.test.ts).
 import { registerHooks } from 'node:module';
+import process from 'node:process';
 
 const packages = new Set();
 registerHooks({
