@@ -1,5 +1,6 @@
 // bench:external small, so it cannot rot: both bursts (orders in the center's database, orders in
-// a second PostgreSQL instance) drain with every correctness check passing. No timing assertions.
+// a second PostgreSQL instance) and both physical references drain with every correctness check
+// passing. No timing assertions.
 import { spawn } from 'node:child_process';
 import { mkdtempSync, readFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -14,7 +15,7 @@ describe('bench:external, small', () => {
     const out = join(mkdtempSync(join(tmpdir(), 'tc-bench-ext-')), 'external.json');
     const child = spawn(
       process.execPath,
-      ['--experimental-transform-types', '--no-warnings', 'bench/external.ts', '--n', '3000', '--rounds', '1', '--out', out],
+      ['--experimental-transform-types', '--no-warnings', 'bench/external.ts', '--n', '3000', '--rounds', '1', '--references', '--out', out],
       {
         cwd: root,
         env: process.env,
@@ -34,10 +35,14 @@ describe('bench:external, small', () => {
       externalPerSecond: number;
       externalCenterWalBytesPerTimeout: number;
       sameDatabaseCenterWalBytesPerTimeout: number;
+      references: { medianSqlOneDatabasePerSecond: number; medianSqlTwoDatabasesPerSecond: number; medianRatio: number };
     };
     expect(r.allCorrect).toBe(true);
     expect(r.sameDatabasePerSecond).toBeGreaterThan(0);
     expect(r.externalPerSecond).toBeGreaterThan(0);
+    // --references: both hand-written drains ran to the end (each checks its orders and timeouts).
+    expect(r.references.medianSqlOneDatabasePerSecond).toBeGreaterThan(0);
+    expect(r.references.medianSqlTwoDatabasesPerSecond).toBeGreaterThan(0);
     // Since issue 32 the external path writes each timeout once in the center (the claim writes
     // only the shard's row): its center WAL per timeout stays below the same-database path's, which
     // also writes the order (a property of the design, not a timing; 340 against 547 B measured).
