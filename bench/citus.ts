@@ -15,8 +15,10 @@
 //                       (claim_colocated.sql). The timeout center apart from the business systems.
 //   citus-coordinator   orders a plain table on the Citus coordinator, the handler as on plain (the
 //                       claim planned apart by Citus: every row through the coordinator)
-// The time is D -> the latest finished_at of the burst's done_timeouts rows (clock_timestamp()
-// read once as each claim moves its rows, after the close; the same measure for all). CPU: utime + stime of every
+// The time is D -> the commit of the last of the burst's timeouts to become final (the commit that
+// moved its history row and closed its order: max pg_xact_commit_timestamp(xmin) of the burst's
+// done_timeouts rows, read on each Citus worker node per shard; every node runs with
+// track_commit_timestamp on; the same measure for all). CPU: utime + stime of every
 // postgres process of each node (the postmaster's own, its reaped children's, and its live
 // children's, from /proc) from just before D to the end, per 100,000 timeouts; the Citus
 // coordinator node's share against the worker nodes' total is what decides how far adding worker
@@ -209,6 +211,9 @@ interface Burst {
   round: number;
   seconds: number;
   perSecond: number;
+  /** D -> the latest finished_at of the burst (stamped before the commit): the measure before
+   *  issue 34's last pass, kept to show what reading at commit changed */
+  secondsToLastStamp: number;
   seedMarginMs: number;
   /** CPU seconds per 100,000 timeouts: the (Citus coordinator) node, and the Citus worker nodes */
   cpuCoordinatorPer100k: number;
@@ -223,6 +228,28 @@ interface Burst {
   log: string;
   /** --profile: per node, CPU seconds per process label and the statements' figures */
   profile?: Record<string, unknown>;
+}
+
+/** Every node records its commits' times: the end of a burst is read at commit. */
+const COMMIT_TIMES = { track_commit_timestamp: 'on' } as const;
+
+/** The commit of the last of the burst's timeouts to become final (epoch s): the commit that moved
+ *  its row into done_timeouts and closed its order, read where the row lives. On Citus each shard
+ *  of done_timeouts is read on its worker node (run_command_on_shards: Citus does not read a
+ *  system column such as xmin through the distributed table), so the time is the worker node's
+ *  commit (COMMIT PREPARED under two-phase commit), when the close became visible. */
+async function lastCommit(pool: pg.Pool, system: System, due: Date): Promise<number> {
+  const last = `SELECT extract(epoch FROM max(pg_xact_commit_timestamp(xmin)))::float8 AS end FROM %s WHERE due_at = '${due.toISOString()}'::timestamptz`;
+  const { rows } =
+    system === 'plain'
+      ? await pool.query<{ end: number | null }>(last.replace('%s', 'timeout_center.done_timeouts'))
+      : await pool.query<{ end: number | null }>(
+          `SELECT max(nullif(result, '')::float8) AS end FROM run_command_on_shards('timeout_center.done_timeouts', $1) WHERE success`,
+          [last],
+        );
+  const end = rows[0]?.end ?? null;
+  if (end === null) throw new Error(`${system}: no commit timestamps on the burst's rows (track_commit_timestamp off?)`);
+  return end;
 }
 
 async function burst(system: System, round: number, plain: PostgresServer, cluster: CitusCluster): Promise<Burst> {
@@ -321,11 +348,11 @@ async function burst(system: System, round: number, plain: PostgresServer, clust
         await p.end();
       }
     }
-    const { rows } = await pool.query<{ end: number; n: number }>(
-      `SELECT extract(epoch FROM max(finished_at))::float8 AS end, count(*)::int AS n FROM timeout_center.done_timeouts WHERE due_at = $1`,
+    const { rows } = await pool.query<{ n: number; stamp: number }>(
+      `SELECT count(*)::int AS n, extract(epoch FROM max(finished_at))::float8 AS stamp FROM timeout_center.done_timeouts WHERE due_at = $1`,
       [due],
     );
-    const seconds = rows[0]!.end - due.getTime() / 1000;
+    const seconds = (await lastCommit(pool, system, due)) - due.getTime() / 1000;
     const cpu = cpuAfter.map((a, i) => a - cpuBefore[i]!);
     const per100k = (x: number) => Number(((x * 100_000) / N).toFixed(2));
     const problems: string[] = [];
@@ -349,6 +376,7 @@ async function burst(system: System, round: number, plain: PostgresServer, clust
       round,
       seconds: Number(seconds.toFixed(3)),
       perSecond: Math.round(N / seconds),
+      secondsToLastStamp: Number((rows[0]!.stamp - due.getTime() / 1000).toFixed(3)),
       seedMarginMs,
       cpuCoordinatorPer100k: per100k(cpu[0]!),
       cpuWorkersPer100k: system !== 'plain' ? per100k(cpu.slice(1).reduce((a, b) => a + b, 0)) : null,
@@ -374,9 +402,9 @@ const median = (xs: number[]) => {
 
 async function main(): Promise<void> {
   const plain = await startPostgres({
-    settings: { max_connections: '300', ...(PROFILE ? { shared_preload_libraries: 'pg_stat_statements', ...PROFILE_SETTINGS } : {}) },
+    settings: { max_connections: '300', ...COMMIT_TIMES, ...(PROFILE ? { shared_preload_libraries: 'pg_stat_statements', ...PROFILE_SETTINGS } : {}) },
   });
-  const cluster = await startCitusCluster(2, PROFILE ? { shared_preload_libraries: 'citus,pg_stat_statements', ...PROFILE_SETTINGS } : {});
+  const cluster = await startCitusCluster(2, { ...COMMIT_TIMES, ...(PROFILE ? { shared_preload_libraries: 'citus,pg_stat_statements', ...PROFILE_SETTINGS } : {}) });
   const bursts: Burst[] = [];
   try {
     for (let r = 1; r <= ROUNDS; r += 1) {
