@@ -404,7 +404,10 @@ async function main(): Promise<void> {
   const plain = await startPostgres({
     settings: { max_connections: '300', ...COMMIT_TIMES, ...(PROFILE ? { shared_preload_libraries: 'pg_stat_statements', ...PROFILE_SETTINGS } : {}) },
   });
-  const cluster = await startCitusCluster(2, { ...COMMIT_TIMES, ...(PROFILE ? { shared_preload_libraries: 'citus,pg_stat_statements', ...PROFILE_SETTINGS } : {}) });
+  const cluster = await startCitusCluster(2, {
+    ...COMMIT_TIMES,
+    ...(PROFILE ? { shared_preload_libraries: 'citus,pg_stat_statements', ...PROFILE_SETTINGS } : {}),
+  });
   const bursts: Burst[] = [];
   try {
     for (let r = 1; r <= ROUNDS; r += 1) {
