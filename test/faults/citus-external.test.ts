@@ -1,0 +1,299 @@
+// The external path on a Citus center (issue 34, "the external path on Citus"): the center's
+// database on a Citus cluster of its own (test/helpers/citus.ts: a coordinator and two worker
+// nodes, laid out by `migrate`), the orders in a business database on a private PostgreSQL
+// (servers.ts startPostgres) that the center does not own. One database per scenario on each: the
+// center's on the cluster, the orders' on the private server. Real processes: a coordinator and
+// worker processes (harness.ts's CLI).
+//   1. a SQL handler with `database: orders`: 3,000 due at once, every 10th order paid, two
+//      worker processes;
+//   2. an HTTP handler (a small HTTP server in the test closing the orders it is sent);
+//   3. a worker process SIGKILLed between the business COMMIT and the center's record
+//      (failpoint external.after-apply-commit): the shard runs again, finds the first run's
+//      marker and records what that run did, without applying twice.
+// Each ends with I1-I4 across the two databases, closes = applied, and history = the business
+// database's truth per order (closed by us <=> done/applied; paid <=> done/skipped; one transition).
+import { createServer, type Server } from 'node:http';
+import pg from 'pg';
+import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
+import type { ConfigInput } from '../../src/config.js';
+import { startCitusCluster, type CitusCluster } from '../helpers/citus.js';
+import { CLOSE_SQL, createOrdersSchema, writeConfig } from '../helpers/orders.js';
+import { killAll, runCli, spawnCli, type CliProcess } from '../helpers/processes.js';
+import { startPostgres, stopAllServers, type PostgresServer } from '../helpers/servers.js';
+import { requireTools } from '../helpers/system-tools.js';
+import { TEST_REDIS_URL, testKeyPrefix } from '../helpers/services.js';
+import { report, waitUntil } from './harness.js';
+
+const tools = requireTools('citus');
+const SQL_KIND = 'order.close';
+const HTTP_KIND = 'order.http';
+const LEASE_MS = 3000;
+
+let cluster: CitusCluster;
+let business: PostgresServer;
+let httpServer: Server;
+let httpPort = 0;
+/** The orders the HTTP service closes (the current scenario's business database). */
+let httpOrders: pg.Pool | undefined;
+let httpPosts = 0;
+let n = 0;
+const opened: ExternalScenario[] = [];
+
+function quietPool(url: string): pg.Pool {
+  const pool = new pg.Pool({ connectionString: url, max: 4 });
+  pool.on('error', () => {});
+  return pool;
+}
+
+async function count(pool: pg.Pool, text: string, values: unknown[] = []): Promise<number> {
+  const { rows } = await pool.query<{ n: number }>(text, values);
+  return Number(rows[0]?.n ?? 0);
+}
+
+class ExternalScenario {
+  readonly procs: CliProcess[] = [];
+  private constructor(
+    readonly label: string,
+    readonly center: pg.Pool,
+    readonly orders: pg.Pool,
+    readonly configPath: string,
+    readonly env: Record<string, string | undefined>,
+  ) {}
+
+  static async create(label: string): Promise<ExternalScenario> {
+    n += 1;
+    const centerUrl = await cluster.createDatabase(`tc_ext_${n}`);
+    const ordersName = `orders_${n}`;
+    const admin = quietPool(business.url());
+    await admin.query(`CREATE DATABASE ${ordersName}`);
+    await admin.end();
+    const orders = quietPool(business.url(ordersName));
+    await createOrdersSchema(orders);
+    const kind = { shardSize: 200, maxAttempts: 5, backoffMs: 200, timeLimitMs: 2500 };
+    const config: ConfigInput = {
+      redisKeyPrefix: testKeyPrefix(`citus-ext-${label}`),
+      poolSize: 4,
+      businessDatabases: { orders: { url: business.url(ordersName), poolSize: 4 } },
+      kinds: {
+        [SQL_KIND]: { ...kind, handler: { type: 'sql', sql: CLOSE_SQL, database: 'orders' } },
+        [HTTP_KIND]: { ...kind, handler: { type: 'http', url: `http://127.0.0.1:${httpPort}/close` } },
+      },
+      coordinator: { lockTtlMs: 2000, republishAfterMs: 1000, maxInFlightShards: 32, minTickIntervalMs: 50, lagCheckIntervalMs: 1000 },
+      worker: { leaseMs: LEASE_MS, blockMs: 200, concurrency: 2, drainTimeoutMs: 3000 },
+      alerts: { lagSlaMs: 600_000 },
+    };
+    const configPath = writeConfig(config);
+    const env = { DATABASE_URL: centerUrl, REDIS_URL: TEST_REDIS_URL, TC_FAILPOINTS: undefined };
+    const migrated = await runCli(['migrate', '--config', configPath], env, 60_000);
+    if (migrated.code !== 0) throw new Error(`migrate failed (${migrated.code}): ${migrated.stderr}`);
+    const s = new ExternalScenario(label, quietPool(centerUrl), orders, configPath, env);
+    expect(await count(s.center, `SELECT count(*) AS n FROM timeout_center.layout WHERE name = 'citus'`), 'the center has the Citus layout').toBe(1);
+    opened.push(s);
+    httpOrders = orders;
+    return s;
+  }
+
+  spawn(role: 'coordinator' | 'worker', name: string, failpoints?: string): CliProcess {
+    const p = spawnCli(name, [role, '--config', this.configPath], { ...this.env, TC_FAILPOINTS: failpoints });
+    this.procs.push(p);
+    return p;
+  }
+
+  /** Orders [from, to] unpaid (every paidEvery-th paid) in the business database, and their
+   *  timeouts, due now, in their bucket in the center. */
+  async seed(kind: string, from: number, to: number, paidEvery: number): Promise<void> {
+    await this.orders.query(
+      `INSERT INTO orders (id, status) SELECT g, CASE WHEN g % $3::int = 0 THEN 'paid' ELSE 'unpaid' END FROM generate_series($1::bigint, $2::bigint) g`,
+      [from, to, paidEvery],
+    );
+    await this.center.query(
+      `INSERT INTO timeout_center.timeouts (kind, biz_id, due_at, bucket)
+       SELECT $1, g::text, now(), timeout_center.bucket_of(g::text) FROM generate_series($2::bigint, $3::bigint) g`,
+      [kind, from, to],
+    );
+  }
+
+  /** Every due timeout final and every scan reduced; the open shards and rows when it times out. */
+  async drained(timeoutMs: number): Promise<void> {
+    await waitUntil(
+      `${this.label}: every due timeout final and every scan reduced`,
+      async () =>
+        (await count(
+          this.center,
+          `SELECT (SELECT count(*) FROM timeout_center.timeouts WHERE state NOT IN ('done', 'cancelled', 'failed'))
+                + (SELECT count(*) FROM timeout_center.scans WHERE state <> 'reduced') AS n`,
+        )) === 0,
+      timeoutMs,
+      200,
+    ).catch(async (err: unknown) => {
+      const { rows: t } = await this.center.query(
+        `SELECT state, count(*)::int AS n, min(last_error) AS error FROM timeout_center.timeouts GROUP BY state`,
+      );
+      const { rows: sh } = await this.center.query(
+        `SELECT id, state, attempts, bucket, target, error_sample FROM timeout_center.shards WHERE state IN ('queued', 'running') LIMIT 10`,
+      );
+      const errors = this.procs.flatMap((p) => p.lines.filter((l) => (l.level ?? 0) >= 50).map((l) => `${p.name}: ${JSON.stringify(l)}`)).slice(0, 5);
+      throw new Error(`${(err as Error).message}\ntimeouts: ${JSON.stringify(t)}\nopen shards: ${JSON.stringify(sh)}\nerrors: ${errors.join('\n')}`);
+    });
+  }
+
+  /**
+   * I1-I4 over the two databases (the center's timeouts and scans, the business database's
+   * orders and transitions), closes = applied, and per order: closed by us <=> its timeout
+   * done/applied, paid <=> done/skipped, at most one transition. Returns the tally and figures.
+   */
+  async expectInvariants(): Promise<Record<string, number>> {
+    const lost = await count(
+      this.center,
+      `SELECT count(*) AS n FROM timeout_center.all_timeouts WHERE due_at <= now() AND state NOT IN ('done', 'cancelled', 'failed')`,
+    );
+    const unreducedScans = await count(this.center, `SELECT count(*) AS n FROM timeout_center.scans WHERE state <> 'reduced'`);
+    const reduceMismatch = await count(
+      this.center,
+      `SELECT (SELECT coalesce(sum(failed), 0) FROM timeout_center.scans WHERE state = 'reduced')
+            - (SELECT count(*) FROM timeout_center.all_timeouts WHERE state = 'failed') AS n`,
+    );
+    const doubled = await count(this.orders, `SELECT count(*) AS n FROM (SELECT order_id FROM order_transitions GROUP BY order_id HAVING count(*) > 1) x`);
+    const paidThenClosed = await count(this.orders, `SELECT count(*) AS n FROM order_transitions WHERE from_status = 'paid'`);
+    const { rows: history } = await this.center.query<{ biz_id: string; state: string; result: string | null }>(
+      // a multi-shard read of all_timeouts is no one snapshot (docs/scale.md): the drain is over,
+      // and DISTINCT ON keeps one row per order anyway
+      `SELECT DISTINCT ON (biz_id) biz_id, state, result FROM timeout_center.all_timeouts ORDER BY biz_id, state`,
+    );
+    const { rows: truth } = await this.orders.query<{ id: string; status: string; transitions: number }>(
+      `SELECT o.id::text, o.status, (SELECT count(*) FROM order_transitions t WHERE t.order_id = o.id)::int AS transitions FROM orders o`,
+    );
+    const byId = new Map(history.map((h) => [h.biz_id, h]));
+    const tally: Record<string, number> = {};
+    const wrong: string[] = [];
+    let cancelledButClosed = 0;
+    for (const o of truth) {
+      const h = byId.get(o.id);
+      const key = `${h?.state ?? 'none'}/${h?.result ?? '-'}/${o.status}`;
+      tally[key] = (tally[key] ?? 0) + 1;
+      const closedByUs = o.status === 'closed';
+      if (closedByUs !== (h?.state === 'done' && h.result === 'applied')) wrong.push(`${o.id}: order ${o.status}, timeout ${h?.state}/${h?.result ?? '-'}`);
+      if (o.status === 'paid' && !(h?.state === 'done' && h.result === 'skipped')) wrong.push(`${o.id}: paid, timeout ${h?.state}/${h?.result ?? '-'}`);
+      if (o.transitions > (closedByUs ? 1 : 0)) wrong.push(`${o.id}: ${o.transitions} transitions (order ${o.status})`);
+      if (h?.state === 'cancelled' && closedByUs) cancelledButClosed += 1;
+    }
+    const applied = await count(this.center, `SELECT count(*) AS n FROM timeout_center.all_timeouts WHERE state = 'done' AND result = 'applied'`);
+    const closes = await count(this.orders, `SELECT count(*) AS n FROM order_transitions WHERE to_status = 'closed'`);
+    expect({ lost, doubled, wrong: paidThenClosed + cancelledButClosed, reduceMismatch, unreducedScans }, `I1-I4 of ${this.label}`).toEqual({
+      lost: 0,
+      doubled: 0,
+      wrong: 0,
+      reduceMismatch: 0,
+      unreducedScans: 0,
+    });
+    expect(closes, `${this.label}: every close comes from exactly one applied timeout`).toBe(applied);
+    expect(wrong.slice(0, 20), `${this.label}: history = the business database's truth`).toEqual([]);
+    return tally;
+  }
+
+  /** Every shard of the drain with its bucket; history rows each in their biz_id's bucket. */
+  async expectBuckets(): Promise<void> {
+    expect(await count(this.center, `SELECT count(*) AS n FROM timeout_center.shards WHERE bucket IS NULL`), 'every shard has a bucket').toBe(0);
+    expect(
+      await count(this.center, `SELECT count(*) AS n FROM timeout_center.done_timeouts WHERE bucket <> timeout_center.bucket_of(biz_id)`),
+      'every history row in its biz_id bucket',
+    ).toBe(0);
+  }
+
+  async close(): Promise<void> {
+    await Promise.all(this.procs.filter((p) => p.alive).map((p) => p.stop(5000)));
+    await this.center.end().catch(() => {});
+    await this.orders.end().catch(() => {});
+  }
+}
+
+function listen(server: Server): Promise<number> {
+  return new Promise((resolve) => server.listen(0, '127.0.0.1', () => resolve((server.address() as { port: number }).port)));
+}
+
+describe.skipIf(tools.skip)(tools.title('the external path on a Citus center (business database on its own PostgreSQL, HTTP)'), () => {
+  beforeAll(async () => {
+    [cluster, business] = await Promise.all([startCitusCluster(2), startPostgres()]);
+    // The HTTP kind's service: closes the orders it is sent (guarded), answers what it closed.
+    httpServer = createServer((req, res) => {
+      let body = '';
+      req.on('data', (c: Buffer) => (body += c.toString()));
+      req.on('end', () => {
+        httpPosts += 1;
+        const items = (JSON.parse(body) as { items: { bizId: string }[] }).items;
+        void httpOrders!
+          .query<{ id: string }>("UPDATE orders SET status = 'closed', closed_at = now() WHERE id = ANY($1::bigint[]) AND status = 'unpaid' RETURNING id::text", [
+            items.map((i) => i.bizId),
+          ])
+          .then(({ rows }) => res.writeHead(200, { 'content-type': 'application/json' }).end(JSON.stringify({ applied: rows.map((r) => r.id) })))
+          .catch(() => res.writeHead(500).end());
+      });
+    });
+    httpPort = await listen(httpServer);
+  }, 120_000);
+
+  // A scenario that failed leaves its processes running: none may load the next one.
+  afterEach(async () => {
+    await killAll();
+  });
+
+  afterAll(async () => {
+    await killAll();
+    for (const s of opened) await s.close().catch(() => {});
+    await new Promise((r) => httpServer?.close(r));
+    await stopAllServers();
+  });
+
+  it('a SQL handler in a business database: 3,000 due at once, two worker processes, every unpaid order closed once, the paid untouched', async () => {
+    const s = await ExternalScenario.create('sql');
+    const started = Date.now();
+    await s.seed(SQL_KIND, 1, 3000, 10);
+    const workers = [s.spawn('worker', 'worker-1'), s.spawn('worker', 'worker-2')];
+    await Promise.all(workers.map((w) => w.waitForMsg('worker started', 60_000)));
+    s.spawn('coordinator', 'coordinator');
+    await s.drained(60_000);
+    const drainMs = Date.now() - started;
+    const tally = await s.expectInvariants();
+    expect(tally).toEqual({ 'done/applied/closed': 2700, 'done/skipped/paid': 300 });
+    await s.expectBuckets();
+    const shards = await count(s.center, `SELECT count(*) AS n FROM timeout_center.shards WHERE target = 'orders'`);
+    report('citus external: SQL handler in a business database, 3,000 due at once', { tally, drainMs, shards });
+    expect(shards).toBeGreaterThan(0);
+  }, 120_000);
+
+  it('an HTTP handler: 1,000 due at once drain, every unpaid order closed once', async () => {
+    const s = await ExternalScenario.create('http');
+    const started = Date.now();
+    const postsBefore = httpPosts;
+    await s.seed(HTTP_KIND, 1, 1000, 10);
+    const workers = [s.spawn('worker', 'worker-1'), s.spawn('worker', 'worker-2')];
+    await Promise.all(workers.map((w) => w.waitForMsg('worker started', 60_000)));
+    s.spawn('coordinator', 'coordinator');
+    await s.drained(60_000);
+    const drainMs = Date.now() - started;
+    const tally = await s.expectInvariants();
+    expect(tally).toEqual({ 'done/applied/closed': 900, 'done/skipped/paid': 100 });
+    await s.expectBuckets();
+    report('citus external: HTTP handler, 1,000 due at once', { tally, drainMs, posts: httpPosts - postsBefore });
+  }, 120_000);
+
+  it('a worker SIGKILLed between the business COMMIT and the center record: the re-run records what the first run did from its marker, nothing applied twice', async () => {
+    const s = await ExternalScenario.create('kill');
+    await s.seed(SQL_KIND, 1, 2000, 10);
+    const victim = s.spawn('worker', 'worker-victim', 'external.after-apply-commit=1*kill');
+    await victim.waitForMsg('worker started', 60_000);
+    s.spawn('coordinator', 'coordinator');
+    const exit = await victim.exited;
+    expect(exit.signal).toBe('SIGKILL');
+    expect(victim.stderr).toContain('failpoint external.after-apply-commit hit: kill');
+    const survivor = s.spawn('worker', 'worker-survivor');
+    await s.drained(60_000);
+    const tally = await s.expectInvariants();
+    expect(tally).toEqual({ 'done/applied/closed': 1800, 'done/skipped/paid': 200 });
+    await s.expectBuckets();
+    const fromMarker = survivor.lines.filter((l) => /recorded what it did from its marker/.test(String(l.msg))).length;
+    const rerun = await count(s.center, `SELECT count(*) AS n FROM timeout_center.shards WHERE attempts > 1`);
+    report('citus external: worker SIGKILLed between the business commit and the record', { tally, fromMarker, shardsRunAgain: rerun });
+    expect(fromMarker, 'the re-run recorded the killed run from its marker').toBeGreaterThan(0);
+  }, 120_000);
+});
