@@ -6,16 +6,24 @@
 // worker processes (harness.ts's CLI).
 //   1. a SQL handler with `database: orders`: 3,000 due at once, every 10th order paid, two
 //      worker processes;
-//   2. an HTTP handler (a small HTTP server in the test closing the orders it is sent);
+//   2. an HTTP handler (a small HTTP server in the test closing the orders it is sent) and a code
+//      handler (its client a connection to the business database), side by side;
 //   3. a worker process SIGKILLed between the business COMMIT and the center's record
 //      (failpoint external.after-apply-commit): the shard runs again, finds the first run's
-//      marker and records what that run did, without applying twice.
+//      marker and records what that run did, without applying twice;
+//   4. a payer's cancel while the shard runs in the business database: refused at once (on Citus
+//      the claim writes its rows dispatched, citus/worker/external_claim.sql says why), the order
+//      closes once.
 // Each ends with I1-I4 across the two databases, closes = applied, and history = the business
 // database's truth per order (closed by us <=> done/applied; paid <=> done/skipped; one transition).
+import { mkdtempSync, writeFileSync } from 'node:fs';
 import { createServer, type Server } from 'node:http';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import pg from 'pg';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import type { ConfigInput } from '../../src/config.js';
+import { cancel } from '../../src/schedule.js';
 import { startCitusCluster, type CitusCluster } from '../helpers/citus.js';
 import { CLOSE_SQL, createOrdersSchema, writeConfig } from '../helpers/orders.js';
 import { killAll, runCli, spawnCli, type CliProcess } from '../helpers/processes.js';
@@ -27,6 +35,7 @@ import { report, waitUntil } from './harness.js';
 const tools = requireTools('citus');
 const SQL_KIND = 'order.close';
 const HTTP_KIND = 'order.http';
+const CODE_KIND = 'order.code';
 const LEASE_MS = 3000;
 
 let cluster: CitusCluster;
@@ -37,6 +46,7 @@ let httpPort = 0;
 let httpOrders: pg.Pool | undefined;
 let httpPosts = 0;
 let n = 0;
+let codeModule = '';
 const opened: ExternalScenario[] = [];
 
 function quietPool(url: string): pg.Pool {
@@ -77,6 +87,7 @@ class ExternalScenario {
       kinds: {
         [SQL_KIND]: { ...kind, handler: { type: 'sql', sql: CLOSE_SQL, database: 'orders' } },
         [HTTP_KIND]: { ...kind, handler: { type: 'http', url: `http://127.0.0.1:${httpPort}/close` } },
+        [CODE_KIND]: { ...kind, handler: { type: 'code', module: codeModule, database: 'orders' } },
       },
       coordinator: { lockTtlMs: 2000, republishAfterMs: 1000, maxInFlightShards: 32, minTickIntervalMs: 50, lagCheckIntervalMs: 1000 },
       worker: { leaseMs: LEASE_MS, blockMs: 200, concurrency: 2, drainTimeoutMs: 3000 },
@@ -93,8 +104,8 @@ class ExternalScenario {
     return s;
   }
 
-  spawn(role: 'coordinator' | 'worker', name: string, failpoints?: string): CliProcess {
-    const p = spawnCli(name, [role, '--config', this.configPath], { ...this.env, TC_FAILPOINTS: failpoints });
+  spawn(role: 'coordinator' | 'worker', name: string, failpoints?: string, args: string[] = []): CliProcess {
+    const p = spawnCli(name, [role, '--config', this.configPath, ...args], { ...this.env, TC_FAILPOINTS: failpoints });
     this.procs.push(p);
     return p;
   }
@@ -230,6 +241,18 @@ describe.skipIf(tools.skip)(tools.title('the external path on a Citus center (bu
       });
     });
     httpPort = await listen(httpServer);
+    // The code kind's handler: closes the orders it is given on ctx.client (the business database,
+    // in the transaction that writes the shard's marker).
+    const dir = mkdtempSync(join(tmpdir(), 'tc-citus-code-'));
+    codeModule = join(dir, 'close.mjs');
+    writeFileSync(
+      codeModule,
+      `export default async function close(items, ctx) {
+  const { rows } = await ctx.client.query("UPDATE orders SET status = 'closed', closed_at = now() WHERE id = ANY($1::bigint[]) AND status = 'unpaid' RETURNING id::text", [items.map((i) => i.bizId)]);
+  return rows.map((r) => r.id);
+}
+`,
+    );
   }, 120_000);
 
   // A scenario that failed leaves its processes running: none may load the next one.
@@ -261,20 +284,30 @@ describe.skipIf(tools.skip)(tools.title('the external path on a Citus center (bu
     expect(shards).toBeGreaterThan(0);
   }, 120_000);
 
-  it('an HTTP handler: 1,000 due at once drain, every unpaid order closed once', async () => {
+  it('an HTTP handler and a code handler: 1,000 due at once each drain, every unpaid order closed once', async () => {
     const s = await ExternalScenario.create('http');
     const started = Date.now();
     const postsBefore = httpPosts;
     await s.seed(HTTP_KIND, 1, 1000, 10);
+    await s.seed(CODE_KIND, 1001, 2000, 10);
     const workers = [s.spawn('worker', 'worker-1'), s.spawn('worker', 'worker-2')];
     await Promise.all(workers.map((w) => w.waitForMsg('worker started', 60_000)));
     s.spawn('coordinator', 'coordinator');
     await s.drained(60_000);
     const drainMs = Date.now() - started;
     const tally = await s.expectInvariants();
-    expect(tally).toEqual({ 'done/applied/closed': 900, 'done/skipped/paid': 100 });
+    expect(tally).toEqual({ 'done/applied/closed': 1800, 'done/skipped/paid': 200 });
     await s.expectBuckets();
-    report('citus external: HTTP handler, 1,000 due at once', { tally, drainMs, posts: httpPosts - postsBefore });
+    const posts = httpPosts - postsBefore;
+    const { rows: perKind } = await s.center.query<{ kind: string; applied: number }>(
+      `SELECT kind::text, count(*) FILTER (WHERE result = 'applied')::int AS applied FROM timeout_center.done_timeouts GROUP BY 1 ORDER BY 1`,
+    );
+    expect(perKind).toEqual([
+      { kind: CODE_KIND, applied: 900 },
+      { kind: HTTP_KIND, applied: 900 },
+    ]);
+    report('citus external: HTTP and code handlers, 1,000 due at once each', { tally, drainMs, posts });
+    expect(posts, 'one POST per shard').toBeGreaterThan(0);
   }, 120_000);
 
   it('a worker SIGKILLed between the business COMMIT and the center record: the re-run records what the first run did from its marker, nothing applied twice', async () => {
@@ -295,5 +328,31 @@ describe.skipIf(tools.skip)(tools.title('the external path on a Citus center (bu
     const rerun = await count(s.center, `SELECT count(*) AS n FROM timeout_center.shards WHERE attempts > 1`);
     report('citus external: worker SIGKILLed between the business commit and the record', { tally, fromMarker, shardsRunAgain: rerun });
     expect(fromMarker, 'the re-run recorded the killed run from its marker').toBeGreaterThan(0);
+  }, 120_000);
+
+  it("a payer's cancel while the shard runs in the business database is refused at once, without waiting for the run; the order closes once", async () => {
+    const s = await ExternalScenario.create('cancel');
+    await s.seed(SQL_KIND, 1, 50, 10);
+    // one shard at a time: the rows dispatched while it sleeps are that shard's
+    const w = s.spawn('worker', 'worker-slow', 'external.after-apply=1*sleep(2000)', ['--concurrency', '1']);
+    await w.waitForMsg('worker started', 60_000);
+    s.spawn('coordinator', 'coordinator');
+    await waitUntil('the worker in the business transaction', () => w.stderr.includes('failpoint external.after-apply hit'), 30_000, 20);
+    const { rows: held } = await s.center.query<{ biz_id: string }>(
+      `SELECT biz_id FROM timeout_center.timeouts WHERE state = 'dispatched' AND biz_id::bigint % 10 <> 0 ORDER BY biz_id LIMIT 1`,
+    );
+    const id = Number(held[0]!.biz_id);
+    const asked = Date.now();
+    const cancelled = await cancel(s.center, SQL_KIND, id);
+    const answeredMs = Date.now() - asked;
+    const { rows } = await s.orders.query<{ status: string }>('SELECT status FROM orders WHERE id = $1', [id]);
+    expect(cancelled, 'the shard holds the timeout: too late').toBe(false);
+    expect(rows[0]!.status, 'answered before the run committed in the business database').toBe('unpaid');
+    s.spawn('worker', 'worker-2');
+    await s.drained(60_000);
+    const tally = await s.expectInvariants();
+    expect(tally).toEqual({ 'done/applied/closed': 45, 'done/skipped/paid': 5 });
+    report("citus external: a payer's cancel during the business transaction", { tally, answeredMs, order: id });
+    expect(answeredMs, 'the cancel did not wait for the 2 s in the business transaction').toBeLessThan(1500);
   }, 120_000);
 });
