@@ -45,6 +45,8 @@ let httpPort = 0;
 /** The orders the HTTP service closes (the current scenario's business database). */
 let httpOrders: pg.Pool | undefined;
 let httpPosts = 0;
+/** How many of the next POSTs the HTTP service answers 503 (a batch-level failure). */
+let httpBusy = 0;
 let n = 0;
 let codeModule = '';
 const opened: ExternalScenario[] = [];
@@ -110,12 +112,13 @@ class ExternalScenario {
     return p;
   }
 
-  /** Orders [from, to] unpaid (every paidEvery-th paid) in the business database, and their
-   *  timeouts, due now, in their bucket in the center. */
-  async seed(kind: string, from: number, to: number, paidEvery: number): Promise<void> {
+  /** Orders [from, to] unpaid (every paidEvery-th paid; `poison` ones refuse to close) in the
+   *  business database, and their timeouts, due now, in their bucket in the center. */
+  async seed(kind: string, from: number, to: number, paidEvery: number, poison: number[] = []): Promise<void> {
     await this.orders.query(
-      `INSERT INTO orders (id, status) SELECT g, CASE WHEN g % $3::int = 0 THEN 'paid' ELSE 'unpaid' END FROM generate_series($1::bigint, $2::bigint) g`,
-      [from, to, paidEvery],
+      `INSERT INTO orders (id, status, poison)
+       SELECT g, CASE WHEN g % $3::int = 0 THEN 'paid' ELSE 'unpaid' END, g = ANY ($4::bigint[]) FROM generate_series($1::bigint, $2::bigint) g`,
+      [from, to, paidEvery, poison],
     );
     await this.center.query(
       `INSERT INTO timeout_center.timeouts (kind, biz_id, due_at, bucket)
@@ -231,6 +234,10 @@ describe.skipIf(tools.skip)(tools.title('the external path on a Citus center (bu
       req.on('data', (c: Buffer) => (body += c.toString()));
       req.on('end', () => {
         httpPosts += 1;
+        if (httpBusy > 0) {
+          httpBusy -= 1;
+          return void res.writeHead(503, { 'retry-after': '1' }).end('busy');
+        }
         const items = (JSON.parse(body) as { items: { bizId: string }[] }).items;
         void httpOrders!
           .query<{ id: string }>("UPDATE orders SET status = 'closed', closed_at = now() WHERE id = ANY($1::bigint[]) AND status = 'unpaid' RETURNING id::text", [
@@ -267,27 +274,38 @@ describe.skipIf(tools.skip)(tools.title('the external path on a Citus center (bu
     await stopAllServers();
   });
 
-  it('a SQL handler in a business database: 3,000 due at once, two worker processes, every unpaid order closed once, the paid untouched', async () => {
+  it('a SQL handler in a business database: 3,000 due at once, two worker processes, every unpaid order closed once, the paid untouched, two poison orders failed alone', async () => {
     const s = await ExternalScenario.create('sql');
     const started = Date.now();
-    await s.seed(SQL_KIND, 1, 3000, 10);
+    await s.seed(SQL_KIND, 1, 3000, 10, [7, 1507]);
     const workers = [s.spawn('worker', 'worker-1'), s.spawn('worker', 'worker-2')];
     await Promise.all(workers.map((w) => w.waitForMsg('worker started', 60_000)));
     s.spawn('coordinator', 'coordinator');
     await s.drained(60_000);
     const drainMs = Date.now() - started;
     const tally = await s.expectInvariants();
-    expect(tally).toEqual({ 'done/applied/closed': 2700, 'done/skipped/paid': 300 });
+    // a poison row fails its batch: isolated in savepoints, it goes back with a backoff until its
+    // max attempts (5), then fails alone; its shard mates close
+    expect(tally).toEqual({ 'done/applied/closed': 2698, 'done/skipped/paid': 300, 'failed/-/unpaid': 2 });
     await s.expectBuckets();
+    const { rows: poisoned } = await s.center.query<{ biz_id: string; attempts: number; last_error: string }>(
+      `SELECT biz_id, attempts, last_error FROM timeout_center.timeouts WHERE state = 'failed' ORDER BY biz_id::bigint`,
+    );
+    expect(poisoned.map((p) => [p.biz_id, p.attempts])).toEqual([
+      ['7', 5],
+      ['1507', 5],
+    ]);
+    expect(poisoned[0]!.last_error).toContain('poison row');
     const shards = await count(s.center, `SELECT count(*) AS n FROM timeout_center.shards WHERE target = 'orders'`);
     report('citus external: SQL handler in a business database, 3,000 due at once', { tally, drainMs, shards });
     expect(shards).toBeGreaterThan(0);
   }, 120_000);
 
-  it('an HTTP handler and a code handler: 1,000 due at once each drain, every unpaid order closed once', async () => {
+  it('an HTTP handler (its first 3 answers 503) and a code handler: 1,000 due at once each drain, every unpaid order closed once', async () => {
     const s = await ExternalScenario.create('http');
     const started = Date.now();
     const postsBefore = httpPosts;
+    httpBusy = 3;
     await s.seed(HTTP_KIND, 1, 1000, 10);
     await s.seed(CODE_KIND, 1001, 2000, 10);
     const workers = [s.spawn('worker', 'worker-1'), s.spawn('worker', 'worker-2')];
@@ -306,8 +324,13 @@ describe.skipIf(tools.skip)(tools.title('the external path on a Citus center (bu
       { kind: CODE_KIND, applied: 900 },
       { kind: HTTP_KIND, applied: 900 },
     ]);
-    report('citus external: HTTP and code handlers, 1,000 due at once each', { tally, drainMs, posts });
-    expect(posts, 'one POST per shard').toBeGreaterThan(0);
+    // the 503s were batch-level: their rows went back to pending, the attempt not counted
+    const batchRetried = await count(s.center, `SELECT coalesce(sum(retried_count), 0) AS n FROM timeout_center.shards WHERE kind = $1`, [HTTP_KIND]);
+    const maxAttempts = await count(s.center, `SELECT max(attempts) AS n FROM timeout_center.done_timeouts WHERE kind = $1`, [HTTP_KIND]);
+    report('citus external: HTTP and code handlers, 1,000 due at once each', { tally, drainMs, posts, batchRetried, maxAttempts });
+    expect(httpBusy).toBe(0);
+    expect(batchRetried, 'the rows of the three 503 shards were retried').toBeGreaterThan(0);
+    expect(maxAttempts, 'a batch-level failure does not count the attempt').toBe(1);
   }, 120_000);
 
   it('a worker SIGKILLed between the business COMMIT and the center record: the re-run records what the first run did from its marker, nothing applied twice', async () => {
@@ -326,7 +349,8 @@ describe.skipIf(tools.skip)(tools.title('the external path on a Citus center (bu
     await s.expectBuckets();
     const fromMarker = survivor.lines.filter((l) => /recorded what it did from its marker/.test(String(l.msg))).length;
     const rerun = await count(s.center, `SELECT count(*) AS n FROM timeout_center.shards WHERE attempts > 1`);
-    report('citus external: worker SIGKILLed between the business commit and the record', { tally, fromMarker, shardsRunAgain: rerun });
+    const splits = await count(s.center, `SELECT count(*) AS n FROM timeout_center.shards WHERE error_sample LIKE 'split into%'`);
+    report('citus external: worker SIGKILLed between the business commit and the record', { tally, fromMarker, shardsRunAgain: rerun, splits });
     expect(fromMarker, 'the re-run recorded the killed run from its marker').toBeGreaterThan(0);
   }, 120_000);
 
