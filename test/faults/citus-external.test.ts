@@ -11,7 +11,9 @@
 //   3. a worker process SIGKILLed between the business COMMIT and the center's record
 //      (failpoint external.after-apply-commit): the shard runs again, finds the first run's
 //      marker and records what that run did, without applying twice;
-//   4. a payer's cancel while the shard runs in the business database: refused at once (on Citus
+//   4. a worker SIGKILLed right after its claim: the re-run splits the rows in two (split_pinned's
+//      Citus form), the halves close them;
+//   5. a payer's cancel while the shard runs in the business database: refused at once (on Citus
 //      the claim writes its rows dispatched, citus/worker/external_claim.sql says why), the order
 //      closes once.
 // Each ends with I1-I4 across the two databases, closes = applied, and history = the business
@@ -352,6 +354,38 @@ describe.skipIf(tools.skip)(tools.title('the external path on a Citus center (bu
     const splits = await count(s.center, `SELECT count(*) AS n FROM timeout_center.shards WHERE error_sample LIKE 'split into%'`);
     report('citus external: worker SIGKILLed between the business commit and the record', { tally, fromMarker, shardsRunAgain: rerun, splits });
     expect(fromMarker, 'the re-run recorded the killed run from its marker').toBeGreaterThan(0);
+  }, 120_000);
+
+  it("a worker SIGKILLed right after its claim: the re-run fences the target and splits the shard's rows in two in its bucket; the halves close them once", async () => {
+    const s = await ExternalScenario.create('split');
+    await s.seed(SQL_KIND, 1, 1000, 10);
+    const victim = s.spawn('worker', 'worker-victim', 'external.after-claim=1*kill', ['--concurrency', '1']);
+    await victim.waitForMsg('worker started', 60_000);
+    s.spawn('coordinator', 'coordinator');
+    expect((await victim.exited).signal).toBe('SIGKILL');
+    const { rows: dead } = await s.center.query<{ shard_id: string; n: number }>(
+      `SELECT shard_id::text, count(*)::int AS n FROM timeout_center.timeouts WHERE state = 'dispatched' GROUP BY 1`,
+    );
+    expect(dead.length, "the killed run's claim committed its rows as dispatched, one shard's").toBe(1);
+    const survivor = s.spawn('worker', 'worker-survivor');
+    await s.drained(60_000);
+    const tally = await s.expectInvariants();
+    expect(tally).toEqual({ 'done/applied/closed': 900, 'done/skipped/paid': 100 });
+    await s.expectBuckets();
+    const { rows: split } = await s.center.query<{ id: string; bucket: number; children: number; child_buckets: number[]; child_rows: number }>(
+      `SELECT p.id::text, p.bucket, count(c.id)::int AS children, array_agg(DISTINCT c.bucket) AS child_buckets, sum(c.size)::int AS child_rows
+         FROM timeout_center.shards p
+         JOIN timeout_center.shards c
+           ON c.id = ANY (string_to_array(substring(p.error_sample FROM 'split into shards ([0-9, ]+) after'), ', ')::bigint[])
+        WHERE p.id = $1 GROUP BY 1, 2`,
+      [dead[0]!.shard_id],
+    );
+    expect(survivor.lines.some((l) => /shard split in two/.test(String(l.msg)))).toBe(true);
+    expect(split).toHaveLength(1);
+    expect(split[0]!.children).toBe(2);
+    expect(split[0]!.child_buckets, 'the halves keep the bucket').toEqual([split[0]!.bucket]);
+    expect(split[0]!.child_rows, "the halves hold the dead run's rows").toBe(dead[0]!.n);
+    report('citus external: worker SIGKILLed after its claim, the re-run split', { tally, deadShardRows: dead[0]!.n, split: split[0] });
   }, 120_000);
 
   it("a payer's cancel while the shard runs in the business database is refused at once, without waiting for the run; the order closes once", async () => {
