@@ -13,7 +13,8 @@
 //      marker and records what that run did, without applying twice;
 //   4. a worker SIGKILLed right after its claim: the re-run splits the rows in two (split_pinned's
 //      Citus form), the halves close them;
-//   5. a payer's cancel while the shard runs in the business database: refused at once (on Citus
+//   5. a kind routed over several business databases: refused by migrate (not planned on Citus);
+//   6. a payer's cancel while the shard runs in the business database: refused at once (on Citus
 //      the claim writes its rows dispatched, citus/worker/external_claim.sql says why), the order
 //      closes once.
 // Each ends with I1-I4 across the two databases, closes = applied, and history = the business
@@ -387,6 +388,34 @@ describe.skipIf(tools.skip)(tools.title('the external path on a Citus center (bu
     expect(split[0]!.child_rows, "the halves hold the dead run's rows").toBe(dead[0]!.n);
     report('citus external: worker SIGKILLed after its claim, the re-run split', { tally, deadShardRows: dead[0]!.n, split: split[0] });
   }, 120_000);
+
+  it('a kind routed over several business databases: migrate refuses it on Citus and says why (not planned there)', async () => {
+    n += 1;
+    const url = await cluster.createDatabase(`tc_ext_${n}`);
+    const config = (handler: NonNullable<ConfigInput['kinds']>[string]['handler']) =>
+      writeConfig({
+        redisKeyPrefix: testKeyPrefix('citus-ext-routed'),
+        businessDatabases: { a: { url: business.url('postgres') }, b: { url: business.url('postgres') } },
+        kinds: { [SQL_KIND]: { handler } },
+      });
+    const env = { DATABASE_URL: url, REDIS_URL: TEST_REDIS_URL };
+    const routed = await runCli(['migrate', '--config', config({ type: 'sql', sql: CLOSE_SQL, route: { by: 'modulo', databases: ['a', 'b'] } })], env, 60_000);
+    expect(routed.code).toBe(2);
+    expect(routed.stderr).toContain(`kinds."${SQL_KIND}".handler.route: a kind routed over several business databases does not run on a Citus center`);
+    // One business database is fine; a rule over several written anyway is refused by the database
+    // (sql/citus/routes.sql).
+    const one = await runCli(['migrate', '--config', config({ type: 'sql', sql: CLOSE_SQL, database: 'a' })], env, 60_000);
+    expect(one.code, one.stderr).toBe(0);
+    const c = quietPool(url);
+    try {
+      expect(await count(c, `SELECT count(*) AS n FROM timeout_center.kind_routes WHERE route_by = 'database'`)).toBe(1);
+      await expect(
+        c.query(`UPDATE timeout_center.kind_routes SET route_by = 'modulo', databases = '{a,b}' WHERE kind = $1`, [SQL_KIND]),
+      ).rejects.toThrow(/kinds routed over several business databases do not run on the Citus layout: order.close \(modulo over a, b\)/);
+    } finally {
+      await c.end();
+    }
+  }, 60_000);
 
   it("a payer's cancel while the shard runs in the business database is refused at once, without waiting for the run; the order closes once", async () => {
     const s = await ExternalScenario.create('cancel');
