@@ -288,9 +288,7 @@ export class ExternalExecutor {
         return undefined;
       }
       const fresh = ours.fresh === 't';
-      const claim = bindLiterals(
-        sql('citus/worker/external_claim', { shardId: lease.id, kind: lease.kind, claimLimit: lease.claim_limit, fresh, bucket }),
-      );
+      const claim = bindLiterals(sql('citus/worker/external_claim', { shardId: lease.id, kind: lease.kind, claimLimit: lease.claim_limit, fresh, bucket }));
       const second = (await client.query({ text: `${claim}; COMMIT`, types: AS_TEXT })) as unknown as pg.QueryResult[];
       return claimedRows(ours.target, fresh, (second[0] as pg.QueryResult<ClaimRow>).rows[0]!, new Set());
     } catch (err) {

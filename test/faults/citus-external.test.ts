@@ -143,9 +143,7 @@ class ExternalScenario {
       timeoutMs,
       200,
     ).catch(async (err: unknown) => {
-      const { rows: t } = await this.center.query(
-        `SELECT state, count(*)::int AS n, min(last_error) AS error FROM timeout_center.timeouts GROUP BY state`,
-      );
+      const { rows: t } = await this.center.query(`SELECT state, count(*)::int AS n, min(last_error) AS error FROM timeout_center.timeouts GROUP BY state`);
       const { rows: sh } = await this.center.query(
         `SELECT id, state, attempts, bucket, target, error_sample FROM timeout_center.shards WHERE state IN ('queued', 'running') LIMIT 10`,
       );
@@ -243,9 +241,10 @@ describe.skipIf(tools.skip)(tools.title('the external path on a Citus center (bu
         }
         const items = (JSON.parse(body) as { items: { bizId: string }[] }).items;
         void httpOrders!
-          .query<{ id: string }>("UPDATE orders SET status = 'closed', closed_at = now() WHERE id = ANY($1::bigint[]) AND status = 'unpaid' RETURNING id::text", [
-            items.map((i) => i.bizId),
-          ])
+          .query<{ id: string }>(
+            "UPDATE orders SET status = 'closed', closed_at = now() WHERE id = ANY($1::bigint[]) AND status = 'unpaid' RETURNING id::text",
+            [items.map((i) => i.bizId)],
+          )
           .then(({ rows }) => res.writeHead(200, { 'content-type': 'application/json' }).end(JSON.stringify({ applied: rows.map((r) => r.id) })))
           .catch(() => res.writeHead(500).end());
       });
@@ -409,9 +408,9 @@ describe.skipIf(tools.skip)(tools.title('the external path on a Citus center (bu
     const c = quietPool(url);
     try {
       expect(await count(c, `SELECT count(*) AS n FROM timeout_center.kind_routes WHERE route_by = 'database'`)).toBe(1);
-      await expect(
-        c.query(`UPDATE timeout_center.kind_routes SET route_by = 'modulo', databases = '{a,b}' WHERE kind = $1`, [SQL_KIND]),
-      ).rejects.toThrow(/kinds routed over several business databases do not run on the Citus layout: order.close \(modulo over a, b\)/);
+      await expect(c.query(`UPDATE timeout_center.kind_routes SET route_by = 'modulo', databases = '{a,b}' WHERE kind = $1`, [SQL_KIND])).rejects.toThrow(
+        /kinds routed over several business databases do not run on the Citus layout: order.close \(modulo over a, b\)/,
+      );
     } finally {
       await c.end();
     }
