@@ -26,6 +26,7 @@ import { join } from 'node:path';
 import pg from 'pg';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import type { ConfigInput } from '../../src/config.js';
+import { sql } from '../../src/db/queries.js';
 import { cancel } from '../../src/schedule.js';
 import { startCitusCluster, type CitusCluster } from '../helpers/citus.js';
 import { CLOSE_SQL, createOrdersSchema, writeConfig } from '../helpers/orders.js';
@@ -299,7 +300,37 @@ describe.skipIf(tools.skip)(tools.title('the external path on a Citus center (bu
     ]);
     expect(poisoned[0]!.last_error).toContain('poison row');
     const shards = await count(s.center, `SELECT count(*) AS n FROM timeout_center.shards WHERE target = 'orders'`);
-    report('citus external: SQL handler in a business database, 3,000 due at once', { tally, drainMs, shards });
+    // How Citus runs the two statements on timeouts: the claim is one router task on the bucket's
+    // node; the record's parts are each routed to it, the history rows passing the coordinator.
+    const bucket = (await s.center.query<{ b: number }>(`SELECT buckets[1] AS b FROM timeout_center.layout`)).rows[0]!.b;
+    const explain = async (statement: { text: string; values: unknown[] }) =>
+      (await s.center.query<{ 'QUERY PLAN': string }>(`EXPLAIN ${statement.text}`, statement.values)).rows.map((r) => r['QUERY PLAN']).join('\n');
+    const claimPlan = await explain(sql('citus/worker/external_claim', { shardId: 1, kind: SQL_KIND, claimLimit: 10, fresh: true, bucket }));
+    expect(claimPlan).toMatch(/Task Count: 1\b/);
+    expect(claimPlan).not.toMatch(/Distributed Subplan/);
+    const recordPlan = await explain(
+      sql('citus/worker/external_record', {
+        shardId: 1,
+        leaseToken: '00000000-0000-0000-0000-000000000000',
+        applied: ['1'],
+        failedIds: [],
+        failedErrors: [],
+        failedPermanent: [],
+        maxAttempts: 5,
+        backoffMs: 200,
+        batchRetryMs: null,
+        batchError: null,
+        ran: null,
+        bucket,
+      }),
+    );
+    const subplans = (recordPlan.match(/Distributed Subplan/g) ?? []).length;
+    const taskCounts = [...recordPlan.matchAll(/Task Count: (\d+)/g)].map((m) => Number(m[1]));
+    expect(
+      taskCounts.every((t) => t === 1),
+      `every part of the record on one node:\n${recordPlan}`,
+    ).toBe(true);
+    report('citus external: SQL handler in a business database, 3,000 due at once', { tally, drainMs, shards, recordSubplans: subplans });
     expect(shards).toBeGreaterThan(0);
   }, 120_000);
 
