@@ -40,12 +40,3 @@ export async function syncRoutes(pool: pg.Pool, kinds: Config['kinds']): Promise
   await pool.query(sql('db/sync_routes', { routes: asJson(routeRows(kinds, 'center')), kinds: Object.keys(kinds) }));
   await pool.query(sql('db/sync_stores', { routes: asJson(routeRows(kinds, 'beside')), kinds: Object.keys(kinds) }));
 }
-
-/** Kinds routed over several business databases (modulo, hash, range): the Citus layout does not
- *  plan them (citus/coordinator/plan_shards.sql), and sql/citus/routes.sql refuses their rule;
- *  migrate names them first, as a configuration error (docs/scale.md "Citus: what runs"). */
-export function kindsRoutedOverSeveral(kinds: Config['kinds']): string[] {
-  return routeRows(kinds, 'center')
-    .filter((r) => r.by !== 'database')
-    .map((r) => r.kind);
-}

@@ -245,8 +245,8 @@ export class ExternalExecutor {
    *  claim and its give-back (external_unhold.sql, a snapshot of its own) in one transaction, one
    *  round trip. */
   private async claim(lease: Lease, external: ExternalTarget): Promise<Claimed | undefined> {
-    if (lease.bucket !== null) return this.claimInBucket(lease, lease.bucket);
     const routed = external.via === 'sql' && external.routed;
+    if (lease.bucket !== null) return this.claimInBucket(lease, lease.bucket, routed);
     const claim = bindLiterals(
       sql('worker/external_claim', { shardId: lease.id, kind: lease.kind, claimLimit: lease.claim_limit, leaseToken: lease.lease_token, routed }),
     );
@@ -276,7 +276,7 @@ export class ExternalExecutor {
    * (citus/worker/external_claim.sql), committed together: two round trips. Citus refuses the
    * plain statement, one query that locks rows on a worker node and writes the coordinator's shards.
    */
-  private async claimInBucket(lease: Lease, bucket: number): Promise<Claimed | undefined> {
+  private async claimInBucket(lease: Lease, bucket: number, routed: boolean): Promise<Claimed | undefined> {
     const client = await this.pool.connect();
     let broken = false;
     try {
@@ -288,7 +288,9 @@ export class ExternalExecutor {
         return undefined;
       }
       const fresh = ours.fresh === 't';
-      const claim = bindLiterals(sql('citus/worker/external_claim', { shardId: lease.id, kind: lease.kind, claimLimit: lease.claim_limit, fresh, bucket }));
+      const claim = bindLiterals(
+        sql('citus/worker/external_claim', { shardId: lease.id, kind: lease.kind, claimLimit: lease.claim_limit, fresh, bucket, routed, target: ours.target }),
+      );
       const second = (await client.query({ text: `${claim}; COMMIT`, types: AS_TEXT })) as unknown as pg.QueryResult[];
       return claimedRows(ours.target, fresh, (second[0] as pg.QueryResult<ClaimRow>).rows[0]!, new Set());
     } catch (err) {

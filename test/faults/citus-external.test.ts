@@ -13,7 +13,7 @@
 //      marker and records what that run did, without applying twice;
 //   4. a worker SIGKILLed right after its claim: the re-run splits the rows in two (split_pinned's
 //      Citus form), the halves close them;
-//   5. a kind routed over several business databases: refused by migrate (not planned on Citus);
+//   5. a kind routed over two business databases (modulo): planned per target and bucket, drained;
 //   6. a payer's cancel while the shard runs in the business database: refused at once (on Citus
 //      the claim writes its rows dispatched, citus/worker/external_claim.sql says why), the order
 //      closes once.
@@ -40,6 +40,8 @@ const tools = requireTools('citus');
 const SQL_KIND = 'order.close';
 const HTTP_KIND = 'order.http';
 const CODE_KIND = 'order.code';
+/** Routed by modulo over two business databases: even ids in `orders`, odd ones in `orders_b`. */
+const ROUTED_KIND = 'order.routed';
 const LEASE_MS = 3000;
 
 let cluster: CitusCluster;
@@ -72,6 +74,8 @@ class ExternalScenario {
     readonly label: string,
     readonly center: pg.Pool,
     readonly orders: pg.Pool,
+    /** The second business database (the routed kind's odd ids). */
+    readonly ordersB: pg.Pool,
     readonly configPath: string,
     readonly env: Record<string, string | undefined>,
   ) {}
@@ -82,18 +86,22 @@ class ExternalScenario {
     const ordersName = `orders_${n}`;
     const admin = quietPool(business.url());
     await admin.query(`CREATE DATABASE ${ordersName}`);
+    await admin.query(`CREATE DATABASE ${ordersName}_b`);
     await admin.end();
     const orders = quietPool(business.url(ordersName));
+    const ordersB = quietPool(business.url(`${ordersName}_b`));
     await createOrdersSchema(orders);
+    await createOrdersSchema(ordersB);
     const kind = { shardSize: 200, maxAttempts: 5, backoffMs: 200, timeLimitMs: 2500 };
     const config: ConfigInput = {
       redisKeyPrefix: testKeyPrefix(`citus-ext-${label}`),
       poolSize: 4,
-      businessDatabases: { orders: { url: business.url(ordersName), poolSize: 4 } },
+      businessDatabases: { orders: { url: business.url(ordersName), poolSize: 4 }, orders_b: { url: business.url(`${ordersName}_b`), poolSize: 4 } },
       kinds: {
         [SQL_KIND]: { ...kind, handler: { type: 'sql', sql: CLOSE_SQL, database: 'orders' } },
         [HTTP_KIND]: { ...kind, handler: { type: 'http', url: `http://127.0.0.1:${httpPort}/close` } },
         [CODE_KIND]: { ...kind, handler: { type: 'code', module: codeModule, database: 'orders' } },
+        [ROUTED_KIND]: { ...kind, handler: { type: 'sql', sql: CLOSE_SQL, route: { by: 'modulo', databases: ['orders', 'orders_b'] } } },
       },
       coordinator: { lockTtlMs: 2000, republishAfterMs: 1000, maxInFlightShards: 32, minTickIntervalMs: 50, lagCheckIntervalMs: 1000 },
       worker: { leaseMs: LEASE_MS, blockMs: 200, concurrency: 2, drainTimeoutMs: 3000 },
@@ -103,7 +111,7 @@ class ExternalScenario {
     const env = { DATABASE_URL: centerUrl, REDIS_URL: TEST_REDIS_URL, TC_FAILPOINTS: undefined };
     const migrated = await runCli(['migrate', '--config', configPath], env, 60_000);
     if (migrated.code !== 0) throw new Error(`migrate failed (${migrated.code}): ${migrated.stderr}`);
-    const s = new ExternalScenario(label, quietPool(centerUrl), orders, configPath, env);
+    const s = new ExternalScenario(label, quietPool(centerUrl), orders, ordersB, configPath, env);
     expect(await count(s.center, `SELECT count(*) AS n FROM timeout_center.layout WHERE name = 'citus'`), 'the center has the Citus layout').toBe(1);
     opened.push(s);
     httpOrders = orders;
@@ -117,13 +125,21 @@ class ExternalScenario {
   }
 
   /** Orders [from, to] unpaid (every paidEvery-th paid; `poison` ones refuse to close) in the
-   *  business database, and their timeouts, due now, in their bucket in the center. */
+   *  business database (the routed kind's: by parity, even in `orders`, odd in `orders_b`), and
+   *  their timeouts, due now, in their bucket in the center. */
   async seed(kind: string, from: number, to: number, paidEvery: number, poison: number[] = []): Promise<void> {
-    await this.orders.query(
-      `INSERT INTO orders (id, status, poison)
-       SELECT g, CASE WHEN g % $3::int = 0 THEN 'paid' ELSE 'unpaid' END, g = ANY ($4::bigint[]) FROM generate_series($1::bigint, $2::bigint) g`,
-      [from, to, paidEvery, poison],
-    );
+    for (const [pool, parity] of kind === ROUTED_KIND
+      ? ([
+          [this.orders, 0],
+          [this.ordersB, 1],
+        ] as const)
+      : ([[this.orders, -1]] as const))
+      await pool.query(
+        `INSERT INTO orders (id, status, poison)
+         SELECT g, CASE WHEN g % $3::int = 0 THEN 'paid' ELSE 'unpaid' END, g = ANY ($4::bigint[]) FROM generate_series($1::bigint, $2::bigint) g
+          WHERE $5::int < 0 OR g % 2 = $5::int`,
+        [from, to, paidEvery, poison, parity],
+      );
     await this.center.query(
       `INSERT INTO timeout_center.timeouts (kind, biz_id, due_at, bucket)
        SELECT $1, g::text, now(), timeout_center.bucket_of(g::text) FROM generate_series($2::bigint, $3::bigint) g`,
@@ -169,16 +185,20 @@ class ExternalScenario {
       `SELECT (SELECT coalesce(sum(failed), 0) FROM timeout_center.scans WHERE state = 'reduced')
             - (SELECT count(*) FROM timeout_center.all_timeouts WHERE state = 'failed') AS n`,
     );
-    const doubled = await count(this.orders, `SELECT count(*) AS n FROM (SELECT order_id FROM order_transitions GROUP BY order_id HAVING count(*) > 1) x`);
-    const paidThenClosed = await count(this.orders, `SELECT count(*) AS n FROM order_transitions WHERE from_status = 'paid'`);
+    // the business truth, over both business databases (an order lives in one)
+    const both = async (text: string) => (await count(this.orders, text)) + (await count(this.ordersB, text));
+    const doubled = await both(`SELECT count(*) AS n FROM (SELECT order_id FROM order_transitions GROUP BY order_id HAVING count(*) > 1) x`);
+    const paidThenClosed = await both(`SELECT count(*) AS n FROM order_transitions WHERE from_status = 'paid'`);
     const { rows: history } = await this.center.query<{ biz_id: string; state: string; result: string | null }>(
       // a multi-shard read of all_timeouts is no one snapshot (docs/scale.md): the drain is over,
       // and DISTINCT ON keeps one row per order anyway
       `SELECT DISTINCT ON (biz_id) biz_id, state, result FROM timeout_center.all_timeouts ORDER BY biz_id, state`,
     );
-    const { rows: truth } = await this.orders.query<{ id: string; status: string; transitions: number }>(
-      `SELECT o.id::text, o.status, (SELECT count(*) FROM order_transitions t WHERE t.order_id = o.id)::int AS transitions FROM orders o`,
-    );
+    const truthQuery = `SELECT o.id::text, o.status, (SELECT count(*) FROM order_transitions t WHERE t.order_id = o.id)::int AS transitions FROM orders o`;
+    const truth = [
+      ...(await this.orders.query<{ id: string; status: string; transitions: number }>(truthQuery)).rows,
+      ...(await this.ordersB.query<{ id: string; status: string; transitions: number }>(truthQuery)).rows,
+    ];
     const byId = new Map(history.map((h) => [h.biz_id, h]));
     const tally: Record<string, number> = {};
     const wrong: string[] = [];
@@ -194,7 +214,7 @@ class ExternalScenario {
       if (h?.state === 'cancelled' && closedByUs) cancelledButClosed += 1;
     }
     const applied = await count(this.center, `SELECT count(*) AS n FROM timeout_center.all_timeouts WHERE state = 'done' AND result = 'applied'`);
-    const closes = await count(this.orders, `SELECT count(*) AS n FROM order_transitions WHERE to_status = 'closed'`);
+    const closes = await both(`SELECT count(*) AS n FROM order_transitions WHERE to_status = 'closed'`);
     expect({ lost, doubled, wrong: paidThenClosed + cancelledButClosed, reduceMismatch, unreducedScans }, `I1-I4 of ${this.label}`).toEqual({
       lost: 0,
       doubled: 0,
@@ -220,6 +240,7 @@ class ExternalScenario {
     await Promise.all(this.procs.filter((p) => p.alive).map((p) => p.stop(5000)));
     await this.center.end().catch(() => {});
     await this.orders.end().catch(() => {});
+    await this.ordersB.end().catch(() => {});
   }
 }
 
@@ -305,7 +326,9 @@ describe.skipIf(tools.skip)(tools.title('the external path on a Citus center (bu
     const bucket = (await s.center.query<{ b: number }>(`SELECT buckets[1] AS b FROM timeout_center.layout`)).rows[0]!.b;
     const explain = async (statement: { text: string; values: unknown[] }) =>
       (await s.center.query<{ 'QUERY PLAN': string }>(`EXPLAIN ${statement.text}`, statement.values)).rows.map((r) => r['QUERY PLAN']).join('\n');
-    const claimPlan = await explain(sql('citus/worker/external_claim', { shardId: 1, kind: SQL_KIND, claimLimit: 10, fresh: true, bucket }));
+    const claimPlan = await explain(
+      sql('citus/worker/external_claim', { shardId: 1, kind: SQL_KIND, claimLimit: 10, fresh: true, bucket, routed: false, target: 'orders' }),
+    );
     expect(claimPlan).toMatch(/Task Count: 1\b/);
     expect(claimPlan).not.toMatch(/Distributed Subplan/);
     const recordPlan = await explain(
@@ -419,33 +442,42 @@ describe.skipIf(tools.skip)(tools.title('the external path on a Citus center (bu
     report('citus external: worker SIGKILLed after its claim, the re-run split', { tally, deadShardRows: dead[0]!.n, split: split[0] });
   }, 120_000);
 
-  it('a kind routed over several business databases: migrate refuses it on Citus and says why (not planned there)', async () => {
-    n += 1;
-    const url = await cluster.createDatabase(`tc_ext_${n}`);
-    const config = (handler: NonNullable<ConfigInput['kinds']>[string]['handler']) =>
-      writeConfig({
-        redisKeyPrefix: testKeyPrefix('citus-ext-routed'),
-        businessDatabases: { a: { url: business.url('postgres') }, b: { url: business.url('postgres') } },
-        kinds: { [SQL_KIND]: { handler } },
-      });
-    const env = { DATABASE_URL: url, REDIS_URL: TEST_REDIS_URL };
-    const routed = await runCli(['migrate', '--config', config({ type: 'sql', sql: CLOSE_SQL, route: { by: 'modulo', databases: ['a', 'b'] } })], env, 60_000);
-    expect(routed.code).toBe(2);
-    expect(routed.stderr).toContain(`kinds."${SQL_KIND}".handler.route: a kind routed over several business databases does not run on a Citus center`);
-    // One business database is fine; a rule over several written anyway is refused by the database
-    // (sql/citus/routes.sql).
-    const one = await runCli(['migrate', '--config', config({ type: 'sql', sql: CLOSE_SQL, database: 'a' })], env, 60_000);
-    expect(one.code, one.stderr).toBe(0);
-    const c = quietPool(url);
-    try {
-      expect(await count(c, `SELECT count(*) AS n FROM timeout_center.kind_routes WHERE route_by = 'database'`)).toBe(1);
-      await expect(c.query(`UPDATE timeout_center.kind_routes SET route_by = 'modulo', databases = '{a,b}' WHERE kind = $1`, [SQL_KIND])).rejects.toThrow(
-        /kinds routed over several business databases do not run on the Citus layout: order.close \(modulo over a, b\)/,
-      );
-    } finally {
-      await c.end();
-    }
-  }, 60_000);
+  it("a kind routed over several business databases (modulo over two): 2,000 due at once, each shard claims one target's rows of one bucket, every unpaid order closed once in its database", async () => {
+    const s = await ExternalScenario.create('routed');
+    const started = Date.now();
+    await s.seed(ROUTED_KIND, 1, 2000, 10);
+    // the rule's stamp ran on the worker nodes' shards (sql/citus/routes.sql): every row knows its target
+    expect(
+      await count(
+        s.center,
+        `SELECT count(*) AS n FROM timeout_center.timeouts
+          WHERE kind = $1::timeout_center.kind AND target IS DISTINCT FROM CASE WHEN biz_id::bigint % 2 = 0 THEN 'orders' ELSE 'orders_b' END`,
+        [ROUTED_KIND],
+      ),
+    ).toBe(0);
+    const workers = [s.spawn('worker', 'worker-1'), s.spawn('worker', 'worker-2')];
+    await Promise.all(workers.map((w) => w.waitForMsg('worker started', 60_000)));
+    s.spawn('coordinator', 'coordinator');
+    await s.drained(60_000);
+    const drainMs = Date.now() - started;
+    const tally = await s.expectInvariants();
+    expect(tally).toEqual({ 'done/applied/closed': 1800, 'done/skipped/paid': 200 });
+    await s.expectBuckets();
+    // even ids (200 of them paid) in orders, odd ones in orders_b
+    const closedA = await count(s.orders, `SELECT count(*) AS n FROM orders WHERE status = 'closed'`);
+    const closedB = await count(s.ordersB, `SELECT count(*) AS n FROM orders WHERE status = 'closed'`);
+    expect([closedA, closedB]).toEqual([800, 1000]);
+    const { rows: shards } = await s.center.query<{ target: string; shards: number; buckets: number; rows: number }>(
+      `SELECT target, count(*)::int AS shards, count(DISTINCT bucket)::int AS buckets, sum(size)::int AS rows
+         FROM timeout_center.shards WHERE kind = $1 GROUP BY target ORDER BY target`,
+      [ROUTED_KIND],
+    );
+    expect(shards.map((r) => [r.target, r.rows])).toEqual([
+      ['orders', 1000],
+      ['orders_b', 1000],
+    ]);
+    report('citus external: a kind routed over two business databases, 2,000 due at once', { tally, drainMs, shards });
+  }, 120_000);
 
   it("a payer's cancel while the shard runs in the business database is refused at once, without waiting for the run; the order closes once", async () => {
     const s = await ExternalScenario.create('cancel');

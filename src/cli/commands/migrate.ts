@@ -9,7 +9,7 @@ import { ConfigError, loadConfig, type LoadedConfig } from '../../config.js';
 import { syncKinds } from '../../db/kinds.js';
 import { migrate } from '../../db/migrate.js';
 import { createPool } from '../../db/pool.js';
-import { kindsRoutedOverSeveral, syncRoutes } from '../../db/routes.js';
+import { syncRoutes } from '../../db/routes.js';
 import { syncTargets } from '../../db/targets.js';
 import { createLogger } from '../../observability/logger.js';
 import { checkPostgres } from '../../runtime.js';
@@ -73,15 +73,6 @@ export function registerMigrate(program: Command): void {
       try {
         await checkPostgres(pool, url); // the center does not answer: nothing done, exit 3
         const result = await migrate(pool, logger);
-        const routed = config && result.layout.name === 'citus' ? kindsRoutedOverSeveral(config.kinds) : [];
-        if (routed.length > 0)
-          throw new ConfigError(
-            opts.config ?? 'the configuration',
-            routed.map(
-              (kind) =>
-                `kinds."${kind}".handler.route: a kind routed over several business databases does not run on a Citus center (docs/scale.md "Citus: what runs"); give it one business database (handler.database)`,
-            ),
-          );
         if (config) {
           await syncKinds(pool, config.kinds);
           await syncRoutes(pool, config.kinds);

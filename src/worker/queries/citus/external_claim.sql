@@ -27,7 +27,11 @@
 -- recorded as something it never was.
 --   $1 shard id   $2 kind   $3 claim limit
 --   $4 fresh: the shard's first claim (citus/worker/external_claim_shard.sql)   $5 the shard's bucket
--- @params shardId: number, kind: string, claimLimit: number, fresh: boolean, bucket: number
+--   $6 routed: only the rows whose target (timeouts.target, stamped by the kind's routing rule
+--      when the row was written: sql/0020, sql/citus/routes.sql) is the shard's (boolean)
+--   $7 the shard's target (citus/worker/external_claim_shard.sql; NULL for a kind without a rule)
+-- @params shardId: number, kind: string, claimLimit: number, fresh: boolean, bucket: number, routed: boolean,
+-- @params target: string | null
 -- Returns one row: ids (bigint[]), biz_ids (text[]), payloads (jsonb[]), lateness in s (float8[]),
 -- measured_ms, trace_parents (as external_claim.sql's); the arrays are NULL when the claim took no
 -- row (no coalesce: Citus takes no STABLE function, statement_timestamp(), inside COALESCE or CASE
@@ -39,6 +43,9 @@ WITH pinned AS MATERIALIZED (
 ), fresh AS MATERIALIZED (
   SELECT d.id FROM timeout_center.timeouts d
    WHERE d.bucket = $5 AND d.kind = $2::timeout_center.kind AND d.state = 'pending' AND d.available_at <= statement_timestamp()
+     -- the row's target, stamped when it was written: a routed claim reads only its own target's
+     -- due rows of the bucket
+     AND (NOT $6::boolean OR d.target = $7::text)
      AND $4::boolean AND NOT EXISTS (SELECT 1 FROM pinned)
    ORDER BY d.available_at
    LIMIT $3
