@@ -455,6 +455,19 @@ describe.skipIf(tools.skip)(tools.title('the external path on a Citus center (bu
         [ROUTED_KIND],
       ),
     ).toBe(0);
+    // A rule that changes re-stamps the kind's pending rows on the worker nodes (restamp_targets,
+    // sql/citus/routes.sql): swapped, every row's target swaps; swapped back, as before.
+    const misplaced = (even: string, odd: string) =>
+      count(
+        s.center,
+        `SELECT count(*) AS n FROM timeout_center.timeouts
+          WHERE kind = $1::timeout_center.kind AND target IS DISTINCT FROM CASE WHEN biz_id::bigint % 2 = 0 THEN $2 ELSE $3 END`,
+        [ROUTED_KIND, even, odd],
+      );
+    await s.center.query(`UPDATE timeout_center.kind_routes SET databases = '{orders_b,orders}' WHERE kind = $1`, [ROUTED_KIND]);
+    expect(await misplaced('orders_b', 'orders')).toBe(0);
+    await s.center.query(`UPDATE timeout_center.kind_routes SET databases = '{orders,orders_b}' WHERE kind = $1`, [ROUTED_KIND]);
+    expect(await misplaced('orders', 'orders_b')).toBe(0);
     const workers = [s.spawn('worker', 'worker-1'), s.spawn('worker', 'worker-2')];
     await Promise.all(workers.map((w) => w.waitForMsg('worker started', 60_000)));
     s.spawn('coordinator', 'coordinator');
