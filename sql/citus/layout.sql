@@ -25,7 +25,8 @@ DELETE FROM timeout_center.done_timeouts;
 DROP TRIGGER timeouts_in_their_store ON timeout_center.timeouts;
 -- A cancel or reschedule of a timeout an external shard holds is refused by a row trigger that reads
 -- timeout_center.shards (sql/0020); shards live on the coordinator only, so the trigger cannot run
--- on a worker node, and the external path does not run on Citus (docs/scale.md "Citus: what runs").
+-- on a worker node. On Citus the external claim holds no row pending: it writes its rows
+-- dispatched, which a cancel or reschedule never changes (src/worker/queries/citus/external_claim.sql).
 DROP TRIGGER timeouts_refuse_held_change ON timeout_center.timeouts;
 ALTER TABLE timeout_center.timeouts ADD COLUMN bucket smallint NOT NULL;
 ALTER TABLE timeout_center.timeouts DROP CONSTRAINT timeouts_pkey, ADD CONSTRAINT timeouts_pkey PRIMARY KEY (id, bucket);

@@ -11,9 +11,11 @@ import { fileURLToPath } from 'node:url';
 /** sql/citus/ sits two levels above both src/db and dist/db (as migrate.ts's sql/). */
 const LAYOUT_SQL = fileURLToPath(new URL('../../sql/citus/layout.sql', import.meta.url));
 /** What the layout adds beside its tables, (re)applied at every migrate of a Citus database, in
- *  order: the buckets table (sql/citus/buckets.sql) and the claim of a shard whose handler's tables
- *  are colocated with timeouts, a Citus distributed function (sql/citus/claim_in_bucket.sql). */
-const OBJECTS_SQL = ['buckets.sql', 'claim_in_bucket.sql'].map((f) => fileURLToPath(new URL(`../../sql/citus/${f}`, import.meta.url)));
+ *  order: the buckets table (sql/citus/buckets.sql), the claim of a shard whose handler's tables
+ *  are colocated with timeouts, a Citus distributed function (sql/citus/claim_in_bucket.sql), and
+ *  the routing rules' Citus form (sql/citus/routes.sql: no stamp trigger recompiled on the
+ *  distributed timeouts; a kind routed over several business databases refused). */
+const OBJECTS_SQL = ['buckets.sql', 'claim_in_bucket.sql', 'routes.sql'].map((f) => fileURLToPath(new URL(`../../sql/citus/${f}`, import.meta.url)));
 
 /** Buckets (= Citus shards of timeouts) unless migrate is told otherwise: B workers' slots can
  *  claim one kind side by side, and a cluster can grow to B worker nodes (docs/scale.md). */

@@ -5,8 +5,9 @@ import pg from 'pg';
 import { joinParameters, splitAtParameters, type SplitStatement } from './sql-handler.js';
 
 /** SQL literal of a statement parameter: numbers as written, strings quoted, arrays as array
- *  literals. */
+ *  literals, null as NULL (a shard's target on the Citus claim: NULL for a kind without a rule). */
 function literal(value: unknown): string {
+  if (value === null) return 'NULL';
   if (typeof value === 'number') {
     if (!Number.isFinite(value)) throw new Error(`not a finite number: ${String(value)}`);
     return String(value);

@@ -230,7 +230,7 @@ export class ExternalExecutor {
       if (fence === 'committed') return undefined;
       fenced = where;
     }
-    const children = await splitPinned(this.pool, lease.id, lease.scan_id, lease.lease_token);
+    const children = await splitPinned(this.pool, lease.id, lease.scan_id, lease.lease_token, lease.bucket);
     if (children.length === 0) return undefined;
     // The split is committed: the tombstone has done its job (as a run's marker after its record;
     // a crash right here leaves it behind, which is harmless: no run of this shard comes again).
@@ -246,6 +246,7 @@ export class ExternalExecutor {
    *  round trip. */
   private async claim(lease: Lease, external: ExternalTarget): Promise<Claimed | undefined> {
     const routed = external.via === 'sql' && external.routed;
+    if (lease.bucket !== null) return this.claimInBucket(lease, lease.bucket, routed);
     const claim = bindLiterals(
       sql('worker/external_claim', { shardId: lease.id, kind: lease.kind, claimLimit: lease.claim_limit, leaseToken: lease.lease_token, routed }),
     );
@@ -265,20 +266,40 @@ export class ExternalExecutor {
     ).rows[0];
     if (!row) return undefined;
     const givenBack = new Set(parseTextArray((results[2] as pg.QueryResult<{ given_back: string }>).rows[0]!.given_back));
-    const ids = parseTextArray(row.ids);
-    const bizIds = parseTextArray(row.biz_ids);
-    const payloads = parseJsonbArray(row.payloads);
-    const lateness = parseFloat8Array(row.lateness);
-    const keep = ids.map((id) => !givenBack.has(id));
-    return {
-      target: row.target,
-      fresh: row.fresh === 't',
-      markerKnown: row.fresh === 't',
-      items: bizIds.map((bizId, i) => ({ bizId, payload: payloads[i] })).filter((_, i) => keep[i]),
-      lateness: lateness.filter((_, i) => keep[i]),
-      measuredMs: Number(row.measured_ms),
-      traceParents: row.trace_parents === null || row.trace_parents === '{}' ? [] : parseTextArray(row.trace_parents),
-    };
+    return claimedRows(row.target, row.fresh === 't', row, givenBack);
+  }
+
+  /**
+   * Step 1 on the Citus layout (docs/scale.md "Citus: what runs"): the shard's row on the
+   * coordinator, locked under this run's lease and marked claimed (citus/worker/external_claim_shard.sql),
+   * then the claim in the shard's bucket, a router query on one worker node
+   * (citus/worker/external_claim.sql), committed together: two round trips. Citus refuses the
+   * plain statement, one query that locks rows on a worker node and writes the coordinator's shards.
+   */
+  private async claimInBucket(lease: Lease, bucket: number, routed: boolean): Promise<Claimed | undefined> {
+    const client = await this.pool.connect();
+    let broken = false;
+    try {
+      const shard = bindLiterals(sql('citus/worker/external_claim_shard', { shardId: lease.id, leaseToken: lease.lease_token }));
+      const first = (await client.query({ text: `BEGIN; ${shard}`, types: AS_TEXT })) as unknown as pg.QueryResult[];
+      const ours = (first[1] as pg.QueryResult<{ target: string | null; fresh: string }>).rows[0];
+      if (!ours) {
+        await client.query('ROLLBACK');
+        return undefined;
+      }
+      const fresh = ours.fresh === 't';
+      const claim = bindLiterals(
+        sql('citus/worker/external_claim', { shardId: lease.id, kind: lease.kind, claimLimit: lease.claim_limit, fresh, bucket, routed, target: ours.target }),
+      );
+      const second = (await client.query({ text: `${claim}; COMMIT`, types: AS_TEXT })) as unknown as pg.QueryResult[];
+      return claimedRows(ours.target, fresh, (second[0] as pg.QueryResult<ClaimRow>).rows[0]!, new Set());
+    } catch (err) {
+      broken = isConnectionError(err);
+      if (!broken) await client.query('ROLLBACK').catch(() => (broken = true));
+      throw err;
+    } finally {
+      client.release(broken);
+    }
   }
 
   /** Step 2: the handler where it runs. Throws only batch-level failures. */
@@ -493,24 +514,119 @@ export class ExternalExecutor {
   ): Promise<Recorded | undefined> {
     const batch = 'retryInMs' in decision;
     const failed = batch ? [] : decision.failed;
-    const { rows } = await db.query<ShardCounts & { at_ms: number }>(
-      sql('worker/external_record', {
-        shardId: lease.id,
-        leaseToken: lease.lease_token,
-        applied: batch ? [] : decision.applied,
-        failedIds: failed.map((f) => f.bizId),
-        failedErrors: failed.map((f) => f.error),
-        failedPermanent: failed.map((f) => f.permanent),
-        maxAttempts: handler.config.maxAttempts,
-        backoffMs: handler.config.backoffMs,
-        batchRetryMs: batch ? Math.round(decision.retryInMs) : null,
-        batchError: batch ? decision.error : null,
-        ran: batch || decision.ranAll ? null : (decision.ran ?? null),
-      }),
-    );
+    const inputs = {
+      shardId: lease.id,
+      leaseToken: lease.lease_token,
+      applied: batch ? [] : decision.applied,
+      failedIds: failed.map((f) => f.bizId),
+      failedErrors: failed.map((f) => f.error),
+      failedPermanent: failed.map((f) => f.permanent),
+      maxAttempts: handler.config.maxAttempts,
+      backoffMs: handler.config.backoffMs,
+      batchRetryMs: batch ? Math.round(decision.retryInMs) : null,
+      batchError: batch ? decision.error : null,
+      ran: batch || decision.ranAll ? null : (decision.ran ?? null),
+    };
+    if (lease.bucket !== null) return this.recordInBucket(inputs, lease.bucket, db);
+    const { rows } = await db.query<ShardCounts & { at_ms: number }>(sql('worker/external_record', inputs));
     const row = rows[0];
     if (!row) return undefined;
     const { at_ms, ...counts } = row;
     return { ...counts, atMs: Number(at_ms) };
   }
+
+  /**
+   * Step 4 on the Citus layout (docs/scale.md "Citus: what runs"), in one transaction: the shard's
+   * row under this run's lease, FOR UPDATE on the coordinator (citus/worker/external_record_lock.sql);
+   * the shard's rows written in its bucket (citus/worker/external_record.sql: on the bucket's worker
+   * node, the history rows through the coordinator as intermediate results); the shard closed with
+   * their counts (citus/worker/external_close_shard.sql). Three round trips where one PostgreSQL
+   * takes one: Citus refuses FOR UPDATE, and a VOLATILE function in an UPDATE's SET, in a query
+   * that writes distributed tables. `db` is the fenced transaction (recordFenced), or the pool: then
+   * a transaction of its own.
+   */
+  private async recordInBucket(inputs: ExternalRecordInputs, bucket: number, db: pg.Pool | pg.PoolClient): Promise<Recorded | undefined> {
+    // a PoolClient (the fenced transaction) has release(); the pool has not
+    const own = 'release' in db ? undefined : await db.connect();
+    const client = own ?? (db as pg.PoolClient);
+    let broken = false;
+    try {
+      if (own) await own.query('BEGIN');
+      const locked = await client.query(sql('citus/worker/external_record_lock', { shardId: inputs.shardId, leaseToken: inputs.leaseToken }));
+      let row: (ShardCounts & { at_ms: number }) | undefined;
+      if (locked.rowCount) {
+        const { rows: written } = await client.query<ShardCounts & { n: number; error_sample: string | null }>(
+          sql('citus/worker/external_record', { ...inputs, bucket }),
+        );
+        const w = written[0]!;
+        const { rows } = await client.query<ShardCounts & { at_ms: number }>(
+          sql('citus/worker/external_close_shard', {
+            shardId: inputs.shardId,
+            leaseToken: inputs.leaseToken,
+            size: w.n,
+            done: w.done,
+            skipped: w.skipped,
+            failed: w.failed,
+            retried: w.retried,
+            errorSample: w.error_sample,
+          }),
+        );
+        row = rows[0];
+      }
+      if (own) await own.query(row ? 'COMMIT' : 'ROLLBACK');
+      if (!row) return undefined;
+      const { at_ms, ...counts } = row;
+      return { ...counts, atMs: Number(at_ms) };
+    } catch (err) {
+      broken = isConnectionError(err);
+      if (own && !broken) await own.query('ROLLBACK').catch(() => (broken = true));
+      throw err;
+    } finally {
+      own?.release(broken);
+    }
+  }
+}
+
+/** external_record.sql's inputs (the Citus form adds the shard's bucket). */
+type ExternalRecordInputs = {
+  shardId: number;
+  leaseToken: string;
+  applied: string[];
+  failedIds: string[];
+  failedErrors: string[];
+  failedPermanent: boolean[];
+  maxAttempts: number;
+  backoffMs: number;
+  batchRetryMs: number | null;
+  batchError: string | null;
+  ran: string[] | null;
+};
+
+/** A claim's row as text (AS_TEXT): external_claim.sql's, or its Citus form's (whose arrays are
+ *  NULL when it took no row). */
+interface ClaimRow {
+  ids: string | null;
+  biz_ids: string | null;
+  payloads: string | null;
+  lateness: string | null;
+  measured_ms: string;
+  trace_parents: string | null;
+}
+
+/** The claimed rows, less those given back to a shard that held them first (external_unhold.sql). */
+function claimedRows(target: string | null, fresh: boolean, row: ClaimRow, givenBack: ReadonlySet<string>): Claimed {
+  const ids = parseTextArray(row.ids ?? '{}');
+  const bizIds = parseTextArray(row.biz_ids ?? '{}');
+  const payloads = parseJsonbArray(row.payloads ?? '{}');
+  const lateness = parseFloat8Array(row.lateness ?? '{}');
+  const keep = ids.map((id) => !givenBack.has(id));
+  return {
+    target,
+    fresh,
+    markerKnown: fresh,
+    items: bizIds.map((bizId, i) => ({ bizId, payload: payloads[i] })).filter((_, i) => keep[i]),
+    lateness: lateness.filter((_, i) => keep[i]),
+    measuredMs: Number(row.measured_ms),
+    traceParents: row.trace_parents === null || row.trace_parents === '{}' ? [] : parseTextArray(row.trace_parents),
+  };
 }

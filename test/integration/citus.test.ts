@@ -558,7 +558,15 @@ describe('plain PostgreSQL: the layout is not there', () => {
       const names = Object.keys(compiled);
       for (const name of names.filter((n) => !n.startsWith('citus/')))
         expect(compiled[name as keyof typeof compiled].text, name).not.toMatch(/\bbucket(_of)?\s*[=(,]|\.bucket\b/);
-      const citusOnly = ['citus/coordinator/due_probe', 'citus/coordinator/any_doomed', 'citus/worker/claim_colocated', 'citus/worker/close_shard'];
+      const citusOnly = [
+        'citus/coordinator/due_probe',
+        'citus/coordinator/any_doomed',
+        'citus/worker/claim_colocated',
+        'citus/worker/close_shard',
+        'citus/worker/external_claim_shard',
+        'citus/worker/external_record_lock',
+        'citus/worker/external_close_shard',
+      ];
       for (const name of names.filter((n) => n.startsWith('citus/') && !citusOnly.includes(n))) {
         expect(names, name).toContain(name.slice('citus/'.length));
       }

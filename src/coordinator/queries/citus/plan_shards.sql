@@ -4,8 +4,11 @@
 -- are counted by one multi-shard read per plan, grouped by kind and bucket (due_counts: Citus
 -- runs it on every shard and merges), not by a LATERAL per kind (correlated on kind, which Citus
 -- does not run over a distributed table); it counts every due row (the bound $4 applies per
--- bucket after the count), and the credit ($7) is not used: every plan counts. Kinds routed over several business databases (the
--- external path) are not planned here (see docs/scale.md). Keep in step with plan_shards.sql.
+-- bucket after the count), and the credit ($7) is not used: every plan counts. A kind routed over
+-- several business databases (the external path) is planned per (kind, target, bucket): the count
+-- is grouped by the target stamped on each row too (timeouts.target, sql/0020; sql/citus/routes.sql
+-- stamps it on Citus), and each shard claims one target's rows of one bucket. Keep in step with
+-- plan_shards.sql.
 -- plan_shards: the map step. Per kind, counts the due timeouts beyond what the shards already
 -- queued or running will claim, and writes a new scan with shards for them, each with a claim
 -- limit. It reads the timeouts and writes none of them: a worker claims its shard's rows itself,
@@ -49,11 +52,12 @@ WITH live_bucket AS (
 ), live_target AS (
   SELECT lb.kind, lb.target, sum(lb.capacity)::bigint AS capacity, sum(lb.shards)::int AS shards FROM live_bucket lb GROUP BY lb.kind, lb.target
 ), due_counts AS MATERIALIZED (
-  -- one multi-shard read: the due rows per (kind, bucket)
-  SELECT t.kind::text AS kind, t.bucket, count(*) AS n
+  -- one multi-shard read: the due rows per (kind, bucket, target); target is NULL but for a kind
+  -- with a routing rule (sql/0020)
+  SELECT t.kind::text AS kind, t.bucket, t.target, count(*) AS n
     FROM timeout_center.timeouts t
    WHERE t.kind = ANY ($2::text[]::timeout_center.kind[]) AND t.state = 'pending' AND t.available_at <= $1
-   GROUP BY t.kind, t.bucket
+   GROUP BY t.kind, t.bucket, t.target
 ), live AS (
   SELECT lt.kind, sum(lt.capacity)::bigint AS capacity, sum(lt.shards)::int AS shards FROM live_target lt GROUP BY lt.kind
 ), flow AS (
@@ -96,10 +100,12 @@ WITH live_bucket AS (
                           AND NOT (sh.state = 'queued' AND EXISTS (SELECT 1 FROM timeout_center.kinds kc WHERE kc.kind = sh.kind AND kc.paused))) tl ON true
    WHERE tg.rate_limit IS NOT NULL
 ), need AS MATERIALIZED (
-  -- Per (kind, bucket) with due rows: those beyond the claim limits of its shards queued or
-  -- running. A kind flow control holds back now is not counted. A kind whose handler runs in one
-  -- business database gets that database as its shards' target.
-  SELECT f.kind, r.databases[1] AS target, c.bucket, f.shard_size, f.shard_room, f.row_room, true AS counted,
+  -- Per (kind, target, bucket) with due rows: those beyond the claim limits of its shards queued
+  -- or running. A kind flow control holds back now is not counted. A kind whose handler runs in
+  -- one business database gets that database as its shards' target; a kind routed over several,
+  -- the target stamped on its rows (one shard per target and bucket, as plan_shards.sql's routed
+  -- part per target).
+  SELECT f.kind, tg.target, c.bucket, f.shard_size, f.shard_room, f.row_room, true AS counted,
          -- as plan_shards.sql's count, which stops at the live capacity plus $4
          greatest(least(c.n, coalesce(lb.capacity, 0) + $4) - coalesce(lb.capacity, 0), 0) AS uncovered,
          -- the same over all of the kind's buckets (the adaptive shard size, below)
@@ -108,11 +114,11 @@ WITH live_bucket AS (
     FROM flow f
     LEFT JOIN timeout_center.kind_routes r ON r.kind = f.kind
     JOIN due_counts c ON c.kind = f.kind
-    LEFT JOIN live_bucket lb ON lb.kind = f.kind AND lb.target IS NOT DISTINCT FROM r.databases[1] AND lb.bucket = c.bucket
+   CROSS JOIN LATERAL (SELECT CASE WHEN r.route_by = 'database' THEN r.databases[1] ELSE c.target END AS target) tg
+    LEFT JOIN live_bucket lb ON lb.kind = f.kind AND lb.target IS NOT DISTINCT FROM tg.target AND lb.bucket = c.bucket
    WHERE coalesce(f.shard_room, 1) > 0 AND coalesce(f.row_room, 1) > 0
-     AND (r.kind IS NULL OR r.route_by = 'database')
-     -- [per target] a kind whose one database has no room now is not counted either
-     AND NOT EXISTS (SELECT 1 FROM target_flow tf WHERE tf.target = r.databases[1] AND tf.row_room = 0)
+     -- [per target] a target with no room now is not counted either
+     AND NOT EXISTS (SELECT 1 FROM target_flow tf WHERE tf.target = tg.target AND tf.row_room = 0)
      -- $7 (the credit) is not used on Citus; referenced so the inputs stay those of plan_shards.sql
      AND $7::jsonb IS NOT NULL
 ), candidates AS (
