@@ -24,7 +24,10 @@
 //                        the business database, then the center's COMMIT: the leanest two-database
 //                        shape, with the center's row locks held across the business call, which
 //                        the product does not do; docs/reliability.md section 11). Their ratio is
-//                        what this box allows a two-database path at best.
+//                        what this box allows a two-database path at best. A third,
+//                        sql-two-databases-noted, also notes each timeout it ran in the business
+//                        transaction (a row each, deleted after the center's commit): the leanest
+//                        shape that could record a run exactly after a crash between the commits.
 //   --profile            where the time goes (bench/lib/profile.ts): each instance's statements
 //                        (pg_stat_statements), what the product's backends wait on (sampled), the
 //                        CPU seconds of each instance and of the node process
@@ -226,7 +229,8 @@ async function burst(path: Burst['path'], center: PostgresServer, business: Post
   };
 }
 
-type ReferenceShape = 'sql-one-database' | 'sql-two-databases';
+type ReferenceShape = 'sql-one-database' | 'sql-two-databases' | 'sql-two-databases-noted';
+const SHAPES: readonly ReferenceShape[] = ['sql-one-database', 'sql-two-databases', 'sql-two-databases-noted'];
 
 /** A physical reference (--references): N minimal timeouts due now, drained by CONCURRENCY
  *  connections looping one transaction of SHARD rows each until one finds nothing; the time is
@@ -253,16 +257,28 @@ async function reference(shape: ReferenceShape, center: PostgresServer, business
   const oneStatement = pureSqlStatement('array', KIND, 'minimal');
   const claim = `UPDATE timeouts t SET state = 'done'
                   WHERE t.id = ANY (ARRAY(SELECT id FROM timeouts WHERE state = 'pending' AND due_at <= now() ORDER BY due_at LIMIT $1 FOR UPDATE SKIP LOCKED))
-                 RETURNING t.biz_id`;
-  const business_ = shape === 'sql-two-databases' ? await Promise.all(Array.from({ length: CONCURRENCY }, () => ordersPool.connect())) : [];
+                 RETURNING t.id, t.biz_id`;
+  // sql-two-databases-noted: the business transaction also notes which timeouts it ran (one row
+  // each, deleted once the center committed): what would let a run after a crash between the two
+  // commits record what an earlier run did, with the center's locks held across the call.
+  if (shape === 'sql-two-databases-noted') await ordersPool.query('CREATE TABLE ran (timeout_id bigint PRIMARY KEY)');
+  const business_ = shape === 'sql-one-database' ? [] : await Promise.all(Array.from({ length: CONCURRENCY }, () => ordersPool.connect()));
   let next = 0;
   const { total, seconds } = await drainLoop(centerPool, CONCURRENCY, async (client) => {
     if (shape === 'sql-one-database') return (await client.query<{ n: number }>(oneStatement, [SHARD])).rows[0]!.n;
     const b = business_[next++ % business_.length]!;
     await client.query('BEGIN');
-    const { rows } = await client.query<{ biz_id: string }>(claim, [SHARD]);
-    if (rows.length > 0) await b.query(CLOSE_MANY_SQL, [rows.map((r) => r.biz_id)]);
+    const { rows } = await client.query<{ id: string; biz_id: string }>(claim, [SHARD]);
+    const ids = rows.map((r) => r.id);
+    if (rows.length > 0 && shape === 'sql-two-databases') await b.query(CLOSE_MANY_SQL, [rows.map((r) => r.biz_id)]);
+    if (rows.length > 0 && shape === 'sql-two-databases-noted') {
+      await b.query('BEGIN');
+      await b.query('INSERT INTO ran (timeout_id) SELECT unnest($1::bigint[])', [ids]);
+      await b.query(CLOSE_MANY_SQL, [rows.map((r) => r.biz_id)]);
+      await b.query('COMMIT');
+    }
     await client.query('COMMIT');
+    if (rows.length > 0 && shape === 'sql-two-databases-noted') await b.query('DELETE FROM ran WHERE timeout_id = ANY ($1::bigint[])', [ids]);
     return rows.length;
   });
   for (const b of business_) b.release();
@@ -290,10 +306,10 @@ try {
       );
     }
     if (!REFERENCES) continue;
-    for (const shape of round % 2 ? (['sql-one-database', 'sql-two-databases'] as const) : (['sql-two-databases', 'sql-one-database'] as const)) {
+    for (const shape of round % 2 ? SHAPES : [...SHAPES].reverse()) {
       const perSecond = await reference(shape, center, business, round);
       referenceRuns.push({ shape, round, perSecond });
-      console.log(`round ${round} ${shape.padEnd(17)} ${N} timeouts at ${Math.round(perSecond)}/s`);
+      console.log(`round ${round} ${shape.padEnd(23)} ${N} timeouts at ${Math.round(perSecond)}/s`);
     }
   }
 } finally {
@@ -351,6 +367,7 @@ if (REFERENCES) {
   };
   const one = med(rates('sql-one-database'));
   const two = med(rates('sql-two-databases'));
+  const noted = med(rates('sql-two-databases-noted'));
   const perRoundRef = Array.from({ length: ROUNDS }, (_, i) => {
     const r = referenceRuns.filter((x) => x.round === i + 1);
     const o = r.find((x) => x.shape === 'sql-one-database')!.perSecond;
@@ -361,6 +378,8 @@ if (REFERENCES) {
     medianSqlOneDatabasePerSecond: Math.round(one),
     medianSqlTwoDatabasesPerSecond: Math.round(two),
     medianRatio: Number((two / one).toFixed(2)),
+    medianSqlTwoDatabasesNotedPerSecond: Math.round(noted),
+    medianNotedRatio: Number((noted / one).toFixed(2)),
     perRoundRatio: perRoundRef,
     sameDatabaseAgainstItsReference: Number((median('same-database') / one).toFixed(2)),
     externalAgainstItsReference: Number((median('external') / two).toFixed(2)),
@@ -368,6 +387,7 @@ if (REFERENCES) {
   console.log(
     `references, median of ${ROUNDS} rounds: sql-one-database ${Math.round(one)}/s, sql-two-databases ${Math.round(two)}/s ` +
       `(${referenceSummary.medianRatio}x; per round ${perRoundRef.join(', ')}): at best a two-database path reaches that ratio on this box; ` +
+      `with a note per timeout in the business transaction ${Math.round(noted)}/s (${referenceSummary.medianNotedRatio}x); ` +
       `same-database path ${referenceSummary.sameDatabaseAgainstItsReference}x its reference, external path ${referenceSummary.externalAgainstItsReference}x its reference`,
   );
 }
