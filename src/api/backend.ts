@@ -289,7 +289,16 @@ export class ApiBackend {
     const settle = this.options.settle;
     if (!settle) throw new ApiError(501, 'not_implemented', 'settle is not available in this process (no settle function was given to the API)');
     const { db } = await this.place(kind, bizId);
-    const result = await settle(db, kind, bizId);
+    let result: Awaited<ReturnType<typeof settle>>;
+    try {
+      result = await settle(db, kind, bizId);
+    } catch (err) {
+      // A database where settle on read is not built (a Citus center: sql/citus/settle.sql) says
+      // so with feature_not_supported and changes nothing.
+      const e = err as { code?: string; message?: string };
+      if (e.code === '0A000') throw new ApiError(501, 'not_implemented', String(e.message));
+      throw err;
+    }
     if (typeof result === 'string') return { outcome: result };
     const answer: SettleAnswer = { outcome: result.outcome };
     if (result.detail !== undefined) answer.detail = result.detail;

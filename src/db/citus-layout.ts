@@ -12,10 +12,13 @@ import { fileURLToPath } from 'node:url';
 const LAYOUT_SQL = fileURLToPath(new URL('../../sql/citus/layout.sql', import.meta.url));
 /** What the layout adds beside its tables, (re)applied at every migrate of a Citus database, in
  *  order: the buckets table (sql/citus/buckets.sql), the claim of a shard whose handler's tables
- *  are colocated with timeouts, a Citus distributed function (sql/citus/claim_in_bucket.sql), and
- *  the routing rules' Citus form (sql/citus/routes.sql: no stamp trigger recompiled on the
- *  distributed timeouts; a kind routed over several business databases refused). */
-const OBJECTS_SQL = ['buckets.sql', 'claim_in_bucket.sql', 'routes.sql'].map((f) => fileURLToPath(new URL(`../../sql/citus/${f}`, import.meta.url)));
+ *  are colocated with timeouts, a Citus distributed function (sql/citus/claim_in_bucket.sql), the
+ *  routing rules' Citus form (sql/citus/routes.sql: the stamp trigger compiled for the distributed
+ *  timeouts), and settle on read refused with a clear error (sql/citus/settle.sql: not built on
+ *  Citus yet). */
+const OBJECTS_SQL = ['buckets.sql', 'claim_in_bucket.sql', 'routes.sql', 'settle.sql'].map((f) =>
+  fileURLToPath(new URL(`../../sql/citus/${f}`, import.meta.url)),
+);
 
 /** Buckets (= Citus shards of timeouts) unless migrate is told otherwise: B workers' slots can
  *  claim one kind side by side, and a cluster can grow to B worker nodes (docs/scale.md). */

@@ -367,6 +367,30 @@ describe.skipIf(tools.skip)(tools.title('Citus: the layout, the README blocks an
     expect(form.reason).toMatch(/must not be VOLATILE/);
   });
 
+  it('settle on read is refused on Citus with a clear error (0A000) and changes nothing', async () => {
+    // sql/citus/settle.sql: both the SQL function and the Settler's bind call settle_run.
+    await s.pool.query(
+      `INSERT INTO timeout_center.timeouts (kind, biz_id, due_at, bucket) VALUES ('order.unpaid', 'settle-1', now() - interval '1 hour', timeout_center.bucket_of('settle-1'))`,
+    );
+    for (const call of [
+      `SELECT * FROM timeout_center.settle('order.unpaid', 'settle-1')`,
+      `SELECT * FROM timeout_center.settle_run('order.unpaid', 'settle-1', 1000, 'settle:test', 5000)`,
+    ]) {
+      const err = await s.pool.query(call).then(
+        () => undefined,
+        (e: unknown) => e as { code?: string; message?: string; hint?: string },
+      );
+      expect(err?.code, call).toBe('0A000');
+      expect(err?.message).toMatch(/settle on read is not supported on a Citus timeout database yet .*nothing was changed/);
+      expect(err?.hint).toMatch(/all_timeouts/);
+    }
+    const { rows } = await s.pool.query(
+      `SELECT state, shard_id FROM timeout_center.timeouts WHERE bucket = timeout_center.bucket_of('settle-1') AND biz_id = 'settle-1'`,
+    );
+    expect(rows).toEqual([{ state: 'pending', shard_id: null }]);
+    await s.pool.query(`DELETE FROM timeout_center.timeouts WHERE bucket = timeout_center.bucket_of('settle-1') AND biz_id = 'settle-1'`);
+  });
+
   it('a kind added after the layout: ALTER TYPE ... ADD VALUE on the coordinator reaches every node, its timeouts route and drain', async () => {
     const newKind = 'order.reminded'; // sorts before order.unpaid: ADD VALUE ... BEFORE
     const config = JSON.parse(readFileSync(s.configPath, 'utf8')) as { kinds: Record<string, unknown> };
