@@ -444,6 +444,12 @@ describe('operator verbs across stores', () => {
       async () => (await pools[1]!.query(`SELECT count(*)::int AS n FROM timeout_center.done_timeouts`)).rows[0].n === 0,
       90_000,
     );
-    expect(runner!.lines.some((l) => l.msg === 'retention purged old rows' && l['store'] === 'store_b')).toBe(true);
+    // The log line follows the purge's commit through the process's stdout: waited for, not read
+    // at once (CI once read the lines a moment before it arrived).
+    await waitFor(
+      "the runner's log names store_b's purge",
+      async () => runner!.lines.some((l) => l.msg === 'retention purged old rows' && l['store'] === 'store_b'),
+      10_000,
+    );
   }, 120_000);
 });
