@@ -202,6 +202,14 @@ export class Scenario {
            FROM timeout_center.scans s WHERE s.state <> 'reduced'`,
       );
       detail = `; open scans: ${JSON.stringify(scans)}`;
+      // What each process said last: who led, what it waited on (a stalled drain is read from
+      // these; CI once met one after a Redis Sentinel failover that local runs never reproduced).
+      const tails = this.procs.map((p) => ({
+        process: p.name,
+        alive: p.alive,
+        last: p.lines.slice(-12).map((l) => `${String(l['time'] ?? '')} ${String(l['level'] ?? '')} ${String(l.msg ?? '')}`),
+      }));
+      detail += `; processes: ${JSON.stringify(tails)}`;
     }
     expect(figures, `invariants of ${this.label}${detail}`).toMatchObject({ lost: 0, doubled: 0, wrong: 0, reduceMismatch: 0, unreducedScans: 0 });
     if (closed !== applied) {
