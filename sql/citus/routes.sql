@@ -5,37 +5,14 @@
 -- distributed timeouts: the trigger without citus.enable_unsafe_triggers ("triggers are not
 -- supported on distributed tables": every `migrate` of a Citus center with a kind whose handler runs
 -- in a business database failed there), the UPDATE as a join of a coordinator table to a
--- distributed one. Here the same compile runs with citus.enable_unsafe_triggers on for its
--- transaction (as sql/citus/layout.sql's; Citus propagates the function and the trigger to every
--- node, where the trigger runs on each shard), and the re-stamp reads the rule first and writes the
+-- distributed one. Here the re-stamp turns citus.enable_unsafe_triggers on (and sequential
+-- multi-shard modifications) for its transaction, as sql/citus/layout.sql does, then calls
+-- sql/0020's compile_stamp_target() unchanged (Citus propagates the function and the trigger to
+-- every node, where the trigger runs on each shard), and reads the rule first and writes the
 -- kind's rows with it as constants (a multi-shard UPDATE).
 -- Applied by `timeout-center migrate` on a database with the Citus layout, after
 -- sql/citus/layout.sql and at every migrate, before the kinds and their rules are written.
--- Keep in step with sql/0020_stored_target.sql's two functions.
-CREATE OR REPLACE FUNCTION timeout_center.compile_stamp_target() RETURNS void LANGUAGE plpgsql AS $compile$
-DECLARE
-  cases text;
-  kinds text[];
-BEGIN
-  SELECT string_agg(format('WHEN %L THEN timeout_center.route_target(%L, %L::text[], %L::bigint[], %L::bigint[], NEW.biz_id)',
-                           r.kind, r.route_by, r.databases, r.range_from, r.range_to), ' ' ORDER BY r.kind),
-         array_agg(r.kind ORDER BY r.kind)
-    INTO cases, kinds
-    FROM timeout_center.kind_routes r;
-  PERFORM set_config('citus.enable_unsafe_triggers', 'on', true);
-  PERFORM set_config('citus.multi_shard_modify_mode', 'sequential', true);
-  EXECUTE format($f$CREATE OR REPLACE FUNCTION timeout_center.stamp_target() RETURNS trigger LANGUAGE plpgsql AS $body$
-BEGIN
-  NEW.target := %s;
-  RETURN NEW;
-END $body$$f$, CASE WHEN cases IS NULL THEN 'NULL' ELSE 'CASE NEW.kind::text ' || cases || ' END' END);
-  -- A writer's own target is never kept: a row naming one fires the trigger too.
-  EXECUTE format('CREATE OR REPLACE TRIGGER timeouts_stamp_target BEFORE INSERT OR UPDATE OF kind, biz_id ON timeout_center.timeouts '
-                 'FOR EACH ROW WHEN (%s) EXECUTE FUNCTION timeout_center.stamp_target()',
-                 CASE WHEN kinds IS NULL THEN 'NEW.target IS NOT NULL'
-                      ELSE format('NEW.kind::text = ANY (%L::text[]) OR NEW.target IS NOT NULL', kinds) END);
-END $compile$;
-
+-- Keep in step with sql/0020_stored_target.sql's restamp_targets().
 CREATE OR REPLACE FUNCTION timeout_center.restamp_targets() RETURNS trigger LANGUAGE plpgsql AS $$
 DECLARE
   k text := CASE WHEN TG_OP = 'DELETE' THEN OLD.kind ELSE NEW.kind END;
@@ -44,6 +21,9 @@ DECLARE
   v_from bigint[];
   v_to bigint[];
 BEGIN
+  -- transaction-local: they hold for the compile's DDL and for the UPDATE below
+  PERFORM set_config('citus.enable_unsafe_triggers', 'on', true);
+  PERFORM set_config('citus.multi_shard_modify_mode', 'sequential', true);
   PERFORM timeout_center.compile_stamp_target();
   SELECT r.route_by, r.databases, r.range_from, r.range_to INTO v_by, v_databases, v_from, v_to
     FROM timeout_center.kind_routes r WHERE r.kind = k;
