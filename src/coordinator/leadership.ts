@@ -83,10 +83,14 @@ export class Leadership extends EventEmitter<LeadershipEvents> implements Servic
   private async tryAcquire(): Promise<void> {
     if (this.options.mayAcquire && !this.options.mayAcquire()) return;
     let lock: HeldLock;
+    const acquiring = this.locker.acquire(this.options.lockKey, this.options.ttlMs);
     try {
-      lock = await this.locker.acquire(this.options.lockKey, this.options.ttlMs);
+      lock = await withinLifetime(acquiring, this.options.ttlMs, 'acquiring the leadership lock');
     } catch {
-      return; // another coordinator leads, or Redis is unreachable: stay standby
+      // Another coordinator leads, or Redis is unreachable or silent: stay standby. A lock won
+      // after we stopped waiting is given back (it would expire on its own anyway).
+      acquiring.then((late) => late.release()).catch(() => {});
+      return;
     }
     if (lock.expiration <= Date.now()) {
       await lock.release().catch(() => {});
@@ -113,7 +117,9 @@ export class Leadership extends EventEmitter<LeadershipEvents> implements Servic
       return;
     }
     try {
-      this.lock = await lock.extend(this.options.ttlMs);
+      // Not past the lock's own expiry: a renewal that never answers must not keep this loop
+      // waiting while the lock runs out (the leader would neither lead nor step down).
+      this.lock = await withinLifetime(lock.extend(this.options.ttlMs), lock.expiration - Date.now(), 'renewing the leadership lock');
     } catch (err) {
       this.stepDown(`could not renew the leadership lock: ${(err as Error).message}`);
     }
@@ -141,4 +147,13 @@ export class Leadership extends EventEmitter<LeadershipEvents> implements Servic
     this.currentEpoch = 0;
     if (lock) await lock.release().catch(() => {});
   }
+}
+
+/** The promise's outcome, or a rejection once `ms` passed without one (Redis silent). */
+function withinLifetime<T>(promise: Promise<T>, ms: number, what: string): Promise<T> {
+  let timer: NodeJS.Timeout | undefined;
+  const expired = new Promise<never>((_, reject) => {
+    timer = setTimeout(() => reject(new Error(`${what} got no answer from Redis within ${Math.max(0, ms)} ms`)), Math.max(0, ms));
+  });
+  return Promise.race([promise, expired]).finally(() => clearTimeout(timer));
 }

@@ -16,11 +16,19 @@ export type ConnectionRole = 'commands' | 'blocking';
 
 const reconnectDelay = (times: number): number => Math.min(50 * times, 500);
 
+/** A commands connection with a request out and nothing heard for this long is presumed dead,
+ *  destroyed and reconnected. Redis answers in milliseconds; a connection that went silent
+ *  without closing (a dropped firewall or NAT entry, a host gone without a reset) would otherwise
+ *  hold its commands until TCP keep-alive gives up, minutes later, and with them the leader's
+ *  lock renewal and tick. The blocking reads bound themselves (stream-reader.ts). */
+export const COMMAND_SILENCE_MS = 5000;
+
 function baseOptions(role: ConnectionRole): RedisOptions {
   return {
     connectTimeout: 2000,
     keepAlive: 5000,
     maxRetriesPerRequest: role === 'blocking' ? null : 3,
+    ...(role === 'commands' ? { socketTimeout: COMMAND_SILENCE_MS } : {}),
     autoResendUnfulfilledCommands: role !== 'blocking',
     // A primary demoted by a failover answers READONLY: reconnect (Sentinel then finds the new one).
     reconnectOnError: (err) => (err.message.startsWith('READONLY') ? 2 : false),

@@ -18,6 +18,7 @@ const CLIENT_MESSAGES = [
   /^Cluster is disconnect/,
   /^All sentinels are unreachable/,
   /^Command timed out/,
+  /^Socket timeout/,
 ];
 
 const ERROR_NAMES = new Set(['ClusterAllFailedError', 'MaxRetriesPerRequestError']);

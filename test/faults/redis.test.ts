@@ -5,6 +5,7 @@
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { killAll } from '../helpers/processes.js';
 import { startRedis, stopAllServers, type RedisServer } from '../helpers/servers.js';
+import { startSilentProxy, type SilentProxy } from '../helpers/silent-proxy.js';
 import { failoverLog } from './ha-burst.js';
 import { KIND, linesMatching, report, Scenario, sleep, waitUntil } from './harness.js';
 import { streamKey } from '../../src/transport/keys.js';
@@ -14,6 +15,7 @@ const N = 3000;
 const SLOW = 'worker.after-lease=sleep(300)';
 let redis: RedisServer;
 let s: Scenario | undefined;
+let proxy: SilentProxy | undefined;
 
 beforeAll(async () => {
   redis = await startRedis();
@@ -23,6 +25,8 @@ afterEach(async () => {
   await killAll();
   await s?.close();
   s = undefined;
+  await proxy?.close();
+  proxy = undefined;
 });
 
 afterAll(async () => {
@@ -132,6 +136,40 @@ describe('Redis faults', () => {
       elections: epochs,
       stepDowns,
       fencedWrites: fenced.length,
+      wallMs: s.elapsedMs(),
+    });
+  });
+
+  it('every Redis connection goes silent (no close, no reply): the processes notice, reconnect and drain', async () => {
+    // Through a proxy that stops forwarding on the connections open at that moment and keeps them
+    // open: what a dropped firewall or NAT entry, or a host gone without a reset, leaves a client.
+    proxy = await startSilentProxy(redis.port);
+    s = await Scenario.create('fault-redis-silent', { redisUrl: `redis://127.0.0.1:${proxy.port}` });
+    const c = s.coordinator('coordinator');
+    const first = await c.waitForMsg('became leader', 15_000);
+    const workers = [s.worker('worker-1', { failpoints: SLOW }), s.worker('worker-2', { failpoints: SLOW })];
+    await Promise.all(workers.map((w) => w.waitForMsg('worker started')));
+    await s.seed(N, { spreadMs: 6000 });
+    await waitUntil('a few shards done', async () => (await s!.count(`SELECT count(*) AS n FROM timeout_center.shards WHERE state = 'done'`)) >= 4, 20_000);
+    const silenced = proxy.silence();
+    expect(silenced).toBeGreaterThanOrEqual(3);
+    const at = Date.now();
+
+    const inv = await s.expectInvariants(40_000);
+    const drainedMs = Date.now() - at;
+    expect(inv.applied).toBe(N);
+    for (const p of [c, ...workers]) expect(p.alive, `${p.name} survived`).toBe(true);
+    const epochs = c.lines.filter((l) => l.msg === 'became leader').map((l) => Number(l['epoch']));
+    const stepDowns = linesMatching(c, /stepped down as leader/).map((l) => String(l['reason']));
+    await s.stopAll();
+    report('4c Redis connections silent', {
+      timeouts: N,
+      applied: inv.applied,
+      silencedConnections: silenced,
+      drainedAfterSilenceMs: drainedMs,
+      firstEpoch: Number(first['epoch']),
+      epochs,
+      stepDowns,
       wallMs: s.elapsedMs(),
     });
   });

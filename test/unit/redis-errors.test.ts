@@ -19,6 +19,8 @@ describe('isRedisFailoverError', () => {
     }
     expect(isRedisFailoverError(new Error('Too many Cluster redirections. Last error: Error: Connection is closed.'))).toBe(true);
     expect(isRedisFailoverError(new Error('Connection is closed.'))).toBe(true);
+    // A commands connection that went silent, destroyed by its socket timeout (redis-connection.ts).
+    expect(isRedisFailoverError(new Error("Socket timeout. Expecting data, but didn't receive any in 5000ms."))).toBe(true);
     expect(
       isRedisFailoverError(
         Object.assign(new Error('Reached the max retries per request limit (which is 3). Refer to "maxRetriesPerRequest" option for details.'), {
