@@ -274,6 +274,10 @@ export const configSchema = z
       .default('tc'),
     /** PostgreSQL pool size per process (workers add their concurrency). */
     poolSize: z.number().int().min(1).max(200).default(4),
+    /** A PostgreSQL connection of the coordinator or a worker with a statement out and nothing
+     *  heard for this long is dropped and the work retried on a new one (a network that went
+     *  silent without closing it). Default: 30 s, or the longest kind's timeLimitMs + 5 s. */
+    databaseSilenceMs: z.number().int().min(1000).max(3_600_000).optional(),
     kinds: z.record(z.string(), kindSchema).superRefine((kinds, ctx) => {
       for (const name of Object.keys(kinds)) {
         if (!KIND_NAME.test(name)) {
@@ -313,6 +317,7 @@ export const configSchema = z
 function crossFieldChecks(
   config: {
     kinds: Record<string, { timeLimitMs: number }>;
+    databaseSilenceMs?: number | undefined;
     coordinator: { schedule: string };
     worker: { kinds?: string[] | undefined; leaseMs: number };
   },
@@ -331,6 +336,14 @@ function crossFieldChecks(
         message: `${kind.timeLimitMs} ms must be below worker.leaseMs (${config.worker.leaseMs} ms), or a slow shard would be reclaimed while it runs`,
       });
     }
+  }
+  const longest = Math.max(0, ...Object.values(config.kinds).map((k) => k.timeLimitMs));
+  if (config.databaseSilenceMs !== undefined && config.databaseSilenceMs <= longest) {
+    ctx.addIssue({
+      code: 'custom',
+      path: ['databaseSilenceMs'],
+      message: `${config.databaseSilenceMs} ms must be above the longest kind's timeLimitMs (${longest} ms): a handler's statement may be silent that long`,
+    });
   }
   if (!cron.validate(config.coordinator.schedule)) {
     ctx.addIssue({
@@ -593,4 +606,10 @@ export function resolveBusinessDatabaseUrls(
     businessDatabaseUrls[name] = url;
   }
   return businessDatabaseUrls;
+}
+
+/** How long a runtime connection to PostgreSQL may stay silent with a statement out
+ *  (databaseSilenceMs, db/silence-watch.ts). */
+export function databaseSilenceMs(config: Pick<Config, 'databaseSilenceMs' | 'kinds'>): number {
+  return config.databaseSilenceMs ?? Math.max(30_000, 5000 + Math.max(0, ...Object.values(config.kinds).map((k) => k.timeLimitMs)));
 }

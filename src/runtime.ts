@@ -5,7 +5,7 @@ import { TracingService } from './observability/tracing.js';
 import { hostname } from 'node:os';
 import type pg from 'pg';
 import type { Logger } from 'pino';
-import type { LoadedConfig } from './config.js';
+import { databaseSilenceMs, type LoadedConfig } from './config.js';
 import { Coordinator } from './coordinator/coordinator.js';
 import type { LeaderLock } from './coordinator/leader-lock.js';
 import { Leadership } from './coordinator/leadership.js';
@@ -101,6 +101,7 @@ export async function startRuntime(options: RuntimeOptions): Promise<Runtime> {
     logger,
     // A paused or hung worker must not hold shard locks forever.
     idleInTransactionTimeoutMs: Math.max(config.worker.leaseMs, 10_000),
+    silentAfterMs: databaseSilenceMs(config),
   });
   const redisChannel = options.embedded ? undefined : new RedisStreamsChannel({ connection: config.redisConnection, keyPrefix: config.redisKeyPrefix, logger });
   const channel: ShardChannel = options.embedded?.channel ?? redisChannel!;

@@ -5,7 +5,9 @@
 // connects to the host that qualified and checks it once more (a failover can happen between the
 // two). A connection that later finds itself on a standby (SQLSTATE 25006) is ended, so the pool
 // never hands it out again, and the next new connection looks for the primary anew.
+import type { Duplex } from 'node:stream';
 import pg from 'pg';
+import { SilenceWatch } from './silence-watch.js';
 import { hostLabel, type HostPort, type ParsedConnection, type TargetSessionAttrs } from './connection-string.js';
 
 /** No host qualified; a connection-class error (SQLSTATE 08001) so every caller retries it. */
@@ -63,6 +65,8 @@ export interface ClientHooks {
   onConnected?: (host: HostPort) => void;
   /** A statement failed with 25006 (the server is a standby now); the connection is being ended. */
   onStandby?: (host: HostPort) => void;
+  /** Drop a connection with a statement out and nothing heard for this long (silence-watch.ts). */
+  silentAfterMs?: number;
 }
 
 /**
@@ -83,15 +87,26 @@ export function engineClientClass(
       // reuses it. The caller sees the error (a connection error: pool.ts isConnectionError).
       const query = this.query.bind(this) as (...args: unknown[]) => unknown;
       (this as unknown as { query: (...args: unknown[]) => unknown }).query = (...args: unknown[]) => {
+        // The silence watch counts the statement out until it settles, in each of pg's forms: a
+        // callback (pg-pool's own query), a promise, or a submittable (a cursor).
+        const settled = this.silence?.begin();
+        const last = args.length - 1;
+        if (settled && typeof args[last] === 'function') {
+          const callback = args[last] as (...a: unknown[]) => unknown;
+          args[last] = (...a: unknown[]) => (settled(), callback(...a));
+        }
         const r = query(...args);
         if (r instanceof Promise) {
-          r.then(undefined, (err: unknown) => {
+          r.then(settled, (err: unknown) => {
+            settled?.();
             if ((err as { code?: unknown } | undefined)?.code === '25006') {
               hooks.onStandby?.({ host: this.host, port: this.port });
               void this.end().catch(() => {});
             }
           });
-        }
+        } else if (settled && r && typeof (r as { once?: unknown }).once === 'function') {
+          (r as NodeJS.EventEmitter).once('end', settled).once('error', settled);
+        } else if (settled && typeof args[last] !== 'function') settled();
         return r;
       };
     }
@@ -121,6 +136,8 @@ export function engineClientClass(
       }
     }
 
+    private silence: SilenceWatch | undefined;
+
     private async openOnce(): Promise<pg.Client> {
       if (target && target.hosts.length > 1) {
         const i = await firstQualifyingHost(target, { applicationName });
@@ -142,6 +159,8 @@ export function engineClientClass(
         }
       }
       await setup(this);
+      const stream = (this as unknown as { connection?: { stream?: Duplex } }).connection?.stream;
+      if (hooks.silentAfterMs && stream) this.silence = new SilenceWatch(stream, hooks.silentAfterMs);
       hooks.onConnected?.({ host: this.host, port: this.port });
       return this;
     }

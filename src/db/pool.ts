@@ -26,6 +26,9 @@ export interface PoolOptions {
   connectionTimeoutMs?: number;
   /** Cancel a statement running longer than this (default: the server's setting). */
   statementTimeoutMs?: number;
+  /** Drop a connection with a statement out and nothing heard for this long (silence-watch.ts);
+   *  default: never (the CLI's one-off pools: a migration may run long). */
+  silentAfterMs?: number;
 }
 
 /**
@@ -62,6 +65,7 @@ export function createPool(options: PoolOptions): pg.Pool {
     {
       onStandby: (h) =>
         options.logger.warn({ host: hostLabel(h) }, 'PostgreSQL server turned standby under this connection (SQLSTATE 25006); dropping the connection'),
+      silentAfterMs: options.silentAfterMs,
     },
     options.applicationName,
   );

@@ -23,7 +23,7 @@ import { hostname } from 'node:os';
 import type pg from 'pg';
 import { pino, type Logger } from 'pino';
 import { Alerter } from '../alerts/alerter.js';
-import type { LoadedConfig } from '../config.js';
+import { databaseSilenceMs, type LoadedConfig } from '../config.js';
 import { sql } from '../db/queries.js';
 import { Metrics } from '../observability/metrics.js';
 import { withSpan } from '../observability/tracing.js';
@@ -254,6 +254,7 @@ export class Settler {
         workerId: this.id,
         kinds: [],
         leaseMs: this.leaseMs,
+        silentAfterMs: databaseSilenceMs(config),
         goneAfterMs: config.worker.goneAfterMs,
         logger: this.logger,
         failureMessage: 'PostgreSQL: settler heartbeat failed (timeout_center.workers not updated); retrying at the next beat',
@@ -261,7 +262,7 @@ export class Settler {
       await housekeeping.start();
       const metrics = this.options.metrics ?? new Metrics('settle');
       const sizes = Object.fromEntries(Object.entries(config.businessDatabases).map(([name, db]) => [name, db.poolSize]));
-      const databases = new BusinessDatabases(config.businessDatabaseUrls, sizes, this.logger, Math.max(this.leaseMs, 10_000));
+      const databases = new BusinessDatabases(config.businessDatabaseUrls, sizes, this.logger, Math.max(this.leaseMs, 10_000), databaseSilenceMs(config));
       const alerter = new Alerter(config.alerts, this.logger, metrics, this.id);
       const breakers = new CircuitBreakers(config.breaker, pool, this.id, metrics, alerter, this.logger);
       return { executor: new ExternalExecutor(pool, databases, breakers, metrics), housekeeping, databases };

@@ -5,7 +5,7 @@
 // be bumped; it retries), never the others'.
 import type pg from 'pg';
 import type { Logger } from 'pino';
-import type { LoadedConfig } from '../config.js';
+import { databaseSilenceMs, type LoadedConfig } from '../config.js';
 import { Alerter } from '../alerts/alerter.js';
 import { Coordinator } from '../coordinator/coordinator.js';
 import { Leadership } from '../coordinator/leadership.js';
@@ -52,7 +52,13 @@ export function storeCoordinators(options: StoreCoordinatorOptions): Service[] {
       async () => {
         const url = config.businessDatabaseUrls[store];
         if (!url) throw new Error(`store ${store}: businessDatabases.${store} has no URL`);
-        const pool = createPool({ connectionString: url, max: config.poolSize, applicationName: `timeout-center coordinator (store ${store})`, logger });
+        const pool = createPool({
+          connectionString: url,
+          max: config.poolSize,
+          applicationName: `timeout-center coordinator (store ${store})`,
+          logger,
+          silentAfterMs: databaseSilenceMs(config),
+        });
         // A channel of its own underneath: the store's leader checks only its own streams for loss.
         const base = new RedisStreamsChannel({ connection: config.redisConnection, keyPrefix: config.redisKeyPrefix, logger });
         const channel = new StoreChannel(base, store);

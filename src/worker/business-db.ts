@@ -28,6 +28,8 @@ export class BusinessDatabases {
     private readonly logger: Logger,
     /** A hung worker's business transaction must not hold the orders' row locks forever. */
     private readonly idleInTransactionTimeoutMs: number,
+    /** config databaseSilenceMs (db/silence-watch.ts). */
+    private readonly silentAfterMs?: number,
   ) {}
 
   pool(name: string): pg.Pool {
@@ -42,6 +44,7 @@ export class BusinessDatabases {
         logger: this.logger.child({ database: name }),
         idleInTransactionTimeoutMs: this.idleInTransactionTimeoutMs,
         connectionTimeoutMs: 3000,
+        silentAfterMs: this.silentAfterMs,
       });
       this.pools.set(name, pool);
     }

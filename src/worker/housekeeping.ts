@@ -19,6 +19,8 @@ export interface HousekeepingOptions {
   /** The kinds the heartbeat says this worker serves there. */
   kinds: string[];
   leaseMs: number;
+  /** config databaseSilenceMs (db/silence-watch.ts). */
+  silentAfterMs?: number;
   /** worker.goneAfterMs: the heartbeat comes every third of it, so that a leader takes this
    *  worker's shards over only after it missed three (`status` counts a worker gone after 15 s). */
   goneAfterMs: number;
@@ -33,7 +35,13 @@ export class Housekeeping {
   private readonly group: ServiceGroup;
 
   constructor(private readonly o: HousekeepingOptions) {
-    this.pool = createPool({ connectionString: o.url, max: 1, applicationName: `timeout-center worker heartbeat${o.label}`, logger: o.logger });
+    this.pool = createPool({
+      connectionString: o.url,
+      max: 1,
+      applicationName: `timeout-center worker heartbeat${o.label}`,
+      logger: o.logger,
+      silentAfterMs: o.silentAfterMs,
+    });
     this.leaseKeeper = new LeaseKeeper(this.pool, o.leaseMs, o.logger);
     this.group = new ServiceGroup(
       `worker housekeeping${o.label}`,

@@ -5,7 +5,7 @@
 // start: a store that is down must not keep a worker from serving the others.
 import type pg from 'pg';
 import type { Logger } from 'pino';
-import type { LoadedConfig } from '../config.js';
+import { databaseSilenceMs, type LoadedConfig } from '../config.js';
 import { createPool } from '../db/pool.js';
 import { sql } from '../db/queries.js';
 import type { Metrics } from '../observability/metrics.js';
@@ -47,6 +47,7 @@ export class StoreSide {
       applicationName: `timeout-center worker (store ${o.store})`,
       logger,
       idleInTransactionTimeoutMs: Math.max(o.config.worker.leaseMs, 10_000),
+      silentAfterMs: databaseSilenceMs(o.config),
     });
     const housekeeping = new Housekeeping({
       url,
@@ -54,6 +55,7 @@ export class StoreSide {
       workerId: o.workerId,
       kinds: o.kinds,
       leaseMs: o.config.worker.leaseMs,
+      silentAfterMs: databaseSilenceMs(o.config),
       goneAfterMs: o.config.worker.goneAfterMs,
       logger,
       failureMessage: `PostgreSQL: worker heartbeat in store ${o.store} failed; retrying at the next beat`,

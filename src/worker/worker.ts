@@ -5,7 +5,7 @@
 import { hostname } from 'node:os';
 import type pg from 'pg';
 import type { Logger } from 'pino';
-import type { LoadedConfig } from '../config.js';
+import { databaseSilenceMs, type LoadedConfig } from '../config.js';
 import type { Metrics } from '../observability/metrics.js';
 import { QuietRepeats } from '../observability/quiet-repeats.js';
 import type { ShardChannel, ShardDelivery } from '../transport/channel.js';
@@ -133,6 +133,7 @@ export class Worker implements Service {
       workerId: this.id,
       kinds: this.kinds,
       leaseMs: config.worker.leaseMs,
+      silentAfterMs: databaseSilenceMs(config),
       goneAfterMs: config.worker.goneAfterMs,
       logger: log,
       failureMessage: 'PostgreSQL: worker heartbeat failed (timeout_center.workers not updated); retrying at the next beat',
@@ -140,7 +141,13 @@ export class Worker implements Service {
     let external: ExternalExecutor | undefined;
     if ([...handlers.values()].some((h) => h.external)) {
       const sizes = Object.fromEntries(Object.entries(config.businessDatabases).map(([name, db]) => [name, db.poolSize]));
-      this.businessDatabases = new BusinessDatabases(config.businessDatabaseUrls, sizes, log, Math.max(config.worker.leaseMs, 10_000));
+      this.businessDatabases = new BusinessDatabases(
+        config.businessDatabaseUrls,
+        sizes,
+        log,
+        Math.max(config.worker.leaseMs, 10_000),
+        databaseSilenceMs(config),
+      );
       const alerter = new Alerter(config.alerts, log, metrics, this.id);
       this.breakers = new CircuitBreakers(config.breaker, pool, this.id, metrics, alerter, log);
       external = new ExternalExecutor(pool, this.businessDatabases, this.breakers, metrics);

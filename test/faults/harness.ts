@@ -40,6 +40,8 @@ export interface ScenarioOptions {
   kind?: Partial<NonNullable<ConfigInput['kinds']>[string]>;
   alerts?: DeepPartial<NonNullable<ConfigInput['alerts']>>;
   poolSize?: number;
+  /** config databaseSilenceMs (default: the product's). */
+  databaseSilenceMs?: number;
   logLevel?: 'info' | 'debug';
   /** On a Citus database: orders and order_transitions distributed on the bucket and colocated with
    *  the timeouts (createColocatedOrdersSchema), the kind's handler CLOSE_SQL_COLOCATED. */
@@ -82,6 +84,7 @@ export class Scenario {
     const config: ConfigInput = {
       redisKeyPrefix: prefix,
       poolSize: options.poolSize ?? 3,
+      ...(options.databaseSilenceMs ? { databaseSilenceMs: options.databaseSilenceMs } : {}),
       logLevel: options.logLevel ?? 'info',
       kinds: Object.fromEntries([KIND, ...(options.extraKinds ?? [])].map((k) => [k, kindSettings])),
       coordinator: {

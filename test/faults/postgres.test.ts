@@ -7,15 +7,19 @@
 import { afterAll, afterEach, describe, expect, it } from 'vitest';
 import { killAll } from '../helpers/processes.js';
 import { startPostgres, stopAllServers } from '../helpers/servers.js';
+import { startSilentProxy, type SilentProxy } from '../helpers/silent-proxy.js';
 import { linesMatching, report, Scenario, sleep, waitUntil } from './harness.js';
 
 const N = 3000;
 let s: Scenario | undefined;
+let proxy: SilentProxy | undefined;
 
 afterEach(async () => {
   await killAll();
   await s?.close();
   s = undefined;
+  await proxy?.close();
+  proxy = undefined;
 });
 
 afterAll(async () => {
@@ -135,6 +139,48 @@ describe('PostgreSQL faults', () => {
       applied: inv.applied,
       backendsTerminated: terminated,
       coordinatorTickFailures: tickFailures,
+      wallMs: s.elapsedMs(),
+    });
+  });
+
+  it('every process connection to PostgreSQL goes silent (no close, no reply): the processes notice, reconnect and drain', async () => {
+    // A silence bound above the kind's 2 s time limit, short for the test (the default is 30 s).
+    s = await Scenario.create('fault-pg-silent', { databaseSilenceMs: 4000 });
+    // The processes reach the database through a proxy that stops forwarding on the connections
+    // open at that moment and keeps them open (a dropped firewall or NAT entry, a host gone
+    // without a reset); the test's own pool goes direct.
+    const direct = new URL(s.databaseUrl);
+    proxy = await startSilentProxy(Number(direct.port || 5432), direct.hostname);
+    const via = new URL(s.databaseUrl);
+    via.port = String(proxy.port);
+    const env = { DATABASE_URL: via.toString() };
+    const c = s.coordinator('coordinator', { env });
+    await c.waitForMsg('became leader', 15_000);
+    const slow = 'worker.after-lease=sleep(200)';
+    const workers = [s.worker('worker-1', { failpoints: slow, env }), s.worker('worker-2', { failpoints: slow, env })];
+    await Promise.all(workers.map((w) => w.waitForMsg('worker started')));
+    await s.seed(N, { spreadMs: 4000 });
+    await waitUntil('a few shards done', async () => (await s!.count(`SELECT count(*) AS n FROM timeout_center.shards WHERE state = 'done'`)) >= 3, 20_000);
+    const silenced = proxy.silence();
+    const at = Date.now();
+
+    const inv = await s.expectInvariants(60_000);
+    const drainedMs = Date.now() - at;
+    expect(inv.applied).toBe(N);
+    for (const p of [c, ...workers]) expect(p.alive, `${p.name} survived (stderr: ${p.stderr.slice(-500)})`).toBe(true);
+    // Each process found its silent connections and said so (db/silence-watch.ts), as a lost one.
+    const noticed = [c, ...workers].map((p) => p.lines.filter((l) => JSON.stringify(l).includes('PostgreSQL sent nothing for 4000 ms')).length);
+    expect(
+      noticed.reduce((a, b) => a + b, 0),
+      'silent connections named in the logs',
+    ).toBeGreaterThan(0);
+    await s.stopAll();
+    report('5d PostgreSQL connections silent', {
+      timeouts: N,
+      applied: inv.applied,
+      silencedConnections: silenced,
+      drainedAfterSilenceMs: drainedMs,
+      noticedByProcess: noticed,
       wallMs: s.elapsedMs(),
     });
   });

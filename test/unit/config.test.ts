@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { ConfigError, loadConfig, parseConfig } from '../../src/config.js';
+import { ConfigError, databaseSilenceMs, loadConfig, parseConfig } from '../../src/config.js';
 import { parseFailpoints } from '../../src/failpoints.js';
 
 const kinds = { 'order.unpaid': { handler: { type: 'sql' as const, sql: 'UPDATE o SET s = 1 WHERE id = ANY($1) RETURNING id' } } };
@@ -57,6 +57,15 @@ describe('config', () => {
     expect(() =>
       loadConfig({ object: { kinds: { a: { ...kinds['order.unpaid'], timeLimitMs: 40_000 } } }, env: { DATABASE_URL: 'x', REDIS_URL: 'y' } }),
     ).toThrow(/kinds\.a\.timeLimitMs: 40000 ms must be below worker\.leaseMs/);
+  });
+
+  it('bounds a silent PostgreSQL connection above the longest handler time limit', () => {
+    expect(databaseSilenceMs(parseConfig({ kinds }))).toBe(30_000);
+    expect(databaseSilenceMs(parseConfig({ kinds: { a: { ...kinds['order.unpaid'], timeLimitMs: 28_000 } } }))).toBe(33_000);
+    expect(databaseSilenceMs(parseConfig({ kinds, databaseSilenceMs: 12_000 }))).toBe(12_000);
+    expect(() => parseConfig({ kinds, databaseSilenceMs: 10_000 })).toThrow(
+      /databaseSilenceMs: 10000 ms must be above the longest kind's timeLimitMs \(10000 ms\)/,
+    );
   });
 
   it('refuses a worker kinds filter naming an undeclared kind', () => {
