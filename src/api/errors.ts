@@ -4,6 +4,7 @@
 // an ApiError from a route, bad input from the business API) into that answer.
 import type { FastifyError } from 'fastify';
 import { hasZodFastifySchemaValidationErrors } from 'fastify-type-provider-zod';
+import { isConnectionError } from '../db/pool.js';
 import { InputError } from '../input-error.js';
 import type { ErrorBody, ErrorCode } from './schemas.js';
 
@@ -78,6 +79,12 @@ function closest(issue: Issue): Issue {
 export function toErrorAnswer(err: unknown): { status: number; body: ErrorBody } | null {
   if (err instanceof ApiError) return { status: err.status, body: errorBody(err.code, err.message, err.field) };
   if (err instanceof InputError) return { status: 400, body: errorBody('invalid_request', err.message) };
+  if (isConnectionError(err)) {
+    return {
+      status: 503,
+      body: errorBody('unavailable', `the database connection was lost under this request (${(err as Error).message}); retry it: every call is safe to repeat`),
+    };
+  }
   const fe = err as FastifyError;
   if (hasZodFastifySchemaValidationErrors(fe)) {
     const first = closest(fe.validation[0]!);

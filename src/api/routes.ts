@@ -33,6 +33,9 @@ const errors = {
   408: errorResponse,
   413: errorResponse,
   415: errorResponse,
+  // A database connection lost under the request (terminated, or silent past databaseSilenceMs):
+  // the next request gets a new connection.
+  503: errorResponse,
 };
 
 function authorize(req: FastifyRequest, verb: Verb, kind: string, field: string): void {

@@ -131,6 +131,8 @@ export class StoreDirectory {
       logger: this.options.logger,
       connectionTimeoutMs: this.options.connectTimeoutMs ?? 5000,
       statementTimeoutMs: this.options.statementTimeoutMs ?? 30_000,
+      // The server cancels a statement past its timeout; a connection silent 5 s longer is gone.
+      silentAfterMs: (this.options.statementTimeoutMs ?? 30_000) + 5000,
     });
     const opened = { store, url: entry.url, kinds: entry.kinds, pool, db: createKysely(pool) };
     this.open.set(store, opened);

@@ -175,7 +175,7 @@ describe('PostgreSQL faults', () => {
       'silent connections named in the logs',
     ).toBeGreaterThan(0);
     await s.stopAll();
-    report('5d PostgreSQL connections silent', {
+    report('5e PostgreSQL connections silent', {
       timeouts: N,
       applied: inv.applied,
       silencedConnections: silenced,

@@ -9,7 +9,7 @@ import type { SettleFn } from '../../api/backend.js';
 import type { Settler } from '../../settle/settler.js';
 import type { ApiServer } from '../../api/server.js';
 import { ApiTokenConfigError, resolveApiTokens, TokenTable } from '../../api/tokens.js';
-import { loadConfig, type LoadedConfig } from '../../config.js';
+import { databaseSilenceMs, loadConfig, type LoadedConfig } from '../../config.js';
 import { assertMigrated } from '../../db/migrate.js';
 import { createPool } from '../../db/pool.js';
 import { createLogger, type Logger } from '../../observability/logger.js';
@@ -64,7 +64,14 @@ export async function serveApi(input: ServeApiInput): Promise<ApiServer> {
   ]);
   const pools: pg.Pool[] = [];
   const open = (url: string) => {
-    const pool = createPool({ connectionString: url, max: config.poolSize + 4, applicationName: 'timeout-center api', logger });
+    // Silence bound as the runtime's: a request never waits on a connection that went silent.
+    const pool = createPool({
+      connectionString: url,
+      max: config.poolSize + 4,
+      applicationName: 'timeout-center api',
+      logger,
+      silentAfterMs: databaseSilenceMs(config),
+    });
     pools.push(pool);
     return pool;
   };
