@@ -28,6 +28,10 @@
 //                        sql-two-databases-noted, also notes each timeout it ran in the business
 //                        transaction (a row each, deleted after the center's commit): the leanest
 //                        shape that could record a run exactly after a crash between the commits.
+//                        A fourth, sql-two-databases-prepared, PREPAREs the center's transaction
+//                        before the business COMMIT and commits it after (two-phase commit, a
+//                        decision row per batch in the business database): exact without a note per
+//                        timeout (the center instance runs with max_prepared_transactions).
 //   --profile            where the time goes (bench/lib/profile.ts): each instance's statements
 //                        (pg_stat_statements), what the product's backends wait on (sampled), the
 //                        CPU seconds of each instance and of the node process
@@ -229,8 +233,11 @@ async function burst(path: Burst['path'], center: PostgresServer, business: Post
   };
 }
 
-type ReferenceShape = 'sql-one-database' | 'sql-two-databases' | 'sql-two-databases-noted';
-const SHAPES: readonly ReferenceShape[] = ['sql-one-database', 'sql-two-databases', 'sql-two-databases-noted'];
+type ReferenceShape = 'sql-one-database' | 'sql-two-databases' | 'sql-two-databases-noted' | 'sql-two-databases-prepared';
+const SHAPES: readonly ReferenceShape[] = ['sql-one-database', 'sql-two-databases', 'sql-two-databases-noted', 'sql-two-databases-prepared'];
+/** Prepared transactions the center instance allows (sql-two-databases-prepared: one per connection). */
+const MAX_PREPARED = 64;
+let preparedSeq = 0;
 
 /** A physical reference (--references): N minimal timeouts due now, drained by CONCURRENCY
  *  connections looping one transaction of SHARD rows each until one finds nothing; the time is
@@ -262,6 +269,12 @@ async function reference(shape: ReferenceShape, center: PostgresServer, business
   // each, deleted once the center committed): what would let a run after a crash between the two
   // commits record what an earlier run did, with the center's locks held across the call.
   if (shape === 'sql-two-databases-noted') await ordersPool.query('CREATE TABLE ran (timeout_id bigint PRIMARY KEY)');
+  // sql-two-databases-prepared: the center's transaction (lock and mark) is PREPAREd before the
+  // business COMMIT and committed after it (two-phase commit, the business database's decision row
+  // as the log): a run that dies between the two commits leaves a prepared transaction that the
+  // next run commits if the decision row is there and rolls back if not. Exact without a note per
+  // timeout, one decision row per batch; needs max_prepared_transactions on the center.
+  if (shape === 'sql-two-databases-prepared') await ordersPool.query('CREATE TABLE decided (gid text PRIMARY KEY)');
   const business_ = shape === 'sql-one-database' ? [] : await Promise.all(Array.from({ length: CONCURRENCY }, () => ordersPool.connect()));
   let next = 0;
   const { total, seconds } = await drainLoop(centerPool, CONCURRENCY, async (client) => {
@@ -277,6 +290,17 @@ async function reference(shape: ReferenceShape, center: PostgresServer, business
       await b.query(CLOSE_MANY_SQL, [rows.map((r) => r.biz_id)]);
       await b.query('COMMIT');
     }
+    if (rows.length > 0 && shape === 'sql-two-databases-prepared') {
+      const gid = `bench-${round}-${(preparedSeq += 1)}`;
+      await b.query('BEGIN');
+      await b.query('INSERT INTO decided (gid) VALUES ($1)', [gid]);
+      await b.query(CLOSE_MANY_SQL, [rows.map((r) => r.biz_id)]);
+      await client.query(`PREPARE TRANSACTION '${gid}'`);
+      await b.query('COMMIT');
+      await client.query(`COMMIT PREPARED '${gid}'`);
+      await b.query('DELETE FROM decided WHERE gid = $1', [gid]);
+      return rows.length;
+    }
     await client.query('COMMIT');
     if (rows.length > 0 && shape === 'sql-two-databases-noted') await b.query('DELETE FROM ran WHERE timeout_id = ANY ($1::bigint[])', [ids]);
     return rows.length;
@@ -291,7 +315,8 @@ async function reference(shape: ReferenceShape, center: PostgresServer, business
 }
 
 // The center records each timeout's end at commit (pg_xact_commit_timestamp): track_commit_timestamp.
-const center = await startPostgres({ settings: { track_commit_timestamp: 'on' } });
+// max_prepared_transactions: for the sql-two-databases-prepared reference (--references).
+const center = await startPostgres({ settings: { track_commit_timestamp: 'on', max_prepared_transactions: String(MAX_PREPARED) } });
 const business = await startPostgres();
 if (PROFILE) await Promise.all([enableProfiling(center), enableProfiling(business)]);
 const results: Burst[] = [];
@@ -368,6 +393,7 @@ if (REFERENCES) {
   const one = med(rates('sql-one-database'));
   const two = med(rates('sql-two-databases'));
   const noted = med(rates('sql-two-databases-noted'));
+  const prepared = med(rates('sql-two-databases-prepared'));
   const perRoundRef = Array.from({ length: ROUNDS }, (_, i) => {
     const r = referenceRuns.filter((x) => x.round === i + 1);
     const o = r.find((x) => x.shape === 'sql-one-database')!.perSecond;
@@ -380,6 +406,8 @@ if (REFERENCES) {
     medianRatio: Number((two / one).toFixed(2)),
     medianSqlTwoDatabasesNotedPerSecond: Math.round(noted),
     medianNotedRatio: Number((noted / one).toFixed(2)),
+    medianSqlTwoDatabasesPreparedPerSecond: Math.round(prepared),
+    medianPreparedRatio: Number((prepared / one).toFixed(2)),
     perRoundRatio: perRoundRef,
     sameDatabaseAgainstItsReference: Number((median('same-database') / one).toFixed(2)),
     externalAgainstItsReference: Number((median('external') / two).toFixed(2)),
@@ -388,6 +416,7 @@ if (REFERENCES) {
     `references, median of ${ROUNDS} rounds: sql-one-database ${Math.round(one)}/s, sql-two-databases ${Math.round(two)}/s ` +
       `(${referenceSummary.medianRatio}x; per round ${perRoundRef.join(', ')}): at best a two-database path reaches that ratio on this box; ` +
       `with a note per timeout in the business transaction ${Math.round(noted)}/s (${referenceSummary.medianNotedRatio}x); ` +
+      `with the center's transaction prepared across the business commit ${Math.round(prepared)}/s (${referenceSummary.medianPreparedRatio}x); ` +
       `same-database path ${referenceSummary.sameDatabaseAgainstItsReference}x its reference, external path ${referenceSummary.externalAgainstItsReference}x its reference`,
   );
 }

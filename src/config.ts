@@ -276,7 +276,8 @@ export const configSchema = z
     poolSize: z.number().int().min(1).max(200).default(4),
     /** A PostgreSQL connection of the coordinator or a worker with a statement out and nothing
      *  heard for this long is dropped and the work retried on a new one (a network that went
-     *  silent without closing it). Default: 30 s, or the longest kind's timeLimitMs + 5 s. */
+     *  silent without closing it). Default: worker.leaseMs or the longest kind's timeLimitMs,
+     *  whichever is longer, + 5 s (35 s with the defaults). */
     databaseSilenceMs: z.number().int().min(1000).max(3_600_000).optional(),
     kinds: z.record(z.string(), kindSchema).superRefine((kinds, ctx) => {
       for (const name of Object.keys(kinds)) {
@@ -610,6 +611,9 @@ export function resolveBusinessDatabaseUrls(
 
 /** How long a runtime connection to PostgreSQL may stay silent with a statement out
  *  (databaseSilenceMs, db/silence-watch.ts). */
-export function databaseSilenceMs(config: Pick<Config, 'databaseSilenceMs' | 'kinds'>): number {
-  return config.databaseSilenceMs ?? Math.max(30_000, 5000 + Math.max(0, ...Object.values(config.kinds).map((k) => k.timeLimitMs)));
+export function databaseSilenceMs(config: Pick<Config, 'databaseSilenceMs' | 'kinds' | 'worker'>): number {
+  // Past every wait the server bounds itself: a handler's statement (timeLimitMs) and a lock held
+  // by a stalled session's transaction (idle_in_transaction_session_timeout: max(leaseMs, 10 s)).
+  const longest = Math.max(config.worker.leaseMs, ...Object.values(config.kinds).map((k) => k.timeLimitMs));
+  return config.databaseSilenceMs ?? Math.max(30_000, longest + 5000);
 }

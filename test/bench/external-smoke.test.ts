@@ -35,7 +35,13 @@ describe('bench:external, small', () => {
       externalPerSecond: number;
       externalCenterWalBytesPerTimeout: number;
       sameDatabaseCenterWalBytesPerTimeout: number;
-      references: { medianSqlOneDatabasePerSecond: number; medianSqlTwoDatabasesPerSecond: number; medianRatio: number };
+      references: {
+        medianSqlOneDatabasePerSecond: number;
+        medianSqlTwoDatabasesPerSecond: number;
+        medianSqlTwoDatabasesNotedPerSecond: number;
+        medianSqlTwoDatabasesPreparedPerSecond: number;
+        medianRatio: number;
+      };
     };
     expect(r.allCorrect).toBe(true);
     expect(r.sameDatabasePerSecond).toBeGreaterThan(0);
@@ -43,6 +49,8 @@ describe('bench:external, small', () => {
     // --references: both hand-written drains ran to the end (each checks its orders and timeouts).
     expect(r.references.medianSqlOneDatabasePerSecond).toBeGreaterThan(0);
     expect(r.references.medianSqlTwoDatabasesPerSecond).toBeGreaterThan(0);
+    expect(r.references.medianSqlTwoDatabasesNotedPerSecond).toBeGreaterThan(0);
+    expect(r.references.medianSqlTwoDatabasesPreparedPerSecond).toBeGreaterThan(0);
     // Since issue 32 the external path writes each timeout once in the center (the claim writes
     // only the shard's row): its center WAL per timeout stays below the same-database path's, which
     // also writes the order (a property of the design, not a timing; 340 against 547 B measured).

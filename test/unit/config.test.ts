@@ -60,8 +60,9 @@ describe('config', () => {
   });
 
   it('bounds a silent PostgreSQL connection above the longest handler time limit', () => {
-    expect(databaseSilenceMs(parseConfig({ kinds }))).toBe(30_000);
-    expect(databaseSilenceMs(parseConfig({ kinds: { a: { ...kinds['order.unpaid'], timeLimitMs: 28_000 } } }))).toBe(33_000);
+    expect(databaseSilenceMs(parseConfig({ kinds }))).toBe(35_000);
+    expect(databaseSilenceMs(parseConfig({ kinds: { a: { ...kinds['order.unpaid'], timeLimitMs: 2000 } }, worker: { leaseMs: 5000 } }))).toBe(30_000);
+    expect(databaseSilenceMs(parseConfig({ kinds: { a: { ...kinds['order.unpaid'], timeLimitMs: 50_000 } }, worker: { leaseMs: 60_000 } }))).toBe(65_000);
     expect(databaseSilenceMs(parseConfig({ kinds, databaseSilenceMs: 12_000 }))).toBe(12_000);
     expect(() => parseConfig({ kinds, databaseSilenceMs: 10_000 })).toThrow(
       /databaseSilenceMs: 10000 ms must be above the longest kind's timeLimitMs \(10000 ms\)/,
