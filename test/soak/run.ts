@@ -70,7 +70,7 @@ export async function runSoak(args: SoakArgs): Promise<number> {
     log(`topology ${args.topology}, ${args.minutes} min, seed ${args.seed}; load average ${load.atStart.join(' ')}`);
     center = await createTestDatabase('soak');
     centerDb = { name: 'center', pool: quietPool(center.url, 8) };
-    setup = await setUp(args.topology, centerDb);
+    setup = await setUp(args.topology, centerDb, center.url);
     const s = setup;
     log(`servers up: ${s.describe}`);
     const configPath = writeConfig(s.config);

@@ -9,6 +9,7 @@ import { leaderLockKey, streamKey } from '../../dist/transport/keys.js';
 import { createOrdersSchema } from '../helpers/orders.ts';
 import { cli, startRedisCluster, startSentinelGroup, type RedisProcess } from '../helpers/redis-ha.ts';
 import { startPostgres, startRedis, type PostgresServer } from '../helpers/servers.ts';
+import { startSilentProxy, type SilentProxy } from '../helpers/silent-proxy.ts';
 import type { Topology } from './args.ts';
 import { COUNTED_CLOSE, LEASE_MS, LOCAL, pick, quietPool, random, REMOTE, sleep, STORED, waitUntil, type Db, type FaultResult } from './common.ts';
 
@@ -65,6 +66,9 @@ function baseConfig(): Omit<ConfigInput, 'kinds'> {
     coordinator: { lockTtlMs: 2000, republishAfterMs: 2000, maxInFlightShards: 16, minTickIntervalMs: 50, lagCheckIntervalMs: 2000 },
     worker: { leaseMs: LEASE_MS, blockMs: 200, concurrency: 3, drainTimeoutMs: 2000 },
     alerts: { lagSlaMs: 600_000 },
+    // Above the kinds' 2 s time limit, short enough that a silenced connection (the single
+    // topology's silent-* faults) is dropped within the fault's window.
+    databaseSilenceMs: 4000,
   };
 }
 
@@ -169,6 +173,32 @@ function restartBusiness(server: PostgresServer) {
   };
 }
 
+/** Every connection open through `proxy` goes silent (no reply, no close: a dropped firewall or
+ *  NAT entry); new ones pass. The processes must notice on their own (Redis: 5 s; PostgreSQL:
+ *  databaseSilenceMs, 4 s here) and reconnect. */
+function silence(proxy: SilentProxy, what: string, noticeMs: number, scope?: string[]) {
+  return async (): Promise<FaultResult> => {
+    const n = proxy.silence();
+    const doneMs = Date.now();
+    return {
+      type: `${what} connections silent`,
+      doneMs,
+      backMs: doneMs,
+      endMs: doneMs + noticeMs + 2000,
+      ...(scope ? { scope } : {}),
+      detail: { connections: n },
+    };
+  };
+}
+
+/** A silent proxy to a URL's host and port, and the URL through it. */
+async function throughProxy(url: string): Promise<{ proxy: SilentProxy; url: string }> {
+  const target = new URL(url);
+  const proxy = await startSilentProxy(Number(target.port), target.hostname);
+  target.port = String(proxy.port);
+  return { proxy, url: target.toString() };
+}
+
 /** Redis killed (no persistence: its data gone) and started again empty on its port. */
 function restartRedisEmpty(redis: Awaited<ReturnType<typeof startRedis>>) {
   return async (): Promise<FaultResult> => {
@@ -180,7 +210,8 @@ function restartRedisEmpty(redis: Awaited<ReturnType<typeof startRedis>>) {
   };
 }
 
-export async function setUp(topology: Topology, center: Db): Promise<SetUp> {
+/** centerUrl: the center's database, as the fleet reaches it unless the topology says otherwise. */
+export async function setUp(topology: Topology, center: Db, centerUrl: string): Promise<SetUp> {
   await withCountedCloses(center.pool);
   const kindConfig = (database?: string) => ({ ...KIND_DEFAULTS, handler: { type: 'sql' as const, sql: COUNTED_CLOSE, ...(database ? { database } : {}) } });
 
@@ -266,12 +297,28 @@ export async function setUp(topology: Topology, center: Db): Promise<SetUp> {
 
   if (topology === 'single') {
     const redis = await startRedis();
+    // The fleet reaches Redis, the center and the business database through silent proxies (the
+    // soak's own pools go direct): the silent-* faults.
+    const [viaRedis, viaCenter, viaBusiness] = await Promise.all([throughProxy(redis.url), throughProxy(centerUrl), throughProxy(ordersEnv.ORDERS_URL)]);
+    const proxies = [viaRedis.proxy, viaCenter.proxy, viaBusiness.proxy];
     return {
       ...common,
-      describe: `center, business PostgreSQL :${business.port}, Redis :${redis.port}`,
-      env: { REDIS_URL: redis.url, ...ordersEnv },
-      deck: ['kill', 'kill', 'stop', 'stop', 'redis', 'business-pg', 'terminate'],
-      faults: { redis: restartRedisEmpty(redis), 'business-pg': restartBusiness(business) },
+      describe: `center, business PostgreSQL :${business.port}, Redis :${redis.port}, each through a silent proxy`,
+      env: { REDIS_URL: viaRedis.url, DATABASE_URL: viaCenter.url, ORDERS_URL: viaBusiness.url },
+      deck: ['kill', 'kill', 'stop', 'stop', 'redis', 'business-pg', 'terminate', 'silent-redis', 'silent-center', 'silent-business'],
+      faults: {
+        redis: restartRedisEmpty(redis),
+        'business-pg': restartBusiness(business),
+        'silent-redis': silence(viaRedis.proxy, 'Redis', 5000),
+        // The silenced sessions' transactions keep their row locks until the server ends them
+        // (idle_in_transaction_session_timeout, 10 s here): inside the fault's window.
+        'silent-center': silence(viaCenter.proxy, 'center PostgreSQL', 14_000),
+        'silent-business': silence(viaBusiness.proxy, 'business PostgreSQL', 14_000, ['business']),
+      },
+      close: async () => {
+        await common.close();
+        await Promise.all(proxies.map((p) => p.close()));
+      },
     };
   }
 
