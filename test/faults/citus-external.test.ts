@@ -42,6 +42,9 @@ const HTTP_KIND = 'order.http';
 const CODE_KIND = 'order.code';
 /** Routed by modulo over two business databases: even ids in `orders`, odd ones in `orders_b`. */
 const ROUTED_KIND = 'order.routed';
+/** A code handler without `database:`: its transaction and marker in the Citus center's own
+ *  database, its effect a row per timeout in a plain table there (code_effects). */
+const CENTER_CODE_KIND = 'order.code_center';
 const LEASE_MS = 3000;
 
 let cluster: CitusCluster;
@@ -55,6 +58,7 @@ let httpPosts = 0;
 let httpBusy = 0;
 let n = 0;
 let codeModule = '';
+let centerCodeModule = '';
 const opened: ExternalScenario[] = [];
 
 function quietPool(url: string): pg.Pool {
@@ -101,6 +105,7 @@ class ExternalScenario {
         [SQL_KIND]: { ...kind, handler: { type: 'sql', sql: CLOSE_SQL, database: 'orders' } },
         [HTTP_KIND]: { ...kind, handler: { type: 'http', url: `http://127.0.0.1:${httpPort}/close` } },
         [CODE_KIND]: { ...kind, handler: { type: 'code', module: codeModule, database: 'orders' } },
+        [CENTER_CODE_KIND]: { ...kind, handler: { type: 'code', module: centerCodeModule } },
         [ROUTED_KIND]: { ...kind, handler: { type: 'sql', sql: CLOSE_SQL, route: { by: 'modulo', databases: ['orders', 'orders_b'] } } },
       },
       coordinator: { lockTtlMs: 2000, republishAfterMs: 1000, maxInFlightShards: 32, minTickIntervalMs: 50, lagCheckIntervalMs: 1000 },
@@ -112,6 +117,8 @@ class ExternalScenario {
     const migrated = await runCli(['migrate', '--config', configPath], env, 60_000);
     if (migrated.code !== 0) throw new Error(`migrate failed (${migrated.code}): ${migrated.stderr}`);
     const s = new ExternalScenario(label, quietPool(centerUrl), orders, ordersB, configPath, env);
+    // The center code kind's effect: a plain (local) table on the Citus coordinator.
+    await s.center.query('CREATE TABLE code_effects (biz_id text PRIMARY KEY, shard_id bigint NOT NULL)');
     expect(await count(s.center, `SELECT count(*) AS n FROM timeout_center.layout WHERE name = 'citus'`), 'the center has the Citus layout').toBe(1);
     opened.push(s);
     httpOrders = orders;
@@ -276,6 +283,15 @@ describe.skipIf(tools.skip)(tools.title('the external path on a Citus center (bu
     // in the transaction that writes the shard's marker).
     const dir = mkdtempSync(join(tmpdir(), 'tc-citus-code-'));
     codeModule = join(dir, 'close.mjs');
+    centerCodeModule = join(dir, 'effect.mjs');
+    writeFileSync(
+      centerCodeModule,
+      `export default async function effect(items, ctx) {
+  const { rows } = await ctx.client.query('INSERT INTO code_effects (biz_id, shard_id) SELECT unnest($1::text[]), $2 ON CONFLICT DO NOTHING RETURNING biz_id', [items.map((i) => i.bizId), ctx.shardId]);
+  return rows.map((r) => r.biz_id);
+}
+`,
+    );
     writeFileSync(
       codeModule,
       `export default async function close(items, ctx) {
@@ -388,6 +404,47 @@ describe.skipIf(tools.skip)(tools.title('the external path on a Citus center (bu
     expect(batchRetried, 'the rows of the three 503 shards were retried').toBeGreaterThan(0);
     expect(maxAttempts, 'a batch-level failure does not count the attempt').toBe(1);
   }, 120_000);
+
+  it("a code handler without database: (its transaction and marker in the Citus center's own database): 1,000 due at once, each effect once, history = effects, and once more with a worker SIGKILLed between its commit and the record", async () => {
+    const s = await ExternalScenario.create('center-code');
+    const seed = (from: number, to: number) =>
+      s.center.query(
+        `INSERT INTO timeout_center.timeouts (kind, biz_id, due_at, bucket)
+         SELECT $1, g::text, now(), timeout_center.bucket_of(g::text) FROM generate_series($2::bigint, $3::bigint) g`,
+        [CENTER_CODE_KIND, from, to],
+      );
+    const check = async (n: number) => {
+      const { rows } = await s.center.query<{ effects: number; applied: number; matched: number; other: number }>(
+        `SELECT (SELECT count(*) FROM code_effects)::int AS effects,
+                (SELECT count(*) FROM timeout_center.done_timeouts WHERE kind = $1 AND result = 'applied')::int AS applied,
+                (SELECT count(*) FROM timeout_center.done_timeouts d JOIN code_effects e USING (biz_id) WHERE d.kind = $1 AND d.result = 'applied')::int AS matched,
+                (SELECT count(*) FROM timeout_center.all_timeouts WHERE kind = $1 AND NOT (state = 'done' AND result = 'applied'))::int AS other`,
+        [CENTER_CODE_KIND],
+      );
+      expect(rows[0], 'every timeout applied once, history = the effects').toEqual({ effects: n, applied: n, matched: n, other: 0 });
+    };
+    await seed(1, 1000);
+    const workers = [s.spawn('worker', 'worker-1'), s.spawn('worker', 'worker-2')];
+    await Promise.all(workers.map((w) => w.waitForMsg('worker started', 60_000)));
+    s.spawn('coordinator', 'coordinator');
+    await s.drained(60_000);
+    await check(1000);
+    await s.expectBuckets();
+    // A worker that dies between its commit (the effect and the marker, in the center) and the
+    // record: the re-run finds the marker and records what the first run did, applying nothing.
+    for (const w of workers) w.kill('SIGSTOP');
+    const victim = s.spawn('worker', 'worker-victim', 'external.after-apply-commit=1*kill');
+    await victim.waitForMsg('worker started', 60_000);
+    await seed(1001, 1200);
+    const exit = await victim.exited;
+    expect(exit.signal).toBe('SIGKILL');
+    for (const w of workers) w.kill('SIGCONT');
+    await s.drained(60_000);
+    await check(1200);
+    const fromMarker = workers.flatMap((w) => w.lines.filter((l) => /recorded what it did from its marker/.test(String(l.msg))));
+    report('citus external: code handler without database', { timeouts: 1200, recordedFromMarker: fromMarker.length });
+    expect(fromMarker.length, 'a re-run recorded the dead run from its marker').toBeGreaterThan(0);
+  }, 180_000);
 
   it('a worker SIGKILLed between the business COMMIT and the center record: the re-run records what the first run did from its marker, nothing applied twice', async () => {
     const s = await ExternalScenario.create('kill');
