@@ -14,7 +14,7 @@ import { stopAllServers } from '../helpers/servers.js';
 import { requireTools } from '../helpers/system-tools.js';
 import { namedBlock } from '../docs/readme-blocks.js';
 import { paymentRace } from '../docs/payment-race.js';
-import { report, Scenario, sleep, waitUntil } from './harness.js';
+import { procState, report, Scenario, sleep, waitUntil } from './harness.js';
 
 const tools = requireTools('citus');
 let cluster: CitusCluster;
@@ -112,6 +112,62 @@ describe.skipIf(tools.skip)(tools.title('faults on a Citus cluster'), () => {
     const rerun = await s.count(`SELECT count(*) AS n FROM timeout_center.shards WHERE attempts > 1`);
     report('citus: worker SIGKILLed mid-shard', { ...inv, shardsRunAgain: rerun });
     expect(rerun).toBeGreaterThan(0);
+    await s.stopAll();
+  }, 120_000);
+
+  // The same-database path's frozen worker (worker-crash.test.ts 1c, 1d) on the Citus layout: the
+  // shard's row lives on the coordinator, its rows and the orders on the worker nodes.
+  it('a worker frozen (SIGSTOP) after its lease past its expiry, then thawed: the shard runs elsewhere, the late write is refused', async () => {
+    const s = await scenario('worker-paused-lease', { kind: { shardSize: 200 }, logLevel: 'debug' });
+    const victim = s.worker('worker-victim', { failpoints: 'worker.after-lease=1*pause' });
+    const survivor = s.worker('worker-survivor');
+    await Promise.all([victim, survivor].map((w) => w.waitForMsg('worker started', 60_000)));
+    await s.seed(3000);
+    s.coordinator();
+    await waitUntil('the victim to stop itself', () => procState(victim.pid) === 'T', 30_000);
+    const inv = await s.expectInvariants(60_000);
+    expect(inv.applied).toBe(3000);
+    const { rows } = await s.pool.query<{ id: number }>(`SELECT id FROM timeout_center.shards WHERE attempts > 1`);
+    expect(rows.length, "the frozen worker's shard was taken over").toBeGreaterThanOrEqual(1);
+    process.kill(victim.pid, 'SIGCONT');
+    const refused = await victim
+      .waitFor((l) => l.msg === 'dropped duplicate shard delivery' && /lease on shard \d+ was lost/.test(String(l['reason'])), 15_000, 'lease-lost refusal')
+      .catch((err: unknown) => {
+        console.log(
+          `[victim] ${victim.lines
+            .slice(-15)
+            .map((l) => JSON.stringify(l))
+            .join('\n')}`,
+        );
+        throw err;
+      });
+    expect(rows.map((r) => Number(r.id))).toContain(refused['shardId']);
+    await sleep(500);
+    expect(victim.alive).toBe(true);
+    await s.expectInvariants(5000);
+    report('citus: worker SIGSTOP after its lease, SIGCONT after the takeover', { ...inv, takenOver: rows.length });
+    await s.stopAll();
+  }, 120_000);
+
+  it('a worker frozen (SIGSTOP) inside its shard transaction past the lease, then thawed: its locks hold the shard, it commits once, nothing runs twice', async () => {
+    const s = await scenario('worker-paused-txn', { kind: { shardSize: 200 } });
+    const victim = s.worker('worker-victim', { failpoints: 'worker.before-commit=1*pause', concurrency: 1 });
+    const survivor = s.worker('worker-survivor');
+    await Promise.all([victim, survivor].map((w) => w.waitForMsg('worker started', 60_000)));
+    await s.seed(3000);
+    s.coordinator();
+    await waitUntil('the victim to stop itself', () => procState(victim.pid) === 'T', 30_000);
+    // Past the lease (3 s), within idle_in_transaction_session_timeout (10 s): its transaction, a
+    // distributed one (the shard's row on the coordinator, its rows on a worker node), lives on.
+    await sleep(4500);
+    const stuck = await s.count(`SELECT count(*) AS n FROM timeout_center.shards WHERE state = 'running' AND lease_expires_at < now()`);
+    process.kill(victim.pid, 'SIGCONT');
+    const inv = await s.expectInvariants(60_000);
+    expect(inv.applied).toBe(3000);
+    const rerun = await s.count(`SELECT count(*) AS n FROM timeout_center.shards WHERE attempts > 1`);
+    expect(rerun, 'no shard ran twice').toBe(0);
+    expect(victim.alive).toBe(true);
+    report('citus: worker SIGSTOP inside its transaction past the lease, SIGCONT', { ...inv, expiredButLockedShards: stuck, shardsRerun: rerun });
     await s.stopAll();
   }, 120_000);
 
