@@ -19,13 +19,16 @@ export class SilentConnectionError extends Error {
 export class SilenceWatch {
   private outstanding = 0;
   private timer: NodeJS.Timeout | undefined;
+  /** When a byte last came (Date.now()). The timer is not re-armed per chunk (a large result
+   *  arrives in thousands): when it fires, it checks this and waits out the rest. */
+  private heardAt = 0;
 
   constructor(
     private readonly stream: Duplex,
     private readonly ms: number,
   ) {
     stream.on('data', () => {
-      if (this.outstanding > 0) this.arm();
+      this.heardAt = Date.now();
     });
     stream.once('close', () => this.clear());
   }
@@ -33,7 +36,11 @@ export class SilenceWatch {
   /** A statement goes out; call the returned function once it settled (idempotent). */
   begin(): () => void {
     this.outstanding += 1;
-    if (!this.timer) this.arm();
+    if (this.outstanding === 1) {
+      // Silence counts from the first statement out, not from the last byte of an idle spell.
+      this.heardAt = Date.now();
+      this.arm(this.ms);
+    }
     let ended = false;
     return () => {
       if (ended) return;
@@ -43,12 +50,15 @@ export class SilenceWatch {
     };
   }
 
-  private arm(): void {
+  private arm(delayMs: number): void {
     clearTimeout(this.timer);
     this.timer = setTimeout(() => {
       this.timer = undefined;
-      this.stream.destroy(new SilentConnectionError(this.ms));
-    }, this.ms);
+      if (this.outstanding === 0) return;
+      const silentFor = Date.now() - this.heardAt;
+      if (silentFor < this.ms) this.arm(this.ms - silentFor);
+      else this.stream.destroy(new SilentConnectionError(this.ms));
+    }, delayMs);
   }
 
   private clear(): void {
