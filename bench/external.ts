@@ -32,10 +32,16 @@
 //                        before the business COMMIT and commits it after (two-phase commit, a
 //                        decision row per batch in the business database): exact without a note per
 //                        timeout (the center instance runs with max_prepared_transactions).
+//   --baseline <dir>     also run, in the same rounds, the external path of another checkout's build
+//                        (<dir>/dist: git worktree add <dir> <commit>; npm run build there) as
+//                        external-baseline, with that checkout's migrations: a change to the path
+//                        measured against what it replaces on the same box in the same run
 //   --profile            where the time goes (bench/lib/profile.ts): each instance's statements
 //                        (pg_stat_statements), what the product's backends wait on (sampled), the
 //                        CPU seconds of each instance and of the node process
 //   --help               this text
+// BENCH_CHILD_NODE_OPTIONS (environment): NODE_OPTIONS of the product's process only, e.g.
+// "--cpu-prof --cpu-prof-dir=/tmp/prof" for where its node CPU goes.
 import { spawn } from 'node:child_process';
 import { writeFileSync, mkdtempSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -65,6 +71,7 @@ const { values: args } = parseArgs({
     out: { type: 'string' },
     profile: { type: 'boolean', default: false },
     references: { type: 'boolean', default: false },
+    baseline: { type: 'string' },
     help: { type: 'boolean', short: 'h', default: false },
   },
   strict: true,
@@ -90,8 +97,29 @@ const PROFILE = args.profile === true;
 const REFERENCES = args.references === true;
 const CLI = new URL('../dist/cli/main.js', import.meta.url).pathname;
 
+/** What a burst needs of a build: its CLI and the steps that prepare its databases. */
+interface Build {
+  cli: string;
+  migrate: typeof migrate;
+  prepareBusinessDatabases: typeof prepareBusinessDatabases;
+}
+const CURRENT: Build = { cli: CLI, migrate, prepareBusinessDatabases };
+async function loadBuild(dir: string): Promise<Build> {
+  const dist = join(dir, 'dist');
+  try {
+    const m = (await import(join(dist, 'db/migrate.js'))) as { migrate: typeof migrate };
+    const b = (await import(join(dist, 'worker/business-db.js'))) as { prepareBusinessDatabases: typeof prepareBusinessDatabases };
+    return { cli: join(dist, 'cli/main.js'), migrate: m.migrate, prepareBusinessDatabases: b.prepareBusinessDatabases };
+  } catch (err) {
+    process.stderr.write(`bench:external: --baseline ${dir}: no build there (${(err as Error).message}); run npm run build in that checkout\n`);
+    process.exit(2);
+  }
+}
+const BASELINE = args.baseline === undefined ? undefined : await loadBuild(args.baseline);
+
 interface Burst {
-  path: 'same-database' | 'external';
+  path: 'same-database' | 'external' | 'external-baseline';
+  round: number;
   seconds: number;
   perSecond: number;
   centerWalBytesPerTimeout: number;
@@ -120,7 +148,8 @@ async function waitDrained(pool: pg.Pool, limitMs: number, what: string): Promis
 }
 
 async function burst(path: Burst['path'], center: PostgresServer, business: PostgresServer, round: number): Promise<Burst> {
-  const dbName = `bench_${path.replace('-', '_')}_${round}`;
+  const dbName = `bench_${path.replace(/-/g, '_')}_${round}`;
+  const build = path === 'external-baseline' ? BASELINE! : CURRENT;
   const admin = new pg.Pool({ connectionString: center.url(), max: 1 });
   await admin.query(`CREATE DATABASE ${dbName}`);
   await admin.end();
@@ -128,7 +157,7 @@ async function burst(path: Burst['path'], center: PostgresServer, business: Post
   const centerPool = new pg.Pool({ connectionString: centerUrl, max: 2 });
   let ordersPool = centerPool;
   let businessUrl: string | undefined;
-  if (path === 'external') {
+  if (path !== 'same-database') {
     const badmin = new pg.Pool({ connectionString: business.url(), max: 1 });
     await badmin.query(`CREATE DATABASE ${dbName}`);
     await badmin.end();
@@ -136,7 +165,7 @@ async function burst(path: Burst['path'], center: PostgresServer, business: Post
     ordersPool = new pg.Pool({ connectionString: businessUrl, max: 2 });
   }
   const logger = createLogger('silent');
-  await migrate(centerPool, logger);
+  await build.migrate(centerPool, logger);
   await ordersPool.query(ORDERS_DDL);
   const configInput = {
     redisKeyPrefix: testKeyPrefix(`bench-ext-${path}`),
@@ -149,7 +178,7 @@ async function burst(path: Burst['path'], center: PostgresServer, business: Post
   const config = parseConfig(configInput);
   await syncKinds(centerPool, config.kinds);
   await syncRoutes(centerPool, config.kinds);
-  if (businessUrl) await prepareBusinessDatabases({ orders: businessUrl }, logger);
+  if (businessUrl) await build.prepareBusinessDatabases({ orders: businessUrl }, logger);
   const dir = mkdtempSync(join(tmpdir(), 'tc-bench-ext-'));
   const configPath = join(dir, 'config.json');
   writeFileSync(configPath, JSON.stringify(configInput));
@@ -157,8 +186,13 @@ async function burst(path: Burst['path'], center: PostgresServer, business: Post
   // The process first, and a warm-up through both databases (leader elected, pools and prepared
   // statements warm); then the burst, due at one instant D a little ahead, seeded, vacuumed and
   // checkpointed before D (as bench:stores). Process start-up is outside the measure, for both.
-  const child = spawn(process.execPath, [CLI, 'run', '--config', configPath], {
-    env: { ...process.env, DATABASE_URL: centerUrl, REDIS_URL: TEST_REDIS_URL },
+  const child = spawn(process.execPath, [build.cli, 'run', '--config', configPath], {
+    env: {
+      ...process.env,
+      NODE_OPTIONS: process.env.BENCH_CHILD_NODE_OPTIONS ?? process.env.NODE_OPTIONS ?? '',
+      DATABASE_URL: centerUrl,
+      REDIS_URL: TEST_REDIS_URL,
+    },
     stdio: ['ignore', 'ignore', 'inherit'],
   });
   const warm = new Date(Date.now() - 1000);
@@ -225,6 +259,7 @@ async function burst(path: Burst['path'], center: PostgresServer, business: Post
   await centerPool.end();
   return {
     path,
+    round,
     seconds,
     perSecond: N / seconds,
     centerWalBytesPerTimeout: Number(walAfter - walBefore) / N,
@@ -323,11 +358,12 @@ const results: Burst[] = [];
 const referenceRuns: { shape: ReferenceShape; round: number; perSecond: number }[] = [];
 try {
   for (let round = 1; round <= ROUNDS; round += 1) {
-    for (const path of round % 2 ? (['same-database', 'external'] as const) : (['external', 'same-database'] as const)) {
+    const paths: Burst['path'][] = BASELINE ? ['same-database', 'external', 'external-baseline'] : ['same-database', 'external'];
+    for (const path of round % 2 ? paths : [...paths].reverse()) {
       const r = await burst(path, center, business, round);
       results.push(r);
       console.log(
-        `round ${round} ${path.padEnd(13)} ${N} timeouts in ${r.seconds.toFixed(2)} s = ${Math.round(r.perSecond)}/s, center WAL ${Math.round(r.centerWalBytesPerTimeout)} B/timeout${r.ok ? '' : ` PROBLEMS: ${r.problems.join('; ')}`}`,
+        `round ${round} ${path.padEnd(17)} ${N} timeouts in ${r.seconds.toFixed(2)} s = ${Math.round(r.perSecond)}/s, center WAL ${Math.round(r.centerWalBytesPerTimeout)} B/timeout${r.ok ? '' : ` PROBLEMS: ${r.problems.join('; ')}`}`,
       );
     }
     if (!REFERENCES) continue;
@@ -350,13 +386,11 @@ const median = (path: Burst['path']) => {
     .sort((a, b) => a - b);
   return s.length % 2 ? s[(s.length - 1) >> 1]! : (s[s.length / 2 - 1]! + s[s.length / 2]!) / 2;
 };
-// Round by round: the two bursts of a round ran minutes apart on the same box.
-const perRound = Array.from({ length: ROUNDS }, (_, i) => {
-  const x = results[2 * i]!;
-  const y = results[2 * i + 1]!;
-  const [e, s] = x.path === 'external' ? [x, y] : [y, x];
-  return Number((e.perSecond / s.perSecond).toFixed(2));
-});
+// Round by round: the bursts of a round ran minutes apart on the same box.
+const inRound = (path: Burst['path'], round: number) => results.find((r) => r.path === path && r.round === round)!;
+const perRoundOf = (a: Burst['path'], b: Burst['path']) =>
+  Array.from({ length: ROUNDS }, (_, i) => Number((inRound(a, i + 1).perSecond / inRound(b, i + 1).perSecond).toFixed(2)));
+const perRound = perRoundOf('external', 'same-database');
 const summary = {
   n: N,
   rounds: ROUNDS,
@@ -383,6 +417,23 @@ console.log(
 console.log(
   `median of ${ROUNDS} rounds: same database ${summary.medianSameDatabasePerSecond}/s, external ${summary.medianExternalPerSecond}/s (${summary.medianRatio}x; per round ${perRound.join(', ')})`,
 );
+let baselineSummary: Record<string, unknown> | undefined;
+if (BASELINE) {
+  const against = perRoundOf('external', 'external-baseline');
+  baselineSummary = {
+    dir: args.baseline,
+    medianBaselinePerSecond: Math.round(median('external-baseline')),
+    medianBaselineRatio: Number((median('external-baseline') / median('same-database')).toFixed(2)),
+    perRoundBaselineRatio: perRoundOf('external-baseline', 'same-database'),
+    medianExternalAgainstBaseline: Number((median('external') / median('external-baseline')).toFixed(2)),
+    perRoundExternalAgainstBaseline: against,
+  };
+  console.log(
+    `baseline (${args.baseline}), median of ${ROUNDS} rounds: external-baseline ${baselineSummary.medianBaselinePerSecond}/s ` +
+      `(${baselineSummary.medianBaselineRatio}x the same-database path; per round ${(baselineSummary.perRoundBaselineRatio as number[]).join(', ')}); ` +
+      `external against it ${baselineSummary.medianExternalAgainstBaseline}x (per round ${against.join(', ')})`,
+  );
+}
 let referenceSummary: Record<string, unknown> | undefined;
 if (REFERENCES) {
   const rates = (shape: ReferenceShape) => referenceRuns.filter((r) => r.shape === shape).map((r) => r.perSecond);
@@ -420,5 +471,5 @@ if (REFERENCES) {
       `same-database path ${referenceSummary.sameDatabaseAgainstItsReference}x its reference, external path ${referenceSummary.externalAgainstItsReference}x its reference`,
   );
 }
-if (args.out) writeFileSync(args.out, JSON.stringify({ ...summary, references: referenceSummary, referenceRuns }, null, 2));
+if (args.out) writeFileSync(args.out, JSON.stringify({ ...summary, baseline: baselineSummary, references: referenceSummary, referenceRuns }, null, 2));
 if (!summary.allCorrect) process.exit(1);

@@ -423,8 +423,6 @@ export class ShardExecutor {
   }
 }
 
-/** The batch statement a shard claims with: newest first for every other shard of a flood mapped
- *  ahead, oldest first otherwise. */
 /** The inputs of the batch form of claim.sql (the statement with the handler inside), or of
  *  claim_colocated.sql (Citus, the handler's tables colocated with timeouts). */
 function batchClaimValues(batch: BatchSqlHandler, lease: Lease): unknown[] {
@@ -447,6 +445,8 @@ function traceParentsOf(taken: Taken): string[] {
   return parents === undefined || parents === null || parents === '{}' ? [] : parseTextArray(parents);
 }
 
+/** The batch statement a shard claims with: newest first for every other shard of a flood mapped
+ *  ahead, oldest first otherwise. */
 function claimStatement(batch: BatchSqlHandler, lease: Lease): BatchStatement {
   return lease.from_newest ? batch.newest : batch;
 }

@@ -20,7 +20,7 @@ import { BrokenCircuitError } from 'cockatiel';
 import type pg from 'pg';
 import type { Logger } from 'pino';
 import { isConnectionError, isRetryableConflict, pgErrorCode } from '../db/pool.js';
-import { sql } from '../db/queries.js';
+import { compose, sql, statementValues } from '../db/queries.js';
 import { AS_TEXT, parseFloat8Array, parseJsonbArray, parseTextArray } from '../db/pg-text.js';
 import { bindLiterals } from './bind-literals.js';
 import { failpoint } from '../failpoints.js';
@@ -32,12 +32,18 @@ import { describeError, isBatchLevel, UnknownOutcomeError } from './failures.js'
 import { BatchFailure, HandlerTimeoutError, normalizeResult, type ShardItem } from './handler-contract.js';
 import type { ExternalTarget, ResolvedHandler } from './handlers.js';
 import { splitPinned } from './isolate.js';
+import { NEWEST_FIRST } from './sql-handler.js';
 import type { Lease } from './lease.js';
 import { latenessAt, recordOutcome, type ShardCounts, type ShardOutcome } from './outcome.js';
 import { withTimeLimit } from './time-limit.js';
 import { addLinksToActive, withSpan } from '../observability/tracing.js';
 
 export type ExternalOutcome = Exclude<ShardOutcome, { status: 'held' }>;
+
+/** external_claim.sql for every other shard of a flood mapped ahead (take_lease.sql from_newest):
+ *  the newest rows due by the flood's instant first, so two running shards walk past each other's
+ *  held rows from opposite ends. */
+const NEWEST_EXTERNAL_CLAIM = compose('worker/external_claim', { claimOrder: NEWEST_FIRST });
 
 /** A target that no business database name can be: biz_ids the routing rule cannot place. */
 const UNROUTABLE = '-unroutable';
@@ -247,9 +253,10 @@ export class ExternalExecutor {
   private async claim(lease: Lease, external: ExternalTarget): Promise<Claimed | undefined> {
     const routed = external.via === 'sql' && external.routed;
     if (lease.bucket !== null) return this.claimInBucket(lease, lease.bucket, routed);
-    const claim = bindLiterals(
-      sql('worker/external_claim', { shardId: lease.id, kind: lease.kind, claimLimit: lease.claim_limit, leaseToken: lease.lease_token, routed }),
-    );
+    const inputs = { shardId: lease.id, kind: lease.kind, claimLimit: lease.claim_limit, leaseToken: lease.lease_token, routed };
+    const claim = lease.from_newest
+      ? bindLiterals(NEWEST_EXTERNAL_CLAIM, statementValues('worker/external_claim', inputs))
+      : bindLiterals(sql('worker/external_claim', inputs));
     const unhold = bindLiterals(sql('worker/external_unhold', { shardId: lease.id, kind: lease.kind }));
     const results = (await this.pool.query({ text: `BEGIN; ${claim}; ${unhold}; COMMIT`, types: AS_TEXT })) as unknown as pg.QueryResult[];
     const row = (

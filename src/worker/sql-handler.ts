@@ -12,8 +12,10 @@ import { isConnectionError } from '../db/pool.js';
 import { compose, sql, statement } from '../db/queries.js';
 import { layoutOf, PLAIN, type Layout } from '../db/citus-layout.js';
 
-/** Newest due first, among the rows due by the flood's instant (the shard's not_before). */
-const NEWEST_FIRST = '     AND d.available_at <= (SELECT s.not_before FROM timeout_center.shards s WHERE s.id = $1)\n' + '   ORDER BY d.available_at DESC';
+/** Newest due first, among the rows due by the flood's instant (the shard's not_before): the
+ *  claimOrder slot of claim.sql and external_claim.sql. */
+export const NEWEST_FIRST =
+  '     AND d.available_at <= (SELECT s.not_before FROM timeout_center.shards s WHERE s.id = $1)\n' + '   ORDER BY d.available_at DESC';
 
 /**
  * claim.sql composed from its two declared slots (`-- @slot` in the file; the build fails if

@@ -4,10 +4,13 @@
 //     every row with every other (a nested loop over two 1-row estimates: 1,000 x 1,000).
 //   external_claim (routed): walks its target's due index in due order and stops at its limit,
 //     never reads and sorts the kind's whole backlog (sql/0016), nor reads other targets' rows
-//     (sql/0020); its one sort is its own claimed rows into id order.
+//     (sql/0020); its one sort is its own claimed rows into id order. Its newest-first form (every
+//     other shard of a flood) walks the same index backward, past none of the rows another holds.
 import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { statement } from '../../src/db/queries.js';
+import { compose, statement } from '../../src/db/queries.js';
+import { bindLiterals } from '../../src/worker/bind-literals.js';
+import { NEWEST_FIRST } from '../../src/worker/sql-handler.js';
 import { writeConfig } from '../helpers/orders.js';
 import { runCli } from '../helpers/processes.js';
 import { createTestDatabase, TEST_REDIS_URL, type TestDatabase } from '../helpers/services.js';
@@ -91,6 +94,31 @@ describe('plans of the external path', () => {
     expect(sorts).toEqual([{ rows: SHARD, input: 'CTE Scan rows' }]);
     // Its own target's rows only (sql/0020): no row of b0 or b2 read and thrown away.
     expect(plan).toMatch(/"Index Name":"timeouts_due_by_target"[^{}]*"Rows Removed by Filter":0[,}]/);
+  });
+
+  it("external_claim's newest-first form (every other shard of a flood) walks the due index from the other end, past none of the rows another shard holds", async () => {
+    // a shard of the flood mapped ahead holds the oldest 1,000 of b2's rows (claimed for real)
+    const oldest = await shard(3, 'b2');
+    await pool.query(`UPDATE timeout_center.shards SET not_before = now() WHERE id = $1`, [oldest.id]);
+    await pool.query(bindLiterals(statement('worker/external_claim'), [Number(oldest.id), KIND, SHARD, oldest.lease_token, true]));
+    const held = (await pool.query<{ ids: string[] }>(`SELECT held_ids::text[] AS ids FROM timeout_center.shards WHERE id = $1`, [oldest.id])).rows[0]!.ids;
+    expect(held).toHaveLength(SHARD);
+    const s = await shard(4, 'b2');
+    await pool.query(`UPDATE timeout_center.shards SET not_before = now() WHERE id = $1`, [s.id]);
+    const newest = compose('worker/external_claim', { claimOrder: NEWEST_FIRST });
+    const plan = await explain(newest, [Number(s.id), KIND, SHARD, s.lease_token, true]);
+    expect(plan).toContain('"Scan Direction":"Backward"');
+    expect(plan).toMatch(/"Index Name":"timeouts_due_by_target"[^{}]*"Rows Removed by Filter":0[,}]/);
+    // what it takes: b2's newest due rows, none of the oldest shard's
+    const { rows } = await pool.query<{ ids: string[] }>({ text: newest, values: [Number(s.id), KIND, SHARD, s.lease_token, true] });
+    const taken = rows[0]!.ids;
+    expect(taken).toHaveLength(SHARD);
+    expect(taken.filter((id) => held.includes(id))).toEqual([]);
+    const maxDue = await pool.query<{ max: string }>(
+      `SELECT max(id)::text AS max FROM timeout_center.timeouts WHERE kind = $1 AND target = 'b2' AND state = 'pending'`,
+      [KIND],
+    );
+    expect(taken).toContain(maxDue.rows[0]!.max);
   });
 
   it("external_record reaches the shard's rows through an index, not row by row against each other", async () => {

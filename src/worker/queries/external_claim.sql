@@ -18,6 +18,11 @@
 --   $5 routed: only the rows whose target (timeouts.target, stamped by the kind's routing rule
 --      when the row was written: sql/0020) is the shard's (boolean)
 -- @params shardId: number, kind: string, claimLimit: number, leaseToken: string, routed: boolean
+-- @slot claimOrder tc:claim-order
+-- Every other shard of a flood mapped ahead (take_lease.sql from_newest) claims the newest rows
+-- due by the flood's instant first (the slot's newest-first line, sql-handler.ts NEWEST_FIRST, as
+-- claim.sql's): the rows other running shards hold stay pending and in the due index until their
+-- record, and a claim walks past each of them; from two ends, each walks past half as many.
 -- Returns one row: target (the shard's), ids (bigint[]), biz_ids (text[]), payloads (jsonb[]),
 -- lateness in s (float8[]), fresh (this is the shard's first claim: no earlier run of it can have
 -- applied anything), measured_ms (the instant the lateness is measured at, epoch ms: the worker
@@ -51,7 +56,7 @@ WITH ours AS MATERIALIZED (
      AND (NOT $5::boolean OR d.target = (SELECT target FROM ours))
      AND d.id NOT IN (SELECT b.id FROM busy b)
      AND EXISTS (SELECT 1 FROM ours WHERE claimed_at IS NULL) AND NOT EXISTS (SELECT 1 FROM pinned)
-   ORDER BY d.available_at
+   ORDER BY d.available_at -- tc:claim-order (the newest-first form of a flood's shard)
    LIMIT $3
      FOR UPDATE SKIP LOCKED
 ), marked AS (
