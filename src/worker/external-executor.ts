@@ -440,7 +440,13 @@ export class ExternalExecutor {
           { cause: err },
         );
       }
-      if (err instanceof HandlerTimeoutError || err instanceof UnknownOutcomeError) throw err;
+      if (err instanceof HandlerTimeoutError || err instanceof UnknownOutcomeError) {
+        // A run that gave up waiting for another run's marker (57014, 55P03) holds a connection
+        // in its aborted transaction: back to the pool only once out of it (else the next shard
+        // on this database fails at BEGIN, 25P02). A timed-out or broken one is already destroyed.
+        if (!released) await client.query('ROLLBACK').catch(() => release(true));
+        throw err;
+      }
       if (at.phase === 'commit' && isConnectionError(err)) {
         claimed.markerKnown = false;
         release(true);
