@@ -27,15 +27,13 @@ import { LeaderBalance } from './stores/leader-balance.js';
 import { storeCoordinators } from './stores/store-coordinators.js';
 import { Worker } from './worker/worker.js';
 import { checkPostgres, redactDbUrl, UnreachableError } from './db/reachability.js';
+import { within } from './bounded.js';
 
 export { checkPostgres, redactDbUrl, UnreachableError };
 
 export async function checkRedis(channel: RedisStreamsChannel, target: string, timeoutMs = 5000): Promise<void> {
   try {
-    await Promise.race([
-      channel.ping(),
-      new Promise((_, reject) => setTimeout(() => reject(new Error(`no answer within ${timeoutMs} ms`)), timeoutMs).unref()),
-    ]);
+    await within(channel.ping(), timeoutMs, `no answer within ${timeoutMs} ms`);
   } catch (err) {
     const hint =
       channel.mode === 'single' ? 'REDIS_URL' : channel.mode === 'cluster' ? 'REDIS_CLUSTER (or redis.cluster)' : 'REDIS_SENTINELS and REDIS_SENTINEL_NAME';

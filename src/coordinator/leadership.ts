@@ -10,6 +10,7 @@ import type { Logger } from 'pino';
 import type { Service } from '../service.js';
 import { redlockLeaderLock, type HeldLock, type LeaderLock } from './leader-lock.js';
 import { sql } from '../db/queries.js';
+import { within } from '../bounded.js';
 
 export interface LeadershipOptions {
   /** Redis for the default redlock lock; ignored when `lock` is given. */
@@ -85,7 +86,7 @@ export class Leadership extends EventEmitter<LeadershipEvents> implements Servic
     let lock: HeldLock;
     const acquiring = this.locker.acquire(this.options.lockKey, this.options.ttlMs);
     try {
-      lock = await withinLifetime(acquiring, this.options.ttlMs, 'acquiring the leadership lock');
+      lock = await within(acquiring, this.options.ttlMs, silentRedis('acquiring the leadership lock', this.options.ttlMs));
     } catch {
       // Another coordinator leads, or Redis is unreachable or silent: stay standby. A lock won
       // after we stopped waiting is given back (it would expire on its own anyway).
@@ -119,7 +120,8 @@ export class Leadership extends EventEmitter<LeadershipEvents> implements Servic
     try {
       // Not past the lock's own expiry: a renewal that never answers must not keep this loop
       // waiting while the lock runs out (the leader would neither lead nor step down).
-      this.lock = await withinLifetime(lock.extend(this.options.ttlMs), lock.expiration - Date.now(), 'renewing the leadership lock');
+      const left = lock.expiration - Date.now();
+      this.lock = await within(lock.extend(this.options.ttlMs), left, silentRedis('renewing the leadership lock', left));
     } catch (err) {
       this.stepDown(`could not renew the leadership lock: ${(err as Error).message}`);
     }
@@ -149,11 +151,7 @@ export class Leadership extends EventEmitter<LeadershipEvents> implements Servic
   }
 }
 
-/** The promise's outcome, or a rejection once `ms` passed without one (Redis silent). */
-function withinLifetime<T>(promise: Promise<T>, ms: number, what: string): Promise<T> {
-  let timer: NodeJS.Timeout | undefined;
-  const expired = new Promise<never>((_, reject) => {
-    timer = setTimeout(() => reject(new Error(`${what} got no answer from Redis within ${Math.max(0, ms)} ms`)), Math.max(0, ms));
-  });
-  return Promise.race([promise, expired]).finally(() => clearTimeout(timer));
+/** A lock command's bound (its lock's lifetime) ran out: Redis is silent. */
+function silentRedis(what: string, ms: number): string {
+  return `${what} got no answer from Redis within ${Math.max(0, Math.round(ms))} ms`;
 }

@@ -3,6 +3,7 @@
 import Fastify, { LogController, type FastifyBaseLogger } from 'fastify';
 import type { Logger } from 'pino';
 import type { Metrics } from './metrics.js';
+import { within } from '../bounded.js';
 
 export type ReadinessCheck = () => Promise<Record<string, unknown>>;
 
@@ -58,13 +59,16 @@ export async function startHealthServer(options: {
   };
 }
 
+/** How long /ready waits for each check: a probe must answer before its own timeout. */
+const READINESS_BOUND_MS = 2000;
+
 async function readiness(checks: Record<string, ReadinessCheck>): Promise<{ ok: boolean; body: Record<string, unknown> }> {
   const body: Record<string, unknown> = {};
   let ok = true;
   await Promise.all(
     Object.entries(checks).map(async ([name, check]) => {
       try {
-        body[name] = await withTimeout(check(), 2000);
+        body[name] = await within(check(), READINESS_BOUND_MS, `no answer within ${READINESS_BOUND_MS} ms`);
       } catch (err) {
         ok = false;
         body[name] = { ok: false, error: (err as Error).message };
@@ -72,20 +76,4 @@ async function readiness(checks: Record<string, ReadinessCheck>): Promise<{ ok: 
     }),
   );
   return { ok, body: { status: ok ? 'ready' : 'not ready', ...body } };
-}
-
-function withTimeout<T>(p: Promise<T>, ms: number): Promise<T> {
-  return new Promise((resolve, reject) => {
-    const t = setTimeout(() => reject(new Error(`no answer within ${ms} ms`)), ms);
-    p.then(
-      (v) => {
-        clearTimeout(t);
-        resolve(v);
-      },
-      (e: unknown) => {
-        clearTimeout(t);
-        reject(e instanceof Error ? e : new Error(String(e)));
-      },
-    );
-  });
 }

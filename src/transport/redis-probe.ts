@@ -6,6 +6,7 @@ import type { RedisConnectionConfig } from '../config.js';
 import { streamKey } from './keys.js';
 import { createRedisClient, describeTarget, reachedNodes } from './redis-connection.js';
 import { forgetConnection } from './redis-outages.js';
+import { within } from '../bounded.js';
 
 export interface RedisProbe {
   mode: RedisConnectionConfig['mode'];
@@ -26,7 +27,6 @@ export async function probeRedis(
 ): Promise<RedisProbe> {
   const client = createRedisClient(target, logger, 'commands');
   const base = { mode: target.mode, target: describeTarget(target) };
-  let timer: NodeJS.Timeout | undefined;
   try {
     const answer = (async (): Promise<RedisProbe> => {
       await client.ping();
@@ -42,14 +42,10 @@ export async function probeRedis(
       );
       return { ...base, nodes, streams };
     })();
-    const bound = new Promise<never>((_, reject) => {
-      timer = setTimeout(() => reject(new Error(`no answer within ${timeoutMs} ms`)), timeoutMs);
-    });
-    return await Promise.race([answer, bound]);
+    return await within(answer, timeoutMs, `no answer within ${timeoutMs} ms`);
   } catch (err) {
     return { ...base, nodes: [], streams: [], error: (err as Error).message };
   } finally {
-    clearTimeout(timer);
     forgetConnection(client);
     client.disconnect();
   }

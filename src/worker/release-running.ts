@@ -10,7 +10,7 @@ import type { Logger } from 'pino';
 import { createClient } from '../db/pool.js';
 import { sql } from '../db/queries.js';
 import type { Metrics } from '../observability/metrics.js';
-import { within } from './bounded.js';
+import { noAnswer, within } from '../bounded.js';
 
 /** How long one database may take to release its shards (connect 3 s, then two statements). */
 export const RELEASE_BOUND_MS = 5000;
@@ -97,7 +97,7 @@ async function releaseIn(db: RunningIn, workerId: string, boundMs: number): Prom
     return (await client.query<{ id: string; kind: string }>(sql('worker/release_running', { shardIds: db.shardIds, workerId }))).rows;
   })();
   try {
-    return await within(work, boundMs, `releasing the running shards of ${db.store}`);
+    return await within(work, boundMs, noAnswer(`releasing the running shards of ${db.store}`, boundMs));
   } finally {
     // Not awaited: ending a connection to a server that does not answer would wait for it.
     void client.end().catch(() => {});

@@ -13,7 +13,7 @@ import { ShardExecutor } from './executor.js';
 import type { ShardHandler } from './handler-contract.js';
 import { resolveHandlers } from './handlers.js';
 import { Housekeeping } from './housekeeping.js';
-import { within } from './bounded.js';
+import { noAnswer, within } from '../bounded.js';
 import { BusyBackends } from './release-running.js';
 
 export interface StoreSideOptions {
@@ -140,7 +140,7 @@ export class StoreSides {
             () => {},
           ),
           boundMs,
-          `closing store ${store}`,
+          noAnswer(`closing store ${store}`, boundMs),
         ).then(
           () => [],
           () => [store],

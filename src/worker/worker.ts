@@ -15,7 +15,7 @@ import { BusinessDatabases } from './business-db.js';
 import { ShardExecutor } from './executor.js';
 import { ExternalExecutor } from './external-executor.js';
 import { Housekeeping } from './housekeeping.js';
-import { within } from './bounded.js';
+import { noAnswer, within } from '../bounded.js';
 import { BusyBackends, RELEASE_BOUND_MS, releaseRunning, type RunningIn } from './release-running.js';
 import type { ShardHandler } from './handler-contract.js';
 import { resolveHandlers } from './handlers.js';
@@ -368,7 +368,7 @@ export class Worker implements Service {
       [...byDatabase].map(async ([database, deliveries]) => {
         const shardIds = deliveries.map((d) => d.message.shardId);
         try {
-          await within(handBackIn(deliveries, shardIds), RELEASE_BOUND_MS, `handing back shards in ${database}`);
+          await within(handBackIn(deliveries, shardIds), RELEASE_BOUND_MS, noAnswer(`handing back shards in ${database}`, RELEASE_BOUND_MS));
           this.deps.logger.info({ shards: shardIds, store: database }, 'handed back shards read but not started');
         } catch (err) {
           this.backlog.push(...deliveries);
