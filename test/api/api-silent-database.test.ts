@@ -11,7 +11,7 @@ import { CLOSE_SQL, createOrdersSchema, writeConfig } from '../helpers/orders.js
 import { killAll, runCli, spawnCli, type CliProcess } from '../helpers/processes.js';
 import { freePort } from '../helpers/servers.js';
 import { createTestDatabase, type TestDatabase } from '../helpers/services.js';
-import { startSilentProxy, type SilentProxy } from '../helpers/silent-proxy.js';
+import { silentProxyTo, type SilentProxy } from '../helpers/silent-proxy.js';
 import { tearDown } from '../helpers/teardown.js';
 
 const TOKEN = 'silent-token-0123456789abcdef';
@@ -45,12 +45,10 @@ describe('HTTP API over a silent database connection', () => {
       api: { tokens: [{ name: 'orders', sha256: sha256Hex(TOKEN), kinds: ['*'], verbs: ['*'] }], requestTimeoutMs: 10_000 },
     });
     expect((await runCli(['migrate', '-c', configPath], { DATABASE_URL: db.url })).code).toBe(0);
-    const direct = new URL(db.url);
-    proxy = await startSilentProxy(Number(direct.port || 5432), direct.hostname);
-    const via = new URL(db.url);
-    via.port = String(proxy.port);
+    const via = await silentProxyTo(db.url);
+    proxy = via.proxy;
     const port = await freePort();
-    api = spawnCli('api', ['api', '-c', configPath, '--port', String(port)], { DATABASE_URL: via.toString(), REDIS_URL: '' });
+    api = spawnCli('api', ['api', '-c', configPath, '--port', String(port)], { DATABASE_URL: via.url, REDIS_URL: '' });
     await api.waitForMsg('api listening', 60_000);
     base = `http://127.0.0.1:${port}`;
   });

@@ -7,7 +7,7 @@
 import { afterAll, afterEach, describe, expect, it } from 'vitest';
 import { killAll } from '../helpers/processes.js';
 import { startPostgres, stopAllServers } from '../helpers/servers.js';
-import { startSilentProxy, type SilentProxy } from '../helpers/silent-proxy.js';
+import { silentProxyTo, type SilentProxy } from '../helpers/silent-proxy.js';
 import { linesMatching, report, Scenario, sleep, waitUntil } from './harness.js';
 
 const N = 3000;
@@ -149,11 +149,9 @@ describe('PostgreSQL faults', () => {
     // The processes reach the database through a proxy that stops forwarding on the connections
     // open at that moment and keeps them open (a dropped firewall or NAT entry, a host gone
     // without a reset); the test's own pool goes direct.
-    const direct = new URL(s.databaseUrl);
-    proxy = await startSilentProxy(Number(direct.port || 5432), direct.hostname);
-    const via = new URL(s.databaseUrl);
-    via.port = String(proxy.port);
-    const env = { DATABASE_URL: via.toString() };
+    const via = await silentProxyTo(s.databaseUrl);
+    proxy = via.proxy;
+    const env = { DATABASE_URL: via.url };
     const c = s.coordinator('coordinator', { env });
     await c.waitForMsg('became leader', 15_000);
     const slow = 'worker.after-lease=sleep(200)';

@@ -63,3 +63,19 @@ export async function startSilentProxy(targetPort: number, targetHost = '127.0.0
     },
   };
 }
+
+/** The port a URL means when it names none: PostgreSQL's and Redis's defaults. */
+function portOf(url: URL): number {
+  if (url.port) return Number(url.port);
+  if (url.protocol.startsWith('redis')) return 6379;
+  return 5432;
+}
+
+/** A silent proxy in front of a database or Redis URL's host and port, and the same URL through it
+ *  (what a process under test is given; the test's own clients keep the direct URL). */
+export async function silentProxyTo(url: string): Promise<{ proxy: SilentProxy; url: string }> {
+  const target = new URL(url);
+  const proxy = await startSilentProxy(portOf(target), target.hostname);
+  target.port = String(proxy.port);
+  return { proxy, url: target.toString() };
+}

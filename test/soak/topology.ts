@@ -9,7 +9,7 @@ import { leaderLockKey, streamKey } from '../../dist/transport/keys.js';
 import { createOrdersSchema } from '../helpers/orders.ts';
 import { cli, startRedisCluster, startSentinelGroup, type RedisProcess } from '../helpers/redis-ha.ts';
 import { startPostgres, startRedis, type PostgresServer } from '../helpers/servers.ts';
-import { startSilentProxy, type SilentProxy } from '../helpers/silent-proxy.ts';
+import { silentProxyTo, type SilentProxy } from '../helpers/silent-proxy.ts';
 import type { Topology } from './args.ts';
 import { COUNTED_CLOSE, LEASE_MS, LOCAL, pick, quietPool, random, REMOTE, sleep, STORED, waitUntil, type Db, type FaultResult } from './common.ts';
 
@@ -191,14 +191,6 @@ function silence(proxy: SilentProxy, what: string, noticeMs: number, scope?: str
   };
 }
 
-/** A silent proxy to a URL's host and port, and the URL through it. */
-async function throughProxy(url: string): Promise<{ proxy: SilentProxy; url: string }> {
-  const target = new URL(url);
-  const proxy = await startSilentProxy(Number(target.port), target.hostname);
-  target.port = String(proxy.port);
-  return { proxy, url: target.toString() };
-}
-
 /** Redis killed (no persistence: its data gone) and started again empty on its port. */
 function restartRedisEmpty(redis: Awaited<ReturnType<typeof startRedis>>) {
   return async (): Promise<FaultResult> => {
@@ -299,7 +291,7 @@ export async function setUp(topology: Topology, center: Db, centerUrl: string): 
     const redis = await startRedis();
     // The fleet reaches Redis, the center and the business database through silent proxies (the
     // soak's own pools go direct): the silent-* faults.
-    const [viaRedis, viaCenter, viaBusiness] = await Promise.all([throughProxy(redis.url), throughProxy(centerUrl), throughProxy(ordersEnv.ORDERS_URL)]);
+    const [viaRedis, viaCenter, viaBusiness] = await Promise.all([silentProxyTo(redis.url), silentProxyTo(centerUrl), silentProxyTo(ordersEnv.ORDERS_URL)]);
     const proxies = [viaRedis.proxy, viaCenter.proxy, viaBusiness.proxy];
     return {
       ...common,
