@@ -36,8 +36,28 @@ export function parseInt8Array(text: string): string[] {
   return (plainItems(text) as string[] | undefined) ?? pgInt8Array(text);
 }
 
+/** Also remembers the text as the array's literal (literalOf): sent on as it came, unless quoted. */
 export function parseTextArray(text: string): string[] {
-  return (plainItems(text) as string[] | undefined) ?? pgTextArray(text);
+  const items = plainItems(text) as string[] | undefined;
+  return items ? withLiteral(items, text) : pgTextArray(text);
+}
+
+/**
+ * Arrays whose literal is already known: the text PostgreSQL sent them in (a claim's biz_ids, a
+ * handler's applied ids aggregated in the business database). sql() and the SQL handler send that
+ * text on instead of writing the array again, item by item: a shard's ids reach the business
+ * database, its marker and the record without being written anew each time. Only for arrays
+ * nothing changes afterwards; for an array of items, the literal of their biz_ids.
+ */
+const knownLiterals = new WeakMap<readonly unknown[], string>();
+
+export function withLiteral<T extends readonly unknown[]>(array: T, literal: string): T {
+  knownLiterals.set(array, literal);
+  return array;
+}
+
+export function literalOf(value: unknown): string | undefined {
+  return Array.isArray(value) ? knownLiterals.get(value) : undefined;
 }
 
 export function parseFloat8Array(text: string): number[] {

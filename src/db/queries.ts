@@ -5,7 +5,7 @@
 // by the compiler against the statement's @params (a missing, misspelt or mistyped input is a
 // compile error), returning the pg query config { text, values } in $n order (arrays of strings,
 // numbers or booleans as array literals).
-import { arrayLiteral, isFlatArray } from './pg-text.js';
+import { arrayLiteral, isFlatArray, literalOf } from './pg-text.js';
 import { statements, type StatementInputs, type StatementName } from './statements.generated.js';
 
 export type { StatementName, StatementInputs };
@@ -33,10 +33,11 @@ export function statementValues<N extends StatementName>(name: N, ...[inputs]: I
   const given = (inputs ?? {}) as Record<string, unknown>;
   const values = params.map((p) => {
     if (!(p in given)) throw new Error(`${name}: input ${p} is missing (inputs: ${params.join(', ')})`);
-    // A shard's arrays (biz_ids, applied, held ids) as one literal, written in one pass: pg sends
-    // every parameter as text, so the server reads the same thing (pg-text.ts arrayLiteral).
+    // A shard's arrays (biz_ids, applied, held ids) as one literal: the text they came in when it
+    // is known, else written in one pass. pg sends every parameter as text, so the server reads
+    // the same thing (pg-text.ts).
     const value = given[p];
-    return isFlatArray(value) ? arrayLiteral(value) : value;
+    return literalOf(value) ?? (isFlatArray(value) ? arrayLiteral(value) : value);
   });
   if (Object.keys(given).length !== params.length) {
     const unknown = Object.keys(given).filter((k) => !params.includes(k));

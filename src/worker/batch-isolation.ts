@@ -17,6 +17,10 @@ export interface RowFailure {
 export interface Isolated {
   applied: Set<string>;
   failed: Map<string, RowFailure>;
+  /** The handler's own list when its first call, on the whole batch, succeeded with no failed id
+   *  (the usual case): its literal may be known (pg-text.ts), so the marker and the record send
+   *  it on as it came. */
+  whole?: string[];
 }
 
 export async function applyIsolating(
@@ -32,6 +36,7 @@ export async function applyIsolating(
   try {
     const result = normalizeResult(await call(items));
     await client.query(`RELEASE SAVEPOINT ${savepoint}`);
+    if (depth === 0 && (result.failed ?? []).length === 0) out.whole = result.applied;
     for (const id of result.applied) out.applied.add(id);
     for (const f of result.failed ?? []) out.failed.set(String(f.bizId), { error: f.error, permanent: false });
     return out;

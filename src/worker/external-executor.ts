@@ -21,7 +21,7 @@ import type pg from 'pg';
 import type { Logger } from 'pino';
 import { isConnectionError, isRetryableConflict, pgErrorCode } from '../db/pool.js';
 import { compose, sql, statementValues } from '../db/queries.js';
-import { AS_TEXT, parseFloat8Array, parseJsonbArray, parseTextArray } from '../db/pg-text.js';
+import { AS_TEXT, literalOf, parseFloat8Array, parseJsonbArray, parseTextArray, withLiteral } from '../db/pg-text.js';
 import { bindLiterals } from './bind-literals.js';
 import { failpoint } from '../failpoints.js';
 import type { Metrics } from '../observability/metrics.js';
@@ -55,6 +55,8 @@ interface Claimed {
   /** Set once the target said there is no marker (or the run wrote its own). */
   markerKnown: boolean;
   items: ShardItem[];
+  /** The items' biz_ids, in their order (never changed: their literal may be known, pg-text.ts). */
+  bizIds: string[];
   /** Measured at the claim (measuredMs, epoch ms on PostgreSQL's clock); moved to the record's
    *  instant, after the target's commit, when observed. */
   lateness: number[];
@@ -365,7 +367,7 @@ export class ExternalExecutor {
     let center: CenterLock | undefined;
     const work = async (signal: AbortSignal): Promise<Decision | Lost> => {
       await client.query(`BEGIN; SET LOCAL statement_timeout = ${Math.floor(limit)}`);
-      const ran = items.map((i) => i.bizId);
+      const ran = claimed.bizIds;
       try {
         await insertMarker(client, lease.id, lease.lease_token, ran);
       } catch (err) {
@@ -394,9 +396,9 @@ export class ExternalExecutor {
         if (signal.aborted) throw signal.reason;
         return handler.run(batch, { kind: handler.kind, shardId: lease.id, attempt: lease.attempts, client, signal });
       };
-      const { applied, failed } = await applyIsolating(client, items, call, (err) => isBatchLevel(err) || signal.aborted);
+      const { applied, failed, whole } = await applyIsolating(client, items, call, (err) => isBatchLevel(err) || signal.aborted);
       await failpoint('external.after-apply');
-      const marker: Marker = { applied: [...applied], failed: [...failed].map(([bizId, f]) => ({ bizId, ...f })), ran };
+      const marker: Marker = { applied: whole ?? [...applied], failed: [...failed].map(([bizId, f]) => ({ bizId, ...f })), ran };
       await completeMarker(client, lease.id, marker);
       const lock = await this.lockLease(lease);
       if (!lock) {
@@ -628,17 +630,26 @@ interface ClaimRow {
 
 /** The claimed rows, less those given back to a shard that held them first (external_unhold.sql). */
 function claimedRows(target: string | null, fresh: boolean, row: ClaimRow, givenBack: ReadonlySet<string>): Claimed {
-  const ids = parseTextArray(row.ids ?? '{}');
   const bizIds = parseTextArray(row.biz_ids ?? '{}');
   const payloads = parseJsonbArray(row.payloads ?? '{}');
   const lateness = parseFloat8Array(row.lateness ?? '{}');
-  const keep = ids.map((id) => !givenBack.has(id));
+  const all = bizIds.map((bizId, i) => ({ bizId, payload: payloads[i] }));
+  let kept = { bizIds, items: all, lateness };
+  if (givenBack.size === 0) {
+    // the whole claim: the items' biz_ids go to the handler and the marker as the claim sent them
+    const literal = literalOf(bizIds);
+    if (literal !== undefined) withLiteral(all, literal);
+  } else {
+    const keep = parseTextArray(row.ids ?? '{}').map((id) => !givenBack.has(id));
+    kept = { bizIds: bizIds.filter((_, i) => keep[i]), items: all.filter((_, i) => keep[i]), lateness: lateness.filter((_, i) => keep[i]) };
+  }
   return {
     target,
     fresh,
     markerKnown: fresh,
-    items: bizIds.map((bizId, i) => ({ bizId, payload: payloads[i] })).filter((_, i) => keep[i]),
-    lateness: lateness.filter((_, i) => keep[i]),
+    items: kept.items,
+    bizIds: kept.bizIds,
+    lateness: kept.lateness,
     measuredMs: Number(row.measured_ms),
     traceParents: row.trace_parents === null || row.trace_parents === '{}' ? [] : parseTextArray(row.trace_parents),
   };

@@ -2,6 +2,7 @@
 // returns, and the errors it may throw. A leaf module: every part of the worker, and the public
 // API (index.ts), takes these from here.
 import type pg from 'pg';
+import { literalOf } from '../db/pg-text.js';
 
 export interface ShardItem {
   bizId: string;
@@ -61,7 +62,9 @@ export class HandlerTimeoutError extends BatchFailure {
 
 /** A handler's answer in one shape; refuses anything else. */
 export function normalizeResult(result: HandlerResult | string[] | undefined | null): HandlerResult {
-  if (Array.isArray(result)) return { applied: result.map(String) };
+  // ids parsed from the text PostgreSQL sent (a SQL handler's): strings already, and their literal
+  // is remembered (pg-text.ts literalOf) for the marker and the record
+  if (Array.isArray(result)) return { applied: literalOf(result) !== undefined ? result : result.map(String) };
   if (!result || !Array.isArray(result.applied)) {
     throw new Error('handler returned neither an array of applied ids nor { applied: [...] }');
   }

@@ -8,7 +8,7 @@ import { resolve } from 'node:path';
 import type pg from 'pg';
 import type { HandlerConfig, KindConfig, LoadedConfig } from '../config.js';
 import { layoutOf } from '../db/citus-layout.js';
-import { arrayLiteral } from '../db/pg-text.js';
+import { arrayLiteral, AS_TEXT, literalOf, parseTextArray } from '../db/pg-text.js';
 import { sqlHandlerForm, sqlParameterTypes, takesBucket, type BatchSqlHandler } from './sql-handler.js';
 import { postShard } from './http-handler.js';
 import type { ShardHandler } from './handler-contract.js';
@@ -25,10 +25,23 @@ export const HANDLER_LOCK_TIMEOUT_MS = 100;
 /** What a SQL handler's $2 is: nothing, the items' payloads, or (Citus) the shard's bucket. */
 type SecondParameter = 'none' | 'payloads' | 'bucket';
 
+/**
+ * The statement with its returned ids aggregated where it runs: one row back, the ids as one array
+ * literal, instead of one row per changed order. A statement that is itself a WITH query runs as
+ * written (PostgreSQL allows a data-modifying WITH only at the top level).
+ */
+export function aggregatingReturned(sql: string): string | undefined {
+  const body = sql.replace(/;\s*$/, '');
+  if (/^(?:\s|--[^\n]*\n|\/\*[\s\S]*?\*\/)*with\b/i.test(body)) return undefined;
+  return `WITH tc_returned AS (\n${body}\n) SELECT coalesce(array_agg(tc_r.tc_id::text), '{}')::text AS applied FROM tc_returned AS tc_r (tc_id)`;
+}
+
 function sqlHandler(sql: string, timeLimitMs: number, second: SecondParameter = /\$2\b/.test(sql) ? 'payloads' : 'none'): ShardHandler {
+  const aggregated = aggregatingReturned(sql);
   return async (items, ctx) => {
-    // the shard's biz_ids as one array literal (pg-text.ts): thousands of plain ids joined once
-    const params: unknown[] = [arrayLiteral(items.map((i) => i.bizId))];
+    // the shard's biz_ids as one array literal (pg-text.ts): as the claim sent them when the
+    // batch is the whole shard, else joined once
+    const params: unknown[] = [literalOf(items) ?? arrayLiteral(items.map((i) => i.bizId))];
     if (second === 'payloads') params.push(items.map((i) => (i.payload === undefined ? null : JSON.stringify(i.payload))));
     if (second === 'bucket') {
       if (ctx.bucket === undefined) throw new Error(`the handler of ${ctx.kind} takes the bucket ($2), and shard ${ctx.shardId} has none`);
@@ -37,6 +50,11 @@ function sqlHandler(sql: string, timeLimitMs: number, second: SecondParameter = 
     // The executor calls handlers inside a savepoint: on error, ROLLBACK TO SAVEPOINT also undoes
     // this SET LOCAL, so it is reset here only on success.
     await ctx.client.query(`SET LOCAL statement_timeout = ${Math.floor(timeLimitMs)}; SET LOCAL lock_timeout = ${HANDLER_LOCK_TIMEOUT_MS}`);
+    if (aggregated) {
+      const { rows } = await ctx.client.query<{ applied: string }>({ text: aggregated, values: params, types: AS_TEXT });
+      await ctx.client.query('SET LOCAL statement_timeout = 0; SET LOCAL lock_timeout = 0');
+      return parseTextArray(rows[0]!.applied);
+    }
     const { rows } = await ctx.client.query<Record<string, unknown>>({ text: sql, values: params, rowMode: 'array' } as pg.QueryConfig);
     await ctx.client.query('SET LOCAL statement_timeout = 0; SET LOCAL lock_timeout = 0');
     return (rows as unknown as unknown[][]).map((r) => String(r[0]));
