@@ -1,6 +1,6 @@
 // The handler contract: what a kind's handler receives (a shard's items and its context), what it
-// returns, and the errors it may throw. A leaf module: every part of the worker, and the public
-// API (index.ts), takes these from here.
+// returns, and the errors it may throw. A leaf module (it reads only pg-text.ts): every part of the
+// worker, and the public API (index.ts), takes these from here.
 import type pg from 'pg';
 import { literalOf } from '../db/pg-text.js';
 

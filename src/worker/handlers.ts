@@ -9,7 +9,7 @@ import type pg from 'pg';
 import type { HandlerConfig, KindConfig, LoadedConfig } from '../config.js';
 import { layoutOf } from '../db/citus-layout.js';
 import { arrayLiteral, AS_TEXT, literalOf, parseTextArray } from '../db/pg-text.js';
-import { sqlHandlerForm, sqlParameterTypes, takesBucket, type BatchSqlHandler } from './sql-handler.js';
+import { sqlHandlerForm, sqlParameterTypes, statementEnds, takesBucket, type BatchSqlHandler } from './sql-handler.js';
 import { postShard } from './http-handler.js';
 import type { ShardHandler } from './handler-contract.js';
 
@@ -27,11 +27,26 @@ type SecondParameter = 'none' | 'payloads' | 'bucket';
 
 /**
  * The statement with its returned ids aggregated where it runs: one row back, the ids as one array
- * literal, instead of one row per changed order. A statement that is itself a WITH query runs as
- * written (PostgreSQL allows a data-modifying WITH only at the top level).
+ * literal, instead of one row per changed order. Runs as written instead: a statement that is
+ * itself a WITH query (PostgreSQL allows a data-modifying WITH only at the top level), and one with
+ * a `;` before its end (PostgreSQL refuses a second statement either way, and says so better).
  */
 export function aggregatingReturned(sql: string): string | undefined {
-  const body = sql.replace(/;\s*$/, '');
+  const ends = statementEnds(sql);
+  const last = ends.at(-1);
+  if (ends.length > 1) return undefined;
+  // after its one `;`, nothing but comments and white space
+  if (
+    last !== undefined &&
+    /\S/.test(
+      sql
+        .slice(last + 1)
+        .replace(/--[^\n]*/g, '')
+        .replace(/\/\*[\s\S]*?\*\//g, ''),
+    )
+  )
+    return undefined;
+  const body = last === undefined ? sql : sql.slice(0, last);
   if (/^(?:\s|--[^\n]*\n|\/\*[\s\S]*?\*\/)*with\b/i.test(body)) return undefined;
   return `WITH tc_returned AS (\n${body}\n) SELECT coalesce(array_agg(tc_r.tc_id::text), '{}')::text AS applied FROM tc_returned AS tc_r (tc_id)`;
 }

@@ -100,6 +100,41 @@ export function parameterPositions(sql: string): { start: number; end: number; n
   return found;
 }
 
+/** Where `;` ends a statement in the text: outside string literals, quoted identifiers, comments
+ *  and dollar-quoted bodies (the same scan as parameterPositions). */
+export function statementEnds(sql: string): number[] {
+  const found: number[] = [];
+  let i = 0;
+  while (i < sql.length) {
+    const c = sql[i]!;
+    if (c === "'" || c === '"') {
+      let j = i + 1;
+      while (j < sql.length && !(sql[j] === c && sql[j + 1] !== c)) j += sql[j] === c ? 2 : 1;
+      i = j + 1;
+    } else if (c === '-' && sql[i + 1] === '-') {
+      const end = sql.indexOf('\n', i);
+      i = end < 0 ? sql.length : end;
+    } else if (c === '/' && sql[i + 1] === '*') {
+      const end = sql.indexOf('*/', i + 2);
+      i = end < 0 ? sql.length : end + 2;
+    } else if (c === '$') {
+      const tag = /\$(?:[A-Za-z_][A-Za-z0-9_]*)?\$/y;
+      tag.lastIndex = i;
+      const quote = tag.exec(sql);
+      if (quote) {
+        const end = sql.indexOf(quote[0], i + quote[0].length);
+        i = end < 0 ? sql.length : end + quote[0].length;
+      } else {
+        i += 1;
+      }
+    } else {
+      if (c === ';') found.push(i);
+      i += 1;
+    }
+  }
+  return found;
+}
+
 /** A statement cut at its parameters: parts[i] is the text before the ith parameter (numbered
  *  params[i]), and the last part the text after the last one. */
 export interface SplitStatement {

@@ -28,6 +28,7 @@ describe('aggregatingReturned', () => {
       `UPDATE orders SET status = 'closed' WHERE id = ANY($1::text[]) AND status = 'unpaid' RETURNING id, status;`,
       `UPDATE orders SET status = 'closed' WHERE id = ANY($1::text[]) AND status = 'unpaid' RETURNING id -- closed ones`,
       `/* close */ DELETE FROM orders WHERE id = ANY($1::text[]) AND status = 'unpaid' RETURNING id`,
+      `UPDATE orders SET status = 'closed;' WHERE id = ANY($1::text[]) AND status = 'unpaid' RETURNING id; -- it's done`,
     ]) {
       await client.query('BEGIN');
       await client.query(`INSERT INTO orders SELECT x, CASE WHEN x = '42' THEN 'paid' ELSE 'unpaid' END FROM unnest($1::text[]) x`, [IDS]);
@@ -45,6 +46,9 @@ describe('aggregatingReturned', () => {
     expect(rows[0]!.applied).toBe('{}');
     expect(aggregatingReturned(`WITH c AS (SELECT 1) UPDATE orders SET status = 'x' WHERE false RETURNING id`)).toBeUndefined();
     expect(aggregatingReturned(`-- lead\n  with c AS (SELECT 1) UPDATE orders SET status = 'x' RETURNING id`)).toBeUndefined();
+    // two statements: run as written, so PostgreSQL refuses them as it always did
+    expect(aggregatingReturned(`UPDATE orders SET status = 'x' RETURNING id; SELECT 1`)).toBeUndefined();
+    expect(aggregatingReturned(`UPDATE orders SET status = 'x' RETURNING id; /* a */ SELECT 1`)).toBeUndefined();
   });
 });
 
