@@ -78,7 +78,6 @@ export function parseJsonbArray(text: string): unknown[] {
  * quoted (see plainItems), so a shard's thousands of plain biz_ids are joined as they are.
  */
 export function arrayLiteral(values: readonly (string | number | boolean)[]): string {
-  // (typed for callers; statementValues passes only arrays it checked with isFlatArray)
   let out = '{';
   for (let i = 0; i < values.length; i += 1) {
     const v = values[i]!;

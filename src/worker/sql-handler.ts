@@ -56,82 +56,73 @@ function batchStatement(sql: string): BatchStatement {
 }
 
 /**
+ * Where the quoted part starting at i ends (a string literal, a quoted identifier, a comment or a
+ * dollar-quoted body), or i when none starts there.
+ */
+function quotedEnd(sql: string, i: number): number {
+  const c = sql[i]!;
+  if (c === "'" || c === '"') {
+    // '' and "" escape the quote inside; a backslash never ends the literal in standard strings.
+    let j = i + 1;
+    while (j < sql.length && !(sql[j] === c && sql[j + 1] !== c)) j += sql[j] === c ? 2 : 1;
+    return j + 1;
+  }
+  if (c === '-' && sql[i + 1] === '-') {
+    const end = sql.indexOf('\n', i);
+    return end < 0 ? sql.length : end;
+  }
+  if (c === '/' && sql[i + 1] === '*') {
+    const end = sql.indexOf('*/', i + 2);
+    return end < 0 ? sql.length : end + 2;
+  }
+  if (c === '$') {
+    const tag = /\$(?:[A-Za-z_][A-Za-z0-9_]*)?\$/y;
+    tag.lastIndex = i;
+    const quote = tag.exec(sql);
+    if (quote) {
+      const end = sql.indexOf(quote[0], i + quote[0].length);
+      return end < 0 ? sql.length : end + quote[0].length;
+    }
+  }
+  return i;
+}
+
+/** One pass over a statement's code, skipping what quotedEnd skips: `onCode(i)` at each code
+ *  position, returning how many characters it consumed (at least one is). */
+function scanCode(sql: string, onCode: (i: number) => number): void {
+  let i = 0;
+  while (i < sql.length) {
+    const end = quotedEnd(sql, i);
+    i = end > i ? end : i + Math.max(1, onCode(i));
+  }
+}
+
+/**
  * Where each positional parameter ($1, $2, ...) occurs outside string literals, quoted
  * identifiers, comments and dollar-quoted bodies, in text order: one pass over the statement.
  */
 export function parameterPositions(sql: string): { start: number; end: number; n: number }[] {
   const found: { start: number; end: number; n: number }[] = [];
-  let i = 0;
-  while (i < sql.length) {
-    const c = sql[i]!;
-    if (c === "'" || c === '"') {
-      // '' and "" escape the quote inside; a backslash never ends the literal in standard strings.
-      let j = i + 1;
-      while (j < sql.length && !(sql[j] === c && sql[j + 1] !== c)) j += sql[j] === c ? 2 : 1;
-      i = j + 1;
-    } else if (c === '-' && sql[i + 1] === '-') {
-      const end = sql.indexOf('\n', i);
-      i = end < 0 ? sql.length : end;
-    } else if (c === '/' && sql[i + 1] === '*') {
-      const end = sql.indexOf('*/', i + 2);
-      i = end < 0 ? sql.length : end + 2;
-    } else if (c === '$') {
-      const tag = /\$(?:[A-Za-z_][A-Za-z0-9_]*)?\$/y;
-      tag.lastIndex = i;
-      const quote = tag.exec(sql);
-      if (quote) {
-        const end = sql.indexOf(quote[0], i + quote[0].length);
-        i = end < 0 ? sql.length : end + quote[0].length;
-        continue;
-      }
-      const number = /\$([0-9]+)/y;
-      number.lastIndex = i;
-      const param = number.exec(sql);
-      if (param) {
-        found.push({ start: i, end: i + param[0].length, n: Number(param[1]) });
-        i += param[0].length;
-      } else {
-        i += 1;
-      }
-    } else {
-      i += 1;
-    }
-  }
+  const number = /\$([0-9]+)/y;
+  scanCode(sql, (i) => {
+    if (sql[i] !== '$') return 1;
+    number.lastIndex = i;
+    const param = number.exec(sql);
+    if (!param) return 1;
+    found.push({ start: i, end: i + param[0].length, n: Number(param[1]) });
+    return param[0].length;
+  });
   return found;
 }
 
 /** Where `;` ends a statement in the text: outside string literals, quoted identifiers, comments
- *  and dollar-quoted bodies (the same scan as parameterPositions). */
+ *  and dollar-quoted bodies. */
 export function statementEnds(sql: string): number[] {
   const found: number[] = [];
-  let i = 0;
-  while (i < sql.length) {
-    const c = sql[i]!;
-    if (c === "'" || c === '"') {
-      let j = i + 1;
-      while (j < sql.length && !(sql[j] === c && sql[j + 1] !== c)) j += sql[j] === c ? 2 : 1;
-      i = j + 1;
-    } else if (c === '-' && sql[i + 1] === '-') {
-      const end = sql.indexOf('\n', i);
-      i = end < 0 ? sql.length : end;
-    } else if (c === '/' && sql[i + 1] === '*') {
-      const end = sql.indexOf('*/', i + 2);
-      i = end < 0 ? sql.length : end + 2;
-    } else if (c === '$') {
-      const tag = /\$(?:[A-Za-z_][A-Za-z0-9_]*)?\$/y;
-      tag.lastIndex = i;
-      const quote = tag.exec(sql);
-      if (quote) {
-        const end = sql.indexOf(quote[0], i + quote[0].length);
-        i = end < 0 ? sql.length : end + quote[0].length;
-      } else {
-        i += 1;
-      }
-    } else {
-      if (c === ';') found.push(i);
-      i += 1;
-    }
-  }
+  scanCode(sql, (i) => {
+    if (sql[i] === ';') found.push(i);
+    return 1;
+  });
   return found;
 }
 
