@@ -60,7 +60,16 @@ import { CLOSE_MANY_SQL, KIND, ORDERS_DDL, UNFINISHED_SQL, correctness, insertOr
 import { printUsage } from './lib/usage.ts';
 import { drainLoop } from './lib/drain-loop.ts';
 import { MINIMAL_DDL, MINIMAL_INSERT, pureSqlStatement } from './lib/limit.ts';
-import { ActivitySampler, enableProfiling, instanceCpu, printStatements, processCpu, resetStatements, topStatements } from './lib/profile.ts';
+import {
+  ActivitySampler,
+  enableProfiling,
+  instanceCpu,
+  printShardTimeline,
+  printStatements,
+  processCpu,
+  resetStatements,
+  topStatements,
+} from './lib/profile.ts';
 
 const { values: args } = parseArgs({
   options: {
@@ -251,6 +260,7 @@ async function burst(path: Burst['path'], center: PostgresServer, business: Post
     if (activity[1]) console.log(`  business backends: ${JSON.stringify(activity[1])}`);
     printStatements('center statements', await topStatements(centerPool, 'center'));
     if (ordersPool !== centerPool) printStatements('business statements', await topStatements(ordersPool, 'business'));
+    await printShardTimeline(centerPool, due);
   }
   child.kill('SIGTERM');
   await new Promise((r) => child.once('exit', r));
@@ -373,6 +383,10 @@ try {
       console.log(`round ${round} ${shape.padEnd(23)} ${N} timeouts at ${Math.round(perSecond)}/s`);
     }
   }
+} catch (err) {
+  // Said before the servers stop: their pools' idle clients fail then, and end the process first.
+  console.error('bench:external failed:', err);
+  throw err;
 } finally {
   await stopAllServers();
 }

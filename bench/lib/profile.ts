@@ -258,3 +258,24 @@ export async function statementTotals(
     ),
   };
 }
+
+/** Each shard of a burst as ms after its due instant D: leased (started_at), claimed (the
+ *  external claim's claimed_at; the same-database claim is its record, so none), finished; with
+ *  its size. Shows where a burst's wall time goes that CPU seconds do not: a slot idle between
+ *  shards, a late first lease, a last shard running alone. */
+export async function printShardTimeline(pool: pg.Pool, due: Date): Promise<void> {
+  const { rows } = await pool.query<{ id: string; size: number; started: number | null; claimed: number | null; finished: number | null }>(
+    `SELECT id, size,
+            extract(epoch FROM started_at - $1::timestamptz) * 1000 AS started,
+            extract(epoch FROM claimed_at - $1::timestamptz) * 1000 AS claimed,
+            extract(epoch FROM finished_at - $1::timestamptz) * 1000 AS finished
+       FROM timeout_center.shards WHERE finished_at >= $1::timestamptz AND size > 0 ORDER BY started_at`,
+    [due],
+  );
+  const ms = (v: number | string | null) => (v === null ? '     -' : String(Math.round(Number(v))).padStart(6));
+  console.log('  shards (ms after D): leased, claimed, finished, rows, µs per row while running');
+  for (const r of rows) {
+    const per = r.started !== null && r.finished !== null ? (((Number(r.finished) - Number(r.started)) * 1000) / r.size).toFixed(1) : '-';
+    console.log(`    ${String(r.id).padStart(5)} ${ms(r.started)} ${ms(r.claimed)} ${ms(r.finished)} ${String(r.size).padStart(6)} ${per.padStart(6)}`);
+  }
+}

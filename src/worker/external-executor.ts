@@ -250,7 +250,8 @@ export class ExternalExecutor {
   }
 
   /** Step 1: claim and commit (or take back the rows a previous run of the shard holds): the
-   *  claim and its give-back (external_unhold.sql, a snapshot of its own) in one transaction, one
+   *  claims of the kind's target from the same end one at a time (external_claim_lock.sql), the
+   *  claim, and its give-back (external_unhold.sql, a snapshot of its own) in one transaction, one
    *  round trip. */
   private async claim(lease: Lease, external: ExternalTarget): Promise<Claimed | undefined> {
     const routed = external.via === 'sql' && external.routed;
@@ -259,10 +260,11 @@ export class ExternalExecutor {
     const claim = lease.from_newest
       ? bindLiterals(NEWEST_EXTERNAL_CLAIM, statementValues('worker/external_claim', inputs))
       : bindLiterals(sql('worker/external_claim', inputs));
+    const lock = bindLiterals(sql('worker/external_claim_lock', { shardId: lease.id, newestFirst: lease.from_newest }));
     const unhold = bindLiterals(sql('worker/external_unhold', { shardId: lease.id, kind: lease.kind }));
-    const results = (await this.pool.query({ text: `BEGIN; ${claim}; ${unhold}; COMMIT`, types: AS_TEXT })) as unknown as pg.QueryResult[];
+    const results = (await this.pool.query({ text: `BEGIN; ${lock}; ${claim}; ${unhold}; COMMIT`, types: AS_TEXT })) as unknown as pg.QueryResult[];
     const row = (
-      results[1] as pg.QueryResult<{
+      results[2] as pg.QueryResult<{
         target: string | null;
         ids: string;
         biz_ids: string;
@@ -274,7 +276,7 @@ export class ExternalExecutor {
       }>
     ).rows[0];
     if (!row) return undefined;
-    const givenBack = new Set(parseTextArray((results[2] as pg.QueryResult<{ given_back: string }>).rows[0]!.given_back));
+    const givenBack = new Set(parseTextArray((results[3] as pg.QueryResult<{ given_back: string }>).rows[0]!.given_back));
     return claimedRows(row.target, row.fresh === 't', row, givenBack);
   }
 
