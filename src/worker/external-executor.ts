@@ -21,7 +21,7 @@ import type pg from 'pg';
 import type { Logger } from 'pino';
 import { isConnectionError, isRetryableConflict, pgErrorCode } from '../db/pool.js';
 import { compose, sql, statementValues } from '../db/queries.js';
-import { AS_TEXT, literalOf, parseFloat8Array, parseJsonbArray, parseTextArray, withLiteral } from '../db/pg-text.js';
+import { AS_TEXT, literalOf, parseJsonbArray, parseTextArray, withLiteral } from '../db/pg-text.js';
 import { bindLiterals } from './bind-literals.js';
 import { failpoint } from '../failpoints.js';
 import type { Metrics } from '../observability/metrics.js';
@@ -34,7 +34,7 @@ import type { ExternalTarget, ResolvedHandler } from './handlers.js';
 import { splitPinned } from './isolate.js';
 import { NEWEST_FIRST } from './sql-handler.js';
 import type { Lease } from './lease.js';
-import { latenessAt, recordOutcome, type ShardCounts, type ShardOutcome } from './outcome.js';
+import { latenessAt, recordOutcome, type Lateness, type ShardCounts, type ShardOutcome } from './outcome.js';
 import { withTimeLimit } from './time-limit.js';
 import { addLinksToActive, withSpan } from '../observability/tracing.js';
 
@@ -57,10 +57,6 @@ interface Claimed {
   items: ShardItem[];
   /** The items' biz_ids, in their order (never changed: their literal may be known, pg-text.ts). */
   bizIds: string[];
-  /** Measured at the claim (measuredMs, epoch ms on PostgreSQL's clock); moved to the record's
-   *  instant, after the target's commit, when observed. */
-  lateness: number[];
-  measuredMs: number;
   /** Up to 32 distinct schedule trace contexts of the claimed rows (external_claim.sql). */
   traceParents: string[];
 }
@@ -78,9 +74,19 @@ type Decision = Marker & {
   center?: CenterLock | undefined;
 };
 
-/** The shard's counts as recorded, and atMs: PostgreSQL's clock (epoch ms) at the end of the
- *  record, after the target's commit (external_record.sql). */
-type Recorded = ShardCounts & { atMs: number };
+/** The shard's counts as recorded, and the lateness of the rows it wrote at the end of the record,
+ *  after the target's commit (external_record.sql). */
+type Recorded = ShardCounts & { lateness: Lateness };
+
+/** What external_record.sql (or its Citus form's close) returns: at_ms, PostgreSQL's clock at the
+ *  end of the record; the lateness per distinct due time measured at measured_ms (its start). */
+type RecordRow = ShardCounts & { at_ms: number; measured_ms: number; lateness_ms: number[] | null; lateness_n: number[] | null };
+
+function recordedFrom(row: RecordRow): Recorded {
+  const { at_ms, measured_ms, lateness_ms, lateness_n, ...counts } = row;
+  const measured = { seconds: (lateness_ms ?? []).map((ms) => ms / 1000), times: lateness_n ?? [] };
+  return { ...counts, lateness: latenessAt(measured, Number(measured_ms), Number(at_ms)) };
+}
 
 /** The run found its lease gone (or the shard split by a later run): nothing was committed. */
 type Lost = { lost: string };
@@ -182,7 +188,7 @@ export class ExternalExecutor {
         : this.recordWithRetry(lease, handler, decision, shardLog),
     );
     if (!recorded) return { status: 'not-ours', reason: `lease on shard ${lease.id} was lost before its record; the shard's next run reads the marker` };
-    const { atMs, ...counts } = recorded;
+    const { lateness, ...counts } = recorded;
     if ('where' in decision && decision.where) {
       const where = decision.where;
       await deleteMarker(where, lease.id).catch((err: unknown) =>
@@ -207,7 +213,7 @@ export class ExternalExecutor {
       { store: 'center', kind },
       counts,
       performance.now() - started,
-      'retryInMs' in decision ? undefined : latenessAt({ seconds: claimed.lateness }, claimed.measuredMs, atMs),
+      'retryInMs' in decision ? undefined : lateness,
     );
     return { status: 'done', ...counts };
   }
@@ -269,9 +275,7 @@ export class ExternalExecutor {
         ids: string;
         biz_ids: string;
         payloads: string;
-        lateness: string;
         fresh: string;
-        measured_ms: string;
         trace_parents: string | null;
       }>
     ).rows[0];
@@ -545,11 +549,8 @@ export class ExternalExecutor {
       ran: batch || decision.ranAll ? null : (decision.ran ?? null),
     };
     if (lease.bucket !== null) return this.recordInBucket(inputs, lease.bucket, db);
-    const { rows } = await db.query<ShardCounts & { at_ms: number }>(sql('worker/external_record', inputs));
-    const row = rows[0];
-    if (!row) return undefined;
-    const { at_ms, ...counts } = row;
-    return { ...counts, atMs: Number(at_ms) };
+    const { rows } = await db.query<RecordRow>(sql('worker/external_record', inputs));
+    return rows[0] ? recordedFrom(rows[0]) : undefined;
   }
 
   /**
@@ -570,9 +571,11 @@ export class ExternalExecutor {
     try {
       if (own) await own.query('BEGIN');
       const locked = await client.query(sql('citus/worker/external_record_lock', { shardId: inputs.shardId, leaseToken: inputs.leaseToken }));
-      let row: (ShardCounts & { at_ms: number }) | undefined;
+      let row: RecordRow | undefined;
       if (locked.rowCount) {
-        const { rows: written } = await client.query<ShardCounts & { n: number; error_sample: string | null }>(
+        const { rows: written } = await client.query<
+          ShardCounts & { n: number; error_sample: string | null } & Pick<RecordRow, 'measured_ms' | 'lateness_ms' | 'lateness_n'>
+        >(
           sql('citus/worker/external_record', { ...inputs, bucket }),
         );
         const w = written[0]!;
@@ -588,12 +591,11 @@ export class ExternalExecutor {
             errorSample: w.error_sample,
           }),
         );
-        row = rows[0];
+        const closed = rows[0];
+        if (closed) row = { ...closed, measured_ms: w.measured_ms, lateness_ms: w.lateness_ms, lateness_n: w.lateness_n };
       }
       if (own) await own.query(row ? 'COMMIT' : 'ROLLBACK');
-      if (!row) return undefined;
-      const { at_ms, ...counts } = row;
-      return { ...counts, atMs: Number(at_ms) };
+      return row ? recordedFrom(row) : undefined;
     } catch (err) {
       broken = isConnectionError(err);
       if (own && !broken) await own.query('ROLLBACK').catch(() => (broken = true));
@@ -625,8 +627,6 @@ interface ClaimRow {
   ids: string | null;
   biz_ids: string | null;
   payloads: string | null;
-  lateness: string | null;
-  measured_ms: string;
   trace_parents: string | null;
 }
 
@@ -634,16 +634,15 @@ interface ClaimRow {
 function claimedRows(target: string | null, fresh: boolean, row: ClaimRow, givenBack: ReadonlySet<string>): Claimed {
   const bizIds = parseTextArray(row.biz_ids ?? '{}');
   const payloads = parseJsonbArray(row.payloads ?? '{}');
-  const lateness = parseFloat8Array(row.lateness ?? '{}');
   const all = bizIds.map((bizId, i) => ({ bizId, payload: payloads[i] }));
-  let kept = { bizIds, items: all, lateness };
+  let kept = { bizIds, items: all };
   if (givenBack.size === 0) {
     // the whole claim: the items' biz_ids go to the handler and the marker as the claim sent them
     const literal = literalOf(bizIds);
     if (literal !== undefined) withLiteral(all, literal);
   } else {
     const keep = parseTextArray(row.ids ?? '{}').map((id) => !givenBack.has(id));
-    kept = { bizIds: bizIds.filter((_, i) => keep[i]), items: all.filter((_, i) => keep[i]), lateness: lateness.filter((_, i) => keep[i]) };
+    kept = { bizIds: bizIds.filter((_, i) => keep[i]), items: all.filter((_, i) => keep[i]) };
   }
   return {
     target,
@@ -651,8 +650,6 @@ function claimedRows(target: string | null, fresh: boolean, row: ClaimRow, given
     markerKnown: fresh,
     items: kept.items,
     bizIds: kept.bizIds,
-    lateness: kept.lateness,
-    measuredMs: Number(row.measured_ms),
     traceParents: row.trace_parents === null || row.trace_parents === '{}' ? [] : parseTextArray(row.trace_parents),
   };
 }

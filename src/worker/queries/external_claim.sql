@@ -24,11 +24,10 @@
 -- claim.sql's): the rows other running shards hold stay pending and in the due index until their
 -- record, and a claim walks past each of them; from two ends, each walks past half as many.
 -- Returns one row: target (the shard's), ids (bigint[]), biz_ids (text[]), payloads (jsonb[]),
--- lateness in s (float8[]), fresh (this is the shard's first claim: no earlier run of it can have
--- applied anything), measured_ms (the instant the lateness is measured at, epoch ms: the worker
--- moves it to the record's, external_record.sql at_ms), trace_parents (text[], NULL when none: up
--- to 32 distinct schedule trace contexts of the rows, sql/0022, which the shard's span links to,
--- as claim.sql's); no row when the lease is no longer ours.
+-- fresh (this is the shard's first claim: no earlier run of it can have applied anything),
+-- trace_parents (text[], NULL when none: up to 32 distinct schedule trace contexts of the rows,
+-- sql/0022, which the shard's span links to, as claim.sql's); no row when the lease is no longer
+-- ours. The rows' lateness is the record's to measure (external_record.sql), once they are closed.
 WITH ours AS MATERIALIZED (
   SELECT sh.target, sh.claimed_at, sh.held_ids FROM timeout_center.shards sh
    WHERE sh.id = $1 AND sh.lease_token = $4 AND sh.state = 'running'
@@ -68,14 +67,12 @@ WITH ours AS MATERIALIZED (
   SELECT * FROM pinned UNION ALL SELECT * FROM taken_back UNION ALL SELECT * FROM fresh
 )
 SELECT (SELECT target FROM ours) AS target,
-       -- in id order, sorted once for the five arrays (the subquery's order: PostgreSQL 15 sorts
-       -- each `array_agg(... ORDER BY ...)` on its own, five sorts of the shard's rows)
+       -- in id order, sorted once for the three arrays (the subquery's order: PostgreSQL 15 sorts
+       -- each `array_agg(... ORDER BY ...)` on its own, three sorts of the shard's rows)
        coalesce(array_agg(r.id), '{}') AS ids,
        coalesce(array_agg(r.biz_id), '{}') AS biz_ids,
        coalesce(array_agg(r.payload), '{}') AS payloads,
-       coalesce(array_agg(extract(epoch FROM statement_timestamp() - r.due_at)::float8), '{}') AS lateness,
        (SELECT claimed_at IS NULL FROM ours) AS fresh,
-       date_part('epoch', statement_timestamp()) * 1000 AS measured_ms,
        (SELECT array_agg(l.trace_parent) FROM (SELECT DISTINCT trace_parent FROM rows WHERE trace_parent IS NOT NULL LIMIT 32) l) AS trace_parents
   FROM (SELECT * FROM rows ORDER BY id) r
 HAVING EXISTS (SELECT 1 FROM ours)

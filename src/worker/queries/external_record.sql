@@ -27,7 +27,10 @@
 -- rows it moves get its start (statement_timestamp()) as finished_at; the shard's finished_at and
 -- at_ms are clock_timestamp() at its end (the last statement of the fenced center transaction
 -- before its COMMIT), the instant tc_lateness_seconds is taken at (external-executor.ts).
--- Returns the shard's counts and at_ms (epoch ms); no row when the lease is no longer ours.
+-- Returns the shard's counts and at_ms (epoch ms); no row when the lease is no longer ours. And
+-- the lateness of the rows it wrote, one value per distinct due time (as claim.sql's batch form):
+-- lateness_ms (int4[], measured at measured_ms, this statement's start; the worker moves it to
+-- at_ms) and lateness_n (int4[], how many rows each stands for).
 WITH ours AS MATERIALIZED (
   SELECT sh.id, sh.held_ids FROM timeout_center.shards sh
    WHERE sh.id = $1 AND sh.lease_token = $2 AND sh.state = 'running'
@@ -56,7 +59,7 @@ WITH ours AS MATERIALIZED (
   INSERT INTO timeout_center.done_timeouts (id, kind, biz_id, due_at, payload, attempts, shard_id, result, last_error, created_at, finished_at)
   SELECT id, kind, biz_id, due_at, payload, attempts, shard_id, result, last_error, created_at, statement_timestamp()
     FROM moved
-  RETURNING 'done'::text AS state, result, NULL::text AS last_error
+  RETURNING 'done'::text AS state, result, NULL::text AS last_error, due_at
 ), kept AS (
   -- Failed, or the whole batch failed, or not handled by the run: stays, pending again or failed.
   -- A failed row's error and permanence are at its biz_id's position in $4. Only the ids the
@@ -88,7 +91,7 @@ WITH ours AS MATERIALIZED (
      -- its fate is to stay (the DELETE's fate conditions, negated): a row the DELETE passed over
      -- for a concurrent change is left as that transaction left it, never retried here
      AND ($9::int IS NOT NULL OR t.biz_id = ANY ($4::text[]) OR NOT ($11::text[] IS NULL OR t.biz_id = ANY ($11::text[])))
-  RETURNING t.state, t.result, t.last_error
+  RETURNING t.state, t.result, t.last_error, t.due_at
 ), written AS (
   SELECT * FROM archived UNION ALL SELECT * FROM kept
 ), counts AS (
@@ -99,12 +102,17 @@ WITH ours AS MATERIALIZED (
          count(*) FILTER (WHERE state = 'pending')::int AS retried,
          min(last_error) FILTER (WHERE state IN ('failed', 'pending')) AS error_sample
     FROM written
+), late AS (
+  SELECT coalesce(array_agg(g.ms), '{}') AS lateness_ms, coalesce(array_agg(g.n), '{}') AS lateness_n
+    FROM (SELECT (date_part('epoch', statement_timestamp() - w.due_at) * 1000)::int4 AS ms, count(*)::int AS n
+            FROM written w GROUP BY w.due_at) g
 )
 UPDATE timeout_center.shards sh
    SET state = 'done', finished_at = clock_timestamp(), lease_expires_at = NULL, size = c.n, held_ids = NULL,
        done_count = c.done, skipped_count = c.skipped, failed_count = c.failed, retried_count = c.retried,
        error_sample = c.error_sample
-  FROM counts c, ours o
+  FROM counts c, ours o, late l
  WHERE sh.id = o.id
 RETURNING sh.done_count AS done, sh.skipped_count AS skipped, sh.failed_count AS failed, sh.retried_count AS retried,
-          date_part('epoch', clock_timestamp()) * 1000 AS at_ms
+          date_part('epoch', clock_timestamp()) * 1000 AS at_ms,
+          l.lateness_ms, l.lateness_n, date_part('epoch', statement_timestamp()) * 1000 AS measured_ms

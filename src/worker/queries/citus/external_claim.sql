@@ -32,10 +32,8 @@
 --   $7 the shard's target (citus/worker/external_claim_shard.sql; NULL for a kind without a rule)
 -- @params shardId: number, kind: string, claimLimit: number, fresh: boolean, bucket: number, routed: boolean,
 -- @params target: string | null
--- Returns one row: ids (bigint[]), biz_ids (text[]), payloads (jsonb[]), lateness in s (float8[]),
--- measured_ms, trace_parents (as external_claim.sql's); the arrays are NULL when the claim took no
--- row (no coalesce: Citus takes no STABLE function, statement_timestamp(), inside COALESCE or CASE
--- in a query that writes on a worker node).
+-- Returns one row: ids (bigint[]), biz_ids (text[]), payloads (jsonb[]), trace_parents (as
+-- external_claim.sql's); the arrays are NULL when the claim took no row.
 WITH pinned AS MATERIALIZED (
   -- The shard's dispatched rows: claimed by an earlier run of it, or handed to it by a split.
   SELECT h.id, h.biz_id, h.payload, h.due_at, h.trace_parent FROM timeout_center.timeouts h
@@ -63,7 +61,5 @@ WITH pinned AS MATERIALIZED (
 SELECT array_agg(r.id) AS ids,
        array_agg(r.biz_id) AS biz_ids,
        array_agg(r.payload) AS payloads,
-       array_agg(extract(epoch FROM statement_timestamp() - r.due_at)::float8) AS lateness,
-       date_part('epoch', statement_timestamp()) * 1000 AS measured_ms,
        (SELECT array_agg(l.trace_parent) FROM (SELECT DISTINCT trace_parent FROM rows WHERE trace_parent IS NOT NULL LIMIT 32) l) AS trace_parents
   FROM (SELECT * FROM rows ORDER BY id) r

@@ -34,7 +34,8 @@
 -- @params batchError: string | null, ran: string[] | null, bucket: number
 -- Times: this statement runs after the target's COMMIT (the commit that applied the rows), so the
 -- rows it moves get its start (statement_timestamp()) as finished_at.
--- Returns one row: n (rows written), done, skipped, failed, retried, error_sample.
+-- Returns one row: n (rows written), done, skipped, failed, retried, error_sample, and the rows'
+-- lateness as external_record.sql's (lateness_ms, lateness_n, measured_ms: this statement's start).
 WITH clock AS (
   SELECT statement_timestamp() AS at, extract(epoch FROM statement_timestamp())::float8 AS at_s, $2::text AS lease_token
 ), moved AS (
@@ -48,7 +49,7 @@ WITH clock AS (
   INSERT INTO timeout_center.done_timeouts (bucket, id, kind, biz_id, due_at, payload, attempts, shard_id, result, last_error, created_at, finished_at)
   SELECT bucket, id, kind, biz_id, due_at, payload, attempts, $1, result, last_error, created_at, statement_timestamp()
     FROM moved
-  RETURNING 'done'::text AS state, result, NULL::text AS last_error
+  RETURNING 'done'::text AS state, result, NULL::text AS last_error, due_at
 ), kept AS (
   -- Failed, or the whole batch failed, or not handled by the run: stays, pending again or failed.
   -- A failed row's error and permanence are at its biz_id's position in $4.
@@ -77,14 +78,21 @@ WITH clock AS (
    WHERE t.bucket = $12 AND t.shard_id = $1 AND t.state = 'dispatched'
      -- its fate is to stay (the DELETE's fate conditions, negated)
      AND ($9::int IS NOT NULL OR t.biz_id = ANY ($4::text[]) OR NOT ($11::text[] IS NULL OR t.biz_id = ANY ($11::text[])))
-  RETURNING t.state, t.result, t.last_error
-), written AS (
+  RETURNING t.state, t.result, t.last_error, t.due_at
+), written AS MATERIALIZED (
   SELECT * FROM archived UNION ALL SELECT * FROM kept
+), late AS (
+  SELECT array_agg(g.ms) AS lateness_ms, array_agg(g.n) AS lateness_n
+    FROM (SELECT ((c.at_s - extract(epoch FROM w.due_at)::float8) * 1000)::int4 AS ms, count(*)::int AS n
+            FROM written w, clock c GROUP BY w.due_at, c.at_s) g
 )
 SELECT count(*)::int AS n,
        count(*) FILTER (WHERE result = 'applied')::int AS done,
        count(*) FILTER (WHERE result = 'skipped')::int AS skipped,
        count(*) FILTER (WHERE state = 'failed')::int AS failed,
        count(*) FILTER (WHERE state = 'pending')::int AS retried,
-       min(last_error) FILTER (WHERE state IN ('failed', 'pending')) AS error_sample
+       min(last_error) FILTER (WHERE state IN ('failed', 'pending')) AS error_sample,
+       (SELECT l.lateness_ms FROM late l) AS lateness_ms,
+       (SELECT l.lateness_n FROM late l) AS lateness_n,
+       (SELECT c.at_s * 1000 FROM clock c) AS measured_ms
   FROM written
