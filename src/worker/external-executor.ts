@@ -208,13 +208,7 @@ export class ExternalExecutor {
         'a run of this shard had committed in the target before its worker stopped: recorded what it did from its marker',
       );
     }
-    recordOutcome(
-      this.metrics,
-      { store: 'center', kind },
-      counts,
-      performance.now() - started,
-      'retryInMs' in decision ? undefined : lateness,
-    );
+    recordOutcome(this.metrics, { store: 'center', kind }, counts, performance.now() - started, 'retryInMs' in decision ? undefined : lateness);
     return { status: 'done', ...counts };
   }
 
@@ -575,9 +569,7 @@ export class ExternalExecutor {
       if (locked.rowCount) {
         const { rows: written } = await client.query<
           ShardCounts & { n: number; error_sample: string | null } & Pick<RecordRow, 'measured_ms' | 'lateness_ms' | 'lateness_n'>
-        >(
-          sql('citus/worker/external_record', { ...inputs, bucket }),
-        );
+        >(sql('citus/worker/external_record', { ...inputs, bucket }));
         const w = written[0]!;
         const { rows } = await client.query<ShardCounts & { at_ms: number }>(
           sql('citus/worker/external_close_shard', {

@@ -154,8 +154,7 @@ describe('lateness at commit (handlers that take 1.2 s)', () => {
       expect(f.underOne, `${kind}: every lateness includes the handler's ${HANDLER_S} s`).toBe(0);
       expect(f.minStamped, `${kind}: the shard's finished_at comes after its handler`).toBeGreaterThanOrEqual(HANDLER_S);
       // The claim (the record on the external path) counts lateness in whole milliseconds (int4, per
-      // distinct due time): up to 1 ms
-      // per row below the stamp's microseconds (CI once saw 24.6663 s against 24.6675 s for 20 rows).
+      // distinct due time): up to 1 ms per row below the stamp's microseconds (CI once saw 24.6663 s against 24.6675 s for 20 rows).
       expect(f.sum, `${kind}: the metric is taken after the commit, so after the shard's stamp`).toBeGreaterThanOrEqual(f.stamped - f.n * 0.001);
       // A done row's own finished_at is written after its handler ran (claim.sql / finish.sql /
       // external_record.sql), before the commit.
