@@ -250,7 +250,7 @@ export class ExternalExecutor {
   }
 
   /** Step 1: claim and commit (or take back the rows a previous run of the shard holds): the
-   *  claims of the kind's target from the same end one at a time (external_claim_lock.sql), the
+   *  claims of the kind's target one at a time (external_claim_lock.sql), the
    *  claim, and its give-back (external_unhold.sql, a snapshot of its own) in one transaction, one
    *  round trip. */
   private async claim(lease: Lease, external: ExternalTarget): Promise<Claimed | undefined> {
@@ -260,7 +260,7 @@ export class ExternalExecutor {
     const claim = lease.from_newest
       ? bindLiterals(NEWEST_EXTERNAL_CLAIM, statementValues('worker/external_claim', inputs))
       : bindLiterals(sql('worker/external_claim', inputs));
-    const lock = bindLiterals(sql('worker/external_claim_lock', { shardId: lease.id, newestFirst: lease.from_newest }));
+    const lock = bindLiterals(sql('worker/external_claim_lock', { shardId: lease.id }));
     const unhold = bindLiterals(sql('worker/external_unhold', { shardId: lease.id, kind: lease.kind }));
     const results = (await this.pool.query({ text: `BEGIN; ${lock}; ${claim}; ${unhold}; COMMIT`, types: AS_TEXT })) as unknown as pg.QueryResult[];
     const row = (
