@@ -256,7 +256,8 @@ export class ExternalExecutor {
   private async claim(lease: Lease, external: ExternalTarget): Promise<Claimed | undefined> {
     const routed = external.via === 'sql' && external.routed;
     if (lease.bucket !== null) return this.claimInBucket(lease, lease.bucket, routed);
-    const inputs = { shardId: lease.id, kind: lease.kind, claimLimit: lease.claim_limit, leaseToken: lease.lease_token, routed };
+    const payloads = external.via !== 'sql' || external.payloads;
+    const inputs = { shardId: lease.id, kind: lease.kind, claimLimit: lease.claim_limit, leaseToken: lease.lease_token, routed, payloads };
     const claim = lease.from_newest
       ? bindLiterals(NEWEST_EXTERNAL_CLAIM, statementValues('worker/external_claim', inputs))
       : bindLiterals(sql('worker/external_claim', inputs));
@@ -266,9 +267,8 @@ export class ExternalExecutor {
     const row = (
       results[2] as pg.QueryResult<{
         target: string | null;
-        ids: string;
         biz_ids: string;
-        payloads: string;
+        payloads: string | null;
         fresh: string;
         trace_parents: string | null;
       }>
@@ -613,19 +613,19 @@ type ExternalRecordInputs = {
   ran: string[] | null;
 };
 
-/** A claim's row as text (AS_TEXT): external_claim.sql's, or its Citus form's (whose arrays are
- *  NULL when it took no row). */
+/** A claim's row as text (AS_TEXT): external_claim.sql's (payloads NULL when the handler does
+ *  not read them), or its Citus form's (whose arrays are NULL when it took no row). */
 interface ClaimRow {
-  ids: string | null;
   biz_ids: string | null;
   payloads: string | null;
   trace_parents: string | null;
 }
 
-/** The claimed rows, less those given back to a shard that held them first (external_unhold.sql). */
+/** The claimed rows, less those given back to a shard that held them first (external_unhold.sql,
+ *  by biz_id: one live timeout per kind and biz_id). */
 function claimedRows(target: string | null, fresh: boolean, row: ClaimRow, givenBack: ReadonlySet<string>): Claimed {
   const bizIds = parseTextArray(row.biz_ids ?? '{}');
-  const payloads = parseJsonbArray(row.payloads ?? '{}');
+  const payloads = row.payloads === null ? [] : parseJsonbArray(row.payloads);
   const all = bizIds.map((bizId, i) => ({ bizId, payload: payloads[i] }));
   let kept = { bizIds, items: all };
   if (givenBack.size === 0) {
@@ -633,7 +633,7 @@ function claimedRows(target: string | null, fresh: boolean, row: ClaimRow, given
     const literal = literalOf(bizIds);
     if (literal !== undefined) withLiteral(all, literal);
   } else {
-    const keep = parseTextArray(row.ids ?? '{}').map((id) => !givenBack.has(id));
+    const keep = bizIds.map((bizId) => !givenBack.has(bizId));
     kept = { bizIds: bizIds.filter((_, i) => keep[i]), items: all.filter((_, i) => keep[i]) };
   }
   return {

@@ -122,7 +122,7 @@ export interface ResolvedHandler {
 /** Where an external kind's handler runs. */
 export type ExternalTarget =
   /** A SQL handler in business databases: `database` fixed, or chosen per shard (its target). */
-  | { via: 'sql'; database: string | undefined; routed: boolean }
+  | { via: 'sql'; database: string | undefined; routed: boolean; /** the statement reads $2 */ payloads: boolean }
   /** A code handler, in a transaction on a business database or the center's own. */
   | { via: 'code'; database: string | undefined }
   | { via: 'http' };
@@ -131,8 +131,9 @@ export type ExternalTarget =
 export function externalTarget(handler: HandlerConfig): ExternalTarget | undefined {
   if (handler.type === 'http') return { via: 'http' };
   if (handler.type === 'code') return { via: 'code', database: handler.database };
-  if (handler.database) return { via: 'sql', database: handler.database, routed: false };
-  if (handler.route) return { via: 'sql', database: undefined, routed: true };
+  const payloads = /\$2\b/.test(handler.sql);
+  if (handler.database) return { via: 'sql', database: handler.database, routed: false, payloads };
+  if (handler.route) return { via: 'sql', database: undefined, routed: true, payloads };
   return undefined;
 }
 

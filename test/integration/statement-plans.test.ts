@@ -77,7 +77,7 @@ describe('plans of the external path', () => {
 
   it('external_claim walks the due index for its target and stops at its limit', async () => {
     const s = await shard(1, 'b1');
-    const plan = await explain(statement('worker/external_claim'), [Number(s.id), KIND, SHARD, s.lease_token, true]);
+    const plan = await explain(statement('worker/external_claim'), [Number(s.id), KIND, SHARD, s.lease_token, true, false]);
     expect(plan).toContain('"Index Name":"timeouts_due_by_target"');
     expect(plan).not.toContain('"Node Type":"Seq Scan"');
     // The one sort allowed: the shard's own claimed rows into id order, for the arrays it returns
@@ -100,22 +100,25 @@ describe('plans of the external path', () => {
     // a shard of the flood mapped ahead holds the oldest 1,000 of b2's rows (claimed for real)
     const oldest = await shard(3, 'b2');
     await pool.query(`UPDATE timeout_center.shards SET not_before = now() WHERE id = $1`, [oldest.id]);
-    await pool.query(bindLiterals(statement('worker/external_claim'), [Number(oldest.id), KIND, SHARD, oldest.lease_token, true]));
+    await pool.query(bindLiterals(statement('worker/external_claim'), [Number(oldest.id), KIND, SHARD, oldest.lease_token, true, false]));
     const held = (await pool.query<{ ids: string[] }>(`SELECT held_ids::text[] AS ids FROM timeout_center.shards WHERE id = $1`, [oldest.id])).rows[0]!.ids;
     expect(held).toHaveLength(SHARD);
     const s = await shard(4, 'b2');
     await pool.query(`UPDATE timeout_center.shards SET not_before = now() WHERE id = $1`, [s.id]);
     const newest = compose('worker/external_claim', { claimOrder: NEWEST_FIRST });
-    const plan = await explain(newest, [Number(s.id), KIND, SHARD, s.lease_token, true]);
+    const plan = await explain(newest, [Number(s.id), KIND, SHARD, s.lease_token, true, false]);
     expect(plan).toContain('"Scan Direction":"Backward"');
     expect(plan).toMatch(/"Index Name":"timeouts_due_by_target"[^{}]*"Rows Removed by Filter":0[,}]/);
     // what it takes: b2's newest due rows, none of the oldest shard's
-    const { rows } = await pool.query<{ ids: string[] }>({ text: newest, values: [Number(s.id), KIND, SHARD, s.lease_token, true] });
-    const taken = rows[0]!.ids;
+    const { rows } = await pool.query<{ biz_ids: string[] }>({ text: newest, values: [Number(s.id), KIND, SHARD, s.lease_token, true, false] });
+    const taken = rows[0]!.biz_ids;
     expect(taken).toHaveLength(SHARD);
-    expect(taken.filter((id) => held.includes(id))).toEqual([]);
+    const heldBizIds = (await pool.query<{ biz_id: string }>(`SELECT biz_id FROM timeout_center.timeouts WHERE id = ANY ($1::bigint[])`, [held])).rows.map(
+      (r) => r.biz_id,
+    );
+    expect(taken.filter((bizId) => heldBizIds.includes(bizId))).toEqual([]);
     const maxDue = await pool.query<{ max: string }>(
-      `SELECT max(id)::text AS max FROM timeout_center.timeouts WHERE kind = $1 AND target = 'b2' AND state = 'pending'`,
+      `SELECT biz_id AS max FROM timeout_center.timeouts WHERE kind = $1 AND target = 'b2' AND state = 'pending' ORDER BY id DESC LIMIT 1`,
       [KIND],
     );
     expect(taken).toContain(maxDue.rows[0]!.max);

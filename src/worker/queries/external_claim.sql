@@ -17,13 +17,15 @@
 --   $1 shard id   $2 kind   $3 claim limit   $4 lease token
 --   $5 routed: only the rows whose target (timeouts.target, stamped by the kind's routing rule
 --      when the row was written: sql/0020) is the shard's (boolean)
--- @params shardId: number, kind: string, claimLimit: number, leaseToken: string, routed: boolean
+--   $6 payloads: the handler reads them (a code or HTTP handler, or a SQL handler with $2); else
+--      none are sent (boolean)
+-- @params shardId: number, kind: string, claimLimit: number, leaseToken: string, routed: boolean, payloads: boolean
 -- @slot claimOrder tc:claim-order
 -- Every other shard of a flood mapped ahead (take_lease.sql from_newest) claims the newest rows
 -- due by the flood's instant first (the slot's newest-first line, sql-handler.ts NEWEST_FIRST, as
 -- claim.sql's): the rows other running shards hold stay pending and in the due index until their
 -- record, and a claim walks past each of them; from two ends, each walks past half as many.
--- Returns one row: target (the shard's), ids (bigint[]), biz_ids (text[]), payloads (jsonb[]),
+-- Returns one row: target (the shard's), biz_ids (text[]), payloads (jsonb[], NULL unless $6),
 -- fresh (this is the shard's first claim: no earlier run of it can have applied anything),
 -- trace_parents (text[], NULL when none: up to 32 distinct schedule trace contexts of the rows,
 -- sql/0022, which the shard's span links to, as claim.sql's); no row when the lease is no longer
@@ -67,11 +69,10 @@ WITH ours AS MATERIALIZED (
   SELECT * FROM pinned UNION ALL SELECT * FROM taken_back UNION ALL SELECT * FROM fresh
 )
 SELECT (SELECT target FROM ours) AS target,
-       -- in id order, sorted once for the three arrays (the subquery's order: PostgreSQL 15 sorts
-       -- each `array_agg(... ORDER BY ...)` on its own, three sorts of the shard's rows)
-       coalesce(array_agg(r.id), '{}') AS ids,
+       -- in id order, sorted once for both arrays (the subquery's order: PostgreSQL 15 sorts each
+       -- `array_agg(... ORDER BY ...)` on its own)
        coalesce(array_agg(r.biz_id), '{}') AS biz_ids,
-       coalesce(array_agg(r.payload), '{}') AS payloads,
+       CASE WHEN $6::boolean THEN coalesce(array_agg(r.payload), '{}') END AS payloads,
        (SELECT claimed_at IS NULL FROM ours) AS fresh,
        (SELECT array_agg(l.trace_parent) FROM (SELECT DISTINCT trace_parent FROM rows WHERE trace_parent IS NOT NULL LIMIT 32) l) AS trace_parents
   FROM (SELECT * FROM rows ORDER BY id) r

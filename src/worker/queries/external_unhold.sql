@@ -6,7 +6,9 @@
 -- live shard of the kind held first: no two live shards ever hold the same timeout.
 --   $1 shard id   $2 kind
 -- @params shardId: number, kind: string
--- Returns one row: given_back (bigint[], the ids this shard gives back; usually empty).
+-- Returns one row: given_back (text[], the biz_ids of the rows this shard gives back; usually
+-- empty: claims of a kind and target pass one at a time, external_claim_lock.sql, so only a row a
+-- settle on read bound meanwhile, sql/0023, comes back here).
 WITH ours AS MATERIALIZED (
   SELECT sh.held_ids FROM timeout_center.shards sh WHERE sh.id = $1 AND sh.held_ids IS NOT NULL
 ), taken AS MATERIALIZED (
@@ -18,4 +20,4 @@ WITH ours AS MATERIALIZED (
      SET held_ids = ARRAY(SELECT x FROM unnest(sh.held_ids) x WHERE x NOT IN (SELECT id FROM taken))
    WHERE sh.id = $1 AND EXISTS (SELECT 1 FROM taken)
 )
-SELECT coalesce((SELECT array_agg(id ORDER BY id) FROM taken), '{}') AS given_back
+SELECT coalesce((SELECT array_agg(t.biz_id ORDER BY t.id) FROM timeout_center.timeouts t WHERE t.id IN (SELECT id FROM taken)), '{}') AS given_back
