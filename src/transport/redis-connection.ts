@@ -5,7 +5,7 @@
 import { Cluster, Redis, type ClusterOptions, type RedisOptions } from 'ioredis';
 import type { Logger } from 'pino';
 import type { RedisConnectionConfig } from '../config.js';
-import { outagesOf, RedisOutages } from './redis-outages.js';
+import { isClosedByOwner, outagesOf, RedisOutages } from './redis-outages.js';
 
 export type RedisClient = Redis | Cluster;
 
@@ -22,6 +22,10 @@ const reconnectDelay = (times: number): number => Math.min(50 * times, 500);
  *  hold its commands until TCP keep-alive gives up, minutes later, and with them the leader's
  *  lock renewal and tick. The blocking reads bound themselves (stream-reader.ts). */
 export const COMMAND_SILENCE_MS = 5000;
+
+/** A sentinel asked for the primary's address answers in milliseconds; one that accepted the
+ *  connection and never answers would otherwise hold a reconnect forever: the next is asked. */
+const SENTINEL_ANSWER_MS = 1000;
 
 function baseOptions(role: ConnectionRole): RedisOptions {
   return {
@@ -53,10 +57,12 @@ export function createRedisClient(target: RedisConnectionConfig, logger: Logger,
       ...(target.tls ? { tls: {}, enableTLSForSentinelMode: true, sentinelTLS: {} } : {}),
       retryStrategy: reconnectDelay,
       sentinelRetryStrategy: reconnectDelay,
+      sentinelCommandTimeout: SENTINEL_ANSWER_MS,
       // Subscribes to +switch-master on the sentinels and reconnects at once, also when the old
       // primary is still up (a manual failover) rather than waiting for it to refuse a write.
       failoverDetector: true,
     });
+    connectAgainWhenEnded(client);
   } else {
     const options: ClusterOptions = {
       redisOptions: { ...base, username: target.username, password: target.password, ...(target.tls ? { tls: {} } : {}) },
@@ -75,6 +81,24 @@ export function createRedisClient(target: RedisConnectionConfig, logger: Logger,
   }
   watch(client, target, logger);
   return client;
+}
+
+/**
+ * ioredis ends a Sentinel client for good (status end, no retry, every command refused with
+ * "Connection is closed.") when a failover is announced (+switch-master, the failover detector)
+ * while the client, reconnecting, is asking a sentinel for the primary: SentinelConnector's
+ * connect() finds its connecting flag cleared and throws. In CI that left every process of a
+ * failover test cut off from the promoted primary for a minute (test/faults/redis-sentinel.test.ts
+ * (a)). Such a client is connected again, the same object (the leader lock and the channel keep
+ * it), unless its owner closed it.
+ */
+function connectAgainWhenEnded(client: Redis): void {
+  client.on('end', () => {
+    if (isClosedByOwner(client)) return;
+    setTimeout(() => {
+      if (client.status === 'end' && !isClosedByOwner(client)) client.connect().catch(() => {});
+    }, reconnectDelay(1)).unref();
+  });
 }
 
 /** Logs what an operator needs during a failover, once per process for all its connections to

@@ -78,7 +78,8 @@ export class RedisOutages {
       this.ready(client);
     });
     this.clients.add(client);
-    client.on('end', () => this.ended(client));
+    // An end its owner did not ask for is an outage going on (the client is connected again).
+    client.on('end', () => (closedByOwner.has(client) ? this.ended(client) : this.lost(client, lastError)));
     if (client instanceof Cluster) {
       // A node is unreachable when connecting to it fails, not when a connection to it ends: a
       // slot refresh also drops and re-adds live nodes (a partial CLUSTER SLOTS reply during a
@@ -197,11 +198,19 @@ function slotOf(client: Cluster, key: string): number | undefined {
 
 const byTarget = new Map<string, RedisOutages>();
 const watched = new WeakMap<Client, RedisOutages>();
+const closedByOwner = new WeakSet<Client>();
 
 /** The owner of a connection throws it away (disconnect() of a client that is reconnecting emits
- *  no 'end'): it no longer counts as down. */
+ *  no 'end'): it no longer counts as down. Every owner says so before it closes a connection, so
+ *  an 'end' nobody asked for is told apart (redis-connection.ts connects such a client again). */
 export function forgetConnection(client: Client): void {
+  closedByOwner.add(client);
   watched.get(client)?.ended(client);
+}
+
+/** Whether the client's owner closed it (forgetConnection). */
+export function isClosedByOwner(client: Client): boolean {
+  return closedByOwner.has(client);
 }
 
 /** The one outage log of this process for a Redis target (by its description). */
