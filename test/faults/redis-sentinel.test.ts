@@ -1,7 +1,8 @@
-// Issue 26 with Sentinel (a primary, one replica, three sentinels; private, free ports): under a
-// 50,000-timeout burst over three kinds (two coordinators, two workers), (b) the primary is
-// SIGKILLed mid-drain; the sentinels promote the replica and the clients follow. Ends with the
-// invariants and reports the longest gap in closes around the fault.
+// Issue 26 with Sentinel (a primary, one replica, three sentinels; private, free ports): (a) a
+// client that a failover announcement ends mid-reconnect connects again; under a 50,000-timeout
+// burst over three kinds (two coordinators, two workers), (b) the primary is SIGKILLed mid-drain;
+// the sentinels promote the replica and the clients follow. Ends with the invariants and reports
+// the longest gap in closes around the fault.
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import type { Redis } from 'ioredis';
 import { createLogger } from '../../src/observability/logger.js';
