@@ -142,6 +142,8 @@ async function walLsn(pool: pg.Pool): Promise<bigint> {
 }
 
 const WARMUP = 30;
+/** The product processes of the bursts under way (one at a time). */
+const running = new Set<ReturnType<typeof spawn>>();
 /** The burst's due instant is this far after seeding starts: seeding, VACUUM and CHECKPOINT fit before it. */
 const LEAD_MS = 3000 + N * 0.05;
 
@@ -204,6 +206,8 @@ async function burst(path: Burst['path'], center: PostgresServer, business: Post
     },
     stdio: ['ignore', 'ignore', 'inherit'],
   });
+  running.add(child);
+  child.once('exit', () => running.delete(child));
   const warm = new Date(Date.now() - 1000);
   await insertOrders(ordersPool, N + 1, N + WARMUP, warm);
   await centerPool.query(`INSERT INTO timeout_center.timeouts (kind, biz_id, due_at) SELECT $1, g::text, $4 FROM generate_series($2::int, $3::int) g`, [
@@ -388,6 +392,9 @@ try {
   console.error('bench:external failed:', err);
   throw err;
 } finally {
+  // A burst that failed leaves its `timeout-center run` process: stopped with the servers, not left
+  // retrying against them.
+  for (const child of running) child.kill('SIGKILL');
   await stopAllServers();
 }
 const best = (path: Burst['path']) => results.filter((r) => r.path === path).sort((a, b) => b.perSecond - a.perSecond)[0]!;
