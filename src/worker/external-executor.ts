@@ -21,7 +21,7 @@ import type pg from 'pg';
 import type { Logger } from 'pino';
 import { isConnectionError, isRetryableConflict, pgErrorCode } from '../db/pool.js';
 import { compose, sql, statementValues } from '../db/queries.js';
-import { AS_TEXT, literalOf, parseJsonbArray, parseTextArray, withLiteral } from '../db/pg-text.js';
+import { AS_TEXT, literalOf, parseInt8Array, parseIntArray, parseJsonbArray, parseTextArray, withLiteral } from '../db/pg-text.js';
 import { bindLiterals } from './bind-literals.js';
 import { failpoint } from '../failpoints.js';
 import type { Metrics } from '../observability/metrics.js';
@@ -36,6 +36,7 @@ import { NEWEST_FIRST } from './sql-handler.js';
 import type { Lease } from './lease.js';
 import { latenessAt, recordOutcome, type Lateness, type ShardCounts, type ShardOutcome } from './outcome.js';
 import { withTimeLimit } from './time-limit.js';
+import { finishPrepared, gidLiteral, isPrepareRefused, resolvePrepared, runsInTwoPhases, twoPhaseId } from './two-phase.js';
 import { addLinksToActive, withSpan } from '../observability/tracing.js';
 
 export type ExternalOutcome = Exclude<ShardOutcome, { status: 'held' }>;
@@ -88,6 +89,33 @@ function recordedFrom(row: RecordRow): Recorded {
   return { ...counts, lateness: latenessAt(measured, Number(measured_ms), Number(at_ms)) };
 }
 
+/** A two-phase run's business transaction, open after its handler (applyUncommitted). */
+interface UncommittedRun {
+  client: pg.PoolClient;
+  marker: Marker;
+  release: (destroy: Error | boolean) => void;
+}
+
+/** How long past its kind's time limit a two-phase run's transactions may sit idle before their
+ *  server ends them: a frozen worker's locks go then, and a payer's cancel with them. */
+const TWO_PHASE_IDLE_MS = 5000;
+
+/** external_claim_move.sql's row, as text (AS_TEXT). */
+interface ClaimMoveRow {
+  target: string | null;
+  ids: string;
+  biz_ids: string;
+  payloads: string | null;
+  trace_parents: string | null;
+  lateness_ms: string;
+  lateness_n: string;
+  measured_ms: string;
+  at_ms: string;
+}
+
+/** external_claim_move.sql for every other shard of a flood mapped ahead: newest first. */
+const NEWEST_CLAIM_MOVE = compose('worker/external_claim_move', { claimOrder: NEWEST_FIRST });
+
 /** The run found its lease gone (or the shard split by a later run): nothing was committed. */
 type Lost = { lost: string };
 
@@ -120,14 +148,32 @@ class CenterLock {
 }
 
 export class ExternalExecutor {
+  /** Runs commit in two phases where they can (runTwoPhase): the center's server allows prepared
+   *  transactions (max_prepared_transactions > 0), checked by the worker at start. Turned off for
+   *  good when PREPARE TRANSACTION says they are off. */
+  private twoPhase: boolean;
+
   constructor(
     private readonly pool: pg.Pool,
     private readonly databases: BusinessDatabases,
     private readonly breakers: CircuitBreakers,
     private readonly metrics: Metrics,
-  ) {}
+    options: { twoPhase?: boolean } = {},
+  ) {
+    this.twoPhase = options.twoPhase ?? false;
+  }
 
   async run(lease: Lease, handler: ResolvedHandler & { external: ExternalTarget }, log: Logger): Promise<ExternalOutcome> {
+    if (this.twoPhase && lease.attempts === 1 && lease.bucket === null && runsInTwoPhases(handler.external)) {
+      const outcome = await this.runTwoPhase(lease, handler, log);
+      if (outcome) return outcome;
+    }
+    return this.runCommitFirst(lease, handler, log);
+  }
+
+  /** The commit-first run (steps 1-4 of the header): every run on the Citus layout, with an HTTP
+   *  handler, a re-run, and any run where two phases are not possible. */
+  private async runCommitFirst(lease: Lease, handler: ResolvedHandler & { external: ExternalTarget }, log: Logger): Promise<ExternalOutcome> {
     const started = performance.now();
     const claimed = await withSpan('tc.claim', { 'tc.claim.form': 'external' }, () => this.claim(lease, handler.external));
     if (!claimed) return { status: 'not-ours', reason: `lease on shard ${lease.id} was lost before its claim` };
@@ -213,6 +259,237 @@ export class ExternalExecutor {
   }
 
   /**
+   * A first run in two phases, when its handler runs in a business database: each timeout is
+   * reached once in the center, by one transaction that claims it and records it, PREPAREd before
+   * the business COMMIT and committed after it (two-phase.ts):
+   *   1. center: the shard's row under the lease (external_two_phase_begin.sql), the claim
+   *      (external_claim.sql, behind the claim lock for its statement only), kept open;
+   *   2. business: marker, handler, the marker's outcome, under the kind's time limit, kept open;
+   *   3. center: the record (external_record.sql), then PREPARE TRANSACTION;
+   *   4. business COMMIT, then COMMIT PREPARED, then the marker is deleted.
+   * A run that dies before 3's PREPARE leaves nothing (both transactions roll back; the shard runs
+   * again after its lease, commit first). One that dies after it leaves a prepared transaction,
+   * which prepared-resolver.ts commits if the marker committed and rolls back if not. While the
+   * run is open its timeouts are locked: a payer's cancel waits for it (at most the kind's time
+   * limit, then the center's server ends the idle transaction of a frozen worker: TWO_PHASE_IDLE_MS).
+   * Returns undefined to run the shard commit first instead, with nothing of this attempt left:
+   * the kind has a shard running again after its worker stopped (a killer row may be among its
+   * rows), the claim gave rows back or took none, the handler failed as a batch or its circuit is
+   * open (the commit-first run records the retry), or prepared transactions are refused.
+   */
+  private async runTwoPhase(lease: Lease, handler: ResolvedHandler & { external: ExternalTarget }, log: Logger): Promise<ExternalOutcome | undefined> {
+    const started = performance.now();
+    const ext = handler.external;
+    const idleMs = handler.config.timeLimitMs + TWO_PHASE_IDLE_MS;
+    const center = await this.pool.connect();
+    let destroyCenter = false;
+    const backOut = async (): Promise<undefined> => {
+      await center.query('ROLLBACK').catch(() => (destroyCenter = true));
+      return undefined;
+    };
+    try {
+      const begin = bindLiterals(sql('worker/external_two_phase_begin', { shardId: lease.id, leaseToken: lease.lease_token }));
+      const opened = (await center.query({
+        text: `BEGIN; SET LOCAL idle_in_transaction_session_timeout = ${idleMs}; ${begin}`,
+        types: AS_TEXT,
+      })) as unknown as pg.QueryResult[];
+      const ours = (opened[2] as pg.QueryResult<{ two_phase: string }>).rows[0];
+      if (!ours) {
+        await backOut();
+        return { status: 'not-ours', reason: `lease on shard ${lease.id} was lost before its claim` };
+      }
+      if (ours.two_phase !== 't') return await backOut();
+      const claim = await withSpan('tc.claim', { 'tc.claim.form': 'external-two-phase' }, async () => {
+        // No claim lock (external_claim_lock.sql): the rows stay locked until the run ends, so the
+        // claims beside it pass them by; only a hold a commit-first claim committed meanwhile can
+        // overlap, and the give-back check finds it (then the run backs out).
+        const { unhold } = claimStatements(lease, ext);
+        const move = claimMoveStatement(lease, ext);
+        const results = (await center.query({ text: `${move}; ${unhold}`, types: AS_TEXT })) as unknown as pg.QueryResult[];
+        const row = (results[0] as pg.QueryResult<ClaimMoveRow>).rows[0];
+        const givenBack = parseTextArray((results[1] as pg.QueryResult<{ given_back: string }>).rows[0]!.given_back);
+        return row ? { row, givenBack: givenBack.length, atNodeMs: performance.now() } : undefined;
+      });
+      if (!claim) return await backOut();
+      const claimed = claimedRows(claim.row.target, true, claim.row, new Set());
+      const ids = parseInt8Array(claim.row.ids);
+      const database = ext.via === 'http' ? undefined : (ext.database ?? (ext.via === 'sql' ? (claimed.target ?? undefined) : undefined));
+      // A row another shard held first (a commit-first claim committed meanwhile), a target the
+      // rule cannot place, or nothing due: the commit-first run knows what to do with each.
+      if (!database || claimed.target === UNROUTABLE || claimed.items.length === 0 || claim.givenBack > 0) return await backOut();
+      addLinksToActive(claimed.traceParents);
+      await failpoint('external.after-claim');
+      const target = claimed.target ?? ext.via;
+      const where = this.databases.pool(database);
+      let business: UncommittedRun;
+      try {
+        business = await this.breakers.execute(lease.kind, target, () =>
+          withSpan('tc.handler', { 'tc.kind': lease.kind, 'tc.target': target, 'tc.handler.items': claimed.items.length }, () =>
+            this.applyUncommitted(where, lease, handler, claimed, idleMs),
+          ),
+        );
+      } catch (err) {
+        if (!(err instanceof BrokenCircuitError) && !isBatchLevel(err)) throw err;
+        // Nothing was committed in the target (no COMMIT was sent there) nor here: the
+        // commit-first run takes the shard from the start and records the retry.
+        return await backOut();
+      }
+      if (business.marker.failed.length > 0) {
+        // Row-level failures are counted, retried and isolated by the commit-first run: undo both.
+        business.release(true);
+        return await backOut();
+      }
+      let counts: ShardCounts | undefined;
+      const gid = twoPhaseId({ shardId: lease.id, leaseToken: lease.lease_token, database });
+      try {
+        counts = await withSpan('tc.record', {}, async () => {
+          const applied = new Set(business.marker.applied.map(String));
+          const skippedIds = ids.filter((_, i) => !applied.has(claimed.bizIds[i]!));
+          const { rows } = await center.query<ShardCounts>(
+            sql('worker/external_two_phase_record', { shardId: lease.id, leaseToken: lease.lease_token, skippedIds }),
+          );
+          return rows[0];
+        });
+        if (!counts) throw new Error(`shard ${lease.id}: its record found no lease although the run holds its row`);
+        await failpoint('external.before-prepare');
+        await center.query(`PREPARE TRANSACTION ${gidLiteral(gid)}`);
+      } catch (err) {
+        // PREPARE that fails rolls the center's transaction back; anything before it is undone here.
+        business.release(true);
+        if (isPrepareRefused(err)) {
+          if (pgErrorCode(err) === '55000') this.twoPhase = false;
+          log.warn(
+            { err: describeError(err) },
+            'the center refused to prepare an external run; it runs commit first (set max_prepared_transactions above the worker slots)',
+          );
+          return await backOut();
+        }
+        throw err;
+      }
+      await failpoint('external.after-prepare');
+      try {
+        await business.client.query('COMMIT');
+      } catch (err) {
+        business.release(true);
+        if (!isConnectionError(err)) {
+          // The business database answered the COMMIT with an error (a constraint checked at
+          // commit, a session it ended for idling: 25P03): its transaction rolled back, nothing is
+          // applied there; the center's half is undone too.
+          await finishPrepared(this.pool, 'ROLLBACK', gid);
+          log.warn(
+            { err: describeError(err) },
+            'the business database did not commit an external run (its transaction rolled back); the shard runs again commit first',
+          );
+          return undefined;
+        }
+        // Its outcome is unknown: the marker decides, now if the database answers, else later.
+        return await this.resolveNow(gid, where, lease, log);
+      }
+      business.release(false);
+      await failpoint('external.after-apply-commit');
+      const finished = await finishPrepared(center, 'COMMIT', gid);
+      if (finished === 'gone') log.warn('a resolver committed this run before it could (it found the marker): nothing is lost');
+      await deleteMarker(where, lease.id).catch((err: unknown) =>
+        log.warn({ err }, 'could not delete the marker of a recorded shard (harmless: it is never read again)'),
+      );
+      // The rows closed at the business COMMIT: their lateness, measured by the claim, moved on to
+      // the database clock at the claim's end plus the time since (the COMMIT PREPARED is done).
+      const measured = { seconds: parseIntArray(claim.row.lateness_ms).map((ms) => ms / 1000), times: parseIntArray(claim.row.lateness_n) };
+      const at = Number(claim.row.at_ms) + (performance.now() - claim.atNodeMs);
+      recordOutcome(
+        this.metrics,
+        { store: 'center', kind: lease.kind },
+        counts,
+        performance.now() - started,
+        latenessAt(measured, Number(claim.row.measured_ms), at),
+      );
+      return { status: 'done', ...counts };
+    } catch (err) {
+      // An open center transaction ends with its session (the server rolls it back); a prepared
+      // one stays for the resolver.
+      destroyCenter = true;
+      throw err;
+    } finally {
+      center.release(destroyCenter);
+    }
+  }
+
+  /** A prepared run whose business COMMIT's outcome is unknown: resolved by its marker at once if
+   *  the business database answers; else left to prepared-resolver.ts. */
+  private async resolveNow(gid: string, where: pg.Pool, lease: Lease, log: Logger): Promise<ExternalOutcome> {
+    try {
+      const how = await resolvePrepared(this.pool, where, gid, { shardId: lease.id, leaseToken: lease.lease_token, database: '' });
+      log.warn({ resolution: how }, 'the business commit of a two-phase run broke off; resolved by its marker');
+      return { status: 'not-ours', reason: `the business commit of shard ${lease.id} broke off; its prepared center half was ${how}` };
+    } catch (err) {
+      log.warn({ err: describeError(err) }, 'the business commit of a two-phase run broke off and its marker cannot be read now; the resolver finishes it');
+      return { status: 'not-ours', reason: `shard ${lease.id} is prepared in the center until its marker can be read` };
+    }
+  }
+
+  /**
+   * Step 2 of a two-phase run: marker, handler and the marker's outcome in the business database,
+   * under the kind's time limit, left open for the center's PREPARE. Throws batch-level failures,
+   * after rolling the transaction back (a connection the limit cut is destroyed).
+   */
+  private async applyUncommitted(where: pg.Pool, lease: Lease, handler: ResolvedHandler, claimed: Claimed, idleMs: number): Promise<UncommittedRun> {
+    let client: pg.PoolClient;
+    try {
+      client = await where.connect();
+    } catch (err) {
+      throw new BatchFailure(`cannot connect to the target database: ${describeError(err)}`, undefined, { cause: err });
+    }
+    let released = false;
+    const release = (destroy: Error | boolean) => {
+      if (released) return;
+      released = true;
+      client.release(destroy);
+    };
+    const limit = handler.config.timeLimitMs;
+    const work = async (signal: AbortSignal): Promise<Marker> => {
+      await client.query(`BEGIN; SET LOCAL statement_timeout = ${Math.floor(limit)}; SET LOCAL idle_in_transaction_session_timeout = ${idleMs}`);
+      const ran = claimed.bizIds;
+      try {
+        await insertMarker(client, lease.id, lease.lease_token, ran);
+      } catch (err) {
+        // A first run finds no marker; one there (or held) is for the commit-first run to read.
+        if (isMarkerConflict(err) || pgErrorCode(err) === '57014' || pgErrorCode(err) === '55P03')
+          throw new BatchFailure(`shard ${lease.id} has a marker in the target already`, undefined, { cause: err });
+        throw err;
+      }
+      const call = (batch: ShardItem[]) => {
+        if (signal.aborted) throw signal.reason;
+        return handler.run(batch, { kind: handler.kind, shardId: lease.id, attempt: lease.attempts, client, signal });
+      };
+      const { applied, failed, whole } = await applyIsolating(client, claimed.items, call, (err) => isBatchLevel(err) || signal.aborted);
+      await failpoint('external.after-apply');
+      const marker: Marker = { applied: whole ?? [...applied], failed: [...failed].map(([bizId, f]) => ({ bizId, ...f })), ran };
+      await completeMarker(client, lease.id, marker);
+      if (signal.aborted) throw signal.reason;
+      return marker;
+    };
+    try {
+      const marker = await withTimeLimit<Marker>(
+        {
+          what: `handler of ${handler.kind}`,
+          limitMs: limit,
+          graceMs: 250,
+          // The handler may still hold the connection: destroy it (its transaction rolls back).
+          onExpire: () => release(new Error('handler time limit: connection destroyed')),
+        },
+        work,
+      );
+      return { client, marker, release };
+    } catch (err) {
+      const broken = isConnectionError(err);
+      if (!broken && !released) await client.query('ROLLBACK').catch(() => release(true));
+      release(broken);
+      if (isBatchLevel(err) || err instanceof HandlerTimeoutError) throw err;
+      throw new BatchFailure(`shard ${lease.id} failed in the target: ${describeError(err)}`, undefined, { cause: err });
+    }
+  }
+
+  /**
    * A re-run after its worker died (attempt > 1, the rows held by an earlier run): one of them may
    * be what kills workers (a code handler that crashes the process). Unless the earlier run
    * committed in the target (its marker says so; the normal path then records it), the held rows
@@ -256,26 +533,10 @@ export class ExternalExecutor {
   private async claim(lease: Lease, external: ExternalTarget): Promise<Claimed | undefined> {
     const routed = external.via === 'sql' && external.routed;
     if (lease.bucket !== null) return this.claimInBucket(lease, lease.bucket, routed);
-    const payloads = external.via !== 'sql' || external.payloads;
-    const inputs = { shardId: lease.id, kind: lease.kind, claimLimit: lease.claim_limit, leaseToken: lease.lease_token, routed, payloads };
-    const claim = lease.from_newest
-      ? bindLiterals(NEWEST_EXTERNAL_CLAIM, statementValues('worker/external_claim', inputs))
-      : bindLiterals(sql('worker/external_claim', inputs));
+    const { claim, unhold } = claimStatements(lease, external);
     const lock = bindLiterals(sql('worker/external_claim_lock', { shardId: lease.id }));
-    const unhold = bindLiterals(sql('worker/external_unhold', { shardId: lease.id, kind: lease.kind }));
     const results = (await this.pool.query({ text: `BEGIN; ${lock}; ${claim}; ${unhold}; COMMIT`, types: AS_TEXT })) as unknown as pg.QueryResult[];
-    const row = (
-      results[2] as pg.QueryResult<{
-        target: string | null;
-        biz_ids: string;
-        payloads: string | null;
-        fresh: string;
-        trace_parents: string | null;
-      }>
-    ).rows[0];
-    if (!row) return undefined;
-    const givenBack = new Set(parseTextArray((results[3] as pg.QueryResult<{ given_back: string }>).rows[0]!.given_back));
-    return claimedRows(row.target, row.fresh === 't', row, givenBack);
+    return claimedFrom(results[2]!, results[3]!);
   }
 
   /**
@@ -527,21 +788,7 @@ export class ExternalExecutor {
     decision: Decision | { retryInMs: number; error: string },
     db: pg.Pool | pg.PoolClient = this.pool,
   ): Promise<Recorded | undefined> {
-    const batch = 'retryInMs' in decision;
-    const failed = batch ? [] : decision.failed;
-    const inputs = {
-      shardId: lease.id,
-      leaseToken: lease.lease_token,
-      applied: batch ? [] : decision.applied,
-      failedIds: failed.map((f) => f.bizId),
-      failedErrors: failed.map((f) => f.error),
-      failedPermanent: failed.map((f) => f.permanent),
-      maxAttempts: handler.config.maxAttempts,
-      backoffMs: handler.config.backoffMs,
-      batchRetryMs: batch ? Math.round(decision.retryInMs) : null,
-      batchError: batch ? decision.error : null,
-      ran: batch || decision.ranAll ? null : (decision.ran ?? null),
-    };
+    const inputs = recordInputs(lease, handler, decision);
     if (lease.bucket !== null) return this.recordInBucket(inputs, lease.bucket, db);
     const { rows } = await db.query<RecordRow>(sql('worker/external_record', inputs));
     return rows[0] ? recordedFrom(rows[0]) : undefined;
@@ -644,4 +891,54 @@ function claimedRows(target: string | null, fresh: boolean, row: ClaimRow, given
     bizIds: kept.bizIds,
     traceParents: row.trace_parents === null || row.trace_parents === '{}' ? [] : parseTextArray(row.trace_parents),
   };
+}
+
+/** external_claim.sql (oldest or newest first) and external_unhold.sql for a lease, bound. */
+function claimStatements(lease: Lease, external: ExternalTarget): { claim: string; unhold: string } {
+  const routed = external.via === 'sql' && external.routed;
+  const payloads = external.via !== 'sql' || external.payloads;
+  const inputs = { shardId: lease.id, kind: lease.kind, claimLimit: lease.claim_limit, leaseToken: lease.lease_token, routed, payloads };
+  const claim = lease.from_newest
+    ? bindLiterals(NEWEST_EXTERNAL_CLAIM, statementValues('worker/external_claim', inputs))
+    : bindLiterals(sql('worker/external_claim', inputs));
+  return { claim, unhold: bindLiterals(sql('worker/external_unhold', { shardId: lease.id, kind: lease.kind })) };
+}
+
+/** The claim's rows from external_claim.sql's and external_unhold.sql's results (undefined: the
+ *  lease is no longer ours). */
+function claimedFrom(claimResult: pg.QueryResult, unholdResult: pg.QueryResult): (Claimed & { gaveBack: boolean }) | undefined {
+  const row = (claimResult as pg.QueryResult<{ target: string | null; biz_ids: string; payloads: string | null; fresh: string; trace_parents: string | null }>)
+    .rows[0];
+  if (!row) return undefined;
+  const givenBack = new Set(parseTextArray((unholdResult as pg.QueryResult<{ given_back: string }>).rows[0]!.given_back));
+  return { ...claimedRows(row.target, row.fresh === 't', row, givenBack), gaveBack: givenBack.size > 0 };
+}
+
+/** external_record.sql's inputs for a run's decision (or a batch-level failure). */
+function recordInputs(lease: Lease, handler: ResolvedHandler, decision: Decision | { retryInMs: number; error: string }): ExternalRecordInputs {
+  const batch = 'retryInMs' in decision;
+  const failed = batch ? [] : decision.failed;
+  return {
+    shardId: lease.id,
+    leaseToken: lease.lease_token,
+    applied: batch ? [] : decision.applied,
+    failedIds: failed.map((f) => f.bizId),
+    failedErrors: failed.map((f) => f.error),
+    failedPermanent: failed.map((f) => f.permanent),
+    maxAttempts: handler.config.maxAttempts,
+    backoffMs: handler.config.backoffMs,
+    batchRetryMs: batch ? Math.round(decision.retryInMs) : null,
+    batchError: batch ? decision.error : null,
+    ran: batch || decision.ranAll ? null : (decision.ran ?? null),
+  };
+}
+
+/** external_claim_move.sql (oldest or newest first) for a lease, bound. */
+function claimMoveStatement(lease: Lease, external: ExternalTarget): string {
+  const routed = external.via === 'sql' && external.routed;
+  const payloads = external.via !== 'sql' || external.payloads;
+  const inputs = { shardId: lease.id, kind: lease.kind, claimLimit: lease.claim_limit, leaseToken: lease.lease_token, routed, payloads };
+  return lease.from_newest
+    ? bindLiterals(NEWEST_CLAIM_MOVE, statementValues('worker/external_claim_move', inputs))
+    : bindLiterals(sql('worker/external_claim_move', inputs));
 }

@@ -15,6 +15,8 @@ import { BusinessDatabases } from './business-db.js';
 import { ShardExecutor } from './executor.js';
 import { ExternalExecutor } from './external-executor.js';
 import { Housekeeping } from './housekeeping.js';
+import { preparedResolver } from './prepared-resolver.js';
+import { maxPreparedTransactions, runsInTwoPhases } from './two-phase.js';
 import { noAnswer, within } from '../bounded.js';
 import { BusyBackends, RELEASE_BOUND_MS, releaseRunning, type RunningIn } from './release-running.js';
 import type { ShardHandler } from './handler-contract.js';
@@ -60,6 +62,8 @@ export class Worker implements Service {
   /** The lease keeper and the heartbeat in the center's database (housekeeping.ts): started
    *  before the loop, stopped after the drain. */
   private housekeeping: Housekeeping | undefined;
+  /** Finishes two-phase external runs that a stopped worker left prepared (prepared-resolver.ts). */
+  private resolver: Service | undefined;
   private wakeSlot: (() => void) | undefined;
   /** Shard id and store (undefined: the center) of each running task: what a drain that runs
    *  out of time rolls back and releases, each in its own database (release-running.ts). */
@@ -117,10 +121,17 @@ export class Worker implements Service {
   private async doStart(): Promise<void> {
     const { config, pool, channel, metrics, logger } = this.deps;
     const handlers = await resolveHandlers(config, this.centerServed, this.registered, pool);
+    // Two-phase external runs (two-phase.ts) need prepared transactions on the center's server.
+    const externalKinds = [...handlers.values()].filter((h) => h.external);
+    const maxPrepared = externalKinds.length > 0 ? await maxPreparedTransactions(pool) : 0;
+    const twoPhase = maxPrepared > 0;
     // Streams whose shards run in a database the worker paces (databaseConcurrency per database):
-    // same-database center kinds, and every store's stream.
+    // same-database center kinds, every store's stream, and kinds whose shards run in two phases:
+    // their claim moves each timeout in the center's database as a same-database claim does, and
+    // spends its CPU the same way (on 2 cores, 2 at a time drained a flood 1.1x faster than 4:
+    // docs/benchmarks.md, "The seventh pass").
     this.inDatabaseKinds = new Set([
-      ...[...handlers.values()].filter((h) => !h.external).map((h) => h.kind),
+      ...[...handlers.values()].filter((h) => !h.external || (twoPhase && runsInTwoPhases(h.external))).map((h) => h.kind),
       ...this.streams.filter((s) => parseStreamName(s).store),
     ]);
     this.databases = [...new Set(this.streams.filter((s) => this.inDatabaseKinds.has(s)).map(databaseOf))];
@@ -139,7 +150,7 @@ export class Worker implements Service {
       failureMessage: 'PostgreSQL: worker heartbeat failed (timeout_center.workers not updated); retrying at the next beat',
     });
     let external: ExternalExecutor | undefined;
-    if ([...handlers.values()].some((h) => h.external)) {
+    if (externalKinds.length > 0) {
       const sizes = Object.fromEntries(Object.entries(config.businessDatabases).map(([name, db]) => [name, db.poolSize]));
       this.businessDatabases = new BusinessDatabases(
         config.businessDatabaseUrls,
@@ -150,7 +161,18 @@ export class Worker implements Service {
       );
       const alerter = new Alerter(config.alerts, log, metrics, this.id);
       this.breakers = new CircuitBreakers(config.breaker, pool, this.id, metrics, alerter, log);
-      external = new ExternalExecutor(pool, this.businessDatabases, this.breakers, metrics);
+      // The Citus layout's leases run commit first whatever the server allows (they have a bucket).
+      if (twoPhase) {
+        log.info(
+          { maxPreparedTransactions: maxPrepared },
+          'external kinds run in two phases where their handler runs in a business database (each timeout written once in the center)',
+        );
+        this.resolver = preparedResolver(pool, this.businessDatabases, Object.keys(config.businessDatabaseUrls), log);
+      } else
+        log.info(
+          "external kinds run commit first: max_prepared_transactions is 0 on the center's server. Set it to at least the workers' total concurrency (a restart) for the faster two-phase runs",
+        );
+      external = new ExternalExecutor(pool, this.businessDatabases, this.breakers, metrics, { twoPhase });
     }
     this.executor = new ShardExecutor({
       pool,
@@ -165,6 +187,7 @@ export class Worker implements Service {
     await channel.init(this.streams);
     this.centerBackends = new BusyBackends(pool);
     await this.housekeeping.start();
+    await this.resolver?.start();
     logger.info(
       { workerId: this.id, kinds: this.kinds, concurrency: config.worker.concurrency, databaseConcurrency: config.worker.databaseConcurrency },
       'worker started',
@@ -399,6 +422,7 @@ export class Worker implements Service {
       await releaseRunning(running, { workerId: this.id, metrics, logger });
     }
     this.centerBackends?.detach();
+    await this.resolver?.stop();
     await this.housekeeping?.stop();
     await this.loop?.catch(() => {});
     await Promise.all([...this.acks]);

@@ -22,9 +22,13 @@ export interface SoakArgs {
   /** Writes the report (JSON) there too. */
   out?: string;
   topology: Topology;
+  /** The center on a private PostgreSQL with max_prepared_transactions on, so the external kind's
+   *  first runs commit in two phases (src/worker/two-phase.ts); without it the center is a
+   *  database of the shared server, which allows none: every run commits first. */
+  twoPhase?: true;
 }
 
-export const SOAK_USAGE = `usage: npm run soak -- [--minutes N] [--seed N] [--out file.json] [--topology ${TOPOLOGIES.join('|')}]`;
+export const SOAK_USAGE = `usage: npm run soak -- [--minutes N] [--seed N] [--out file.json] [--topology ${TOPOLOGIES.join('|')}] [--two-phase]`;
 
 /** A bad command line: nothing was started. Exit code 2, the CLI's "bad input" (src/cli/exit-codes.ts). */
 export class SoakUsageError extends Error {
@@ -33,7 +37,7 @@ export class SoakUsageError extends Error {
 }
 
 export function parseSoakArgs(argv: readonly string[]): SoakArgs {
-  let values: { minutes: string; seed: string; out?: string | undefined; topology: string };
+  let values: { minutes: string; seed: string; out?: string | undefined; topology: string; 'two-phase': boolean };
   try {
     ({ values } = parseArgs({
       args: [...argv],
@@ -44,6 +48,7 @@ export function parseSoakArgs(argv: readonly string[]): SoakArgs {
         seed: { type: 'string', default: '1' },
         out: { type: 'string' },
         topology: { type: 'string', default: 'single' },
+        'two-phase': { type: 'boolean', default: false },
       },
     }));
   } catch (err) {
@@ -56,5 +61,5 @@ export function parseSoakArgs(argv: readonly string[]): SoakArgs {
   if (!Number.isFinite(minutes) || minutes <= 0) throw new SoakUsageError(`--minutes must be a positive number, got "${values.minutes}"`);
   const seed = Number(values.seed);
   if (!Number.isInteger(seed) || seed < 0) throw new SoakUsageError(`--seed must be a whole number >= 0, got "${values.seed}"`);
-  return { minutes, seed, topology, ...(values.out !== undefined ? { out: values.out } : {}) };
+  return { minutes, seed, topology, ...(values.out !== undefined ? { out: values.out } : {}), ...(values['two-phase'] ? { twoPhase: true as const } : {}) };
 }

@@ -10,11 +10,11 @@
 import { mkdirSync, writeFileSync } from 'node:fs';
 import { loadavg } from 'node:os';
 import { dirname } from 'node:path';
-import type pg from 'pg';
+import pg from 'pg';
 import { reschedule } from '../../dist/schedule.js';
 import { writeConfig } from '../helpers/orders.ts';
 import { killAll, runCli, spawnCli, type CliProcess, type LogLine } from '../helpers/processes.ts';
-import { stopAllServers } from '../helpers/servers.ts';
+import { startPostgres, stopAllServers } from '../helpers/servers.ts';
 import { createTestDatabase, type TestDatabase } from '../helpers/services.ts';
 import type { SoakArgs } from './args.ts';
 import { check } from './check.ts';
@@ -67,8 +67,10 @@ export async function runSoak(args: SoakArgs): Promise<number> {
 
   try {
     const load = { atStart: loadavg().map((x) => Math.round(x * 100) / 100), max1m: 0, sum1m: 0, samples: 0 };
-    log(`topology ${args.topology}, ${args.minutes} min, seed ${args.seed}; load average ${load.atStart.join(' ')}`);
-    center = await createTestDatabase('soak');
+    log(
+      `topology ${args.topology}, ${args.minutes} min, seed ${args.seed}${args.twoPhase ? ', two-phase external runs' : ''}; load average ${load.atStart.join(' ')}`,
+    );
+    center = args.twoPhase ? await privateCenter() : await createTestDatabase('soak');
     centerDb = { name: 'center', pool: quietPool(center.url, 8) };
     setup = await setUp(args.topology, centerDb, center.url);
     const s = setup;
@@ -431,4 +433,14 @@ function printSummary(r: Summary): void {
     `  longest: ${r.closeGaps.worst ? `${n(r.closeGaps.worst.gapMs)} ms (${r.closeGaps.worst.gapDb}) after ${r.closeGaps.worst.type}${r.closeGaps.worst.target ? ` (${r.closeGaps.worst.target})` : ''} at ${r.closeGaps.worst.at}` : 'none'}; longest gap away from any fault: ${n(r.closeGaps.quietMaxMs)} ms`,
   ];
   process.stdout.write(`${lines.join('\n')}\n`);
+}
+
+/** --two-phase: the center's database on a private PostgreSQL that allows prepared transactions
+ *  (stopped with the other servers the run started). */
+async function privateCenter(): Promise<TestDatabase> {
+  const server = await startPostgres({ settings: { max_prepared_transactions: '64' } });
+  const admin = new pg.Pool({ connectionString: server.url(), max: 1 });
+  await admin.query('CREATE DATABASE soak');
+  await admin.end();
+  return { name: 'soak', url: server.url('soak'), drop: async () => {} };
 }

@@ -28,6 +28,7 @@ describe('npm run soak: arguments', () => {
   it('takes every topology, and the other flags', () => {
     expect(TOPOLOGIES).toEqual(['single', 'stores', 'cluster', 'sentinel']);
     for (const t of TOPOLOGIES) expect(parseSoakArgs(['--topology', t]).topology).toBe(t);
+    expect(parseSoakArgs(['--two-phase'])).toEqual({ minutes: 10, seed: 1, topology: 'single', twoPhase: true });
     expect(parseSoakArgs(['--minutes', '1.5', '--seed', '7', '--out', 'x.json', '--topology=stores'])).toEqual({
       minutes: 1.5,
       seed: 7,
@@ -58,7 +59,7 @@ describe('npm run soak: arguments', () => {
     expect(r.status).toBe(2);
     expect(r.stderr).toBe(
       'soak: --topology must be one of single, stores, cluster, sentinel, got "cluser"\n' +
-        'usage: npm run soak -- [--minutes N] [--seed N] [--out file.json] [--topology single|stores|cluster|sentinel]\n',
+        'usage: npm run soak -- [--minutes N] [--seed N] [--out file.json] [--topology single|stores|cluster|sentinel] [--two-phase]\n',
     );
     expect(r.stdout).toBe('');
   });

@@ -1,0 +1,66 @@
+-- external_claim_move: the claim of a two-phase external run (external-executor.ts, runTwoPhase),
+-- in the center transaction that stays open, and is PREPAREd, until the business commit. Each
+-- timeout is reached once in the center, as on the same-database path (claim.sql's batch form):
+-- locked, moved out of the hot table and into the history (done_timeouts) as applied, all in
+-- this statement. The history rows the business database then did not change become skipped
+-- (external_two_phase_record.sql). A run that fails or dies before its PREPARE rolls all of it
+-- back: the rows are pending again, untouched. Takes no claim lock (external_claim_lock.sql): its
+-- rows stay locked until the run ends, so the claims beside it pass them by (SKIP LOCKED), as the
+-- same-database claims do. It passes by the ids the kind's other live shards hold (a commit-first
+-- run's claim) as external_claim.sql does; the run then checks, with a snapshot of its own, that
+-- no shard committed a hold on one of them meanwhile (external_unhold.sql, on the held_ids written
+-- here), and backs out if one did.
+--   $1 shard id   $2 kind   $3 claim limit   $4 lease token
+--   $5 routed: only the rows whose target (stamped when the row was written) is the shard's
+--   $6 payloads: the handler reads them (boolean)
+-- @params shardId: number, kind: string, claimLimit: number, leaseToken: string, routed: boolean, payloads: boolean
+-- @slot claimOrder tc:claim-order
+-- Returns one row (none when the lease is not ours, or the shard was claimed before: a two-phase
+-- run is a shard's first): target, ids (bigint[]) and biz_ids (text[]) in id order, payloads
+-- (jsonb[], NULL unless $6), trace_parents (text[] or NULL, as external_claim.sql's), the
+-- lateness per distinct due time at this statement's start (lateness_ms int4[], lateness_n
+-- int4[], measured_ms) and at_ms (the database clock at its end, epoch ms).
+WITH ours AS MATERIALIZED (
+  SELECT sh.target FROM timeout_center.shards sh
+   WHERE sh.id = $1 AND sh.lease_token = $4 AND sh.state = 'running' AND sh.claimed_at IS NULL
+), busy AS MATERIALIZED (
+  SELECT unnest(o.held_ids) AS id FROM timeout_center.shards o
+   WHERE o.kind = $2 AND o.held_ids IS NOT NULL AND o.state IN ('queued', 'running') AND o.id <> $1
+     AND EXISTS (SELECT 1 FROM ours)
+), fresh AS MATERIALIZED (
+  SELECT d.id FROM timeout_center.timeouts d
+   WHERE d.kind = $2::timeout_center.kind AND d.state = 'pending' AND d.available_at <= statement_timestamp()
+     AND (NOT $5::boolean OR d.target = (SELECT target FROM ours))
+     AND d.id NOT IN (SELECT b.id FROM busy b)
+     AND EXISTS (SELECT 1 FROM ours)
+   ORDER BY d.available_at -- tc:claim-order (the newest-first form of a flood's shard)
+   LIMIT $3
+     FOR UPDATE SKIP LOCKED
+), taken AS (
+  -- ARRAY(...): the DELETE probes the primary key for exactly those ids (claim.sql)
+  DELETE FROM timeout_center.timeouts t
+   WHERE t.id = ANY (ARRAY(SELECT id FROM fresh))
+  RETURNING t.id, t.kind, t.biz_id, t.due_at, t.payload, t.attempts, t.last_error, t.created_at, t.trace_parent
+), moved AS (
+  INSERT INTO timeout_center.done_timeouts (id, kind, biz_id, due_at, payload, attempts, shard_id, result, last_error, created_at, finished_at)
+  SELECT id, kind, biz_id, due_at, payload, attempts + 1, $1, 'applied', last_error, created_at, statement_timestamp()
+    FROM taken
+), marked AS (
+  UPDATE timeout_center.shards sh
+     SET claimed_at = statement_timestamp(), held_ids = ARRAY(SELECT f.id FROM fresh f)
+   WHERE sh.id = $1 AND EXISTS (SELECT 1 FROM ours)
+), late AS (
+  SELECT coalesce(array_agg(g.ms), '{}') AS lateness_ms, coalesce(array_agg(g.n), '{}') AS lateness_n
+    FROM (SELECT (date_part('epoch', statement_timestamp() - k.due_at) * 1000)::int4 AS ms, count(*)::int AS n
+            FROM taken k GROUP BY k.due_at) g
+)
+SELECT (SELECT target FROM ours) AS target,
+       coalesce(array_agg(r.id), '{}') AS ids,
+       coalesce(array_agg(r.biz_id), '{}') AS biz_ids,
+       CASE WHEN $6::boolean THEN coalesce(array_agg(r.payload), '{}') END AS payloads,
+       (SELECT array_agg(l.trace_parent) FROM (SELECT DISTINCT trace_parent FROM taken WHERE trace_parent IS NOT NULL LIMIT 32) l) AS trace_parents,
+       (SELECT lateness_ms FROM late) AS lateness_ms, (SELECT lateness_n FROM late) AS lateness_n,
+       date_part('epoch', statement_timestamp()) * 1000 AS measured_ms,
+       date_part('epoch', clock_timestamp()) * 1000 AS at_ms
+  FROM (SELECT id, biz_id, payload FROM taken ORDER BY id) r
+HAVING EXISTS (SELECT 1 FROM ours)

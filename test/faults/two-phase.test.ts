@@ -1,0 +1,407 @@
+// Two-phase runs of the external path (issue 32), with real processes. The center's server allows
+// prepared transactions (max_prepared_transactions = 16, a private PostgreSQL for this file, with
+// both the center's database and the business database "orders" on it), so a shard's first run
+// whose handler runs in a business database claims and records its timeouts in one center
+// transaction, PREPAREd before the business COMMIT and committed after it; a run left prepared is
+// finished by the resolver of a live worker, by its marker in the business database. Two handlers:
+//   guarded  the README's close (`... AND status = 'unpaid'`), also counting `closes = closes + 1`;
+//   counting NOT idempotent: `closes = closes + 1` on every call that reaches the row (guarded only
+//            against paid orders), so any second effect shows as closes = 2.
+// Each scenario has a kind and a biz id range of its own:
+//   A. happy path: 3,000 orders (every 10th paid), guarded handler: the worker says it runs in two
+//      phases, every shard with rows PREPAREs (failpoint hits), paid orders' timeouts skipped;
+//   B. a worker SIGKILLed at external.after-prepare: its prepared transaction is left (seen in
+//      pg_prepared_xacts), another worker's resolver rolls it back, the shard runs again after its
+//      lease (commit first), every unpaid order closed exactly once;
+//   C. a worker SIGKILLed at external.after-apply-commit (business committed, center prepared): the
+//      resolver commits it; the shard is not run again; no order closed twice;
+//   D. a payer's cancel while a two-phase run holds the timeout (handler done, the run slowed before
+//      its marker's outcome): the cancel waits for the run, then answers UPDATE 0; the order is
+//      closed, its timeout done/applied;
+//   E. a worker frozen (SIGSTOP) right after its PREPARE: the prepared transaction stays until the
+//      server ends the frozen run's business session (time limit + 5 s idle), then another worker's
+//      resolver rolls it back and the shard runs again; the frozen worker resumed afterwards
+//      changes nothing.
+// Each scenario ends with: nothing left in pg_prepared_xacts, no marker left in the business
+// database, every timeout final, and history = truth per order (closed by us <=> its timeout
+// done/applied; closes 1 for every closed order and 0 where paid; at most one status transition).
+import pg from 'pg';
+import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
+import type { ConfigInput } from '../../src/config.js';
+import { CLOSE_SQL, createOrdersSchema, writeConfig } from '../helpers/orders.js';
+import { killAll, runCli, spawnCli, type CliProcess } from '../helpers/processes.js';
+import { startPostgres, stopAllServers, type PostgresServer } from '../helpers/servers.js';
+import { TEST_REDIS_URL, testKeyPrefix } from '../helpers/services.js';
+import { linesMatching, procState, report, sleep, waitUntil } from './harness.js';
+
+const LEASE_MS = 3000;
+const TIME_LIMIT_MS = 2500;
+/** The idle bound of a two-phase run's sessions past its kind's time limit (external-executor.ts). */
+const TWO_PHASE_IDLE_MS = 5000;
+
+/** The README's guarded close, counting its effects. */
+const GUARDED_SQL = CLOSE_SQL.replace("status = 'closed',", "status = 'closed', closes = closes + 1,");
+/** Not idempotent: every call that reaches an order that is not paid counts. */
+const COUNTING_SQL = "UPDATE orders SET status = 'closed', closed_at = now(), closes = closes + 1 WHERE id = ANY($1) AND status <> 'paid' RETURNING id";
+
+const KIND = { a: 'twophase.a', b: 'twophase.b', c: 'twophase.c', d: 'twophase.d', e: 'twophase.e' } as const;
+
+let server: PostgresServer;
+let centerPool: pg.Pool;
+let ordersPool: pg.Pool;
+let centerUrl: string;
+let configPath: string;
+let env: Record<string, string | undefined>;
+let coordinator: CliProcess;
+const workers: CliProcess[] = [];
+
+function quietPool(url: string): pg.Pool {
+  const pool = new pg.Pool({ connectionString: url, max: 4 });
+  pool.on('error', () => {});
+  return pool;
+}
+
+function worker(name: string, opts: { failpoints?: string; concurrency?: number } = {}): CliProcess {
+  const p = spawnCli(name, ['worker', '--config', configPath, '--concurrency', String(opts.concurrency ?? 1)], {
+    ...env,
+    TC_FAILPOINTS: opts.failpoints,
+  });
+  workers.push(p);
+  return p;
+}
+
+async function stopWorkers(): Promise<void> {
+  for (const w of workers.splice(0)) {
+    if (w.alive) {
+      try {
+        process.kill(w.pid, 'SIGCONT');
+      } catch {
+        // gone already
+      }
+      w.child.kill('SIGKILL');
+      await w.exited;
+    }
+  }
+}
+
+async function seed(kind: string, from: number, to: number, paidEvery = 0): Promise<void> {
+  await ordersPool.query(
+    `INSERT INTO orders (id, status) SELECT g, CASE WHEN $3::int > 0 AND g % $3::int = 0 THEN 'paid' ELSE 'unpaid' END FROM generate_series($1::bigint, $2::bigint) g`,
+    [from, to, paidEvery],
+  );
+  await centerPool.query(
+    `INSERT INTO timeout_center.timeouts (kind, biz_id, due_at) SELECT $1, g::text, now() FROM generate_series($2::bigint, $3::bigint) g`,
+    [kind, from, to],
+  );
+}
+
+async function count(pool: pg.Pool, text: string, params: unknown[] = []): Promise<number> {
+  const { rows } = await pool.query<{ n: number }>(text, params);
+  return Number(rows[0]?.n ?? 0);
+}
+
+/** The center's prepared transactions (global ids). */
+async function prepared(): Promise<string[]> {
+  const { rows } = await centerPool.query<{ gid: string }>(`SELECT gid FROM pg_prepared_xacts WHERE database = current_database() ORDER BY prepared`);
+  return rows.map((r) => r.gid);
+}
+
+/** The shard id a global id tc-x:<shard>:<lease token>:<database> names. */
+function shardOf(gid: string): number {
+  const m = /^tc-x:(\d+):[0-9a-f-]{36}:orders$/.exec(gid);
+  if (!m) throw new Error(`not a two-phase run's global id: ${gid}`);
+  return Number(m[1]);
+}
+
+async function drained(kind: string, from: number, to: number, timeoutMs = 45_000): Promise<void> {
+  await waitUntil(
+    `timeouts of ${kind} ${from}-${to} final and scans reduced`,
+    async () =>
+      (await count(
+        centerPool,
+        `SELECT count(*)::int AS n FROM timeout_center.all_timeouts WHERE kind = $1 AND biz_id::bigint BETWEEN $2 AND $3 AND state NOT IN ('done', 'cancelled', 'failed')`,
+        [kind, from, to],
+      )) === 0 && (await count(centerPool, `SELECT count(*)::int AS n FROM timeout_center.scans WHERE state <> 'reduced'`)) === 0,
+    timeoutMs,
+    100,
+  ).catch(async (err: unknown) => {
+    const { rows: t } = await centerPool.query(
+      `SELECT state, count(*)::int AS n FROM timeout_center.all_timeouts WHERE kind = $1 AND biz_id::bigint BETWEEN $2 AND $3 GROUP BY 1`,
+      [kind, from, to],
+    );
+    const { rows: sh } = await centerPool.query(
+      `SELECT id, state, attempts, error_sample FROM timeout_center.shards WHERE kind = $1 AND state IN ('queued', 'running')`,
+      [kind],
+    );
+    const logs = workers.flatMap((p) =>
+      p.lines
+        .filter((l) => (l.level ?? 0) >= 40)
+        .slice(-6)
+        .map((l) => `${p.name}: ${JSON.stringify(l).slice(0, 400)}`),
+    );
+    throw new Error(
+      `${(err as Error).message}\ntimeouts: ${JSON.stringify(t)}\nopen shards: ${JSON.stringify(sh)}\nprepared: ${JSON.stringify(await prepared())}\n${logs.join('\n')}`,
+    );
+  });
+}
+
+/** History = business truth for every order of [from, to], and no second effect anywhere. */
+async function expectHistoryIsTruth(kind: string, from: number, to: number): Promise<Record<string, number>> {
+  const { rows: history } = await centerPool.query<{ biz_id: string; state: string; result: string | null; n: number }>(
+    `SELECT biz_id, min(state::text) AS state, min(result::text) AS result, count(*)::int AS n
+       FROM timeout_center.all_timeouts WHERE kind = $1 AND biz_id::bigint BETWEEN $2 AND $3 GROUP BY biz_id`,
+    [kind, from, to],
+  );
+  const { rows: business } = await ordersPool.query<{ id: string; status: string; closes: number; transitions: number }>(
+    `SELECT o.id::text, o.status, o.closes, (SELECT count(*) FROM order_transitions t WHERE t.order_id = o.id)::int AS transitions
+       FROM orders o WHERE o.id BETWEEN $1 AND $2`,
+    [from, to],
+  );
+  const byId = new Map(history.map((h) => [Number(h.biz_id), h]));
+  const wrong: string[] = [];
+  const tally: Record<string, number> = {};
+  for (const b of business) {
+    const h = byId.get(Number(b.id));
+    const key = `${h?.state ?? 'none'}/${h?.result ?? '-'}/${b.status}`;
+    tally[key] = (tally[key] ?? 0) + 1;
+    const closedByUs = b.status === 'closed';
+    if (h && h.n !== 1) wrong.push(`${b.id}: ${h.n} timeouts in the history`);
+    if (closedByUs !== (h?.state === 'done' && h.result === 'applied'))
+      wrong.push(`${b.id}: order ${b.status}, timeout ${h?.state ?? 'none'}/${h?.result ?? '-'}`);
+    if (b.transitions > 1) wrong.push(`${b.id}: ${b.transitions} status transitions`);
+    if (b.closes !== (closedByUs ? 1 : 0)) wrong.push(`${b.id}: closes = ${b.closes} (order ${b.status})`);
+  }
+  expect(wrong.slice(0, 20), `history = business truth for orders ${from}-${to} (${wrong.length} wrong)`).toEqual([]);
+  return tally;
+}
+
+/** Nothing left prepared in the center, no marker left in the business database. */
+async function expectNothingLeft(): Promise<void> {
+  expect(await prepared(), 'no two-phase run left prepared').toEqual([]);
+  // A run deletes its marker right after its COMMIT PREPARED: give that statement a moment.
+  await waitUntil(
+    'no marker left in the business database',
+    async () => (await count(ordersPool, 'SELECT count(*)::int AS n FROM timeout_center.markers')) === 0,
+    5000,
+  ).catch(() => {});
+  const { rows } = await ordersPool.query<{ shard_id: string; lease_token: string }>('SELECT shard_id::text, lease_token::text FROM timeout_center.markers');
+  expect(rows, 'no marker left in the business database').toEqual([]);
+}
+
+async function failpointHit(p: CliProcess, name: string, timeoutMs = 20_000): Promise<void> {
+  await waitUntil(`${p.name} to hit failpoint ${name}`, () => p.stderr.includes(`failpoint ${name} hit`), timeoutMs, 10);
+}
+
+function hits(p: CliProcess, name: string): number {
+  return p.stderr.split('\n').filter((l) => l.startsWith(`failpoint ${name} hit`)).length;
+}
+
+async function shard(id: number): Promise<{ state: string; attempts: number; done: number; skipped: number }> {
+  const { rows } = await centerPool.query<{ state: string; attempts: number; done: number; skipped: number }>(
+    'SELECT state, attempts, done_count AS done, skipped_count AS skipped FROM timeout_center.shards WHERE id = $1',
+    [id],
+  );
+  return rows[0]!;
+}
+
+beforeAll(async () => {
+  server = await startPostgres({ settings: { max_prepared_transactions: '16' } });
+  const admin = quietPool(server.url());
+  await admin.query('CREATE DATABASE tp_center');
+  await admin.query('CREATE DATABASE orders');
+  await admin.end();
+  centerUrl = server.url('tp_center');
+  centerPool = quietPool(centerUrl);
+  ordersPool = quietPool(server.url('orders'));
+  await createOrdersSchema(ordersPool);
+  await ordersPool.query('ALTER TABLE orders ADD COLUMN closes int NOT NULL DEFAULT 0');
+
+  const kind = (handlerSql: string, shardSize: number) => ({
+    shardSize,
+    maxAttempts: 5,
+    backoffMs: 200,
+    timeLimitMs: TIME_LIMIT_MS,
+    handler: { type: 'sql' as const, sql: handlerSql, database: 'orders' },
+  });
+  const config: ConfigInput = {
+    redisKeyPrefix: testKeyPrefix('two-phase'),
+    poolSize: 3,
+    businessDatabases: { orders: { url: server.url('orders'), poolSize: 3 } },
+    breaker: { consecutiveFailures: 5, halfOpenAfterMs: 500, maxRetryDelayMs: 1000 },
+    kinds: {
+      [KIND.a]: kind(GUARDED_SQL, 500),
+      [KIND.b]: kind(COUNTING_SQL, 100),
+      [KIND.c]: kind(COUNTING_SQL, 100),
+      [KIND.d]: kind(GUARDED_SQL, 100),
+      [KIND.e]: kind(COUNTING_SQL, 100),
+    },
+    coordinator: { lockTtlMs: 2000, republishAfterMs: 1000, maxInFlightShards: 16, minTickIntervalMs: 50, lagCheckIntervalMs: 1000 },
+    worker: { leaseMs: LEASE_MS, blockMs: 200, concurrency: 1, drainTimeoutMs: 3000 },
+    alerts: { lagSlaMs: 600_000 },
+  };
+  configPath = writeConfig(config);
+  env = { DATABASE_URL: centerUrl, REDIS_URL: TEST_REDIS_URL, TC_FAILPOINTS: undefined };
+  const migrated = await runCli(['migrate', '--config', configPath], env);
+  if (migrated.code !== 0) throw new Error(`migrate failed (${migrated.code}): ${migrated.stderr}`);
+  expect(await count(ordersPool, `SELECT count(*)::int AS n FROM pg_tables WHERE schemaname = 'timeout_center' AND tablename = 'markers'`)).toBe(1);
+  coordinator = spawnCli('coordinator', ['coordinator', '--config', configPath], env);
+  await coordinator.waitForMsg(/leader|elected/i, 30_000);
+}, 120_000);
+
+// A scenario's workers never outlive it (a failed one would take the next scenario's shards).
+afterEach(stopWorkers);
+
+afterAll(async () => {
+  await stopWorkers();
+  await killAll();
+  for (const p of [centerPool, ordersPool]) await p?.end().catch(() => {});
+  await stopAllServers();
+});
+
+describe('two-phase external runs: each timeout written once in the center, history = the business database', () => {
+  it('A. happy path: 3,000 orders run in two phases, paid ones skipped, nothing left prepared', async () => {
+    const [from, to] = [1, 3000];
+    await seed(KIND.a, from, to, 10);
+    const started = Date.now();
+    // sleep(0) at every PREPARE: each hit on stderr is a shard run in two phases.
+    const w = worker('worker-a', { concurrency: 2, failpoints: 'external.after-prepare=sleep(0)' });
+    await w.waitForMsg(/external kinds run in two phases/, 20_000);
+    expect(linesMatching(w, /external kinds run commit first/)).toEqual([]);
+    await drained(KIND.a, from, to);
+    const ms = Date.now() - started;
+    const tally = await expectHistoryIsTruth(KIND.a, from, to);
+    expect(tally).toEqual({ 'done/applied/closed': 2700, 'done/skipped/paid': 300 });
+    const { rows: shards } = await centerPool.query<{ n: number; rerun: number; done: number; skipped: number }>(
+      `SELECT count(*)::int AS n, count(*) FILTER (WHERE attempts > 1)::int AS rerun, sum(done_count)::int AS done, sum(skipped_count)::int AS skipped
+         FROM timeout_center.shards WHERE kind = $1 AND done_count + skipped_count > 0`,
+      [KIND.a],
+    );
+    expect(shards[0], 'shards with rows: none re-run, counts = the history').toMatchObject({ rerun: 0, done: 2700, skipped: 300 });
+    expect(hits(w, 'external.after-prepare'), 'every shard with rows was PREPAREd (run in two phases)').toBe(shards[0]!.n);
+    await expectNothingLeft();
+    report('two-phase happy path', { tally, shards: shards[0], ms });
+  });
+
+  it('B. killed right after its PREPARE: another worker rolls the prepared run back, the shard runs again, every order closed once', async () => {
+    const [from, to] = [10_001, 10_200];
+    await seed(KIND.b, from, to, 10);
+    const w1 = worker('worker-b1', { failpoints: 'external.after-prepare=1*kill' });
+    expect((await w1.exited).signal).toBe('SIGKILL');
+    // The resolver only looks at runs prepared for more than 3 s, and no worker is alive now.
+    const left = await prepared();
+    expect(left, 'the killed run is left prepared').toHaveLength(1);
+    const shardId = shardOf(left[0]!);
+    expect(
+      await count(ordersPool, `SELECT count(*)::int AS n FROM orders WHERE id BETWEEN $1 AND $2 AND status = 'closed'`, [from, to]),
+      'the business half never committed',
+    ).toBe(0);
+    const killedAt = Date.now();
+    const w2 = worker('worker-b2');
+    await w2.waitForMsg(/was rolled back: the shard runs again after its lease/, 20_000);
+    const resolvedMs = Date.now() - killedAt;
+    await drained(KIND.b, from, to);
+    const tally = await expectHistoryIsTruth(KIND.b, from, to);
+    expect(tally).toEqual({ 'done/applied/closed': 180, 'done/skipped/paid': 20 });
+    const s = await shard(shardId);
+    expect(s.state).toBe('done');
+    expect(s.attempts, `shard ${shardId} ran again after its lease`).toBeGreaterThan(1);
+    expect(linesMatching(w2, /was committed: its marker is there/)).toEqual([]);
+    await expectNothingLeft();
+    report('two-phase, killed after prepare', { tally, shard: s, resolvedMs });
+  });
+
+  it('C. killed after the business commit, before COMMIT PREPARED: the resolver commits it, no order closed twice', async () => {
+    const [from, to] = [20_001, 20_200];
+    await seed(KIND.c, from, to, 10);
+    const w1 = worker('worker-c1', { failpoints: 'external.after-apply-commit=1*kill' });
+    expect((await w1.exited).signal).toBe('SIGKILL');
+    const left = await prepared();
+    expect(left, 'the killed run is left prepared').toHaveLength(1);
+    const shardId = shardOf(left[0]!);
+    const { rows: marker } = await ordersPool.query<{ shard_id: string }>('SELECT shard_id::text FROM timeout_center.markers');
+    expect(
+      marker.map((m) => Number(m.shard_id)),
+      'the business half committed, with its marker',
+    ).toEqual([shardId]);
+    const closedBefore = await count(ordersPool, `SELECT count(*)::int AS n FROM orders WHERE id BETWEEN $1 AND $2 AND status = 'closed'`, [from, to]);
+    expect(closedBefore).toBeGreaterThan(0);
+    const killedAt = Date.now();
+    const w2 = worker('worker-c2');
+    await w2.waitForMsg(/was committed: its marker is there/, 20_000);
+    const resolvedMs = Date.now() - killedAt;
+    await drained(KIND.c, from, to);
+    const tally = await expectHistoryIsTruth(KIND.c, from, to);
+    expect(tally).toEqual({ 'done/applied/closed': 180, 'done/skipped/paid': 20 });
+    const s = await shard(shardId);
+    expect(s, `shard ${shardId}: committed by the resolver, never run again`).toMatchObject({ state: 'done', attempts: 1, done: closedBefore });
+    expect(linesMatching(w2, /was rolled back/)).toEqual([]);
+    await expectNothingLeft();
+    report('two-phase, killed after the business commit', { tally, shard: s, closedBefore, resolvedMs });
+  });
+
+  it("D. a payer's cancel while a two-phase run holds the timeout waits for the run, then answers UPDATE 0; the order is closed, its timeout applied", async () => {
+    const [from, to] = [30_001, 30_050];
+    const target = 30_007;
+    await seed(KIND.d, from, to);
+    const payer = new pg.Client({ connectionString: centerUrl });
+    payer.on('error', () => {});
+    await payer.connect();
+    try {
+      const w1 = worker('worker-d1', { failpoints: 'external.after-apply=1*sleep(1500)' });
+      await failpointHit(w1, 'external.after-apply');
+      const t0 = performance.now();
+      const cancelled = await payer.query(
+        `UPDATE timeout_center.timeouts SET state = 'cancelled', finished_at = now() WHERE kind = $1 AND biz_id = $2 AND state = 'pending'`,
+        [KIND.d, String(target)],
+      );
+      const waitedMs = performance.now() - t0;
+      expect(cancelled.rowCount, 'the run closed the order: too late to cancel').toBe(0);
+      expect(waitedMs, 'the cancel waited for the run (its handler slowed 1.5 s)').toBeGreaterThan(1000);
+      expect(waitedMs, "bounded by the kind's time limit + 5 s").toBeLessThan(TIME_LIMIT_MS + TWO_PHASE_IDLE_MS);
+      const { rows } = await ordersPool.query<{ status: string }>('SELECT status FROM orders WHERE id = $1', [target]);
+      expect(rows[0]!.status, 'answered after the business commit').toBe('closed');
+      await drained(KIND.d, from, to);
+      const tally = await expectHistoryIsTruth(KIND.d, from, to);
+      expect(tally).toEqual({ 'done/applied/closed': 50 });
+      await expectNothingLeft();
+      report('two-phase, cancel during the run', { waitedMs: Math.round(waitedMs), tally });
+    } finally {
+      await payer.end().catch(() => {});
+    }
+  });
+
+  it('E. frozen (SIGSTOP) right after its PREPARE: rolled back once the server ends its business session, the shard runs again; resumed, the frozen worker changes nothing', async () => {
+    const [from, to] = [40_001, 40_100];
+    await seed(KIND.e, from, to, 10);
+    const w1 = worker('worker-e1', { failpoints: 'external.after-prepare=1*pause' });
+    await waitUntil(`${w1.name} stopped at external.after-prepare`, () => procState(w1.pid) === 'T', 20_000, 20);
+    const frozenAt = Date.now();
+    const left = await prepared();
+    expect(left, 'the frozen run is prepared').toHaveLength(1);
+    const shardId = shardOf(left[0]!);
+    const w2 = worker('worker-e2');
+    await w2.waitForMsg(/was rolled back: the shard runs again after its lease/, 30_000);
+    const resolvedMs = Date.now() - frozenAt;
+    // Not before the server ended the frozen run's business session (it held the marker's key).
+    expect(resolvedMs, 'resolved once the frozen business session was ended').toBeGreaterThan(TIME_LIMIT_MS + TWO_PHASE_IDLE_MS - 1000);
+    await drained(KIND.e, from, to);
+    process.kill(w1.pid, 'SIGCONT');
+    // The resumed worker's late statements (its business COMMIT on a session the server ended).
+    await sleep(2000);
+    const tally = await expectHistoryIsTruth(KIND.e, from, to);
+    expect(tally).toEqual({ 'done/applied/closed': 90, 'done/skipped/paid': 10 });
+    const s = await shard(shardId);
+    expect(s.state).toBe('done');
+    expect(s.attempts, `shard ${shardId} ran again after its lease`).toBeGreaterThan(1);
+    await expectNothingLeft();
+    report('two-phase, frozen after prepare', {
+      tally,
+      shard: s,
+      resolvedMs,
+      resumed: w1.alive ? 'alive' : `exited ${JSON.stringify(await w1.exited)}`,
+      resumedWarnings: w1.lines
+        .filter((l) => (l.level ?? 0) >= 40)
+        .map((l) => `${String(l.msg)}${l['err'] ? ` (${JSON.stringify(l['err']).slice(0, 200)})` : ''}`),
+    });
+  }, 60_000);
+});
