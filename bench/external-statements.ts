@@ -7,6 +7,10 @@
 //                   walking past the rows the earlier ones hold; then each shard's orders closed
 //                   (the close the business database runs: bench/lib/orders.ts CLOSE_MANY_SQL); then
 //                   each shard recorded (external_record, every row applied or skipped)
+//   two-phase       the same rows again, as a first run in two phases (src/worker/two-phase.ts) takes
+//                   them: each shard's claim moving its rows to the history (external_claim_move), its
+//                   close, its record marking the skipped rows (external_two_phase_record), in one
+//                   transaction (the product PREPAREs it before the business commit)
 //   same-database   the same rows again, drained by claim.sql's batch form (the close inside it),
 //                   N / K shards one after another
 // and prints microseconds per timeout of each statement, the external path's in all (center and
@@ -152,6 +156,32 @@ try {
     const center = perTimeout(ms.lock + ms.claim + ms.unhold + ms.record);
     const external = center + perTimeout(ms.close);
 
+    // The two-phase run (src/worker/two-phase.ts): per shard, one center transaction claims and moves
+    // the rows (external_claim_move.sql), the business close, then external_two_phase_record.sql marks
+    // the rows the close did not change as skipped; committed here, where the product PREPAREs it
+    // and commits it after the business commit (per shard, not per timeout).
+    await seed();
+    const two = { claim: 0, record: 0, close: 0 };
+    for (const shard of await shards()) {
+      await c.query('BEGIN');
+      const [moved, moveMs] = await timed(() =>
+        c.query<{ ids: string[]; biz_ids: string[] }>(
+          sql('worker/external_claim_move', { shardId: shard.id, kind: KIND, claimLimit: K, leaseToken: shard.token, routed: false, payloads: false }),
+        ),
+      );
+      two.claim += moveMs;
+      const { ids, biz_ids: bizIds } = moved.rows[0]!;
+      const [closed, closeMs] = await timed(() => c.query<{ id: string }>(CLOSE_MANY_SQL, [bizIds]));
+      two.close += closeMs;
+      const applied = new Set(closed.rows.map((r) => String(r.id)));
+      const skippedIds = ids.filter((_, i) => !applied.has(bizIds[i]!));
+      two.record += (await timed(() => c.query(sql('worker/external_two_phase_record', { shardId: shard.id, leaseToken: shard.token, skippedIds }))))[1];
+      await c.query('COMMIT');
+    }
+    await checkDrained('the two-phase run');
+    const twoCenter = perTimeout(two.claim + two.record);
+    const twoAll = twoCenter + perTimeout(two.close);
+
     await seed();
     let same = 0;
     for (const shard of await shards()) {
@@ -170,6 +200,10 @@ try {
         `claim lock ${f(perTimeout(ms.lock))}, give-back ${f(perTimeout(ms.unhold))}, record ${f(perTimeout(ms.record))}: center ${f(center)}; ` +
         `business close ${f(perTimeout(ms.close))}; external in all ${f(external)} µs/timeout. ` +
         `Same-database claim (close inside) ${f(sameUs)} µs/timeout. Same-database / external ${(sameUs / external).toFixed(2)}`,
+    );
+    console.log(
+      `round ${round}: two-phase claim and move ${f(perTimeout(two.claim))} µs/timeout, record ${f(perTimeout(two.record))}: center ${f(twoCenter)}; ` +
+        `business close ${f(perTimeout(two.close))}; two-phase in all ${f(twoAll)} µs/timeout. Same-database / two-phase ${(sameUs / twoAll).toFixed(2)}`,
     );
   }
   c.release();

@@ -1,8 +1,9 @@
 // npm run bench:external [-- options]: the same burst twice, with the orders in the center's own
 // database (the one-write path) and with the orders in a separate database on a second PostgreSQL
-// instance on the same box (the external path: claim committed, handler + marker in the orders'
-// database, record). Two private PostgreSQL instances (fsync off, as the test servers; the
-// center's with track_commit_timestamp on) are started once; every burst gets fresh databases and
+// instance on the same box (the external path: a shard's first run in two phases, claim and record
+// in one center transaction PREPAREd before the business commit; src/worker/two-phase.ts). Two
+// private PostgreSQL instances (fsync off, as the test servers; the center's with
+// track_commit_timestamp on and max_prepared_transactions 64) are started once; every burst gets fresh databases and
 // one `timeout-center run` process (coordinator + worker), a warm-up of 30 orders through both
 // databases, then N timeouts (90 % unpaid orders) due at one instant D a few seconds ahead,
 // seeded, vacuumed and checkpointed before D. The time is D -> the commit of the last of the
@@ -364,7 +365,9 @@ async function reference(shape: ReferenceShape, center: PostgresServer, business
 }
 
 // The center records each timeout's end at commit (pg_xact_commit_timestamp): track_commit_timestamp.
-// max_prepared_transactions: for the sql-two-databases-prepared reference (--references).
+// max_prepared_transactions, as deploy's PostgreSQL (docker-compose.yml): the external path's first
+// runs commit in two phases (src/worker/two-phase.ts), and the sql-two-databases-prepared reference
+// (--references) needs it. A --baseline checkout from before issue 32's seventh pass commits first.
 const center = await startPostgres({ settings: { track_commit_timestamp: 'on', max_prepared_transactions: String(MAX_PREPARED) } });
 const business = await startPostgres();
 if (PROFILE) await Promise.all([enableProfiling(center), enableProfiling(business)]);

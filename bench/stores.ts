@@ -436,6 +436,9 @@ async function startInstance(): Promise<PostgresServer> {
   admin.on('error', () => {});
   await admin.connect();
   await admin.query('ALTER SYSTEM SET track_commit_timestamp = on');
+  // as deploy's PostgreSQL (docker-compose.yml): the external variant's first runs commit in two
+  // phases (src/worker/two-phase.ts); the same-database variants never prepare anything
+  await admin.query('ALTER SYSTEM SET max_prepared_transactions = 64');
   await admin.end();
   await s.restart('fast');
   return s;
@@ -504,7 +507,7 @@ const summary = {
   shardSize: SHARD ?? 'default (500)',
   leadMs: LEAD_MS,
   businessDatabases: DATABASE_COUNTS,
-  instances: 'four private PostgreSQL instances (fsync off, track_commit_timestamp on), fresh databases per variant per round',
+  instances: 'four private PostgreSQL instances (fsync off, track_commit_timestamp on, max_prepared_transactions 64), fresh databases per variant per round',
   medianPerSecond: medians,
   besideOverOneDatabase: over('beside', 'one-database'),
   externalOverOneDatabase: over('external', 'one-database'),

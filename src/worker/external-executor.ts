@@ -302,13 +302,13 @@ export class ExternalExecutor {
       const claim = await withSpan('tc.claim', { 'tc.claim.form': 'external-two-phase' }, async () => {
         // No claim lock (external_claim_lock.sql): the rows stay locked until the run ends, so the
         // claims beside it pass them by; only a hold a commit-first claim committed meanwhile can
-        // overlap, and the give-back check finds it (then the run backs out).
-        const { unhold } = claimStatements(lease, ext);
+        // overlap, and the overlap check finds it (then the run backs out).
         const move = claimMoveStatement(lease, ext);
-        const results = (await center.query({ text: `${move}; ${unhold}`, types: AS_TEXT })) as unknown as pg.QueryResult[];
+        const overlap = bindLiterals(sql('worker/external_two_phase_overlap', { shardId: lease.id, kind: lease.kind }));
+        const results = (await center.query({ text: `${move}; ${overlap}`, types: AS_TEXT })) as unknown as pg.QueryResult[];
         const row = (results[0] as pg.QueryResult<ClaimMoveRow>).rows[0];
-        const givenBack = parseTextArray((results[1] as pg.QueryResult<{ given_back: string }>).rows[0]!.given_back);
-        return row ? { row, givenBack: givenBack.length, atNodeMs: performance.now() } : undefined;
+        const overlapping = Number((results[1] as pg.QueryResult<{ overlap: string }>).rows[0]!.overlap);
+        return row ? { row, overlapping, atNodeMs: performance.now() } : undefined;
       });
       if (!claim) return await backOut();
       const claimed = claimedRows(claim.row.target, true, claim.row, new Set());
@@ -316,7 +316,7 @@ export class ExternalExecutor {
       const database = ext.via === 'http' ? undefined : (ext.database ?? (ext.via === 'sql' ? (claimed.target ?? undefined) : undefined));
       // A row another shard held first (a commit-first claim committed meanwhile), a target the
       // rule cannot place, or nothing due: the commit-first run knows what to do with each.
-      if (!database || claimed.target === UNROUTABLE || claimed.items.length === 0 || claim.givenBack > 0) return await backOut();
+      if (!database || claimed.target === UNROUTABLE || claimed.items.length === 0 || claim.overlapping > 0) return await backOut();
       addLinksToActive(claimed.traceParents);
       await failpoint('external.after-claim');
       const target = claimed.target ?? ext.via;
@@ -366,8 +366,8 @@ export class ExternalExecutor {
         }
         throw err;
       }
-      await failpoint('external.after-prepare');
       try {
+        await failpoint('external.after-prepare');
         await business.client.query('COMMIT');
       } catch (err) {
         business.release(true);
@@ -906,12 +906,12 @@ function claimStatements(lease: Lease, external: ExternalTarget): { claim: strin
 
 /** The claim's rows from external_claim.sql's and external_unhold.sql's results (undefined: the
  *  lease is no longer ours). */
-function claimedFrom(claimResult: pg.QueryResult, unholdResult: pg.QueryResult): (Claimed & { gaveBack: boolean }) | undefined {
+function claimedFrom(claimResult: pg.QueryResult, unholdResult: pg.QueryResult): Claimed | undefined {
   const row = (claimResult as pg.QueryResult<{ target: string | null; biz_ids: string; payloads: string | null; fresh: string; trace_parents: string | null }>)
     .rows[0];
   if (!row) return undefined;
   const givenBack = new Set(parseTextArray((unholdResult as pg.QueryResult<{ given_back: string }>).rows[0]!.given_back));
-  return { ...claimedRows(row.target, row.fresh === 't', row, givenBack), gaveBack: givenBack.size > 0 };
+  return claimedRows(row.target, row.fresh === 't', row, givenBack);
 }
 
 /** external_record.sql's inputs for a run's decision (or a batch-level failure). */

@@ -128,8 +128,7 @@ export class Worker implements Service {
     // Streams whose shards run in a database the worker paces (databaseConcurrency per database):
     // same-database center kinds, every store's stream, and kinds whose shards run in two phases:
     // their claim moves each timeout in the center's database as a same-database claim does, and
-    // spends its CPU the same way (on 2 cores, 2 at a time drained a flood 1.1x faster than 4:
-    // docs/benchmarks.md, "The seventh pass").
+    // spends its CPU the same way (docs/benchmarks.md, "The seventh pass: two phases").
     this.inDatabaseKinds = new Set([
       ...[...handlers.values()].filter((h) => !h.external || (twoPhase && runsInTwoPhases(h.external))).map((h) => h.kind),
       ...this.streams.filter((s) => parseStreamName(s).store),

@@ -123,6 +123,8 @@ describe('docker-compose.yml', () => {
     // npm start / npm test on the host use these ports, passwordless like the machine's servers.
     expect(services['postgres']!['ports']).toContain('5432:5432');
     expect(services['postgres']!['environment']['POSTGRES_HOST_AUTH_METHOD']).toBe('trust');
+    // prepared transactions on: external kinds' first runs commit in two phases (README 3b)
+    expect(services['postgres']!['command']).toEqual(['postgres', '-c', 'max_prepared_transactions=64']);
     expect(services['redis']!['ports']).toContain('6379:6379');
     expect(services['postgres']!['depends_on']).toBeUndefined();
     expect(services['redis']!['depends_on']).toBeUndefined();

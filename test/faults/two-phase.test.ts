@@ -21,10 +21,27 @@
 //   E. a worker frozen (SIGSTOP) right after its PREPARE: the prepared transaction stays until the
 //      server ends the frozen run's business session (time limit + 5 s idle), then another worker's
 //      resolver rolls it back and the shard runs again; the frozen worker resumed afterwards
-//      changes nothing.
+//      changes nothing;
+//   F. the unsafe payment order (README section 3: "cancel first, or not at all") against a two-phase
+//      run: a payer pays an order (holding its row lock in the business database), then cancels its
+//      timeout, which the run holds locked in the center while its handler waits on the order. No
+//      server sees the cross-database wait; the handler's lock wait runs out (its lock_timeout,
+//      100 ms, long before its time limit), the run backs out, the cancel goes through and the shard
+//      runs again at once, commit first: the paid order is never closed, every other order closed
+//      once, the payer done well within the time limit + 5 s;
+//   G. a row that kills its worker on the two-phase path (a code handler in the business database
+//      that SIGKILLs its process when its batch holds order K; three workers, each restarted when it
+//      dies; 200 orders due at once, 200 more coming due meanwhile): the first death leaves nothing
+//      (the two-phase claim rolls back), the kind's re-runs commit first, which count attempts and
+//      split the rows until K is alone; no row is left dispatched under a shard that has ended (a
+//      split half runs its own rows), K's timeout ends failed (abandoned), every other unpaid order
+//      closed once, the deaths bounded.
 // Each scenario ends with: nothing left in pg_prepared_xacts, no marker left in the business
 // database, every timeout final, and history = truth per order (closed by us <=> its timeout
 // done/applied; closes 1 for every closed order and 0 where paid; at most one status transition).
+import { mkdtempSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import pg from 'pg';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import type { ConfigInput } from '../../src/config.js';
@@ -44,7 +61,42 @@ const GUARDED_SQL = CLOSE_SQL.replace("status = 'closed',", "status = 'closed', 
 /** Not idempotent: every call that reaches an order that is not paid counts. */
 const COUNTING_SQL = "UPDATE orders SET status = 'closed', closed_at = now(), closes = closes + 1 WHERE id = ANY($1) AND status <> 'paid' RETURNING id";
 
-const KIND = { a: 'twophase.a', b: 'twophase.b', c: 'twophase.c', d: 'twophase.d', e: 'twophase.e' } as const;
+const KIND = {
+  a: 'twophase.a',
+  b: 'twophase.b',
+  c: 'twophase.c',
+  d: 'twophase.d',
+  e: 'twophase.e',
+  f: 'twophase.f',
+  g: 'twophase.g',
+} as const;
+
+/** F's kind: a small time limit, so that a wait nobody detects would end quickly. */
+const F_TIME_LIMIT_MS = 2000;
+/** G's order that kills every worker whose batch holds it. */
+const G_KILLER = 60_113;
+/** G's kind's attempts: 2, as poison.test.ts 7b on the commit-first path. A two-phase first run
+ *  that dies leaves nothing, and the shard's first committed claim counts as its attempt 1
+ *  (external_claim.sql): its re-run claims afresh, and the run after it splits. Before that, a
+ *  two-phase death used up an attempt and with 2 the reaper abandoned the killer's shard with all
+ *  its mates (seen: a 20-row shard, 20 timeouts failed, 17 of them of innocent unpaid orders). */
+const G_MAX_ATTEMPTS = 2;
+const G_SHARD_SIZE = 10;
+
+/** G's code handler (a module of its own, loaded by every CLI worker): the README's guarded close,
+ *  counting its effects, on the business transaction it is given; a batch holding G_KILLER kills
+ *  its process outright (SIGKILL: nothing runs after it), after a line on stderr naming its run. */
+const KILLER_MODULE = `import { writeSync } from 'node:fs';
+export default async function close(items, ctx) {
+  if (items.some((i) => i.bizId === '${G_KILLER}')) {
+    writeSync(2, 'killer: shard ' + ctx.shardId + ' attempt ' + ctx.attempt + ' items ' + items.length + '\\n');
+    process.kill(process.pid, 'SIGKILL');
+    await new Promise(() => {});
+  }
+  const { rows } = await ctx.client.query(${JSON.stringify(GUARDED_SQL)}, [items.map((i) => i.bizId)]);
+  return rows.map((r) => String(r.id));
+}
+`;
 
 let server: PostgresServer;
 let centerPool: pg.Pool;
@@ -84,14 +136,16 @@ async function stopWorkers(): Promise<void> {
   }
 }
 
-async function seed(kind: string, from: number, to: number, paidEvery = 0): Promise<void> {
+/** Orders from-to (every paidEvery-th paid) and their timeouts, due now, or one every spreadMs from now. */
+async function seed(kind: string, from: number, to: number, paidEvery = 0, spreadMs = 0): Promise<void> {
   await ordersPool.query(
     `INSERT INTO orders (id, status) SELECT g, CASE WHEN $3::int > 0 AND g % $3::int = 0 THEN 'paid' ELSE 'unpaid' END FROM generate_series($1::bigint, $2::bigint) g`,
     [from, to, paidEvery],
   );
   await centerPool.query(
-    `INSERT INTO timeout_center.timeouts (kind, biz_id, due_at) SELECT $1, g::text, now() FROM generate_series($2::bigint, $3::bigint) g`,
-    [kind, from, to],
+    `INSERT INTO timeout_center.timeouts (kind, biz_id, due_at)
+     SELECT $1, g::text, now() + (g - $2::bigint) * $4::int * interval '1 millisecond' FROM generate_series($2::bigint, $3::bigint) g`,
+    [kind, from, to, spreadMs],
   );
 }
 
@@ -145,6 +199,41 @@ async function drained(kind: string, from: number, to: number, timeoutMs = 45_00
   });
 }
 
+/** Timeouts of kind in [from, to] not final yet. */
+async function unfinished(kind: string, from: number, to: number): Promise<number> {
+  return count(
+    centerPool,
+    `SELECT count(*)::int AS n FROM timeout_center.all_timeouts WHERE kind = $1 AND biz_id::bigint BETWEEN $2 AND $3 AND state NOT IN ('done', 'cancelled', 'failed')`,
+    [kind, from, to],
+  );
+}
+
+/** A shard that has ended with timeouts still dispatched under it: what it left, what it ran. */
+interface Stranded {
+  shard: string;
+  state: string;
+  attempts: number;
+  stuck: string;
+  ran: string | null;
+  /** The shard whose split made it (split_pinned.sql), if one did. */
+  splitFrom: string | null;
+}
+
+/** Timeouts left dispatched under a shard that is no longer queued or running (nothing runs them). */
+async function strandedRows(kind: string): Promise<Stranded[]> {
+  const { rows } = await centerPool.query<Stranded>(
+    `SELECT s.id::text AS shard, s.state::text AS state, s.attempts, string_agg(t.biz_id, ',' ORDER BY t.biz_id) AS stuck,
+            (SELECT string_agg(d.biz_id, ',' ORDER BY d.biz_id) FROM timeout_center.done_timeouts d WHERE d.shard_id = s.id) AS ran,
+            (SELECT p.id::text FROM timeout_center.shards p
+              WHERE p.kind = s.kind AND p.error_sample ~ ('^split into shards (.*, )?' || s.id || '(,| after)')) AS "splitFrom"
+       FROM timeout_center.timeouts t JOIN timeout_center.shards s ON s.id = t.shard_id
+      WHERE t.kind = $1 AND t.state = 'dispatched' AND s.state NOT IN ('queued', 'running')
+      GROUP BY s.id`,
+    [kind],
+  );
+  return rows;
+}
+
 /** History = business truth for every order of [from, to], and no second effect anywhere. */
 async function expectHistoryIsTruth(kind: string, from: number, to: number): Promise<Record<string, number>> {
   const { rows: history } = await centerPool.query<{ biz_id: string; state: string; result: string | null; n: number }>(
@@ -196,9 +285,10 @@ function hits(p: CliProcess, name: string): number {
   return p.stderr.split('\n').filter((l) => l.startsWith(`failpoint ${name} hit`)).length;
 }
 
-async function shard(id: number): Promise<{ state: string; attempts: number; done: number; skipped: number }> {
-  const { rows } = await centerPool.query<{ state: string; attempts: number; done: number; skipped: number }>(
-    'SELECT state, attempts, done_count AS done, skipped_count AS skipped FROM timeout_center.shards WHERE id = $1',
+async function shard(id: number): Promise<{ state: string; attempts: number; done: number; skipped: number; claimedAtMs: number | null }> {
+  const { rows } = await centerPool.query<{ state: string; attempts: number; done: number; skipped: number; claimedAtMs: number | null }>(
+    `SELECT state, attempts, done_count AS done, skipped_count AS skipped, (extract(epoch FROM claimed_at) * 1000)::float8 AS "claimedAtMs"
+       FROM timeout_center.shards WHERE id = $1`,
     [id],
   );
   return rows[0]!;
@@ -216,13 +306,15 @@ beforeAll(async () => {
   await createOrdersSchema(ordersPool);
   await ordersPool.query('ALTER TABLE orders ADD COLUMN closes int NOT NULL DEFAULT 0');
 
-  const kind = (handlerSql: string, shardSize: number) => ({
+  const kind = (handlerSql: string, shardSize: number, timeLimitMs = TIME_LIMIT_MS) => ({
     shardSize,
     maxAttempts: 5,
     backoffMs: 200,
-    timeLimitMs: TIME_LIMIT_MS,
+    timeLimitMs,
     handler: { type: 'sql' as const, sql: handlerSql, database: 'orders' },
   });
+  const codeDir = mkdtempSync(join(tmpdir(), 'tc-two-phase-code-'));
+  writeFileSync(join(codeDir, 'killer.mjs'), KILLER_MODULE);
   const config: ConfigInput = {
     redisKeyPrefix: testKeyPrefix('two-phase'),
     poolSize: 3,
@@ -234,6 +326,14 @@ beforeAll(async () => {
       [KIND.c]: kind(COUNTING_SQL, 100),
       [KIND.d]: kind(GUARDED_SQL, 100),
       [KIND.e]: kind(COUNTING_SQL, 100),
+      [KIND.f]: kind(GUARDED_SQL, 100, F_TIME_LIMIT_MS),
+      [KIND.g]: {
+        shardSize: G_SHARD_SIZE,
+        maxAttempts: G_MAX_ATTEMPTS,
+        backoffMs: 200,
+        timeLimitMs: TIME_LIMIT_MS,
+        handler: { type: 'code', module: join(codeDir, 'killer.mjs'), database: 'orders' },
+      },
     },
     coordinator: { lockTtlMs: 2000, republishAfterMs: 1000, maxInFlightShards: 16, minTickIntervalMs: 50, lagCheckIntervalMs: 1000 },
     worker: { leaseMs: LEASE_MS, blockMs: 200, concurrency: 1, drainTimeoutMs: 3000 },
@@ -304,7 +404,10 @@ describe('two-phase external runs: each timeout written once in the center, hist
     expect(tally).toEqual({ 'done/applied/closed': 180, 'done/skipped/paid': 20 });
     const s = await shard(shardId);
     expect(s.state).toBe('done');
-    expect(s.attempts, `shard ${shardId} ran again after its lease`).toBeGreaterThan(1);
+    // It ran again (commit first) after the rollback: its first committed claim came after the
+    // kill, and counts as its attempt 1 (external_claim.sql: the rolled-back run left nothing).
+    expect(s.claimedAtMs, `shard ${shardId} ran again after its lease`).toBeGreaterThan(killedAt);
+    expect(s.attempts).toBe(1);
     expect(linesMatching(w2, /was committed: its marker is there/)).toEqual([]);
     await expectNothingLeft();
     report('two-phase, killed after prepare', { tally, shard: s, resolvedMs });
@@ -392,7 +495,10 @@ describe('two-phase external runs: each timeout written once in the center, hist
     expect(tally).toEqual({ 'done/applied/closed': 90, 'done/skipped/paid': 10 });
     const s = await shard(shardId);
     expect(s.state).toBe('done');
-    expect(s.attempts, `shard ${shardId} ran again after its lease`).toBeGreaterThan(1);
+    // It ran again (commit first) after the rollback: its first committed claim came after the
+    // kill, and counts as its attempt 1 (external_claim.sql: the rolled-back run left nothing).
+    expect(s.claimedAtMs, `shard ${shardId} ran again after its lease`).toBeGreaterThan(frozenAt);
+    expect(s.attempts).toBe(1);
     await expectNothingLeft();
     report('two-phase, frozen after prepare', {
       tally,
@@ -404,4 +510,181 @@ describe('two-phase external runs: each timeout written once in the center, hist
         .map((l) => `${String(l.msg)}${l['err'] ? ` (${JSON.stringify(l['err']).slice(0, 200)})` : ''}`),
     });
   }, 60_000);
+
+  it('F. the unsafe payment order (pay, then cancel) against a two-phase run: the run backs out, the cancel goes through, the paid order is never closed', async () => {
+    const [from, to] = [50_001, 50_050];
+    const target = 50_007;
+    await seed(KIND.f, from, to);
+    const payerOrders = new pg.Client({ connectionString: server.url('orders') });
+    const payerCenter = new pg.Client({ connectionString: centerUrl });
+    for (const c of [payerOrders, payerCenter]) {
+      c.on('error', () => {});
+      await c.connect();
+    }
+    try {
+      // Slowed right after its claim: the shard's timeouts are claimed (moved, uncommitted) and
+      // locked before the payer starts, and its handler reaches the orders after the payment.
+      const w1 = worker('worker-f1', { failpoints: 'external.after-claim=1*sleep(800);external.after-prepare=sleep(0)' });
+      await failpointHit(w1, 'external.after-claim');
+      // A two-phase claim holds the timeout locked (a commit-first claim commits and holds none).
+      const lock = await centerPool
+        .query(`SELECT id FROM timeout_center.timeouts WHERE kind = $1 AND biz_id = $2 FOR UPDATE NOWAIT`, [KIND.f, String(target)])
+        .then(
+          () => 'free',
+          (err: unknown) => String((err as { code?: unknown }).code ?? err),
+        );
+      expect(lock, 'the two-phase run holds the timeout locked in the center').toBe('55P03');
+      // The payer, in the unsafe order: the order's row lock first (business database), then the
+      // timeout's (center), the opposite of the run's.
+      const t0 = performance.now();
+      await payerOrders.query('BEGIN');
+      const paid = await payerOrders.query(`UPDATE orders SET status = 'paid' WHERE id = $1 AND status = 'unpaid'`, [target]);
+      const t1 = performance.now();
+      const cancelled = await payerCenter.query(
+        `UPDATE timeout_center.timeouts SET state = 'cancelled', finished_at = now() WHERE kind = $1 AND biz_id = $2 AND state = 'pending'`,
+        [KIND.f, String(target)],
+      );
+      const cancelMs = performance.now() - t1;
+      await payerOrders.query('COMMIT');
+      const payerMs = performance.now() - t0;
+      expect(paid.rowCount, 'the payment went through (no close had reached the order)').toBe(1);
+      expect(cancelMs, 'the cancel waited for the two-phase run').toBeGreaterThan(300);
+      // The SQL handler gives up its lock wait on the paid order after 100 ms (HANDLER_LOCK_TIMEOUT_MS,
+      // 55P03, a batch failure): the run backs out long before its statement_timeout (the time limit).
+      expect(cancelMs, "ended by the handler's lock_timeout, not its time limit").toBeLessThan(F_TIME_LIMIT_MS);
+      expect(payerMs, "the payer's whole sequence: bounded by the kind's time limit + 5 s").toBeLessThan(F_TIME_LIMIT_MS + TWO_PHASE_IDLE_MS);
+      await drained(KIND.f, from, to);
+      const { rows: order } = await ordersPool.query<{ status: string; closes: number }>('SELECT status, closes FROM orders WHERE id = $1', [target]);
+      expect(order[0], 'the paid order was never closed').toEqual({ status: 'paid', closes: 0 });
+      const tally = await expectHistoryIsTruth(KIND.f, from, to);
+      // UPDATE 1: the timeout never acts; UPDATE 0: a run held it, and the guard skipped the paid order.
+      const payerTimeout = cancelled.rowCount === 1 ? 'cancelled/-/paid' : 'done/skipped/paid';
+      expect(tally).toEqual({ 'done/applied/closed': 49, [payerTimeout]: 1 });
+      const { rows: shards } = await centerPool.query<{ id: number; state: string; attempts: number; done: number; skipped: number }>(
+        `SELECT id::int, state, attempts, done_count AS done, skipped_count AS skipped FROM timeout_center.shards
+          WHERE kind = $1 AND done_count + skipped_count + failed_count + retried_count > 0 ORDER BY id`,
+        [KIND.f],
+      );
+      if (cancelled.rowCount === 1) {
+        // The shard's one run: its two-phase attempt backed out before any PREPARE, and it ran again
+        // at once (same lease) commit first, without the cancelled timeout.
+        expect(shards.map(({ state, attempts, done, skipped }) => ({ state, attempts, done, skipped }))).toEqual([
+          { state: 'done', attempts: 1, done: 49, skipped: 0 },
+        ]);
+        expect(hits(w1, 'external.after-prepare'), 'the two-phase attempt backed out (never PREPAREd)').toBe(0);
+      }
+      await expectNothingLeft();
+      report('two-phase, unsafe payment order (pay, then cancel)', {
+        cancel: `UPDATE ${cancelled.rowCount ?? '?'}`,
+        cancelWaitMs: Math.round(cancelMs),
+        payerMs: Math.round(payerMs),
+        tally,
+        shards,
+        prepares: hits(w1, 'external.after-prepare'),
+      });
+    } finally {
+      await payerOrders.query('ROLLBACK').catch(() => {});
+      for (const c of [payerOrders, payerCenter]) await c.end().catch(() => {});
+    }
+  });
+
+  it('G. a row that kills its worker, on the two-phase path, while more orders come due: it alone fails, every other order closed once, the deaths bounded', async () => {
+    const [from, to] = [60_001, 60_400];
+    // 200 orders due now (every 10th paid), the killer among them; 200 more coming due one every
+    // 100 ms meanwhile, as in any live kind: the killer's shard is isolated while other rows are due.
+    await seed(KIND.g, from, 60_200, 10);
+    await seed(KIND.g, 60_201, to, 10, 100);
+    const started = Date.now();
+    let running = true;
+    const deaths: string[] = [];
+    const unexpected: string[] = [];
+    const prepares: number[] = [];
+    // A supervisor per slot: a new worker for each that dies (poison.test.ts 7b).
+    const keep = async (name: string): Promise<void> => {
+      for (let i = 0; running; i += 1) {
+        const w = worker(`${name}-${i}`, { failpoints: 'external.after-prepare=sleep(0)' });
+        const { code, signal } = await w.exited;
+        prepares.push(hits(w, 'external.after-prepare'));
+        const run = /^killer: (.*)$/m.exec(w.stderr)?.[1];
+        if (signal === 'SIGKILL' && run) deaths.push(run);
+        else if (running) unexpected.push(`${w.name} exited with ${code ?? signal}: ${w.stderr.slice(-500)}`);
+      }
+    };
+    const supervisors = ['worker-g1', 'worker-g2', 'worker-g3'].map(keep);
+    try {
+      await waitUntil('a first worker death', () => deaths.length > 0, 20_000, 10);
+      const first = /^shard (\d+) attempt (\d+) items (\d+)$/.exec(deaths[0]!);
+      expect(first, `killer line: ${deaths[0]}`).not.toBeNull();
+      const [shardId, attempt] = [Number(first![1]), Number(first![2])];
+      expect(attempt, 'the first death is a first run').toBe(1);
+      // A commit-first claim commits before the handler (claimed_at, held_ids); a two-phase one is
+      // rolled back with its run: nothing of it is seen, the killer's timeout is plainly pending.
+      const { rows: s0 } = await centerPool.query<{ unclaimed: boolean; held: boolean }>(
+        'SELECT claimed_at IS NULL AS unclaimed, held_ids IS NOT NULL AS held FROM timeout_center.shards WHERE id = $1',
+        [shardId],
+      );
+      expect(s0[0], `shard ${shardId}: its first run died in two phases, its claim rolled back`).toEqual({ unclaimed: true, held: false });
+      const { rows: k0 } = await centerPool.query<{ state: string; attempts: number }>(
+        'SELECT state, attempts FROM timeout_center.timeouts WHERE kind = $1 AND biz_id = $2',
+        [KIND.g, String(G_KILLER)],
+      );
+      expect(k0[0]).toEqual({ state: 'pending', attempts: 0 });
+
+      // Until every timeout is final, no row may be left dispatched under a shard that has ended
+      // (a split's halves hold their rows dispatched: each half must run its own).
+      let stranded: Stranded[] = [];
+      await waitUntil(
+        `timeouts of ${KIND.g} final, or one stranded`,
+        async () => {
+          stranded = await strandedRows(KIND.g);
+          return stranded.length > 0 || (await unfinished(KIND.g, from, to)) === 0;
+        },
+        60_000,
+        100,
+      );
+      expect(stranded, `no timeout left dispatched under an ended shard (deaths: ${deaths.join('; ')})`).toEqual([]);
+      await drained(KIND.g, from, to);
+      const ms = Date.now() - started;
+      const { rows: killer } = await centerPool.query<{ state: string; last_error: string | null }>(
+        'SELECT state, last_error FROM timeout_center.all_timeouts WHERE kind = $1 AND biz_id = $2',
+        [KIND.g, String(G_KILLER)],
+      );
+      expect(killer.map((k) => k.state)).toEqual(['failed']);
+      expect(killer[0]!.last_error).toMatch(/abandoned after \d+ attempts/);
+      const tally = await expectHistoryIsTruth(KIND.g, from, to);
+      expect(tally, 'the killer alone failed; every other unpaid order closed once').toEqual({
+        'done/applied/closed': 359,
+        'done/skipped/paid': 40,
+        'failed/-/unpaid': 1,
+      });
+      expect(unexpected).toEqual([]);
+      // The killer's shard: its first run and its first re-run (which claims afresh), one death per
+      // level of the split (10 -> 5 -> 3 -> 2 -> 1) and the kind's attempts on the last: about 8.
+      // Until that first dead shard is handed on (goneAfterMs), the kind's first runs stay in two
+      // phases and the killer is a plain pending row after each death: more first runs die claiming
+      // it (seen: 6 to 8 with all rows due at once, up to 10 with rows coming due).
+      expect(deaths.length, `worker deaths: ${deaths.join('; ')}`).toBeLessThanOrEqual(25);
+      const splits = await count(
+        centerPool,
+        `SELECT count(*)::int AS n FROM timeout_center.shards WHERE kind = $1 AND error_sample LIKE 'split into shards%'`,
+        [KIND.g],
+      );
+      running = false;
+      await stopWorkers();
+      await Promise.all(supervisors);
+      await expectNothingLeft();
+      report('two-phase, a row that kills its worker', {
+        tally,
+        workerDeaths: deaths.length,
+        deaths,
+        splits,
+        prepares: prepares.reduce((a, b) => a + b, 0),
+        ms,
+      });
+    } finally {
+      running = false;
+      await stopWorkers();
+      await Promise.all(supervisors);
+    }
+  }, 120_000);
 });

@@ -5,7 +5,7 @@ import type pg from 'pg';
 import { LEASE_MS, type Db, type Fault } from './common.ts';
 import type { OrdersDb } from './topology.ts';
 
-export type Violations = Record<string, { count: number; sample: string[] }>;
+export type Violations = Record<string, { count: number; sample: string[]; detail?: unknown[] }>;
 
 /** After a fault, the gaps in closes are looked at until this long after the nemesis was done with it. */
 const GAP_HORIZON_MS = 5000;
@@ -58,6 +58,7 @@ export async function check(dbs: { timeoutsDbs: Db[]; ordersDbs: OrdersDb[] }, f
       if (h === 'cancelled' && o.status === 'closed') cancelledClosed.push(`${kind}/${o.id}`);
     }
     add(`history ${name}: closed <=> applied`, mismatch);
+    if (mismatch.length > 0) violations[`history ${name}: closed <=> applied`]!.detail = await historyDetail(timeouts.pool, pool, kind, mismatch.slice(0, 5));
     add(`history ${name}: cancelled timeout, order closed`, cancelledClosed);
     closedBy[name] = here;
     closed += here;
@@ -217,4 +218,31 @@ async function closeGaps(ordersDbs: OrdersDb[], faults: Fault[], arrivalsStopped
   }
   const worst = perFault.reduce<(typeof perFault)[number] | undefined>((w, g) => (!w || g.gapMs > w.gapMs ? g : w), undefined);
   return { byType, worst, quietMaxMs: Math.round(quietMaxMs), perFault };
+}
+
+/** What the center and the orders' database say about a few orders whose history and truth differ:
+ *  each timeout row of the order, the shards that ran it (attempts, counts, times), and the order's
+ *  transitions, for the report. */
+async function historyDetail(center: pg.Pool, orders: pg.Pool, kind: string, sample: string[]): Promise<unknown[]> {
+  const out: unknown[] = [];
+  for (const entry of sample) {
+    const bizId = entry.slice(kind.length + 1).split(':')[0]!;
+    const timeouts = (
+      await center.query(
+        `SELECT id, state, result, attempts, shard_id, due_at, finished_at, last_error FROM timeout_center.all_timeouts WHERE kind = $1 AND biz_id = $2 ORDER BY id`,
+        [kind, bizId],
+      )
+    ).rows;
+    const shardIds = timeouts.map((t: { shard_id: string | null }) => t.shard_id).filter((x): x is string => x !== null);
+    const shards = (
+      await center.query(
+        `SELECT id, scan_id, state, attempts, owner, target, size, done_count, skipped_count, failed_count, retried_count, claimed_at, started_at, finished_at, error_sample
+           FROM timeout_center.shards WHERE id = ANY ($1::bigint[])`,
+        [shardIds],
+      )
+    ).rows;
+    const transitions = (await orders.query(`SELECT * FROM order_transitions WHERE order_id = $1::bigint ORDER BY at`, [bizId])).rows;
+    out.push({ order: entry, timeouts, shards, transitions });
+  }
+  return out;
 }

@@ -61,8 +61,13 @@ WITH ours AS MATERIALIZED (
    LIMIT $3
      FOR UPDATE SKIP LOCKED
 ), marked AS (
+  -- The shard's first committed claim counts as its first attempt: earlier runs that left nothing
+  -- committed (a two-phase run that died before its PREPARE rolled its claim back: two-phase.ts)
+  -- are not counted, so a row that kills workers is isolated within the kind's attempts as on a
+  -- first run (the second run takes the held rows back and splits them).
   UPDATE timeout_center.shards sh
      SET claimed_at = coalesce(sh.claimed_at, statement_timestamp()),
+         attempts = CASE WHEN sh.claimed_at IS NULL THEN least(sh.attempts, 1) ELSE sh.attempts END,
          held_ids = CASE WHEN sh.claimed_at IS NULL AND NOT EXISTS (SELECT 1 FROM pinned) THEN ARRAY(SELECT f.id FROM fresh f) END
    WHERE sh.id = $1 AND EXISTS (SELECT 1 FROM ours)
 ), rows AS MATERIALIZED (

@@ -8,21 +8,24 @@
 -- rows stay locked until the run ends, so the claims beside it pass them by (SKIP LOCKED), as the
 -- same-database claims do. It passes by the ids the kind's other live shards hold (a commit-first
 -- run's claim) as external_claim.sql does; the run then checks, with a snapshot of its own, that
--- no shard committed a hold on one of them meanwhile (external_unhold.sql, on the held_ids written
--- here), and backs out if one did.
+-- no shard committed a hold on one of them meanwhile (external_two_phase_overlap.sql, on the
+-- held_ids written here), and backs out if one did.
 --   $1 shard id   $2 kind   $3 claim limit   $4 lease token
 --   $5 routed: only the rows whose target (stamped when the row was written) is the shard's
 --   $6 payloads: the handler reads them (boolean)
 -- @params shardId: number, kind: string, claimLimit: number, leaseToken: string, routed: boolean, payloads: boolean
 -- @slot claimOrder tc:claim-order
--- Returns one row (none when the lease is not ours, or the shard was claimed before: a two-phase
--- run is a shard's first): target, ids (bigint[]) and biz_ids (text[]) in id order, payloads
+-- Returns one row (none when the lease is not ours, the shard was claimed before, or it has rows
+-- pinned to it: a two-phase run is a shard's first, of fresh rows): target, ids (bigint[]) and biz_ids (text[]) in id order, payloads
 -- (jsonb[], NULL unless $6), trace_parents (text[] or NULL, as external_claim.sql's), the
 -- lateness per distinct due time at this statement's start (lateness_ms int4[], lateness_n
 -- int4[], measured_ms) and at_ms (the database clock at its end, epoch ms).
 WITH ours AS MATERIALIZED (
+  -- a shard's first claim, and none of a split's halves (their rows are pinned to them,
+  -- dispatched: split_pinned.sql): those run commit first, which takes their rows
   SELECT sh.target FROM timeout_center.shards sh
    WHERE sh.id = $1 AND sh.lease_token = $4 AND sh.state = 'running' AND sh.claimed_at IS NULL
+     AND NOT EXISTS (SELECT 1 FROM timeout_center.timeouts p WHERE p.shard_id = $1 AND p.state = 'dispatched')
 ), busy AS MATERIALIZED (
   SELECT unnest(o.held_ids) AS id FROM timeout_center.shards o
    WHERE o.kind = $2 AND o.held_ids IS NOT NULL AND o.state IN ('queued', 'running') AND o.id <> $1
