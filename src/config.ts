@@ -158,13 +158,10 @@ const workerSchema = z.strictObject({
   /** Shards run at once by one worker process (each holds one PostgreSQL connection). */
   concurrency: z.number().int().min(1).max(256).default(4),
   /** Of those, shards whose handler runs in the center's own PostgreSQL (a SQL handler without a
-   *  business database), and shards of a kind whose first runs commit in two phases (a handler in
-   *  a business database, with prepared transactions on: their claim moves each timeout in the
-   *  center as a same-database claim does), run at most this many at once: they spend that
-   *  server's CPU, and more at once only share its cores and walk past each other's row locks
-   *  (bench/analysis.md: on 2 cores, 2 at a time drained a flood 1.2x faster than 4). Code, HTTP
-   *  and commit-first business-database shards, which wait on other services, use the rest of
-   *  `concurrency`. */
+   *  business database) run at most this many at once: they spend that server's CPU, and more at
+   *  once only share its cores and walk past each other's row locks (bench/analysis.md: on 2
+   *  cores, 2 at a time drained a flood 1.2x faster than 4). Code, HTTP and business-database
+   *  shards, which wait on other services, use the rest of `concurrency`. */
   databaseConcurrency: z.number().int().min(1).max(256).default(2),
   /** Shard deliveries read ahead of free slots, so the next shard starts as soon as one ends.
    *  A read-ahead delivery is not leased: if this worker dies it is taken over (XAUTOCLAIM). */

@@ -448,9 +448,12 @@ export class ExternalExecutor {
     const limit = handler.config.timeLimitMs;
     const work = async (signal: AbortSignal): Promise<Marker> => {
       await client.query(`BEGIN; SET LOCAL statement_timeout = ${Math.floor(limit)}; SET LOCAL idle_in_transaction_session_timeout = ${idleMs}`);
-      const ran = claimed.bizIds;
+      // The marker of a two-phase run is read for its lease token only (two-phase.ts
+      // resolvePrepared: committed or not); no run ever records from it (a committed one is
+      // committed in the center too, by the run or the resolver), so it names no rows and its
+      // outcome is not written (the commit-first marker carries both: a re-run records from it).
       try {
-        await insertMarker(client, lease.id, lease.lease_token, ran);
+        await insertMarker(client, lease.id, lease.lease_token, []);
       } catch (err) {
         // A first run finds no marker; one there (or held) is for the commit-first run to read.
         if (isMarkerConflict(err) || pgErrorCode(err) === '57014' || pgErrorCode(err) === '55P03')
@@ -463,10 +466,8 @@ export class ExternalExecutor {
       };
       const { applied, failed, whole } = await applyIsolating(client, claimed.items, call, (err) => isBatchLevel(err) || signal.aborted);
       await failpoint('external.after-apply');
-      const marker: Marker = { applied: whole ?? [...applied], failed: [...failed].map(([bizId, f]) => ({ bizId, ...f })), ran };
-      await completeMarker(client, lease.id, marker);
       if (signal.aborted) throw signal.reason;
-      return marker;
+      return { applied: whole ?? [...applied], failed: [...failed].map(([bizId, f]) => ({ bizId, ...f })), ran: claimed.bizIds };
     };
     try {
       const marker = await withTimeLimit<Marker>(

@@ -16,7 +16,7 @@ import { ShardExecutor } from './executor.js';
 import { ExternalExecutor } from './external-executor.js';
 import { Housekeeping } from './housekeeping.js';
 import { preparedResolver } from './prepared-resolver.js';
-import { maxPreparedTransactions, runsInTwoPhases } from './two-phase.js';
+import { maxPreparedTransactions } from './two-phase.js';
 import { noAnswer, within } from '../bounded.js';
 import { BusyBackends, RELEASE_BOUND_MS, releaseRunning, type RunningIn } from './release-running.js';
 import type { ShardHandler } from './handler-contract.js';
@@ -126,11 +126,9 @@ export class Worker implements Service {
     const maxPrepared = externalKinds.length > 0 ? await maxPreparedTransactions(pool) : 0;
     const twoPhase = maxPrepared > 0;
     // Streams whose shards run in a database the worker paces (databaseConcurrency per database):
-    // same-database center kinds, every store's stream, and kinds whose shards run in two phases:
-    // their claim moves each timeout in the center's database as a same-database claim does, and
-    // spends its CPU the same way (docs/benchmarks.md, "The seventh pass: two phases").
+    // same-database center kinds, and every store's stream.
     this.inDatabaseKinds = new Set([
-      ...[...handlers.values()].filter((h) => !h.external || (twoPhase && runsInTwoPhases(h.external))).map((h) => h.kind),
+      ...[...handlers.values()].filter((h) => !h.external).map((h) => h.kind),
       ...this.streams.filter((s) => parseStreamName(s).store),
     ]);
     this.databases = [...new Set(this.streams.filter((s) => this.inDatabaseKinds.has(s)).map(databaseOf))];
