@@ -13,7 +13,10 @@
 //   4. record (external_record.sql): the outcome in the center (done / skipped / failed, shard
 //      counts) in that same transaction, then delete the marker.
 // A re-run after a crash between the commits of 3 and 4 fails on the marker's key and records what
-// the first run did, without applying again. Batch-level failures (failures.ts) retry the whole
+// the first run did, without applying again. Where the center allows prepared transactions, a
+// shard's first run takes another shape (runTwoPhase, two-phase.ts): claim and record in one center
+// transaction, PREPAREd before the business COMMIT; prepared-resolver.ts finishes what a stopped
+// worker leaves prepared, by the marker. Batch-level failures (failures.ts) retry the whole
 // shard later behind a circuit breaker per kind and target (breakers.ts); row-level failures are
 // split and isolated inside the business transaction, in savepoints.
 import { BrokenCircuitError } from 'cockatiel';
@@ -260,12 +263,15 @@ export class ExternalExecutor {
 
   /**
    * A first run in two phases, when its handler runs in a business database: each timeout is
-   * reached once in the center, by one transaction that claims it and records it, PREPAREd before
-   * the business COMMIT and committed after it (two-phase.ts):
+   * reached once in the center, by one transaction that claims it and moves it to the history,
+   * PREPAREd before the business COMMIT and committed after it (two-phase.ts):
    *   1. center: the shard's row under the lease (external_two_phase_begin.sql), the claim
-   *      (external_claim.sql, behind the claim lock for its statement only), kept open;
-   *   2. business: marker, handler, the marker's outcome, under the kind's time limit, kept open;
-   *   3. center: the record (external_record.sql), then PREPARE TRANSACTION;
+   *      (external_claim_move.sql: locked, moved to done_timeouts as applied; no claim lock), then
+   *      a check that no commit-first claim holds any of the rows (external_two_phase_overlap.sql);
+   *      kept open;
+   *   2. business: marker (its lease token only), handler, under the kind's time limit, kept open;
+   *   3. center: the rows the handler did not change become skipped, the shard done
+   *      (external_two_phase_record.sql), then PREPARE TRANSACTION;
    *   4. business COMMIT, then COMMIT PREPARED, then the marker is deleted.
    * A run that dies before 3's PREPARE leaves nothing (both transactions roll back; the shard runs
    * again after its lease, commit first). One that dies after it leaves a prepared transaction,
@@ -274,8 +280,9 @@ export class ExternalExecutor {
    * limit, then the center's server ends the idle transaction of a frozen worker: TWO_PHASE_IDLE_MS).
    * Returns undefined to run the shard commit first instead, with nothing of this attempt left:
    * the kind has a shard running again after its worker stopped (a killer row may be among its
-   * rows), the claim gave rows back or took none, the handler failed as a batch or its circuit is
-   * open (the commit-first run records the retry), or prepared transactions are refused.
+   * rows), the shard has rows pinned to it or was claimed before, the claim overlapped a hold or
+   * took nothing, the handler failed as a batch, had failed rows or its circuit is open (the
+   * commit-first run records the retry), or prepared transactions are refused.
    */
   private async runTwoPhase(lease: Lease, handler: ResolvedHandler & { external: ExternalTarget }, log: Logger): Promise<ExternalOutcome | undefined> {
     const started = performance.now();
