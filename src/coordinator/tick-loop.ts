@@ -113,7 +113,10 @@ export class TickLoop extends BaseService {
         `fenced: ${err.message}; that write came from this coordinator's earlier term, it still leads under epoch ${err.currentEpoch}`,
       );
     } else {
-      logger.error({ epoch: err.epoch, currentEpoch: err.currentEpoch, holder: err.holder }, `fenced: ${err.message}; stepping down`);
+      // The fence did its job: another coordinator won the lock meanwhile (this one froze past the
+      // lock's lifetime, or a Redis failover or restart lost the lock), and nothing was written
+      // under the old epoch. Nothing for a person to do (tc_fenced_writes_total counts them): warn.
+      logger.warn({ epoch: err.epoch, currentEpoch: err.currentEpoch, holder: err.holder }, `fenced: ${err.message}; stepping down`);
       leadership.stepDown('fenced by a newer epoch');
     }
   }
