@@ -310,7 +310,7 @@ export class ExternalExecutor {
         // No claim lock (external_claim_lock.sql): the rows stay locked until the run ends, so the
         // claims beside it pass them by; only a hold a commit-first claim committed meanwhile can
         // overlap, and the overlap check finds it (then the run backs out).
-        const move = claimMoveStatement(lease, ext);
+        const move = claimStatement('two-phase', lease, ext);
         const overlap = bindLiterals(sql('worker/external_two_phase_overlap', { shardId: lease.id, kind: lease.kind }));
         const results = (await center.query({ text: `${move}; ${overlap}`, types: AS_TEXT })) as unknown as pg.QueryResult[];
         const row = (results[0] as pg.QueryResult<ClaimMoveRow>).rows[0];
@@ -425,7 +425,7 @@ export class ExternalExecutor {
    *  the business database answers; else left to prepared-resolver.ts. */
   private async resolveNow(gid: string, where: pg.Pool, lease: Lease, log: Logger): Promise<ExternalOutcome> {
     try {
-      const how = await resolvePrepared(this.pool, where, gid, { shardId: lease.id, leaseToken: lease.lease_token, database: '' });
+      const how = await resolvePrepared(this.pool, where, gid, { shardId: lease.id, leaseToken: lease.lease_token });
       log.warn({ resolution: how }, 'the business commit of a two-phase run broke off; resolved by its marker');
       return { status: 'not-ours', reason: `the business commit of shard ${lease.id} broke off; its prepared center half was ${how}` };
     } catch (err) {
@@ -435,23 +435,12 @@ export class ExternalExecutor {
   }
 
   /**
-   * Step 2 of a two-phase run: marker, handler and the marker's outcome in the business database,
-   * under the kind's time limit, left open for the center's PREPARE. Throws batch-level failures,
+   * Step 2 of a two-phase run: marker and handler in the business database, under the kind's time
+   * limit, left open for the center's PREPARE. Throws batch-level failures,
    * after rolling the transaction back (a connection the limit cut is destroyed).
    */
   private async applyUncommitted(where: pg.Pool, lease: Lease, handler: ResolvedHandler, claimed: Claimed, idleMs: number): Promise<UncommittedRun> {
-    let client: pg.PoolClient;
-    try {
-      client = await where.connect();
-    } catch (err) {
-      throw new BatchFailure(`cannot connect to the target database: ${describeError(err)}`, undefined, { cause: err });
-    }
-    let released = false;
-    const release = (destroy: Error | boolean) => {
-      if (released) return;
-      released = true;
-      client.release(destroy);
-    };
+    const { client, release, released } = await connectTarget(where);
     const limit = handler.config.timeLimitMs;
     const work = async (signal: AbortSignal): Promise<Marker> => {
       await client.query(`BEGIN; SET LOCAL statement_timeout = ${Math.floor(limit)}; SET LOCAL idle_in_transaction_session_timeout = ${idleMs}`);
@@ -490,7 +479,7 @@ export class ExternalExecutor {
       return { client, marker, release };
     } catch (err) {
       const broken = isConnectionError(err);
-      if (!broken && !released) await client.query('ROLLBACK').catch(() => release(true));
+      if (!broken && !released()) await client.query('ROLLBACK').catch(() => release(true));
       release(broken);
       if (isBatchLevel(err) || err instanceof HandlerTimeoutError) throw err;
       throw new BatchFailure(`shard ${lease.id} failed in the target: ${describeError(err)}`, undefined, { cause: err });
@@ -541,7 +530,8 @@ export class ExternalExecutor {
   private async claim(lease: Lease, external: ExternalTarget): Promise<Claimed | undefined> {
     const routed = external.via === 'sql' && external.routed;
     if (lease.bucket !== null) return this.claimInBucket(lease, lease.bucket, routed);
-    const { claim, unhold } = claimStatements(lease, external);
+    const claim = claimStatement('commit-first', lease, external);
+    const unhold = bindLiterals(sql('worker/external_unhold', { shardId: lease.id, kind: lease.kind }));
     const lock = bindLiterals(sql('worker/external_claim_lock', { shardId: lease.id }));
     const results = (await this.pool.query({ text: `BEGIN; ${lock}; ${claim}; ${unhold}; COMMIT`, types: AS_TEXT })) as unknown as pg.QueryResult[];
     return claimedFrom(results[2]!, results[3]!);
@@ -618,18 +608,7 @@ export class ExternalExecutor {
    */
   private async applyInTransaction(where: pg.Pool, lease: Lease, handler: ResolvedHandler, claimed: Claimed, log: Logger): Promise<Decision | Lost> {
     const { items } = claimed;
-    let client: pg.PoolClient;
-    try {
-      client = await where.connect();
-    } catch (err) {
-      throw new BatchFailure(`cannot connect to the target database: ${describeError(err)}`, undefined, { cause: err });
-    }
-    let released = false;
-    const release = (destroy: Error | boolean) => {
-      if (released) return;
-      released = true;
-      client.release(destroy);
-    };
+    const { client, release, released } = await connectTarget(where);
     const limit = handler.config.timeLimitMs;
     // Where the run is when the time limit falls (an object: the closure below moves it on).
     const at: { phase: 'marker' | 'handler' | 'commit' } = { phase: 'marker' };
@@ -715,7 +694,7 @@ export class ExternalExecutor {
         // A run that gave up waiting for another run's marker (57014, 55P03) holds a connection
         // in its aborted transaction: back to the pool only once out of it (else the next shard
         // on this database fails at BEGIN, 25P02). A timed-out or broken one is already destroyed.
-        if (!released) await client.query('ROLLBACK').catch(() => release(true));
+        if (!released()) await client.query('ROLLBACK').catch(() => release(true));
         throw err;
       }
       if (at.phase === 'commit' && isConnectionError(err)) {
@@ -726,7 +705,7 @@ export class ExternalExecutor {
         });
       }
       const broken = isConnectionError(err);
-      if (!broken && !released) await client.query('ROLLBACK').catch(() => release(true));
+      if (!broken && !released()) await client.query('ROLLBACK').catch(() => release(true));
       release(broken);
       if (isBatchLevel(err)) throw err;
       // Not batch-level yet not isolated by splitting (e.g. the marker insert failed): the batch.
@@ -901,15 +880,19 @@ function claimedRows(target: string | null, fresh: boolean, row: ClaimRow, given
   };
 }
 
-/** external_claim.sql (oldest or newest first) and external_unhold.sql for a lease, bound. */
-function claimStatements(lease: Lease, external: ExternalTarget): { claim: string; unhold: string } {
+/** A claim for a lease, bound, oldest or newest first: external_claim.sql (commit first) or
+ *  external_claim_move.sql (two phases), which take the same inputs. */
+function claimStatement(form: 'commit-first' | 'two-phase', lease: Lease, external: ExternalTarget): string {
   const routed = external.via === 'sql' && external.routed;
   const payloads = external.via !== 'sql' || external.payloads;
   const inputs = { shardId: lease.id, kind: lease.kind, claimLimit: lease.claim_limit, leaseToken: lease.lease_token, routed, payloads };
-  const claim = lease.from_newest
+  if (form === 'two-phase')
+    return lease.from_newest
+      ? bindLiterals(NEWEST_CLAIM_MOVE, statementValues('worker/external_claim_move', inputs))
+      : bindLiterals(sql('worker/external_claim_move', inputs));
+  return lease.from_newest
     ? bindLiterals(NEWEST_EXTERNAL_CLAIM, statementValues('worker/external_claim', inputs))
     : bindLiterals(sql('worker/external_claim', inputs));
-  return { claim, unhold: bindLiterals(sql('worker/external_unhold', { shardId: lease.id, kind: lease.kind })) };
 }
 
 /** The claim's rows from external_claim.sql's and external_unhold.sql's results (undefined: the
@@ -941,12 +924,24 @@ function recordInputs(lease: Lease, handler: ResolvedHandler, decision: Decision
   };
 }
 
-/** external_claim_move.sql (oldest or newest first) for a lease, bound. */
-function claimMoveStatement(lease: Lease, external: ExternalTarget): string {
-  const routed = external.via === 'sql' && external.routed;
-  const payloads = external.via !== 'sql' || external.payloads;
-  const inputs = { shardId: lease.id, kind: lease.kind, claimLimit: lease.claim_limit, leaseToken: lease.lease_token, routed, payloads };
-  return lease.from_newest
-    ? bindLiterals(NEWEST_CLAIM_MOVE, statementValues('worker/external_claim_move', inputs))
-    : bindLiterals(sql('worker/external_claim_move', inputs));
+/** A connection to the target database for a run's transaction, and its release, which acts once
+ *  (the time limit may destroy the connection while the run still holds it). A connection that
+ *  cannot be had is a batch-level failure. */
+async function connectTarget(where: pg.Pool): Promise<{ client: pg.PoolClient; release: (destroy: Error | boolean) => void; released: () => boolean }> {
+  let client: pg.PoolClient;
+  try {
+    client = await where.connect();
+  } catch (err) {
+    throw new BatchFailure(`cannot connect to the target database: ${describeError(err)}`, undefined, { cause: err });
+  }
+  let released = false;
+  return {
+    client,
+    release: (destroy) => {
+      if (released) return;
+      released = true;
+      client.release(destroy);
+    },
+    released: () => released,
+  };
 }

@@ -12,28 +12,21 @@ import { sql } from '../db/queries.js';
 import { periodic, type Service } from '../service.js';
 import type { BusinessDatabases } from './business-db.js';
 import { describeError } from './failures.js';
-import { parseTwoPhaseId, resolvePrepared, type Resolution } from './two-phase.js';
+import { parseTwoPhaseId, resolvePrepared } from './two-phase.js';
 
 /** How often a worker looks, and how old a prepared run must be to be resolved. */
 export const RESOLVE_EVERY_MS = 2000;
 export const AGE_MS = 3000;
 
-/** Resolves what it finds now; returns each global id with its resolution (errors logged). */
-export async function resolveLeftPrepared(
-  pool: pg.Pool,
-  databases: BusinessDatabases,
-  known: ReadonlySet<string>,
-  logger: Logger,
-): Promise<{ gid: string; resolution: Resolution }[]> {
+/** Resolves what it finds now, each resolution and failure logged. */
+export async function resolveLeftPrepared(pool: pg.Pool, databases: BusinessDatabases, known: ReadonlySet<string>, logger: Logger): Promise<void> {
   const { rows } = await pool.query<{ gid: string }>(sql('worker/prepared_left', { olderThanMs: AGE_MS }));
-  const out: { gid: string; resolution: Resolution }[] = [];
   for (const { gid } of rows) {
     const run = parseTwoPhaseId(gid);
     // A database this worker has no URL for: a worker that has it resolves it.
     if (!run || !known.has(run.database)) continue;
     try {
       const resolution = await resolvePrepared(pool, databases.pool(run.database), gid, run);
-      out.push({ gid, resolution });
       logger.warn(
         { gid, shardId: run.shardId, database: run.database, resolution },
         resolution === 'committed'
@@ -49,7 +42,6 @@ export async function resolveLeftPrepared(
       );
     }
   }
-  return out;
 }
 
 /** The periodic resolver a worker runs beside its shards. */
@@ -58,9 +50,7 @@ export function preparedResolver(pool: pg.Pool, databases: BusinessDatabases, na
   return periodic(
     'prepared-resolver',
     RESOLVE_EVERY_MS,
-    async () => {
-      await resolveLeftPrepared(pool, databases, known, logger);
-    },
+    () => resolveLeftPrepared(pool, databases, known, logger),
     (err) => logger.warn({ err: describeError(err) }, 'looking for two-phase runs left prepared failed; retrying'),
   );
 }

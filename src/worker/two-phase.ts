@@ -95,7 +95,7 @@ export type Resolution = 'committed' | 'rolled back' | 'gone';
  * past lock_timeout (a frozen worker, until the server ends its idle session): the prepared
  * transaction stays, and the next resolution tries again.
  */
-export async function resolvePrepared(center: pg.Pool, business: pg.Pool, gid: string, run: PreparedRun): Promise<Resolution> {
+export async function resolvePrepared(center: pg.Pool, business: pg.Pool, gid: string, run: Pick<PreparedRun, 'shardId' | 'leaseToken'>): Promise<Resolution> {
   const client = await business.connect();
   let broken = false;
   try {

@@ -11,14 +11,14 @@
 import { mkdtempSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import pg from 'pg';
+import type pg from 'pg';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import type { ConfigInput } from '../../src/config.js';
 import { cancel } from '../../src/schedule.js';
 import { CLOSE_SQL, createOrdersSchema, writeConfig } from '../helpers/orders.js';
 import { killAll, runCli, spawnCli, type CliProcess } from '../helpers/processes.js';
 import { createTestDatabase, TEST_REDIS_URL, testKeyPrefix, type TestDatabase } from '../helpers/services.js';
-import { procState, report, sleep, waitUntil } from './harness.js';
+import { procState, quietPool, report, sleep, stopProcesses, waitUntil } from './harness.js';
 
 const CLOSE = 'order.close';
 const COUNT = 'order.count';
@@ -35,30 +35,10 @@ let env: Record<string, string | undefined>;
 let coordinator: CliProcess;
 const workers: CliProcess[] = [];
 
-function quietPool(url: string): pg.Pool {
-  const pool = new pg.Pool({ connectionString: url, max: 4 });
-  pool.on('error', () => {});
-  return pool;
-}
-
 function worker(name: string, opts: { failpoints?: string; env?: Record<string, string>; config?: string } = {}): CliProcess {
   const p = spawnCli(name, ['worker', '--config', opts.config ?? configPath, '--concurrency', '1'], { ...env, TC_FAILPOINTS: opts.failpoints, ...opts.env });
   workers.push(p);
   return p;
-}
-
-async function stopWorkers(): Promise<void> {
-  for (const w of workers.splice(0)) {
-    if (w.alive) {
-      try {
-        process.kill(w.pid, 'SIGCONT');
-      } catch {
-        // gone already
-      }
-      w.child.kill('SIGKILL');
-      await w.exited;
-    }
-  }
 }
 
 async function seed(kind: string, from: number, to: number, paidEvery = 0): Promise<void> {
@@ -204,10 +184,10 @@ export default async function count(items, ctx) {
 }, 120_000);
 
 // A scenario's workers never outlive it (a failed one would take the next scenario's shards).
-afterEach(stopWorkers);
+afterEach(() => stopProcesses(workers));
 
 afterAll(async () => {
-  await stopWorkers();
+  await stopProcesses(workers);
   await killAll();
   for (const p of [centerPool, ordersPool]) await p?.end().catch(() => {});
   await center?.drop().catch(() => {});

@@ -4,7 +4,7 @@
 // expectInvariants(): I1-I4 in SQL, plus "effects = applied timeouts".
 import { readFileSync } from 'node:fs';
 import { Redis } from 'ioredis';
-import type pg from 'pg';
+import pg from 'pg';
 import { pino } from 'pino';
 import { expect } from 'vitest';
 import { createPool } from '../../src/db/pool.js';
@@ -309,4 +309,25 @@ export const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 /** One line per scenario with its figures, collected by the reliability page. */
 export function report(scenario: string, figures: Record<string, unknown>): void {
   console.log(`[fault-report] ${scenario} ${JSON.stringify(figures)}`);
+}
+
+/** A pool whose idle clients' errors (a server a test stops) do not crash the test process. */
+export function quietPool(url: string, max = 4): pg.Pool {
+  const pool = new pg.Pool({ connectionString: url, max });
+  pool.on('error', () => {});
+  return pool;
+}
+
+/** Stops every process of the list (and empties it): thawed first if a test froze it, then SIGKILLed. */
+export async function stopProcesses(list: CliProcess[]): Promise<void> {
+  for (const p of list.splice(0)) {
+    if (!p.alive) continue;
+    try {
+      process.kill(p.pid, 'SIGCONT');
+    } catch {
+      // gone already
+    }
+    p.child.kill('SIGKILL');
+    await p.exited;
+  }
 }

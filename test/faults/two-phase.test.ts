@@ -49,7 +49,7 @@ import { CLOSE_SQL, createOrdersSchema, writeConfig } from '../helpers/orders.js
 import { killAll, runCli, spawnCli, type CliProcess } from '../helpers/processes.js';
 import { startPostgres, stopAllServers, type PostgresServer } from '../helpers/servers.js';
 import { TEST_REDIS_URL, testKeyPrefix } from '../helpers/services.js';
-import { linesMatching, procState, report, sleep, waitUntil } from './harness.js';
+import { linesMatching, procState, quietPool, report, sleep, stopProcesses, waitUntil } from './harness.js';
 
 const LEASE_MS = 3000;
 const TIME_LIMIT_MS = 2500;
@@ -107,12 +107,6 @@ let env: Record<string, string | undefined>;
 let coordinator: CliProcess;
 const workers: CliProcess[] = [];
 
-function quietPool(url: string): pg.Pool {
-  const pool = new pg.Pool({ connectionString: url, max: 4 });
-  pool.on('error', () => {});
-  return pool;
-}
-
 function worker(name: string, opts: { failpoints?: string; concurrency?: number } = {}): CliProcess {
   const p = spawnCli(name, ['worker', '--config', configPath, '--concurrency', String(opts.concurrency ?? 1)], {
     ...env,
@@ -120,20 +114,6 @@ function worker(name: string, opts: { failpoints?: string; concurrency?: number 
   });
   workers.push(p);
   return p;
-}
-
-async function stopWorkers(): Promise<void> {
-  for (const w of workers.splice(0)) {
-    if (w.alive) {
-      try {
-        process.kill(w.pid, 'SIGCONT');
-      } catch {
-        // gone already
-      }
-      w.child.kill('SIGKILL');
-      await w.exited;
-    }
-  }
 }
 
 /** Orders from-to (every paidEvery-th paid) and their timeouts, due now, or one every spreadMs from now. */
@@ -349,10 +329,10 @@ beforeAll(async () => {
 }, 120_000);
 
 // A scenario's workers never outlive it (a failed one would take the next scenario's shards).
-afterEach(stopWorkers);
+afterEach(() => stopProcesses(workers));
 
 afterAll(async () => {
-  await stopWorkers();
+  await stopProcesses(workers);
   await killAll();
   for (const p of [centerPool, ordersPool]) await p?.end().catch(() => {});
   await stopAllServers();
@@ -670,7 +650,7 @@ describe('two-phase external runs: each timeout written once in the center, hist
         [KIND.g],
       );
       running = false;
-      await stopWorkers();
+      await stopProcesses(workers);
       await Promise.all(supervisors);
       await expectNothingLeft();
       report('two-phase, a row that kills its worker', {
@@ -683,7 +663,7 @@ describe('two-phase external runs: each timeout written once in the center, hist
       });
     } finally {
       running = false;
-      await stopWorkers();
+      await stopProcesses(workers);
       await Promise.all(supervisors);
     }
   }, 120_000);
