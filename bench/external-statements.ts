@@ -8,9 +8,10 @@
 //                   (the close the business database runs: bench/lib/orders.ts CLOSE_MANY_SQL); then
 //                   each shard recorded (external_record, every row applied or skipped)
 //   two-phase       the same rows again, as a first run in two phases (src/worker/two-phase.ts) takes
-//                   them: each shard's claim moving its rows to the history (external_claim_move), its
-//                   close, its record marking the skipped rows (external_two_phase_record), in one
-//                   transaction (the product PREPAREs it before the business commit)
+//                   them: each shard's claim locking its rows (external_two_phase_claim), its close,
+//                   its move of the rows to the history, applied or skipped
+//                   (external_two_phase_move), in one transaction (the product PREPAREs it before the
+//                   business commit)
 //   same-database   the same rows again, drained by claim.sql's batch form (the close inside it),
 //                   N / K shards one after another
 // and prints microseconds per timeout of each statement, the external path's in all (center and
@@ -110,6 +111,8 @@ try {
       throw new Error(`${what} drained wrongly: ${JSON.stringify(r)} (expected ${N - paid} applied and closed once, ${paid} skipped, none left)`);
   };
   const perTimeout = (ms: number) => (ms * 1000) / N;
+  /** The business close (the handler's statement, as the business database runs it). */
+  const close = (bizIds: string[] | string) => c.query<{ id: string }>(CLOSE_MANY_SQL, [bizIds]);
   const f = (us: number) => us.toFixed(2);
 
   for (let round = 1; round <= ROUNDS; round += 1) {
@@ -132,7 +135,7 @@ try {
       claimed.push({ shard, bizIds: claim.rows[0]!.biz_ids, applied: [] });
     }
     for (const s of claimed) {
-      const [closed, closeMs] = await timed(() => c.query<{ id: string }>(CLOSE_MANY_SQL, [s.bizIds]));
+      const [closed, closeMs] = await timed(() => close(s.bizIds));
       ms.close += closeMs;
       s.applied = closed.rows.map((r) => String(r.id));
     }
@@ -156,26 +159,26 @@ try {
     const center = perTimeout(ms.lock + ms.claim + ms.unhold + ms.record);
     const external = center + perTimeout(ms.close);
 
-    // The two-phase run (src/worker/two-phase.ts): per shard, one center transaction claims and moves
-    // the rows (external_claim_move.sql), the business close, then external_two_phase_record.sql marks
-    // the rows the close did not change as skipped; committed here, where the product PREPAREs it
-    // and commits it after the business commit (per shard, not per timeout).
+    // The two-phase run (src/worker/two-phase.ts): per shard, one center transaction locks the rows
+    // (external_two_phase_claim.sql), the business close, then external_two_phase_move.sql moves
+    // them to the history, applied or skipped as the close said; committed here, where the product
+    // PREPAREs it and commits it after the business commit (per shard, not per timeout).
     await seed();
     const two = { claim: 0, record: 0, close: 0 };
     for (const shard of await shards()) {
       await c.query('BEGIN');
-      const [moved, moveMs] = await timed(() =>
-        c.query<{ ids: string[]; biz_ids: string[] }>(
-          sql('worker/external_claim_move', { shardId: shard.id, kind: KIND, claimLimit: K, leaseToken: shard.token, routed: false, payloads: false }),
-        ),
+      const [claimed, claimMs] = await timed(() =>
+        c.query<{ biz_ids: string; ctids: string }>({
+          ...sql('worker/external_two_phase_claim', { shardId: shard.id, kind: KIND, claimLimit: K, leaseToken: shard.token, routed: false, payloads: false }),
+          types: AS_TEXT,
+        }),
       );
-      two.claim += moveMs;
-      const { ids, biz_ids: bizIds } = moved.rows[0]!;
-      const [closed, closeMs] = await timed(() => c.query<{ id: string }>(CLOSE_MANY_SQL, [bizIds]));
+      two.claim += claimMs;
+      const { biz_ids: bizIds, ctids } = claimed.rows[0]!;
+      const [closed, closeMs] = await timed(() => close(bizIds));
       two.close += closeMs;
-      const applied = new Set(closed.rows.map((r) => String(r.id)));
-      const skippedIds = ids.filter((_, i) => !applied.has(bizIds[i]!));
-      two.record += (await timed(() => c.query(sql('worker/external_two_phase_record', { shardId: shard.id, leaseToken: shard.token, skippedIds }))))[1];
+      const applied = closed.rows.map((r) => String(r.id));
+      two.record += (await timed(() => c.query(sql('worker/external_two_phase_move', { shardId: shard.id, leaseToken: shard.token, ctids, applied }))))[1];
       await c.query('COMMIT');
     }
     await checkDrained('the two-phase run');
@@ -202,7 +205,7 @@ try {
         `Same-database claim (close inside) ${f(sameUs)} µs/timeout. Same-database / external ${(sameUs / external).toFixed(2)}`,
     );
     console.log(
-      `round ${round}: two-phase claim and move ${f(perTimeout(two.claim))} µs/timeout, record ${f(perTimeout(two.record))}: center ${f(twoCenter)}; ` +
+      `round ${round}: two-phase claim ${f(perTimeout(two.claim))} µs/timeout, move ${f(perTimeout(two.record))}: center ${f(twoCenter)}; ` +
         `business close ${f(perTimeout(two.close))}; two-phase in all ${f(twoAll)} µs/timeout. Same-database / two-phase ${(sameUs / twoAll).toFixed(2)}`,
     );
   }

@@ -79,6 +79,8 @@ export interface StatementProfile {
   planMs: number;
   meanMs: number;
   rows: number;
+  /** shared buffers hit or read: a statement that walks past rows it does not take reads more per row */
+  blocks: number;
 }
 
 /** Resets the counters of the instance (call from a database where the extension exists). */
@@ -88,8 +90,9 @@ export async function resetStatements(pool: pg.Pool): Promise<void> {
 }
 
 export async function topStatements(pool: pg.Pool, instance: string, limit = 12): Promise<StatementProfile[]> {
-  const { rows } = await pool.query<{ query: string; calls: string; total: number; plan: number; mean: number; rows: string }>(
-    `SELECT regexp_replace(query, '\\s+', ' ', 'g') AS query, calls, total_exec_time AS total, total_plan_time AS plan, mean_exec_time AS mean, rows
+  const { rows } = await pool.query<{ query: string; calls: string; total: number; plan: number; mean: number; rows: string; blocks: string }>(
+    `SELECT regexp_replace(query, '\\s+', ' ', 'g') AS query, calls, total_exec_time AS total, total_plan_time AS plan, mean_exec_time AS mean, rows,
+            shared_blks_hit + shared_blks_read AS blocks
        FROM pg_stat_statements s JOIN pg_database d ON d.oid = s.dbid
       WHERE d.datname = current_database() ORDER BY total_exec_time DESC LIMIT $1`,
     [limit],
@@ -102,6 +105,7 @@ export async function topStatements(pool: pg.Pool, instance: string, limit = 12)
     planMs: Math.round(r.plan),
     meanMs: Number(r.mean.toFixed(3)),
     rows: Number(r.rows),
+    blocks: Number(r.blocks),
   }));
 }
 
@@ -151,7 +155,7 @@ export function printStatements(title: string, rows: StatementProfile[]): void {
   console.log(`  ${title}`);
   for (const r of rows)
     console.log(
-      `    ${String(r.totalMs).padStart(7)} ms ${String(r.calls).padStart(6)} calls ${String(r.meanMs).padStart(8)} ms/call ${String(r.planMs).padStart(6)} ms planning  ${r.query}`,
+      `    ${String(r.totalMs).padStart(7)} ms ${String(r.calls).padStart(6)} calls ${String(r.meanMs).padStart(8)} ms/call ${String(r.planMs).padStart(6)} ms planning ${String(r.blocks).padStart(9)} blocks ${String(r.rows).padStart(7)} rows  ${r.query}`,
     );
 }
 
@@ -224,8 +228,9 @@ export async function statementTotals(
   instance: string,
   limit = 15,
 ): Promise<{ top: PlannedStatement[]; calls: number; planMs: number; execMs: number; prepares: number; commitPrepared: number }> {
-  const { rows } = await pool.query<{ query: string; calls: string; plan: number; total: number; rows: string }>(
-    `SELECT regexp_replace(query, '\\s+', ' ', 'g') AS query, calls, total_plan_time AS plan, total_exec_time AS total, rows
+  const { rows } = await pool.query<{ query: string; calls: string; plan: number; total: number; rows: string; blocks: string }>(
+    `SELECT regexp_replace(query, '\\s+', ' ', 'g') AS query, calls, total_plan_time AS plan, total_exec_time AS total, rows,
+            shared_blks_hit + shared_blks_read AS blocks
        FROM pg_stat_statements s JOIN pg_database d ON d.oid = s.dbid
       WHERE d.datname = current_database()`,
   );
@@ -237,6 +242,7 @@ export async function statementTotals(
     totalMs: Math.round(r.total),
     meanMs: Number((r.total / Math.max(1, Number(r.calls))).toFixed(3)),
     rows: Number(r.rows),
+    blocks: Number(r.blocks),
     full: r.query,
   }));
   const sum = (f: (x: (typeof all)[number]) => number, w: (x: (typeof all)[number]) => boolean = () => true) => all.filter(w).reduce((a, x) => a + f(x), 0);
@@ -264,8 +270,16 @@ export async function statementTotals(
  *  its size. Shows where a burst's wall time goes that CPU seconds do not: a slot idle between
  *  shards, a late first lease, a last shard running alone. */
 export async function printShardTimeline(pool: pg.Pool, due: Date): Promise<void> {
-  const { rows } = await pool.query<{ id: string; size: number; started: number | null; claimed: number | null; finished: number | null }>(
+  const { rows } = await pool.query<{
+    id: string;
+    size: number;
+    published: number | null;
+    started: number | null;
+    claimed: number | null;
+    finished: number | null;
+  }>(
     `SELECT id, size,
+            extract(epoch FROM published_at - $1::timestamptz) * 1000 AS published,
             extract(epoch FROM started_at - $1::timestamptz) * 1000 AS started,
             extract(epoch FROM claimed_at - $1::timestamptz) * 1000 AS claimed,
             extract(epoch FROM finished_at - $1::timestamptz) * 1000 AS finished
@@ -273,9 +287,11 @@ export async function printShardTimeline(pool: pg.Pool, due: Date): Promise<void
     [due],
   );
   const ms = (v: number | string | null) => (v === null ? '     -' : String(Math.round(Number(v))).padStart(6));
-  console.log('  shards (ms after D): leased, claimed, finished, rows, µs per row while running');
+  console.log('  shards (ms after D): published, leased, claimed, finished, rows, µs per row while running');
   for (const r of rows) {
     const per = r.started !== null && r.finished !== null ? (((Number(r.finished) - Number(r.started)) * 1000) / r.size).toFixed(1) : '-';
-    console.log(`    ${String(r.id).padStart(5)} ${ms(r.started)} ${ms(r.claimed)} ${ms(r.finished)} ${String(r.size).padStart(6)} ${per.padStart(6)}`);
+    console.log(
+      `    ${String(r.id).padStart(5)} ${ms(r.published)} ${ms(r.started)} ${ms(r.claimed)} ${ms(r.finished)} ${String(r.size).padStart(6)} ${per.padStart(6)}`,
+    );
   }
 }

@@ -24,7 +24,7 @@ import type pg from 'pg';
 import type { Logger } from 'pino';
 import { isConnectionError, isRetryableConflict, pgErrorCode } from '../db/pool.js';
 import { compose, sql, statementValues } from '../db/queries.js';
-import { AS_TEXT, literalOf, parseInt8Array, parseIntArray, parseJsonbArray, parseTextArray, withLiteral } from '../db/pg-text.js';
+import { AS_TEXT, literalOf, parseIntArray, parseJsonbArray, parseTextArray, withLiteral } from '../db/pg-text.js';
 import { bindLiterals } from './bind-literals.js';
 import { failpoint } from '../failpoints.js';
 import type { Metrics } from '../observability/metrics.js';
@@ -103,11 +103,12 @@ interface UncommittedRun {
  *  server ends them: a frozen worker's locks go then, and a payer's cancel with them. */
 const TWO_PHASE_IDLE_MS = 5000;
 
-/** external_claim_move.sql's row, as text (AS_TEXT). */
-interface ClaimMoveRow {
+/** external_two_phase_claim.sql's row, as text (AS_TEXT). */
+interface TwoPhaseClaimRow {
   target: string | null;
-  ids: string;
   biz_ids: string;
+  /** a tid[] literal, passed back to external_two_phase_move.sql as it came */
+  ctids: string;
   payloads: string | null;
   trace_parents: string | null;
   lateness_ms: string;
@@ -116,8 +117,8 @@ interface ClaimMoveRow {
   at_ms: string;
 }
 
-/** external_claim_move.sql for every other shard of a flood mapped ahead: newest first. */
-const NEWEST_CLAIM_MOVE = compose('worker/external_claim_move', { claimOrder: NEWEST_FIRST });
+/** external_two_phase_claim.sql for every other shard of a flood mapped ahead: newest first. */
+const NEWEST_TWO_PHASE_CLAIM = compose('worker/external_two_phase_claim', { claimOrder: NEWEST_FIRST });
 
 /** The run found its lease gone (or the shard split by a later run): nothing was committed. */
 type Lost = { lost: string };
@@ -263,15 +264,16 @@ export class ExternalExecutor {
 
   /**
    * A first run in two phases, when its handler runs in a business database: each timeout is
-   * reached once in the center, by one transaction that claims it and moves it to the history,
-   * PREPAREd before the business COMMIT and committed after it (two-phase.ts):
+   * written once in the center, by one transaction that locks it and then moves it to the
+   * history with its result, PREPAREd before the business COMMIT and committed after it
+   * (two-phase.ts):
    *   1. center: the shard's row under the lease (external_two_phase_begin.sql), the claim
-   *      (external_claim_move.sql: locked, moved to done_timeouts as applied; no claim lock), then
-   *      a check that no commit-first claim holds any of the rows (external_two_phase_overlap.sql);
-   *      kept open;
+   *      (external_two_phase_claim.sql: locked, nothing written; no claim lock), then a check
+   *      that no commit-first claim holds any of the rows (external_two_phase_overlap.sql); kept
+   *      open;
    *   2. business: marker (its lease token only), handler, under the kind's time limit, kept open;
-   *   3. center: the rows the handler did not change become skipped, the shard done
-   *      (external_two_phase_record.sql), then PREPARE TRANSACTION;
+   *   3. center: the locked rows moved to done_timeouts, applied or skipped as the handler said,
+   *      the shard done (external_two_phase_move.sql), then PREPARE TRANSACTION;
    *   4. business COMMIT, then COMMIT PREPARED, then the marker is deleted.
    * A run that dies before 3's PREPARE leaves nothing (both transactions roll back; the shard runs
    * again after its lease, commit first). One that dies after it leaves a prepared transaction,
@@ -313,13 +315,12 @@ export class ExternalExecutor {
         const move = claimStatement('two-phase', lease, ext);
         const overlap = bindLiterals(sql('worker/external_two_phase_overlap', { shardId: lease.id, kind: lease.kind }));
         const results = (await center.query({ text: `${move}; ${overlap}`, types: AS_TEXT })) as unknown as pg.QueryResult[];
-        const row = (results[0] as pg.QueryResult<ClaimMoveRow>).rows[0];
+        const row = (results[0] as pg.QueryResult<TwoPhaseClaimRow>).rows[0];
         const overlapping = Number((results[1] as pg.QueryResult<{ overlap: string }>).rows[0]!.overlap);
         return row ? { row, overlapping, atNodeMs: performance.now() } : undefined;
       });
       if (!claim) return await backOut();
       const claimed = claimedRows(claim.row.target, true, claim.row, new Set());
-      const ids = parseInt8Array(claim.row.ids);
       const database = ext.via === 'http' ? undefined : (ext.database ?? (ext.via === 'sql' ? (claimed.target ?? undefined) : undefined));
       // A row another shard held first (a commit-first claim committed meanwhile), a target the
       // rule cannot place, or nothing due: the commit-first run knows what to do with each.
@@ -349,15 +350,27 @@ export class ExternalExecutor {
       let counts: ShardCounts | undefined;
       const gid = twoPhaseId({ shardId: lease.id, leaseToken: lease.lease_token, database });
       try {
-        counts = await withSpan('tc.record', {}, async () => {
-          const applied = new Set(business.marker.applied.map(String));
-          const skippedIds = ids.filter((_, i) => !applied.has(claimed.bizIds[i]!));
-          const { rows } = await center.query<ShardCounts>(
-            sql('worker/external_two_phase_record', { shardId: lease.id, leaseToken: lease.lease_token, skippedIds }),
+        const moved = await withSpan('tc.record', {}, async () => {
+          const { rows } = await center.query<ShardCounts & { moved: number }>(
+            sql('worker/external_two_phase_move', {
+              shardId: lease.id,
+              leaseToken: lease.lease_token,
+              ctids: claim.row.ctids,
+              applied: business.marker.applied,
+            }),
           );
           return rows[0];
         });
-        if (!counts) throw new Error(`shard ${lease.id}: its record found no lease although the run holds its row`);
+        if (!moved) throw new Error(`shard ${lease.id}: its record found no lease although the run holds its row`);
+        const { moved: n, ...recorded } = moved;
+        if (n !== claimed.items.length) {
+          // The claim's locks keep every row where it was: a difference is a bug, never a race.
+          // Nothing is prepared yet: undo both halves, and the commit-first run takes the shard.
+          log.error({ claimed: claimed.items.length, moved: n }, 'a two-phase run moved other rows than it claimed; it backs out and runs commit first');
+          business.release(true);
+          return await backOut();
+        }
+        counts = recorded;
         await failpoint('external.before-prepare');
         await center.query(`PREPARE TRANSACTION ${gidLiteral(gid)}`);
       } catch (err) {
@@ -881,15 +894,15 @@ function claimedRows(target: string | null, fresh: boolean, row: ClaimRow, given
 }
 
 /** A claim for a lease, bound, oldest or newest first: external_claim.sql (commit first) or
- *  external_claim_move.sql (two phases), which take the same inputs. */
+ *  external_two_phase_claim.sql (two phases), which take the same inputs. */
 function claimStatement(form: 'commit-first' | 'two-phase', lease: Lease, external: ExternalTarget): string {
   const routed = external.via === 'sql' && external.routed;
   const payloads = external.via !== 'sql' || external.payloads;
   const inputs = { shardId: lease.id, kind: lease.kind, claimLimit: lease.claim_limit, leaseToken: lease.lease_token, routed, payloads };
   if (form === 'two-phase')
     return lease.from_newest
-      ? bindLiterals(NEWEST_CLAIM_MOVE, statementValues('worker/external_claim_move', inputs))
-      : bindLiterals(sql('worker/external_claim_move', inputs));
+      ? bindLiterals(NEWEST_TWO_PHASE_CLAIM, statementValues('worker/external_two_phase_claim', inputs))
+      : bindLiterals(sql('worker/external_two_phase_claim', inputs));
   return lease.from_newest
     ? bindLiterals(NEWEST_EXTERNAL_CLAIM, statementValues('worker/external_claim', inputs))
     : bindLiterals(sql('worker/external_claim', inputs));

@@ -27,7 +27,7 @@ describe('bench:external-statements, small', () => {
     expect(code, output.slice(-4000)).toBe(0);
     expect(output).toMatch(/round 1: external claim [\d.]+ µs\/timeout \(shard by shard( [\d.]+){4} ms\)/);
     expect(output).toMatch(/Same-database \/ external [\d.]+/);
-    expect(output).toMatch(/round 1: two-phase claim and move [\d.]+ µs\/timeout, record [\d.]+: .* Same-database \/ two-phase [\d.]+/);
+    expect(output).toMatch(/round 1: two-phase claim [\d.]+ µs\/timeout, move [\d.]+: .* Same-database \/ two-phase [\d.]+/);
   });
 
   it('refuses a count that is not a multiple of the shard size, creating nothing', async () => {

@@ -1,11 +1,10 @@
 -- external_two_phase_overlap: the last statement of a two-phase run's claim (external-executor.ts,
--- runTwoPhase), with a snapshot of its own. external_claim_move.sql passes by the ids the kind's
--- other live shards hold as its snapshot saw them; a commit-first claim (a re-run, or a run that
--- backed out of two phases) that committed after that snapshot released its row locks at its
--- commit, so the move may have taken rows that claim holds. This says whether any of the ids the
--- move took (held_ids, written by it in this transaction) is held by another live shard of the
--- kind: then the run backs out (external_unhold.sql cannot serve here: it names the rows through
--- the timeouts table, from which the move deleted them).
+-- runTwoPhase), with a snapshot of its own. external_two_phase_claim.sql passes by the ids the
+-- kind's other live shards hold as its snapshot saw them; a commit-first claim (a re-run, or a run
+-- that backed out of two phases) that committed after that snapshot released its row locks at its
+-- commit, so the claim may have locked rows that claim holds (they stay pending while held). This
+-- says whether any of the ids the claim locked (held_ids, written by it in this transaction) is
+-- held by another live shard of the kind: then the run backs out.
 --   $1 shard id   $2 kind
 -- @params shardId: number, kind: string
 -- Returns one row: overlap (int, how many of the ids another live shard holds).
