@@ -136,7 +136,7 @@ WITH live_target AS (
   -- When the count saw the end of the due rows (complete), the last shards halve (size/2,
   -- size/4, ... down to size/8), so the workers' last shards end close together instead of one
   -- slot running a whole large shard alone at the end of the flood. Only for a SQL handler (in the
-  -- center's database, or in business databases: up to 5,000 rows there) without flow control (no
+  -- center's database, or in business databases: up to 5,000 rows there when their runs commit first) without flow control (no
   -- cap, no rate limit on the kind or its database: an operator who limits one keeps its
   -- configured size); code and HTTP handlers get their configured size (one call per shard). When nothing of the kind is in flight (a flood begins), its first shard keeps
   -- `base`, so the first closes commit one small shard after the due instant rather than one
@@ -160,10 +160,17 @@ WITH live_target AS (
                                                         AND NOT EXISTS (SELECT 1 FROM target_flow t2 WHERE t2.target = n2.target))) AS kind_uncovered) ku
    CROSS JOIN LATERAL (SELECT n.row_room IS NULL AND n.shard_room IS NULL AND tf.row_room IS NULL
                               AND (SELECT k.handler_type FROM timeout_center.kinds k WHERE k.kind = n.kind) = 'sql' AS adaptive,
-                              -- a business database's shard (issue 32): 5,000 rows at most, so its
-                              -- transaction there holds the orders' row locks for a fraction of a
-                              -- second, and its marker and held ids stay a few tens of kB
-                              CASE WHEN n.target IS NULL THEN 20000 ELSE 5000 END AS largest) a
+                              -- a business database's shard (issue 32): where its first run commits in
+                              -- two phases (the center allows prepared transactions: two-phase.ts), as
+                              -- large as a same-database shard: its marker names no rows and it
+                              -- commits no held ids, so a larger shard costs nothing more per row and
+                              -- pays its per-shard costs (two transactions, PREPARE) less often
+                              -- (measured 1.11x, docs/benchmarks.md "The eighth pass"); its business
+                              -- transaction holds the orders' row locks as long as a same-database
+                              -- shard's does. Committing first, 5,000 rows at most: its held ids and
+                              -- its marker's rows are committed, and read by every claim beside it
+                              CASE WHEN n.target IS NULL OR current_setting('max_prepared_transactions')::int > 0 THEN 20000
+                                   ELSE 5000 END AS largest) a
    CROSS JOIN LATERAL (SELECT CASE WHEN a.adaptive THEN greatest(b.base, least(a.largest, ceil(ku.kind_uncovered / 4.0)::bigint))
                                    ELSE b.base END AS size) ad
    CROSS JOIN LATERAL (SELECT ad.size,
