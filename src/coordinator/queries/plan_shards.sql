@@ -165,7 +165,7 @@ WITH live_target AS (
                               -- large as a same-database shard: its marker names no rows and it
                               -- commits no held ids, so a larger shard costs nothing more per row and
                               -- pays its per-shard costs (two transactions, PREPARE) less often
-                              -- (measured 1.11x, docs/benchmarks.md "The eighth pass"); its business
+                              -- (measured 1.11x, docs/benchmarks.md "Issue 32, eighth pass"); its business
                               -- transaction holds the orders' row locks as long as a same-database
                               -- shard's does. Committing first, 5,000 rows at most: its held ids and
                               -- its marker's rows are committed, and read by every claim beside it
