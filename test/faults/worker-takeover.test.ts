@@ -109,7 +109,13 @@ describe('a worker that dies holding shards', () => {
   }, 90_000);
 
   it('SIGSTOP right after a lease, past goneAfterMs but well inside the 30 s lease, then SIGCONT: taken over within the bound, the late run refused, nothing applied twice', async () => {
-    s = await Scenario.create('fault-worker-frozen-takeover', { logLevel: 'debug', worker: { leaseMs: 30_000 }, coordinator: { republishAfterMs: 30_000 } });
+    // One slot per worker: the victim freezes holding exactly the one shard it leased (with more
+    // slots, a busy box let a second slot lease before the freeze, and the test counts one).
+    s = await Scenario.create('fault-worker-frozen-takeover', {
+      logLevel: 'debug',
+      worker: { leaseMs: 30_000, concurrency: 1 },
+      coordinator: { republishAfterMs: 30_000 },
+    });
     const victim = s.worker('worker-victim', { failpoints: 'worker.after-lease=1*pause' });
     const survivor = s.worker('worker-survivor');
     await Promise.all([victim.waitForMsg('worker started'), survivor.waitForMsg('worker started')]);
