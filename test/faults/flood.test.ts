@@ -97,11 +97,17 @@ describe('flood', () => {
     expect(maxInFlight, 'shards queued or running').toBeLessThanOrEqual(MAX_IN_FLIGHT);
     // A shard left queued past republishAfterMs (2 s here) while every worker slot is busy is
     // published again, once per republishAfterMs it waits (shards.publish_count); each later
-    // message is dropped by the lease check. So the stream holds at most the shards in flight
-    // times the most publications any shard had: bounded by the in-flight bound, never by N (a
-    // busy box, where a queued shard waits past two republishes, saw 44 entries for 16 shards).
+    // message is dropped by the lease check. The rule, per shard: one publication when planned,
+    // one more per republishAfterMs (plus a reap tick) it waited before its last lease, one per
+    // lease that ran out. So the stream holds at most the shards in flight times the most
+    // publications any shard had: bounded by the in-flight bound, never by N. (A fixed cap of 4
+    // failed on a slow CI box, where one shard waited queued past four republishes.)
+    const overPublished = await s.count(
+      `SELECT count(*) AS n FROM timeout_center.shards
+        WHERE publish_count > attempts + 1 + floor(extract(epoch FROM coalesce(started_at, now()) - created_at) / 2.0)`,
+    );
+    expect(overPublished, 'shards published more often than once per republishAfterMs they waited').toBe(0);
     const maxPublished = await s.count(`SELECT coalesce(max(publish_count), 1) AS n FROM timeout_center.shards`);
-    expect(maxPublished, 'publications of one shard').toBeLessThanOrEqual(4);
     expect(maxStream, 'stream entries').toBeLessThanOrEqual(maxPublished * MAX_IN_FLIGHT);
     const shards = await s.count(`SELECT count(*) AS n FROM timeout_center.shards`);
     const scans = await s.count(`SELECT count(*) AS n FROM timeout_center.scans`);
@@ -129,6 +135,7 @@ describe('flood', () => {
       scans,
       maxShardsInFlight: maxInFlight,
       maxStreamLength: maxStream,
+      maxPublicationsOfOneShard: maxPublished,
       samples: samples.length,
       rssMb: rss,
       wallMs: s.elapsedMs(),
