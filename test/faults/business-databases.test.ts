@@ -18,7 +18,7 @@ import { promisify } from 'node:util';
 import { mkdtempSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import pg from 'pg';
+import type pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { ConfigInput } from '../../src/config.js';
 import { CLOSE_SQL, createOrdersSchema, writeConfig } from '../helpers/orders.js';
@@ -26,6 +26,7 @@ import { CLI, killAll, runCli, spawnCli, type CliProcess } from '../helpers/proc
 import { startPostgres, stopAllServers, type PostgresServer } from '../helpers/servers.js';
 import { createTestDatabase, TEST_REDIS_URL, testKeyPrefix, type TestDatabase } from '../helpers/services.js';
 import { linesMatching, report, sleep, waitUntil } from './harness.js';
+import { quietPool } from '../helpers/quiet-pool.js';
 
 const run = promisify(execFile);
 const ROUTED = 'order.unpaid';
@@ -52,12 +53,6 @@ const procs: CliProcess[] = [];
 
 function listen(server: Server): Promise<number> {
   return new Promise((resolve) => server.listen(0, '127.0.0.1', () => resolve((server.address() as { port: number }).port)));
-}
-
-function quietPool(url: string): pg.Pool {
-  const pool = new pg.Pool({ connectionString: url, max: 3 });
-  pool.on('error', () => {});
-  return pool;
 }
 
 async function count(pool: pg.Pool, sql: string, params: unknown[] = []): Promise<number> {
@@ -170,12 +165,12 @@ beforeAll(async () => {
   pgB = await startPostgres();
   center = await createTestDatabase('biz-center');
   ordersA = await createTestDatabase('biz-orders-a');
-  const admin = quietPool(pgB.url());
+  const admin = quietPool(pgB.url(), 3);
   await admin.query('CREATE DATABASE orders_b');
   await admin.end();
-  centerPool = quietPool(center.url);
-  poolA = quietPool(ordersA.url);
-  poolB = quietPool(pgB.url('orders_b'));
+  centerPool = quietPool(center.url, 3);
+  poolA = quietPool(ordersA.url, 3);
+  poolB = quietPool(pgB.url('orders_b'), 3);
   await createOrdersSchema(poolA);
   await createOrdersSchema(poolB);
 

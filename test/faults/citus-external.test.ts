@@ -23,7 +23,7 @@ import { mkdtempSync, writeFileSync } from 'node:fs';
 import { createServer, type Server } from 'node:http';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import pg from 'pg';
+import type pg from 'pg';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import type { ConfigInput } from '../../src/config.js';
 import { sql } from '../../src/db/queries.js';
@@ -35,6 +35,7 @@ import { startPostgres, stopAllServers, type PostgresServer } from '../helpers/s
 import { requireTools } from '../helpers/system-tools.js';
 import { TEST_REDIS_URL, testKeyPrefix } from '../helpers/services.js';
 import { report, waitUntil } from './harness.js';
+import { quietPool } from '../helpers/quiet-pool.js';
 
 const tools = requireTools('citus');
 const SQL_KIND = 'order.close';
@@ -60,12 +61,6 @@ let n = 0;
 let codeModule = '';
 let centerCodeModule = '';
 const opened: ExternalScenario[] = [];
-
-function quietPool(url: string): pg.Pool {
-  const pool = new pg.Pool({ connectionString: url, max: 4 });
-  pool.on('error', () => {});
-  return pool;
-}
 
 async function count(pool: pg.Pool, text: string, values: unknown[] = []): Promise<number> {
   const { rows } = await pool.query<{ n: number }>(text, values);

@@ -4,7 +4,7 @@
 // expectInvariants(): I1-I4 in SQL, plus "effects = applied timeouts".
 import { readFileSync } from 'node:fs';
 import { Redis } from 'ioredis';
-import pg from 'pg';
+import type pg from 'pg';
 import { pino } from 'pino';
 import { expect } from 'vitest';
 import { createPool } from '../../src/db/pool.js';
@@ -311,12 +311,7 @@ export function report(scenario: string, figures: Record<string, unknown>): void
   console.log(`[fault-report] ${scenario} ${JSON.stringify(figures)}`);
 }
 
-/** A pool whose idle clients' errors (a server a test stops) do not crash the test process. */
-export function quietPool(url: string, max = 4): pg.Pool {
-  const pool = new pg.Pool({ connectionString: url, max });
-  pool.on('error', () => {});
-  return pool;
-}
+export { quietPool } from '../helpers/quiet-pool.js';
 
 /** Stops every process of the list (and empties it): thawed first if a test froze it, then SIGKILLed. */
 export async function stopProcesses(list: CliProcess[]): Promise<void> {

@@ -2,13 +2,14 @@
 // by modulo over two business databases; orders_a is rate-limited to 200 timeouts/s and holds a
 // backlog of 200,000 due timeouts, far larger than the map's count window; orders_b has none. New
 // orders due in orders_b must close on time: the map must count them behind orders_a's backlog.
-import pg from 'pg';
+import type pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { ConfigInput } from '../../src/config.js';
 import { CLOSE_SQL, createOrdersSchema, writeConfig } from '../helpers/orders.js';
 import { killAll, runCli, spawnCli } from '../helpers/processes.js';
 import { createTestDatabase, TEST_REDIS_URL, testKeyPrefix, type TestDatabase } from '../helpers/services.js';
 import { report, sleep, waitUntil } from './harness.js';
+import { quietPool } from '../helpers/quiet-pool.js';
 
 const KIND = 'order.routed';
 const BACKLOG = 200_000;
@@ -22,19 +23,13 @@ let poolB: pg.Pool;
 let env: Record<string, string | undefined>;
 let configPath: string;
 
-function quietPool(url: string): pg.Pool {
-  const pool = new pg.Pool({ connectionString: url, max: 3 });
-  pool.on('error', () => {});
-  return pool;
-}
-
 beforeAll(async () => {
   center = await createTestDatabase('routed-backlog-center');
   ordersA = await createTestDatabase('routed-backlog-a');
   ordersB = await createTestDatabase('routed-backlog-b');
-  centerPool = quietPool(center.url);
-  poolA = quietPool(ordersA.url);
-  poolB = quietPool(ordersB.url);
+  centerPool = quietPool(center.url, 3);
+  poolA = quietPool(ordersA.url, 3);
+  poolB = quietPool(ordersB.url, 3);
   await createOrdersSchema(poolA);
   await createOrdersSchema(poolB);
   const config: ConfigInput = {

@@ -19,7 +19,7 @@
 // Then a settler killed between the business commit and its record: a worker takes its shard over
 // and records it from the marker (applied once, recorded once).
 import { createServer, type Server } from 'node:http';
-import pg from 'pg';
+import type pg from 'pg';
 import { pino } from 'pino';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { loadConfig, type ConfigInput } from '../../src/config.js';
@@ -31,6 +31,7 @@ import { killAll, runCli, spawnCli, type CliProcess } from '../helpers/processes
 import { freePort } from '../helpers/servers.js';
 import { createTestDatabase, TEST_REDIS_URL, testKeyPrefix, type TestDatabase } from '../helpers/services.js';
 import { report, sleep, waitUntil } from './harness.js';
+import { quietPool } from '../helpers/quiet-pool.js';
 
 const BIZ = 'order.biz';
 const HTTP = 'order.http';
@@ -48,12 +49,6 @@ let configPath: string;
 let env: Record<string, string | undefined>;
 const procs: CliProcess[] = [];
 const posts: { key: string | undefined; ids: string[]; applied: string[] }[] = [];
-
-function quietPool(url: string, max = 4): pg.Pool {
-  const pool = new pg.Pool({ connectionString: url, max });
-  pool.on('error', () => {});
-  return pool;
-}
 
 function shuffled(from: number, n: number): number[] {
   const ids = Array.from({ length: n }, (_, i) => from + i);

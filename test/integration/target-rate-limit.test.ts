@@ -10,12 +10,13 @@
 // every 100 ms (its statement_timestamp() against the count) and fits a line by least squares
 // between 10 % and 90 % of the drain.
 import { execFile } from 'node:child_process';
-import pg from 'pg';
+import type pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { CLOSE_SQL, createOrdersSchema, writeConfig } from '../helpers/orders.js';
 import { CLI, killAll, runCli, spawnCli, type CliProcess } from '../helpers/processes.js';
 import { startPostgres, stopAllServers, type PostgresServer } from '../helpers/servers.js';
 import { createTestDatabase, TEST_REDIS_URL, testKeyPrefix, type TestDatabase } from '../helpers/services.js';
+import { quietPool } from '../helpers/quiet-pool.js';
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
@@ -32,12 +33,6 @@ let poolB: pg.Pool;
 let env: Record<string, string | undefined>;
 let metricsPort = 0;
 const procs: CliProcess[] = [];
-
-function quietPool(url: string, max = 3): pg.Pool {
-  const pool = new pg.Pool({ connectionString: url, max });
-  pool.on('error', () => {});
-  return pool;
-}
 
 async function count(where: string, params: unknown[] = []): Promise<number> {
   const { rows } = await centerPool.query<{ n: number }>(`SELECT count(*)::int AS n FROM timeout_center.all_timeouts WHERE ${where}`, params);
@@ -109,12 +104,12 @@ const epochOf = (d: string | Date) => new Date(d).getTime() / 1000;
 
 beforeAll(async () => {
   [pgA, center, ordersB] = await Promise.all([startPostgres(), createTestDatabase('target_rate_center'), createTestDatabase('target_rate_orders_b')]);
-  const admin = quietPool(pgA.url());
+  const admin = quietPool(pgA.url(), 3);
   await admin.query('CREATE DATABASE orders_a');
   await admin.end();
   centerPool = quietPool(center.url, 4);
-  poolA = quietPool(pgA.url('orders_a'));
-  poolB = quietPool(ordersB.url);
+  poolA = quietPool(pgA.url('orders_a'), 3);
+  poolB = quietPool(ordersB.url, 3);
   await createOrdersSchema(poolA);
   await createOrdersSchema(poolB);
   const configPath = writeConfig({

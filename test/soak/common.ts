@@ -1,6 +1,6 @@
 // What the soak's modules share: the seeded random source of the nemesis, the kinds' close
 // statement, pools that survive server restarts, and the shape of a fault record.
-import pg from 'pg';
+import type pg from 'pg';
 
 /** Same-database kind: orders and timeouts in the center's database. */
 export const LOCAL = 'order.unpaid';
@@ -37,16 +37,7 @@ export async function waitUntil(what: string, test: () => Promise<boolean>, time
 }
 export const log = (msg: string) => process.stdout.write(`[soak ${new Date().toISOString().slice(11, 19)}] ${msg}\n`);
 
-/** A pool whose idle clients may die with their server (a restart, a terminated backend). */
-export function quietPool(url: string, max = 4): pg.Pool {
-  const pool = new pg.Pool({ connectionString: url, max, connectionTimeoutMillis: 5000 });
-  // The pool listens for errors on idle clients only; a checked-out client (a payer's
-  // transaction) whose server dies would emit an unhandled 'error' and end the soak
-  // (node-postgres #2762). Its query rejects all the same.
-  pool.on('error', () => {});
-  pool.on('connect', (client) => client.on('error', () => {}));
-  return pool;
-}
+export { quietPool } from '../helpers/quiet-pool.js';
 
 /** A database of the soak: the center, the business database, or a store. */
 export interface Db {
