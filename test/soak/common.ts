@@ -37,7 +37,7 @@ export async function waitUntil(what: string, test: () => Promise<boolean>, time
 }
 export const log = (msg: string) => process.stdout.write(`[soak ${new Date().toISOString().slice(11, 19)}] ${msg}\n`);
 
-export { quietPool } from '../helpers/quiet-pool.js';
+export { quietPool } from '../helpers/quiet-pool.ts';
 
 /** A database of the soak: the center, the business database, or a store. */
 export interface Db {
