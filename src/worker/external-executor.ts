@@ -117,6 +117,13 @@ interface TwoPhaseClaimRow {
   at_ms: string;
 }
 
+/** A two-phase run that left nothing and hands the shard to the commit-first run, with the batch
+ *  failure of its handler when that is why (the commit-first run records it instead of calling the
+ *  handler again). */
+interface CommitFirst {
+  batchFailure?: unknown;
+}
+
 /** external_two_phase_claim.sql for every other shard of a flood mapped ahead: newest first. */
 const NEWEST_TWO_PHASE_CLAIM = compose('worker/external_two_phase_claim', { claimOrder: NEWEST_FIRST });
 
@@ -170,14 +177,20 @@ export class ExternalExecutor {
   async run(lease: Lease, handler: ResolvedHandler & { external: ExternalTarget }, log: Logger): Promise<ExternalOutcome> {
     if (this.twoPhase && lease.attempts === 1 && lease.bucket === null && runsInTwoPhases(handler.external)) {
       const outcome = await this.runTwoPhase(lease, handler, log);
-      if (outcome) return outcome;
+      if ('status' in outcome) return outcome;
+      return this.runCommitFirst(lease, handler, log, outcome.batchFailure);
     }
     return this.runCommitFirst(lease, handler, log);
   }
 
   /** The commit-first run (steps 1-4 of the header): every run on the Citus layout, with an HTTP
    *  handler, a re-run, and any run where two phases are not possible. */
-  private async runCommitFirst(lease: Lease, handler: ResolvedHandler & { external: ExternalTarget }, log: Logger): Promise<ExternalOutcome> {
+  private async runCommitFirst(
+    lease: Lease,
+    handler: ResolvedHandler & { external: ExternalTarget },
+    log: Logger,
+    batchFailure?: unknown,
+  ): Promise<ExternalOutcome> {
     const started = performance.now();
     const claimed = await withSpan('tc.claim', { 'tc.claim.form': 'external' }, () => this.claim(lease, handler.external));
     if (!claimed) return { status: 'not-ours', reason: `lease on shard ${lease.id} was lost before its claim` };
@@ -200,6 +213,12 @@ export class ExternalExecutor {
     } else if (claimed.target === UNROUTABLE) {
       const error = `biz_id cannot be placed by the routing rule of ${lease.kind} (not an integer under modulo/range, or outside every range): fix the rule or the id`;
       decision = { applied: [], failed: items.map((i) => ({ bizId: i.bizId, error, permanent: true })), fromMarker: false, where: undefined };
+    } else if (batchFailure !== undefined && claimed.fresh) {
+      // The two-phase run of this attempt called the handler a moment ago and it failed as a batch
+      // (nothing committed there: no COMMIT was sent): recorded as that failure, not a second call
+      // (which would count twice on the breaker and pay a slow handler's time limit twice).
+      const retryAfter = batchFailure instanceof BatchFailure ? batchFailure.retryAfterMs : undefined;
+      decision = { retryInMs: this.breakers.retryDelayMs(lease.kind, target, kc.backoffMs, retryAfter), error: describeError(batchFailure) };
     } else {
       // While the breaker is open cockatiel refuses the call (BrokenCircuitError) without running
       // it; after halfOpenAfterMs it lets one trial call through.
@@ -280,21 +299,22 @@ export class ExternalExecutor {
    * which prepared-resolver.ts commits if the marker committed and rolls back if not. While the
    * run is open its timeouts are locked: a payer's cancel waits for it (at most the kind's time
    * limit, then the center's server ends the idle transaction of a frozen worker: TWO_PHASE_IDLE_MS).
-   * Returns undefined to run the shard commit first instead, with nothing of this attempt left:
+   * Returns CommitFirst to run the shard commit first instead, with nothing of this attempt left:
    * the kind has a shard running again after its worker stopped (a killer row may be among its
    * rows), the shard has rows pinned to it or was claimed before, the claim overlapped a hold or
-   * took nothing, the handler failed as a batch, had failed rows or its circuit is open (the
-   * commit-first run records the retry), or prepared transactions are refused.
+   * took nothing, the handler failed as a batch (handed on: the commit-first run records that
+   * retry without calling the handler again), had failed rows or its circuit is open, or prepared
+   * transactions are refused.
    */
-  private async runTwoPhase(lease: Lease, handler: ResolvedHandler & { external: ExternalTarget }, log: Logger): Promise<ExternalOutcome | undefined> {
+  private async runTwoPhase(lease: Lease, handler: ResolvedHandler & { external: ExternalTarget }, log: Logger): Promise<ExternalOutcome | CommitFirst> {
     const started = performance.now();
     const ext = handler.external;
     const idleMs = handler.config.timeLimitMs + TWO_PHASE_IDLE_MS;
     const center = await this.pool.connect();
     let destroyCenter = false;
-    const backOut = async (): Promise<undefined> => {
+    const backOut = async (batchFailure?: unknown): Promise<CommitFirst> => {
       await center.query('ROLLBACK').catch(() => (destroyCenter = true));
-      return undefined;
+      return batchFailure === undefined ? {} : { batchFailure };
     };
     try {
       const begin = bindLiterals(sql('worker/external_two_phase_begin', { shardId: lease.id, leaseToken: lease.lease_token }));
@@ -339,8 +359,9 @@ export class ExternalExecutor {
       } catch (err) {
         if (!(err instanceof BrokenCircuitError) && !isBatchLevel(err)) throw err;
         // Nothing was committed in the target (no COMMIT was sent there) nor here: the
-        // commit-first run takes the shard from the start and records the retry.
-        return await backOut();
+        // commit-first run takes the shard from the start and records the retry, from this
+        // failure (an open circuit refuses it again without a call).
+        return await backOut(err instanceof BrokenCircuitError ? undefined : err);
       }
       if (business.marker.failed.length > 0) {
         // Row-level failures are counted, retried and isolated by the commit-first run: undo both.
@@ -400,7 +421,7 @@ export class ExternalExecutor {
             { err: describeError(err) },
             'the business database did not commit an external run (its transaction rolled back); the shard runs again commit first',
           );
-          return undefined;
+          return {};
         }
         // Its outcome is unknown: the marker decides, now if the database answers, else later.
         return await this.resolveNow(gid, where, lease, log);

@@ -36,6 +36,12 @@
 //      split the rows until K is alone; no row is left dispatched under a shard that has ended (a
 //      split half runs its own rows), K's timeout ends failed (abandoned), every other unpaid order
 //      closed once, the deaths bounded.
+//   H. a handler that fails as a batch (the business database answers 53300 while a switch there is
+//      on): a two-phase run whose handler failed hands the failure to the commit-first run, which
+//      records the retry without calling the handler again. Counted by a sequence the handler's
+//      statement advances once per call (a sequence is not rolled back): one call per shard run,
+//      not two (before: the handler ran twice, the breaker counted two failures and a slow
+//      handler's time limit was paid twice).
 // Each scenario ends with: nothing left in pg_prepared_xacts, no marker left in the business
 // database, every timeout final, and history = truth per order (closed by us <=> its timeout
 // done/applied; closes 1 for every closed order and 0 where paid; at most one status transition).
@@ -69,7 +75,12 @@ const KIND = {
   e: 'twophase.e',
   f: 'twophase.f',
   g: 'twophase.g',
+  h: 'twophase.h',
 } as const;
+
+/** H's close: the guarded close behind a gate evaluated once per call (an uncorrelated subquery),
+ *  which counts the call and fails it as a batch while h_switch is on. */
+const GATED_SQL = GUARDED_SQL.replace("AND status = 'unpaid'", "AND status = 'unpaid' AND (SELECT h_gate())");
 
 /** F's kind: a small time limit, so that a wait nobody detects would end quickly. */
 const F_TIME_LIMIT_MS = 2000;
@@ -285,6 +296,18 @@ beforeAll(async () => {
   ordersPool = quietPool(server.url('orders'));
   await createOrdersSchema(ordersPool);
   await ordersPool.query('ALTER TABLE orders ADD COLUMN closes int NOT NULL DEFAULT 0');
+  await ordersPool.query(`
+    CREATE SEQUENCE h_calls;
+    CREATE TABLE h_switch (failing boolean NOT NULL);
+    INSERT INTO h_switch VALUES (false);
+    CREATE FUNCTION h_gate() RETURNS boolean LANGUAGE plpgsql VOLATILE AS $$
+    BEGIN
+      PERFORM nextval('h_calls');
+      IF (SELECT failing FROM h_switch) THEN
+        RAISE EXCEPTION 'the business database refuses the batch (test switch)' USING ERRCODE = '53300';
+      END IF;
+      RETURN true;
+    END $$;`);
 
   const kind = (handlerSql: string, shardSize: number, timeLimitMs = TIME_LIMIT_MS) => ({
     shardSize,
@@ -307,6 +330,7 @@ beforeAll(async () => {
       [KIND.d]: kind(GUARDED_SQL, 100),
       [KIND.e]: kind(COUNTING_SQL, 100),
       [KIND.f]: kind(GUARDED_SQL, 100, F_TIME_LIMIT_MS),
+      [KIND.h]: kind(GATED_SQL, 100),
       [KIND.g]: {
         shardSize: G_SHARD_SIZE,
         maxAttempts: G_MAX_ATTEMPTS,
@@ -667,4 +691,36 @@ describe('two-phase external runs: each timeout written once in the center, hist
       await Promise.all(supervisors);
     }
   }, 120_000);
+  it('H. a handler that fails as a batch in a two-phase run is called once per run: the commit-first run records the retry without calling it again', async () => {
+    const [from, to] = [70_001, 70_050];
+    await ordersPool.query('UPDATE h_switch SET failing = true');
+    const callsBefore = await count(ordersPool, 'SELECT CASE WHEN is_called THEN last_value ELSE 0 END::int AS n FROM h_calls');
+    await seed(KIND.h, from, to, 10);
+    const w = worker('worker-h');
+    // The first run's failure recorded (a retry: the rows back to pending with an error), then the
+    // switch goes off: the retry closes them.
+    await waitUntil(
+      'a shard of the kind recorded its batch failure as retries',
+      async () => (await count(centerPool, 'SELECT count(*)::int AS n FROM timeout_center.shards WHERE kind = $1 AND retried_count > 0', [KIND.h])) > 0,
+      20_000,
+      10,
+    );
+    await ordersPool.query('UPDATE h_switch SET failing = false');
+    await drained(KIND.h, from, to);
+    const calls = (await count(ordersPool, 'SELECT last_value::int AS n FROM h_calls')) - callsBefore;
+    const { rows } = await centerPool.query<{ failed: number; succeeded: number }>(
+      `SELECT count(*) FILTER (WHERE retried_count > 0)::int AS failed,
+              count(*) FILTER (WHERE coalesce(retried_count, 0) = 0 AND done_count + skipped_count > 0)::int AS succeeded
+         FROM timeout_center.shards WHERE kind = $1`,
+      [KIND.h],
+    );
+    const runs = rows[0]!;
+    expect(runs.failed, 'shard runs that failed as a batch').toBeGreaterThanOrEqual(1);
+    expect(calls, `handler calls: one per shard run with rows (${JSON.stringify(runs)})`).toBe(runs.failed + runs.succeeded);
+    const tally = await expectHistoryIsTruth(KIND.h, from, to);
+    expect(tally).toEqual({ 'done/applied/closed': 45, 'done/skipped/paid': 5 });
+    expect(linesMatching(w, /external batch failed as a whole/).length, 'the failure logged once per failed run').toBe(runs.failed);
+    await expectNothingLeft();
+    report('two-phase, a handler failing as a batch', { calls, ...runs });
+  });
 });
