@@ -117,6 +117,22 @@ interface TwoPhaseClaimRow {
   at_ms: string;
 }
 
+/** A two-phase run found a marker of the shard in the target (or one held there): the
+ *  commit-first run reads it. */
+class MarkerInTheWay extends BatchFailure {
+  override name = 'MarkerInTheWay';
+}
+
+/** Whether the commit-first run resolves a two-phase run's batch failure by running at once
+ *  rather than repeating it: a marker in the way (the commit-first run reads it), or a lock the
+ *  handler gave up waiting on, or a deadlock: the two-phase run held the timeouts locked in the
+ *  center meanwhile (a payer in the unsafe order waits on them), the commit-first run holds none
+ *  while it calls out (README 3, "cancel first"). */
+function resolvedByCommitFirst(err: unknown): boolean {
+  const cause = err instanceof Error ? err.cause : undefined;
+  return err instanceof MarkerInTheWay || isRetryableConflict(err) || isRetryableConflict(cause);
+}
+
 /** A two-phase run that left nothing and hands the shard to the commit-first run, with the batch
  *  failure of its handler when that is why (the commit-first run records it instead of calling the
  *  handler again). */
@@ -359,9 +375,10 @@ export class ExternalExecutor {
       } catch (err) {
         if (!(err instanceof BrokenCircuitError) && !isBatchLevel(err)) throw err;
         // Nothing was committed in the target (no COMMIT was sent there) nor here: the
-        // commit-first run takes the shard from the start and records the retry, from this
-        // failure (an open circuit refuses it again without a call).
-        return await backOut(err instanceof BrokenCircuitError ? undefined : err);
+        // commit-first run takes the shard from the start. It records this failure as the retry
+        // without calling the handler again, unless running again is what resolves it (a lock
+        // conflict, a marker in the way); an open circuit refuses it again without a call.
+        return await backOut(err instanceof BrokenCircuitError || resolvedByCommitFirst(err) ? undefined : err);
       }
       if (business.marker.failed.length > 0) {
         // Row-level failures are counted, retried and isolated by the commit-first run: undo both.
@@ -487,7 +504,7 @@ export class ExternalExecutor {
       } catch (err) {
         // A first run finds no marker; one there (or held) is for the commit-first run to read.
         if (isMarkerConflict(err) || pgErrorCode(err) === '57014' || pgErrorCode(err) === '55P03')
-          throw new BatchFailure(`shard ${lease.id} has a marker in the target already`, undefined, { cause: err });
+          throw new MarkerInTheWay(`shard ${lease.id} has a marker in the target already`, undefined, { cause: err });
         throw err;
       }
       const call = (batch: ShardItem[]) => {

@@ -41,7 +41,8 @@
 //      records the retry without calling the handler again. Counted by a sequence the handler's
 //      statement advances once per call (a sequence is not rolled back): one call per shard run,
 //      not two (before: the handler ran twice, the breaker counted two failures and a slow
-//      handler's time limit was paid twice).
+//      handler's time limit was paid twice). A lock conflict (F) still runs again at once: there
+//      the commit-first run is the remedy.
 // Each scenario ends with: nothing left in pg_prepared_xacts, no marker left in the business
 // database, every timeout final, and history = truth per order (closed by us <=> its timeout
 // done/applied; closes 1 for every closed order and 0 where paid; at most one status transition).
