@@ -18,7 +18,8 @@ import { cancel } from '../../src/schedule.js';
 import { CLOSE_SQL, createOrdersSchema, writeConfig } from '../helpers/orders.js';
 import { killAll, runCli, spawnCli, type CliProcess } from '../helpers/processes.js';
 import { createTestDatabase, TEST_REDIS_URL, testKeyPrefix, type TestDatabase } from '../helpers/services.js';
-import { procState, quietPool, report, sleep, stopProcesses, waitUntil } from './harness.js';
+import { procState, report, sleep, stopProcesses, waitUntil } from './harness.js';
+import { quietPool } from '../helpers/quiet-pool.js';
 
 const CLOSE = 'order.close';
 const COUNT = 'order.count';

@@ -311,8 +311,6 @@ export function report(scenario: string, figures: Record<string, unknown>): void
   console.log(`[fault-report] ${scenario} ${JSON.stringify(figures)}`);
 }
 
-export { quietPool } from '../helpers/quiet-pool.js';
-
 /** Stops every process of the list (and empties it): thawed first if a test froze it, then SIGKILLed. */
 export async function stopProcesses(list: CliProcess[]): Promise<void> {
   for (const p of list.splice(0)) {

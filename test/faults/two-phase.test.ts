@@ -56,7 +56,8 @@ import { CLOSE_SQL, createOrdersSchema, writeConfig } from '../helpers/orders.js
 import { killAll, runCli, spawnCli, type CliProcess } from '../helpers/processes.js';
 import { startPostgres, stopAllServers, type PostgresServer } from '../helpers/servers.js';
 import { TEST_REDIS_URL, testKeyPrefix } from '../helpers/services.js';
-import { linesMatching, procState, quietPool, report, sleep, stopProcesses, waitUntil } from './harness.js';
+import { linesMatching, procState, report, sleep, stopProcesses, waitUntil } from './harness.js';
+import { quietPool } from '../helpers/quiet-pool.js';
 
 const LEASE_MS = 3000;
 const TIME_LIMIT_MS = 2500;

@@ -1,5 +1,5 @@
 // What the soak's modules share: the seeded random source of the nemesis, the kinds' close
-// statement, pools that survive server restarts, and the shape of a fault record.
+// statement, and the shape of a fault record (pools that survive server restarts: test/helpers/quiet-pool.ts).
 import type pg from 'pg';
 
 /** Same-database kind: orders and timeouts in the center's database. */
@@ -36,8 +36,6 @@ export async function waitUntil(what: string, test: () => Promise<boolean>, time
   throw new Error(`${what}: not within ${timeoutMs} ms`);
 }
 export const log = (msg: string) => process.stdout.write(`[soak ${new Date().toISOString().slice(11, 19)}] ${msg}\n`);
-
-export { quietPool } from '../helpers/quiet-pool.ts';
 
 /** A database of the soak: the center, the business database, or a store. */
 export interface Db {

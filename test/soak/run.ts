@@ -18,7 +18,8 @@ import { startPostgres, stopAllServers } from '../helpers/servers.ts';
 import { createTestDatabase, type TestDatabase } from '../helpers/services.ts';
 import type { SoakArgs } from './args.ts';
 import { check } from './check.ts';
-import { LEASE_MS, log, pick, quietPool, random, seedRandom, sleep, waitUntil, type Db, type Fault, type FaultResult } from './common.ts';
+import { LEASE_MS, log, pick, random, seedRandom, sleep, waitUntil, type Db, type Fault, type FaultResult } from './common.ts';
+import { quietPool } from '../helpers/quiet-pool.ts';
 import { setUp, type Payments, type SetUp } from './topology.ts';
 
 type Role = 'coordinator' | 'worker';

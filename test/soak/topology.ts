@@ -11,7 +11,8 @@ import { cli, startRedisCluster, startSentinelGroup, type RedisProcess } from '.
 import { startPostgres, startRedis, type PostgresServer } from '../helpers/servers.ts';
 import { silentProxyTo, type SilentProxy } from '../helpers/silent-proxy.ts';
 import type { Topology } from './args.ts';
-import { COUNTED_CLOSE, LEASE_MS, LOCAL, pick, quietPool, random, REMOTE, sleep, STORED, waitUntil, type Db, type FaultResult } from './common.ts';
+import { COUNTED_CLOSE, LEASE_MS, LOCAL, pick, random, REMOTE, sleep, STORED, waitUntil, type Db, type FaultResult } from './common.ts';
+import { quietPool } from '../helpers/quiet-pool.ts';
 
 const PREFIX = 'soak';
 const STORES = ['orders_0', 'orders_1', 'orders_2'] as const;
