@@ -79,6 +79,11 @@ function serve(role: 'coordinator' | 'worker' | 'run', description: string) {
       coordinator: role !== 'worker',
       worker: role !== 'coordinator',
       services: [console_, api].filter((s) => s !== undefined),
+      // Migrated past what this version runs: stop (drained) and exit 3, so the orchestrator
+      // shows a failing process instead of one that answers its probes and closes nothing.
+      onIncompatibleSchema: () => {
+        void runtime.stop().finally(() => process.exit(EXIT.unavailable));
+      },
     });
     await untilSignalled(runtime);
   });
