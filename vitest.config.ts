@@ -31,6 +31,8 @@ const ALONE = [
   'test/faults/payment-race.test.ts',
   'test/faults/settle-race.test.ts',
   'test/faults/settle-external-race.test.ts',
+  // upgrades with work in flight: inserts wait at most 200 ms and closes pause at most 2 s
+  'test/upgrade/upgrade.test.ts',
 ];
 
 const shared = {

@@ -12,7 +12,7 @@ import { Leadership } from './coordinator/leadership.js';
 import { syncKinds } from './db/kinds.js';
 import { syncRoutes } from './db/routes.js';
 import { syncTargets } from './db/targets.js';
-import { checkSchemaContract, type SchemaContractError } from './release/schema-contract.js';
+import { checkSchemaContract, judgeSchema, readSchemaContract, thisBuild, type SchemaContractError } from './release/schema-contract.js';
 import { ProcessRegistry } from './release/process-registry.js';
 import { VERSION } from './version.js';
 import { createPool } from './db/pool.js';
@@ -151,13 +151,13 @@ export async function startRuntime(options: RuntimeOptions): Promise<Runtime> {
   ];
   // This process in timeout_center.processes (its version, for `status`, the console and migrate),
   // and the schema contract read again every 5 s.
-  let stopRuntime: (() => Promise<void>) | undefined;
+  const stopper: { stop?: () => Promise<void> } = {};
   services.push(
     new ProcessRegistry({
       pool,
       role,
       logger,
-      onIncompatible: options.onIncompatibleSchema ?? (() => void stopRuntime?.()),
+      onIncompatible: options.onIncompatibleSchema ?? (() => void stopper.stop?.()),
     }),
   );
   if (options.worker) {
@@ -231,6 +231,13 @@ export async function startRuntime(options: RuntimeOptions): Promise<Runtime> {
                 ? { redis: async () => (await redisChannel.ping(), { ok: true, ...redisChannel.describe() }) }
                 : { channel: async () => ({ ok: true, transport: 'in-process' }) }),
               ...(c ? { coordinator: async () => ({ ok: true, leader: c.isLeader }) } : {}),
+              // This build and the schema it meets: not ready once the schema was migrated past
+              // what this version runs (the process then stops: process-registry.ts).
+              schema: async () => {
+                const verdict = judgeSchema(await readSchemaContract(pool), thisBuild());
+                if (!verdict.ok) throw new Error(verdict.message);
+                return { ok: true, version: VERSION, state: verdict.state };
+              },
             },
           });
         },
@@ -243,7 +250,7 @@ export async function startRuntime(options: RuntimeOptions): Promise<Runtime> {
   await process_.start();
 
   let stopping: Promise<void> | undefined;
-  stopRuntime = () => (stopping ??= process_.stop());
+  stopper.stop = () => (stopping ??= process_.stop());
   return {
     coordinator,
     worker,
