@@ -13,7 +13,7 @@ import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { ConfigInput } from '../../src/config.js';
 import { forOrder, namedBlock, statements } from '../docs/readme-blocks.js';
-import { checkInvariants, CLOSE_SQL, createOrdersSchema, waitForDrain, writeConfig } from '../helpers/orders.js';
+import { CLOSE_SQL, createOrdersSchema, waitForDrain, writeConfig } from '../helpers/orders.js';
 import { buildPreviousRelease, PREVIOUS_RELEASE, previousReleaseMissing } from '../helpers/previous-release.js';
 import { killAll, runCli, spawnCli, type CliProcess } from '../helpers/processes.js';
 import { ADMIN_DATABASE_URL, createTestDatabase, TEST_REDIS_URL, testKeyPrefix, uniqueName, type TestDatabase } from '../helpers/services.js';
