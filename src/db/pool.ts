@@ -104,9 +104,11 @@ export function createPool(options: PoolOptions): pg.Pool {
  *  application_name); connectionTimeoutMillis applies per host tried unless connect_timeout says. */
 export function createClient(connectionString: string, config: Omit<pg.ClientConfig, 'connectionString'> = {}): pg.Client {
   const target = parseConnectionString(connectionString);
-  const Client = engineClientClass(target, async () => {}, {}, config.application_name);
+  const applicationName = config.application_name === undefined ? undefined : versionedApplicationName(config.application_name, VERSION);
+  const Client = engineClientClass(target, async () => {}, {}, applicationName);
   return new Client({
     ...config,
+    ...(applicationName === undefined ? {} : { application_name: applicationName }),
     connectionString: target.plain ? connectionString : target.perHost[0]!,
     ...(target.connectTimeoutMs ? { connectionTimeoutMillis: target.connectTimeoutMs } : {}),
   });
