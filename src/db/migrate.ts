@@ -9,7 +9,6 @@
 //   - a step that raises the schema's oldest code (`-- tc:oldest-code`) is refused while a live
 //     process older than that runs (src/release/fleet.ts), unless forced;
 //   - the schema contract (src/release/schema-contract.ts) is written with each migration.
-import { ConstantBackoff, ExponentialBackoff, handleWhen, retry } from 'cockatiel';
 import type pg from 'pg';
 import type { Logger } from 'pino';
 import semver from 'semver';
@@ -84,6 +83,8 @@ export async function migrate(pool: pg.Pool, logger: Logger, dir = MIGRATIONS_DI
   const migrations = listMigrations(dir);
   const lockTimeoutMs = options.lockTimeoutMs ?? DEFAULT_LOCK_TIMEOUT_MS;
   const attempts = options.lockAttempts ?? DEFAULT_LOCK_ATTEMPTS;
+  // Loaded here: the CLI's other verbs (and --help) start without the engine's packages.
+  const { ConstantBackoff, ExponentialBackoff, handleWhen, retry } = await import('cockatiel');
   const client = await pool.connect();
   const applied: string[] = [];
   // Backoff with jitter between tries of a step that met a lock: 50 ms doubling to 5 s.

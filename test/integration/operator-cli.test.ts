@@ -417,7 +417,7 @@ describe('operator CLI against a real database', () => {
     expect(lines.filter((l) => l.startsWith('{')).map((l) => (JSON.parse(l) as { msg: string }).msg)).toContain('database already up to date');
     const summary = lines.slice(lines.findIndex((l) => l.startsWith('migrate: ')));
     expect(summary[0]).toBe('migrate: done, 1 database');
-    expect(summary.join('\n')).toMatch(/^DATABASE +ROLE +MIGRATIONS +VERSION +URL$/m);
+    expect(summary.join('\n')).toMatch(/^DATABASE +ROLE +MIGRATIONS +VERSION +RUNS CODE +URL$/m);
     expect(summary.join('\n')).toMatch(/^center +center +none: already up to date +\d+ +postgres:\/\//m);
     expect(summary.join('\n')).toMatch(/^Kinds registered: order\.unpaid, order\.unshipped$/m);
     expect(summary.some((l) => l.startsWith('{'))).toBe(false);
