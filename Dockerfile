@@ -5,8 +5,9 @@
 #   docker run --rm -e DATABASE_URL=... -e REDIS_URL=... -v ./config.yaml:/etc/timeout-center/config.yaml:ro \
 #     -e TIMEOUT_CENTER_CONFIG=/etc/timeout-center/config.yaml timeout-center:1.0.0 worker --port 9464
 
-# It holds what the npm package holds (package.json "files": dist/, sql/, LICENSE, README.md,
-# CHANGELOG.md), built from a clean slate as `npm pack` builds it (prepack), plus the example config.
+# It runs what the npm package holds (package.json "files"): dist/ built from a clean slate as
+# `npm pack` builds it (prepack), sql/, LICENSE, README.md and CHANGELOG.md, plus the example
+# config; the docs pages stay in the npm package.
 
 # --- build: compile TypeScript with the dev dependencies -------------------------------------
 FROM node:24-slim AS build

@@ -124,12 +124,21 @@ afterAll(async () => {
 });
 
 describe('npm pack', () => {
-  it('builds dist/ afresh (prepack) and packs dist/, sql/, package.json, README, LICENSE and CHANGELOG only', () => {
+  it('builds dist/ afresh (prepack) and packs dist/, sql/, the docs pages, package.json, README, LICENSE and CHANGELOG only', () => {
     expect(pack.filename).toBe(`timeout-center-${repoPackage.version}.tgz`);
     const paths = pack.files.map((f) => f.path).sort();
-    const stray = paths.filter((p) => !/^(dist|sql)\//.test(p) && !['package.json', 'README.md', 'LICENSE', 'CHANGELOG.md'].includes(p));
-    expect(stray, 'files outside dist/, sql/ and the four top-level files').toEqual([]);
-    for (const top of ['package.json', 'README.md', 'LICENSE', 'CHANGELOG.md']) expect(paths).toContain(top);
+    const TOP = ['package.json', 'README.md', 'LICENSE', 'CHANGELOG.md'];
+    // docs/: the pages (README and CHANGELOG link to them) and the OpenAPI document; not the
+    // benchmark and soak results or the console's screenshots.
+    const stray = paths.filter((p) => !/^(dist|sql)\//.test(p) && !/^docs\/[^/]+\.md$/.test(p) && p !== 'docs/openapi.json' && !TOP.includes(p));
+    expect(stray, 'files outside dist/, sql/, the docs pages and the four top-level files').toEqual([]);
+    for (const top of TOP) expect(paths).toContain(top);
+    const linked = [...readFileSync(join(ROOT, 'README.md'), 'utf8').matchAll(/\]\((docs\/[^)#\s]+)/g)].map((m) => m[1]!);
+    expect(linked.length).toBeGreaterThan(0);
+    expect(
+      linked.filter((l) => !paths.includes(l)),
+      'README links to docs the package does not hold',
+    ).toEqual([]);
     // Every migration and Citus statement the repository has; the build from clean: each built
     // file has its source, and the stale one is gone.
     const sql = walk(join(ROOT, 'sql')).map((p) => `sql/${p}`);
