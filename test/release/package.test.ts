@@ -188,7 +188,7 @@ describe('npm pack', () => {
 });
 
 describe('the installed package, from an empty directory', () => {
-  it('prints the package version: `npx timeout-center version`, and --version on the installed bin', () => {
+  it('tells its version: `npx timeout-center version`, --version on the installed bin, VERSION to an importing service', () => {
     // (`npx timeout-center --version` prints npm's own version: npx takes --version for itself.)
     const verb = run('npx', ['--no', 'timeout-center', 'version'], app, 60_000);
     expect(verb.status, output(verb)).toBe(0);
@@ -196,6 +196,15 @@ describe('the installed package, from an empty directory', () => {
     const flag = run(join(app, 'node_modules', '.bin', 'timeout-center'), ['--version'], app, 60_000);
     expect(flag.status, output(flag)).toBe(0);
     expect(flag.stdout).toBe(`${repoPackage.version}\n`);
+    // And to a Node service that imports the library (the package's main export).
+    const imported = run(
+      process.execPath,
+      ['--input-type=module', '-e', "import { VERSION, schedule } from 'timeout-center'; console.log(VERSION, typeof schedule)"],
+      app,
+      60_000,
+    );
+    expect(imported.status, output(imported)).toBe(0);
+    expect(imported.stdout).toBe(`${repoPackage.version} function\n`);
   });
 
   it('npx timeout-center demo closes every unpaid order on Node alone (embedded PostgreSQL, in-process channel)', () => {
