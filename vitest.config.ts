@@ -10,6 +10,7 @@ import { defineConfig } from 'vitest/config';
 const ALONE = [
   'test/docs/npm-start.test.ts',
   'test/docs/readme.test.ts',
+  'test/release/package.test.ts',
   'test/integration/flow-control.test.ts',
   'test/integration/target-rate-limit.test.ts',
   'test/integration/shutdown.test.ts',

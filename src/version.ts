@@ -1,8 +1,17 @@
-// This build's version: the package's own package.json, read at run time so that the CLI, the
-// schema contract, the fleet registry, /readyz and the metrics all say the same thing, from src/
-// (tests), dist/ (a checkout) and an installed package alike.
+// The running package's version, read from its own package.json at run time: one source of truth
+// for `timeout-center --version`, logs, spans, the schema contract, the process registry, /readyz
+// and tc_build_info. The path is relative to this module, so it resolves the same from src/
+// (tests), dist/ (a build) and node_modules/timeout-center/dist/ (an installed package): in each,
+// package.json is one level up.
 import { readFileSync } from 'node:fs';
 
-const pkg = JSON.parse(readFileSync(new URL('../package.json', import.meta.url), 'utf8')) as { version: string };
+function readVersion(): string {
+  const url = new URL('../package.json', import.meta.url);
+  const pkg = JSON.parse(readFileSync(url, 'utf8')) as { name?: unknown; version?: unknown };
+  if (pkg.name !== 'timeout-center' || typeof pkg.version !== 'string') {
+    throw new Error(`${url.pathname} is not timeout-center's package.json (name ${String(pkg.name)}, version ${String(pkg.version)}): reinstall the package`);
+  }
+  return pkg.version;
+}
 
-export const VERSION: string = pkg.version;
+export const VERSION: string = readVersion();
