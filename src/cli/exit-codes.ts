@@ -1,4 +1,4 @@
-// The one table of exit codes every verb follows (docs/operations.md "Exit codes", and the end of
+// The one table of exit codes every verb follows (docs/reference/cli.md "Exit codes", and the end of
 // every `--help`). A verb never picks a number of its own: it throws one of the errors below (or
 // an InputError / ConfigError / UnreachableError from the engine), or sets `partial()` after doing
 // what it could; main.ts maps the rest.

@@ -210,7 +210,7 @@ describe('the CLI', () => {
 
   it('says which server is unreachable and how to fix it', async () => {
     const port = await freePort();
-    // Unavailable, nothing done: exit 3 (docs/operations.md "Exit codes").
+    // Unavailable, nothing done: exit 3 (docs/reference/cli.md "Exit codes").
     const noPg = await runCli(['coordinator'], { ...env, DATABASE_URL: `postgres://postgres:secret@127.0.0.1:${port}/x` });
     expect(noPg.code).toBe(3);
     expect(noPg.stderr).toMatch(new RegExp(`cannot reach PostgreSQL at postgres://postgres:\\*\\*\\*@127.0.0.1:${port}/x: .*ECONNREFUSED.*DATABASE_URL`));

@@ -1,7 +1,7 @@
 // The operator verbs as real processes against a real database that a real coordinator + worker
 // (`timeout-center run`) has worked on: status, scans, shards, failed, retry, cancel, with --json
 // and as tables; bad arguments exit 2 with one clear line and change nothing; every verb takes
-// -c/--config the same way, and exits by the one table of docs/operations.md "Exit codes"
+// -c/--config the same way, and exits by the one table of docs/reference/cli.md "Exit codes"
 // (issue 31 point 4); migrate ends with a summary per database.
 import { execFile } from 'node:child_process';
 import pg from 'pg';
