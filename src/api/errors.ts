@@ -75,9 +75,31 @@ function closest(issue: Issue): Issue {
   return closest({ keyword: first.code, instancePath: path, message: first.message, params: first as unknown as Record<string, unknown> });
 }
 
-/** The status and body for an error, or null when it is ours to log as a 500. */
-export function toErrorAnswer(err: unknown): { status: number; body: ErrorBody } | null {
+/** The path parameters of the /v1/timeouts/{kind}/{bizId} routes, by path segment. */
+const PATH_PARAMS: Record<number, string> = { 3: 'kind', 4: 'bizId' };
+
+/** A path the router could not decode (a % not followed by two hex digits, or bytes that are not
+ *  UTF-8, such as the encoded form of a lone surrogate): the parameter it falls in. */
+function badPath(url: string): { status: number; body: ErrorBody } {
+  const segments = url.split('?')[0]!.split('/');
+  const at = segments.findIndex((s) => {
+    try {
+      decodeURIComponent(s);
+      return false;
+    } catch {
+      return true;
+    }
+  });
+  const field = segments[1] === 'v1' && segments[2] === 'timeouts' ? PATH_PARAMS[at] : undefined;
+  const message = `${field ? `${field}: ` : ''}not valid percent-encoded UTF-8 (a % must be followed by two hex digits, and the bytes must be UTF-8; a lone surrogate has no UTF-8 form) (in the path)`;
+  return { status: 400, body: errorBody('invalid_request', message, field) };
+}
+
+/** The status and body for an error, or null when it is ours to log as a 500. `url`: the
+ *  request's, to name the path parameter the router could not decode. */
+export function toErrorAnswer(err: unknown, url = ''): { status: number; body: ErrorBody } | null {
   if (err instanceof ApiError) return { status: err.status, body: errorBody(err.code, err.message, err.field) };
+  if ((err as FastifyError).code === 'FST_ERR_BAD_URL') return badPath(url);
   if (err instanceof InputError) return { status: 400, body: errorBody('invalid_request', err.message) };
   if (isConnectionError(err)) {
     return {

@@ -6,7 +6,7 @@
 import { createServer } from 'node:http';
 import { PassThrough } from 'node:stream';
 import swagger from '@fastify/swagger';
-import Fastify, { LogController, type FastifyBaseLogger, type FastifyInstance } from 'fastify';
+import Fastify, { LogController, type FastifyBaseLogger, type FastifyInstance, type FastifyReply } from 'fastify';
 import { jsonSchemaTransform, jsonSchemaTransformObject, serializerCompiler, validatorCompiler } from 'fastify-type-provider-zod';
 import type { Logger } from 'pino';
 import { z } from 'zod';
@@ -93,6 +93,14 @@ export async function buildApiApp(options: ApiAppOptions): Promise<FastifyInstan
       ),
     // A bizId is up to 200 characters, percent-encoded in the path (find-my-way's default stops at 100).
     routerOptions: { ignoreTrailingSlash: false, maxParamLength: 2048 },
+    // A path the router cannot decode (FST_ERR_BAD_URL) is answered before any hook or error
+    // handler: here, in the API's error shape, naming the parameter (errors.ts).
+    frameworkErrors: (err, req, reply) => {
+      const answer = toErrorAnswer(err, req.url) ?? { status: 400, body: errorBody('invalid_request', err.message) };
+      noteErrorCode(req, answer.body.error.code);
+      // The reply is typed for a route with no schema; this one answers in the API's error shape.
+      void (reply as unknown as FastifyReply).code(answer.status).send(answer.body);
+    },
   });
   // First: each request's span starts before authentication and wraps every route's handler.
   traceRequests(app);
@@ -171,7 +179,7 @@ export async function buildApiApp(options: ApiAppOptions): Promise<FastifyInstan
   });
 
   app.setErrorHandler((err, req, reply) => {
-    const answer = toErrorAnswer(err);
+    const answer = toErrorAnswer(err, req.url);
     noteErrorCode(req, answer?.body.error.code ?? 'internal');
     if (answer) {
       if (answer.status === 401 || answer.status === 403)
