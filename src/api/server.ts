@@ -17,7 +17,8 @@ import { ApiError, errorBody, toErrorAnswer } from './errors.js';
 import { leanCheck, OK } from './lean-check.js';
 import { noteErrorCode, traceRequests } from './request-spans.js';
 import { registerRoutes } from './routes.js';
-import { DEFAULT_BODY_LIMIT } from './schemas.js';
+import { MAX_PAYLOAD_DEPTH } from '../storable-text.js';
+import { DEFAULT_BODY_LIMIT, MAX_BATCH, MAX_BIZ_ID } from './schemas.js';
 import type { ApiToken, TokenTable } from './tokens.js';
 
 export const API_VERSION = '1.0.0';
@@ -117,7 +118,9 @@ export async function buildApiApp(options: ApiAppOptions): Promise<FastifyInstan
         title: 'timeout-center API',
         version: API_VERSION,
         description:
-          'Schedule, cancel, reschedule, read and settle timeouts over HTTP. Every call needs `Authorization: Bearer <token>`; a token is allowed a list of kinds and verbs. Errors are `{"error": {"code", "message", "field"}}` with a stable code.',
+          'Schedule, cancel, reschedule, read and settle timeouts over HTTP. Every call needs `Authorization: Bearer <token>`; a token is allowed a list of kinds and verbs. Errors are `{"error": {"code", "message", "field"}}` with a stable code. ' +
+          `Limits: a kind is 1 to 100 characters, a bizId 1 to ${MAX_BIZ_ID} (Unicode code points; percent-encoded UTF-8 in a path); no string, payload keys and values included, may hold NUL (\\u0000) or a lone UTF-16 surrogate, which PostgreSQL cannot store; a payload nests at most ${MAX_PAYLOAD_DEPTH} levels; a batch holds 1 to ${MAX_BATCH.toLocaleString('en')} timeouts; a request body is at most ${DEFAULT_BODY_LIMIT / 1024 / 1024} MiB by default (api.bodyLimitBytes; 413 beyond). ` +
+          'Anything over them is a 4xx naming the field, and changes nothing; 500 internal is never the request: the server log has it.',
       },
       components: { securitySchemes: { bearer: { type: 'http', scheme: 'bearer' } } },
       security: [{ bearer: [] }],
