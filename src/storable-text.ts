@@ -10,9 +10,11 @@
 /** A string PostgreSQL can store: no NUL, every surrogate in a pair. Written so that it means the
  *  same with and without the regex `u` flag (the OpenAPI document carries it as a JSON Schema
  *  pattern, which validators run in either mode). */
+// eslint-disable-next-line no-control-regex -- NUL is what this pattern is about
 export const STORABLE_TEXT = /^(?:[^\u0000\ud800-\udfff]|[\ud800-\udbff][\udc00-\udfff])*$/;
 
 /** Most strings hold none of the suspects: one scan answers for them. */
+// eslint-disable-next-line no-control-regex -- NUL is what this pattern is about
 const SUSPECT = /[\u0000\ud800-\udfff]/;
 
 export const NOT_STORABLE = 'holds a character PostgreSQL cannot store: NUL (\\u0000) or a lone UTF-16 surrogate (\\ud800-\\udfff without its pair)';

@@ -316,7 +316,14 @@ export class ApiBackend {
   private async finalTimeout(db: PgQueryable, kind: string, bizId: string): Promise<SettleAnswer | undefined> {
     const { text, values } = sql('api/latest_final', { kind, bizId });
     const row = (await db.query(text, values)).rows[0] as
-      | { state: string; result: 'applied' | 'skipped' | null; shard_id: string | null; settled_by: string | null; last_error: string | null; finished_at: Date | null }
+      | {
+          state: string;
+          result: 'applied' | 'skipped' | null;
+          shard_id: string | null;
+          settled_by: string | null;
+          last_error: string | null;
+          finished_at: Date | null;
+        }
       | undefined;
     if (!row) return undefined;
     const when = row.finished_at === null ? '' : ` at ${iso(row.finished_at)}`;
@@ -328,7 +335,11 @@ export class ApiBackend {
         : row.state === 'failed'
           ? `failed for good: ${row.last_error ?? 'no error recorded'}`
           : 'cancelled';
-    const answer: SettleAnswer = { outcome: 'already_final', state: row.state, detail: `final already: ${row.state}${row.result ? ` (${row.result})` : ''}, ${how}${when}` };
+    const answer: SettleAnswer = {
+      outcome: 'already_final',
+      state: row.state,
+      detail: `final already: ${row.state}${row.result ? ` (${row.result})` : ''}, ${how}${when}`,
+    };
     if (row.result !== null) answer.result = row.result;
     if (row.shard_id !== null) answer.shardId = Number(row.shard_id);
     return answer;

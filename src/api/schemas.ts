@@ -162,11 +162,14 @@ export const settleResponse = z
     }),
     detail: z.string().optional().meta({ description: 'Why, in words.' }),
     state: z.string().optional().meta({ description: 'The timeout state after settle, when one was found.' }),
-    result: z
-      .enum(['applied', 'skipped'])
+    result: z.enum(['applied', 'skipped']).optional().meta({
+      description: 'For a done timeout (applied, skipped, already_final): whether its handler changed the object (applied) or its guard refused (skipped).',
+    }),
+    shardId: z
+      .number()
+      .int()
       .optional()
-      .meta({ description: "For a done timeout (applied, skipped, already_final): whether its handler changed the object (applied) or its guard refused (skipped)." }),
-    shardId: z.number().int().optional().meta({ description: 'The shard that holds or applied it (busy, already_final); none for one settle applied in the database.' }),
+      .meta({ description: 'The shard that holds or applied it (busy, already_final); none for one settle applied in the database.' }),
   })
   .meta({ id: 'SettleResponse' });
 export type SettleAnswer = z.output<typeof settleResponse>;

@@ -177,7 +177,8 @@ describe('API document', () => {
     for (const [path, ops] of Object.entries(doc.paths)) {
       for (const [method, op] of Object.entries(ops)) {
         const codes = Object.keys(op.responses).filter((c) => c !== '200');
-        const expected = path === '/v1/openapi.json' ? ['500'] : path === '/v1/health' ? ['500', '503'] : ['400', '401', '403', '404', '408', '413', '415', '500', '503'];
+        const expected =
+          path === '/v1/openapi.json' ? ['500'] : path === '/v1/health' ? ['500', '503'] : ['400', '401', '403', '404', '408', '413', '415', '500', '503'];
         if (path.endsWith('/settle')) expected.push('501');
         expect({ route: `${method} ${path}`, codes: codes.sort() }).toEqual({ route: `${method} ${path}`, codes: expected.sort() });
         for (const c of codes) expect(op.responses[c]!.content?.['application/json'].schema, `${method} ${path} ${c}`).toEqual(error);

@@ -102,8 +102,20 @@ describe('strings PostgreSQL refuses', () => {
     cases.push(['a bizId of 201 characters', 'POST', '/v1/timeouts', { ...good, bizId: 'x'.repeat(201) }, 'bizId']);
     cases.push(['a kind of 101 characters', 'POST', '/v1/timeouts', { ...good, kind: 'x'.repeat(101) }, 'kind']);
     cases.push(['a payload nested 65 levels', 'POST', '/v1/timeouts', { ...good, payload: deep(65) }, 'payload']);
-    cases.push(['a payload nested 100,000 levels', 'POST', '/v1/timeouts', `{"kind":"${KIND}","bizId":"s-2","delayMs":1,"payload":${'['.repeat(100_000)}${']'.repeat(100_000)}}`, 'payload']);
-    cases.push(['a batch payload nested 65 levels', 'POST', '/v1/timeouts/batch', { timeouts: [good, { ...good, bizId: 's-3', payload: { a: deep(64) } }] }, 'timeouts.1.payload']);
+    cases.push([
+      'a payload nested 100,000 levels',
+      'POST',
+      '/v1/timeouts',
+      `{"kind":"${KIND}","bizId":"s-2","delayMs":1,"payload":${'['.repeat(100_000)}${']'.repeat(100_000)}}`,
+      'payload',
+    ]);
+    cases.push([
+      'a batch payload nested 65 levels',
+      'POST',
+      '/v1/timeouts/batch',
+      { timeouts: [good, { ...good, bizId: 's-3', payload: { a: deep(64) } }] },
+      'timeouts.1.payload',
+    ]);
     // The ids in the path, percent-encoded: %00 decodes to NUL; the UTF-8 form of a surrogate, a
     // truncated sequence and a bad escape decode to no string at all.
     const PATH_REFUSED: [string, string][] = [
@@ -121,7 +133,8 @@ describe('strings PostgreSQL refuses', () => {
         ['POST', '/settle', undefined],
       ] as const) {
         cases.push([`${what} in the path's bizId (${method} ${suffix || 'get'})`, method, `/v1/timeouts/${KIND}/${bad}${suffix}`, body, 'bizId']);
-        if (what !== '201 characters') cases.push([`${what} in the path's kind (${method} ${suffix || 'get'})`, method, `/v1/timeouts/order.${bad}/s-1${suffix}`, body, 'kind']);
+        if (what !== '201 characters')
+          cases.push([`${what} in the path's kind (${method} ${suffix || 'get'})`, method, `/v1/timeouts/order.${bad}/s-1${suffix}`, body, 'kind']);
       }
     }
     const failures: unknown[] = [];
@@ -179,10 +192,9 @@ describe('settle of a timeout that is final already', () => {
     expect((await call('POST', `/v1/timeouts/${KIND}/48003/cancel`)).body).toEqual({ cancelled: true });
     expect((await call('POST', `/v1/timeouts/${KIND}/48003/settle`)).body).toMatchObject({ outcome: 'already_final', state: 'cancelled' });
     await call('POST', '/v1/timeouts', { kind: KIND, bizId: '48004', delayMs: 3_600_000 });
-    await pool.query(
-      "UPDATE timeout_center.timeouts SET state = 'failed', finished_at = now(), last_error = 'gave up' WHERE kind = $1 AND biz_id = '48004'",
-      [KIND],
-    );
+    await pool.query("UPDATE timeout_center.timeouts SET state = 'failed', finished_at = now(), last_error = 'gave up' WHERE kind = $1 AND biz_id = '48004'", [
+      KIND,
+    ]);
     expect((await call('POST', `/v1/timeouts/${KIND}/48004/settle`)).body).toMatchObject({ outcome: 'already_final', state: 'failed' });
     // Never scheduled: not_found, the only case.
     expect((await call('POST', `/v1/timeouts/${KIND}/48999/settle`)).body).toMatchObject({ outcome: 'not_found' });

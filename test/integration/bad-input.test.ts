@@ -100,7 +100,9 @@ describe('inserting timeouts', () => {
     for (const bad of ['a\u0000b', 'a\ud800', '\udc00']) {
       await expect(schedule(pool, { ...one, bizId: bad })).rejects.toThrow(TimeoutInputError);
       await expect(schedule(pool, { ...one, kind: bad })).rejects.toThrow(TimeoutInputError);
-      await expect(schedule(pool, { ...one, payload: { lines: [{ sku: bad }] } })).rejects.toThrow(/payload\.lines\.0\.sku holds a character PostgreSQL cannot store/);
+      await expect(schedule(pool, { ...one, payload: { lines: [{ sku: bad }] } })).rejects.toThrow(
+        /payload\.lines\.0\.sku holds a character PostgreSQL cannot store/,
+      );
       await expect(schedule(pool, { ...one, payload: { [bad]: 1 } })).rejects.toThrow(/payload has a key that holds/);
       await expect(cancel(pool, 'order.unpaid', bad)).rejects.toThrow(TimeoutInputError);
       await expect(reschedule(pool, 'order.unpaid', bad, { delayMs: 5 })).rejects.toThrow(TimeoutInputError);
