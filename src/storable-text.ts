@@ -41,6 +41,24 @@ export function codePointLength(s: string): number {
   return n;
 }
 
+/** Whether PostgreSQL's jsonb can store a payload: payloadProblem(value) === null, without the
+ *  bookkeeping of a path (the common case, on every timeout of a batch). */
+export function isStorablePayload(value: unknown, depth = 0): boolean {
+  if (typeof value === 'string') return isStorable(value);
+  if (typeof value !== 'object' || value === null) return true;
+  if (typeof (value as { toJSON?: unknown }).toJSON === 'function') return isStorablePayload((value as { toJSON(): unknown }).toJSON(), depth);
+  if (depth >= MAX_PAYLOAD_DEPTH) return false;
+  if (Array.isArray(value)) {
+    for (let i = 0; i < value.length; i += 1) if (!isStorablePayload(value[i], depth + 1)) return false;
+    return true;
+  }
+  for (const key in value) {
+    if (!Object.hasOwn(value, key)) continue;
+    if (!isStorable(key) || !isStorablePayload((value as Record<string, unknown>)[key], depth + 1)) return false;
+  }
+  return true;
+}
+
 export interface PayloadProblem {
   /** Where in the payload (keys and indexes); a bad key is reported at the object that holds it. */
   path: (string | number)[];
@@ -51,6 +69,7 @@ export interface PayloadProblem {
  *  JSON.stringify makes of the value (an object's toJSON is followed, as it does). Too deep is
  *  reported at the payload itself (a path of 64 indexes helps nobody). */
 export function payloadProblem(value: unknown): PayloadProblem | null {
+  if (isStorablePayload(value)) return null;
   const path: (string | number)[] = [];
   const walk = (v: unknown, depth: number): string | null => {
     if (typeof v === 'string') return isStorable(v) ? null : NOT_STORABLE;

@@ -4,7 +4,7 @@
 // (scripts/generate-api-client.ts). Nothing here connects or runs a query.
 import { z } from 'zod';
 import { SETTLE_OUTCOMES, type SettleOutcome } from '../settle/settle.js';
-import { MAX_PAYLOAD_DEPTH, NOT_STORABLE, payloadProblem, STORABLE_TEXT } from '../storable-text.js';
+import { isStorablePayload, MAX_PAYLOAD_DEPTH, NOT_STORABLE, payloadProblem, STORABLE_TEXT } from '../storable-text.js';
 import { predicateCheck } from './lean-check.js';
 
 export { SETTLE_OUTCOMES, type SettleOutcome };
@@ -43,7 +43,7 @@ const payload = z
   .unknown()
   .check(
     predicateCheck(
-      (v) => payloadProblem(v) === null,
+      (v) => isStorablePayload(v),
       (v) => payloadProblem(v)!,
     ),
   )
