@@ -15,6 +15,9 @@ export const MAX_BATCH = 5000;
 export const DEFAULT_BODY_LIMIT = 4 * 1024 * 1024;
 /** Longest bizId, in characters (Unicode code points), as the table's CHECK counts them. */
 export const MAX_BIZ_ID = 200;
+/** Longest path parameter the router takes, percent-encoded: 200 characters of four UTF-8 bytes
+ *  each are 2,400 (find-my-way's default stops at 100); a longer one is refused before routing. */
+export const MAX_PATH_PARAM = 4096;
 /** Longest delay accepted (100 years, in ms): the due time stays a sane timestamptz. */
 const MAX_DELAY_MS = 100 * 365 * 24 * 3600 * 1000;
 

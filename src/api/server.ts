@@ -18,7 +18,7 @@ import { leanCheck, OK } from './lean-check.js';
 import { noteErrorCode, traceRequests } from './request-spans.js';
 import { registerRoutes } from './routes.js';
 import { MAX_PAYLOAD_DEPTH } from '../storable-text.js';
-import { DEFAULT_BODY_LIMIT, MAX_BATCH, MAX_BIZ_ID } from './schemas.js';
+import { DEFAULT_BODY_LIMIT, MAX_BATCH, MAX_BIZ_ID, MAX_PATH_PARAM } from './schemas.js';
 import type { ApiToken, TokenTable } from './tokens.js';
 
 export const API_VERSION = '1.0.0';
@@ -92,8 +92,8 @@ export async function buildApiApp(options: ApiAppOptions): Promise<FastifyInstan
         { requestTimeout: requestTimeoutMs + 2000, headersTimeout: requestTimeoutMs + 1000, connectionsCheckingInterval: 250, keepAliveTimeout: 5000 },
         handler,
       ),
-    // A bizId is up to 200 characters, percent-encoded in the path (find-my-way's default stops at 100).
-    routerOptions: { ignoreTrailingSlash: false, maxParamLength: 2048 },
+    // A bizId is up to 200 characters, percent-encoded in the path (schemas.ts MAX_PATH_PARAM).
+    routerOptions: { ignoreTrailingSlash: false, maxParamLength: MAX_PATH_PARAM },
     // A path the router cannot decode (FST_ERR_BAD_URL) is answered before any hook or error
     // handler: here, in the API's error shape, naming the parameter (errors.ts).
     frameworkErrors: (err, req, reply) => {
