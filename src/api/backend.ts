@@ -302,7 +302,14 @@ export class ApiBackend {
     const found = typeof result === 'string' ? { outcome: result } : result;
     // Settle looks for a live timeout only (the history has no index by biz_id); the API tells a
     // final one from none, as GET does, so a client needs no second call.
-    if (found.outcome === 'not_found') return (await this.finalTimeout(db, kind, bizId)) ?? { ...found, outcome: 'not_found' };
+    if (found.outcome === 'not_found') {
+      return (
+        (await this.finalTimeout(db, kind, bizId)) ?? {
+          outcome: 'not_found',
+          detail: `no timeout of ${kind} ${bizId}: never scheduled, or purged by retention`,
+        }
+      );
+    }
     const answer: SettleAnswer = { outcome: found.outcome };
     if (found.detail !== undefined) answer.detail = found.detail;
     if (found.state !== undefined) answer.state = found.state;

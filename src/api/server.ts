@@ -6,7 +6,7 @@
 import { createServer } from 'node:http';
 import { PassThrough } from 'node:stream';
 import swagger from '@fastify/swagger';
-import Fastify, { LogController, type FastifyBaseLogger, type FastifyInstance, type FastifyReply } from 'fastify';
+import Fastify, { LogController, type FastifyBaseLogger, type FastifyInstance, type FastifyReply, type FastifyRequest } from 'fastify';
 import { jsonSchemaTransform, jsonSchemaTransformObject, serializerCompiler, validatorCompiler } from 'fastify-type-provider-zod';
 import type { Logger } from 'pino';
 import { z } from 'zod';
@@ -76,6 +76,20 @@ const leanSerializerCompiler: typeof serializerCompiler = (route) => {
   return (data) => (lean(data) === OK ? JSON.stringify(data) : zod(data));
 };
 
+/** Every error answer: the API's shape with its status (errors.ts); anything that is not the
+ *  request's fault is 500 internal, logged at error level with its cause. */
+function sendError(err: unknown, req: FastifyRequest, reply: FastifyReply): FastifyReply {
+  const answer = toErrorAnswer(err, req.url);
+  noteErrorCode(req, answer?.body.error.code ?? 'internal');
+  if (answer) {
+    if (answer.status === 401 || answer.status === 403)
+      req.log.info({ route: req.routeOptions.url, token: req.apiToken?.name, code: answer.body.error.code }, 'api request refused');
+    return reply.code(answer.status).send(answer.body);
+  }
+  req.log.error({ err, route: req.routeOptions.url }, 'api request failed');
+  return reply.code(500).send(errorBody('internal', 'internal error (the server log has the details)'));
+}
+
 /** The Fastify app with every route, not yet listening (tests and the document generator use it
  *  with inject()/ready()). */
 export async function buildApiApp(options: ApiAppOptions): Promise<FastifyInstance> {
@@ -94,14 +108,10 @@ export async function buildApiApp(options: ApiAppOptions): Promise<FastifyInstan
       ),
     // A bizId is up to 200 characters, percent-encoded in the path (schemas.ts MAX_PATH_PARAM).
     routerOptions: { ignoreTrailingSlash: false, maxParamLength: MAX_PATH_PARAM },
-    // A path the router cannot decode (FST_ERR_BAD_URL) is answered before any hook or error
-    // handler: here, in the API's error shape, naming the parameter (errors.ts).
-    frameworkErrors: (err, req, reply) => {
-      const answer = toErrorAnswer(err, req.url) ?? { status: 400, body: errorBody('invalid_request', err.message) };
-      noteErrorCode(req, answer.body.error.code);
-      // The reply is typed for a route with no schema; this one answers in the API's error shape.
-      void (reply as unknown as FastifyReply).code(answer.status).send(answer.body);
-    },
+    // A path the router refuses (one it cannot decode, or longer than maxParamLength) is answered
+    // before any hook or error handler: here, as every error is (errors.ts names the parameter).
+    // The reply is typed for a route with no schema.
+    frameworkErrors: (err, req, reply) => void sendError(err, req, reply as unknown as FastifyReply),
   });
   // First: each request's span starts before authentication and wraps every route's handler.
   traceRequests(app);
@@ -181,17 +191,7 @@ export async function buildApiApp(options: ApiAppOptions): Promise<FastifyInstan
     );
   });
 
-  app.setErrorHandler((err, req, reply) => {
-    const answer = toErrorAnswer(err, req.url);
-    noteErrorCode(req, answer?.body.error.code ?? 'internal');
-    if (answer) {
-      if (answer.status === 401 || answer.status === 403)
-        req.log.info({ route: req.routeOptions.url, token: req.apiToken?.name, code: answer.body.error.code }, 'api request refused');
-      return reply.code(answer.status).send(answer.body);
-    }
-    req.log.error({ err, route: req.routeOptions.url }, 'api request failed');
-    return reply.code(500).send(errorBody('internal', 'internal error (the server log has the details)'));
-  });
+  app.setErrorHandler(sendError);
   app.setNotFoundHandler((req, reply) => {
     noteErrorCode(req, 'not_found');
     return reply.code(404).send(errorBody('not_found', `no such route: ${req.method} ${req.url.split('?')[0]}`));
