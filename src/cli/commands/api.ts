@@ -48,7 +48,7 @@ export interface ServeApiInput {
 function settleWith(settler: Settler): SettleFn {
   return async (db, kind, bizId) => {
     const r = await settler.settleIn(db, kind, bizId);
-    return { outcome: r.outcome, detail: r.detail, state: r.state, shardId: r.shardId };
+    return { outcome: r.outcome, detail: r.detail, state: r.state, result: r.result, shardId: r.shardId };
   };
 }
 
