@@ -11,6 +11,7 @@ import { getScan, listScans } from '../operations/scans.js';
 import { readStoreFigures, type StoreOverview } from '../operations/stores-overview.js';
 import { listFailed, timeoutHistory } from '../operations/timeouts.js';
 import { collectWarnings } from '../operations/warnings.js';
+import type { HorizonLimits } from '../operations/vacuum-horizon.js';
 import { failedFilter, HttpError, positiveId, type ConsoleRequest } from './http.js';
 import { failedPage } from './failed-page.js';
 import { auditPage, kindsPage, overviewPage, timeoutsPage, warningsPage, type KindRow, type PageContext } from './pages.js';
@@ -21,6 +22,8 @@ export interface RouteDeps {
   pool: pg.Pool;
   db: Kysely<Database>;
   lagSlaSeconds: number;
+  /** When a vacuum horizon holder is worth a warning (alerts.vacuumHorizonMs / Xids). */
+  horizon?: HorizonLimits | undefined;
   /** The center and, with a config that names them, the stores. */
   stores: ConsoleStores;
 }
@@ -48,7 +51,7 @@ export function findRoute<T extends { path: RegExp }>(routes: T[], path: string)
 
 const param = (m: RegExpExecArray) => decodeURIComponent(m[1]!);
 
-export function pageRoutes({ pool, lagSlaSeconds, stores }: RouteDeps): PageRoute[] {
+export function pageRoutes({ pool, lagSlaSeconds, horizon, stores }: RouteDeps): PageRoute[] {
   const kindRows = async (): Promise<KindRow[]> => {
     const [controls, settings] = await Promise.all([listKindControls(pool), kindSettings(pool)]);
     const byKind = new Map(settings.map((r) => [r.kind, r]));
@@ -95,7 +98,7 @@ export function pageRoutes({ pool, lagSlaSeconds, stores }: RouteDeps): PageRout
           liveWorkers(pool),
           lastHourCached(),
           openBreakers(pool),
-          collectWarnings(pool, { lagSlaSeconds }),
+          collectWarnings(pool, { lagSlaSeconds, horizon }),
           storesFigures(),
         ]);
         const d = { backlog, leader: lead, workers, lastHour: hour, breakers, warnings: warnings.warnings, stores: storeFigures };
@@ -176,7 +179,7 @@ export function pageRoutes({ pool, lagSlaSeconds, stores }: RouteDeps): PageRout
     {
       path: /^\/warnings$/,
       async read(_r, ctx) {
-        const report = await collectWarnings(pool, { lagSlaSeconds });
+        const report = await collectWarnings(pool, { lagSlaSeconds, horizon });
         return { json: report, page: () => warningsPage(ctx, report, lagSlaSeconds) };
       },
     },

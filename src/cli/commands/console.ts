@@ -15,6 +15,7 @@ import { StoreDirectory } from '../../stores/store-directory.js';
 import { AuthConfigError, authFromEnv } from '../../console/auth.js';
 import { ConsoleConfigError, normalizeBasePath } from '../../console/base-path.js';
 import type { ConsoleServer } from '../../console/server.js';
+import { horizonLimits, type HorizonLimits } from '../../operations/vacuum-horizon.js';
 import { databaseOption, inputError, parseDuration } from './common.js';
 
 export const DEFAULT_CONSOLE_PORT = 8080;
@@ -44,6 +45,8 @@ export interface StartConsoleInput extends ConsoleFlags {
   databaseUrl: string;
   port: number;
   lagSlaSeconds: number;
+  /** When a vacuum horizon holder is worth a warning (the config's alerts.vacuumHorizonMs / Xids). */
+  horizon?: HorizonLimits | undefined;
   logger: Logger;
   /** The config's kinds and business database URLs: with kinds stored beside their orders, the
    *  console reads and acts in each store too. */
@@ -140,6 +143,7 @@ export function consoleService(opts: ServeConsoleOpts, config: LoadedConfig, log
         readOnly: Boolean(opts.consoleReadOnly),
         allowUnauthenticated: Boolean(opts.consoleAllowUnauthenticated),
         lagSlaSeconds: config.alerts.lagSlaMs / 1000,
+        horizon: horizonLimits(config.alerts),
         logger,
       });
     },
@@ -195,6 +199,7 @@ export function registerConsole(program: Command): void {
         readOnly: Boolean(opts.readOnly),
         allowUnauthenticated: Boolean(opts.allowUnauthenticated),
         lagSlaSeconds: lagSlaMs / 1000,
+        horizon: parsed ? horizonLimits(parsed.alerts) : undefined,
         logger,
       });
       await new Promise<void>((resolve) => {
