@@ -397,14 +397,14 @@ const horizonSection: StatusSection = {
   name: 'vacuum horizon',
   text(fleet) {
     const limits = fleet.horizonLimits;
-    // The oldest of each kind, held for a minute or more (or of unknown start): a query running now
-    // holds a snapshot too, for a moment.
+    const over = horizonsOf(fleet).flatMap(([, h]) => h.holders.filter((holder) => horizonSeverity(holder, limits)));
+    // The oldest of each kind past the limits or held for a minute or more (or of unknown start): a
+    // query running now holds a snapshot too, for a moment.
     const rows = horizonsOf(fleet).flatMap(([database, h]) =>
       oldestByKind(h.holders)
-        .filter((holder) => holder.seconds === null || holder.seconds >= 60)
+        .filter((holder) => horizonSeverity(holder, limits) || holder.seconds === null || holder.seconds >= 60)
         .map((holder) => ({ database, h: holder })),
     );
-    const over = rows.filter((r) => horizonSeverity(r.h, limits));
     const head =
       over.length === 0
         ? `Vacuum horizon: nothing has held back VACUUM longer than ${formatAge(limits.warnSeconds)} (${limits.warnXids.toLocaleString('en-US')} transactions for a slot or standby)`
