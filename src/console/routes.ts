@@ -10,8 +10,8 @@ import { kindBacklog, lastHour, leader, liveWorkers, openBreakers, type MinutePo
 import { getScan, listScans } from '../operations/scans.js';
 import { readStoreFigures, type StoreOverview } from '../operations/stores-overview.js';
 import { listFailed, timeoutHistory } from '../operations/timeouts.js';
-import { collectWarnings } from '../operations/warnings.js';
-import type { HorizonLimits } from '../operations/vacuum-horizon.js';
+import { collectWarnings, horizonWarnings, type Warning } from '../operations/warnings.js';
+import { HORIZON_DEFAULTS, readHorizon, type HorizonLimits } from '../operations/vacuum-horizon.js';
 import { failedFilter, HttpError, positiveId, type ConsoleRequest } from './http.js';
 import { failedPage } from './failed-page.js';
 import { auditPage, kindsPage, overviewPage, timeoutsPage, warningsPage, type KindRow, type PageContext } from './pages.js';
@@ -81,6 +81,16 @@ export function pageRoutes({ pool, lagSlaSeconds, horizon, stores }: RouteDeps):
       return a.ok ? { store: a.store, kinds, reachable: true, ...a.value } : { store: a.store, kinds, reachable: false, error: a.error };
     });
   };
+  // What holds back VACUUM in each store (the center's is in collectWarnings); a store that does not
+  // answer is named on the overview already.
+  const storesHorizonWarnings = async (): Promise<Warning[]> => {
+    if (!stores.multi) return [];
+    const answers = await stores.each(
+      stores.names.filter((s) => s !== CENTER),
+      (d) => readHorizon(d.pool),
+    );
+    return answers.flatMap((a) => (a.ok ? horizonWarnings(a.store, a.value, horizon ?? HORIZON_DEFAULTS) : []));
+  };
   const scanRead = async (ctx: PageContext, store: string, id: string) => {
     const scanId = positiveId(id, 'scan id');
     const found = await stores.one(store, (d) => getScan(d.pool, scanId));
@@ -92,7 +102,7 @@ export function pageRoutes({ pool, lagSlaSeconds, horizon, stores }: RouteDeps):
     {
       path: /^(?:\/|\/overview)?$/,
       async read(_r, ctx) {
-        const [backlog, lead, workers, hour, breakers, warnings, storeFigures] = await Promise.all([
+        const [backlog, lead, workers, hour, breakers, warnings, storeFigures, storeHorizon] = await Promise.all([
           kindBacklog(pool),
           leader(pool),
           liveWorkers(pool),
@@ -100,8 +110,9 @@ export function pageRoutes({ pool, lagSlaSeconds, horizon, stores }: RouteDeps):
           openBreakers(pool),
           collectWarnings(pool, { lagSlaSeconds, horizon }),
           storesFigures(),
+          storesHorizonWarnings(),
         ]);
-        const d = { backlog, leader: lead, workers, lastHour: hour, breakers, warnings: warnings.warnings, stores: storeFigures };
+        const d = { backlog, leader: lead, workers, lastHour: hour, breakers, warnings: [...warnings.warnings, ...storeHorizon], stores: storeFigures };
         return { json: d, page: () => overviewPage(ctx, d) };
       },
     },
@@ -179,7 +190,8 @@ export function pageRoutes({ pool, lagSlaSeconds, horizon, stores }: RouteDeps):
     {
       path: /^\/warnings$/,
       async read(_r, ctx) {
-        const report = await collectWarnings(pool, { lagSlaSeconds, horizon });
+        const [report, storeWarnings] = await Promise.all([collectWarnings(pool, { lagSlaSeconds, horizon }), storesHorizonWarnings()]);
+        report.warnings.push(...storeWarnings);
         return { json: report, page: () => warningsPage(ctx, report, lagSlaSeconds) };
       },
     },
