@@ -1,9 +1,10 @@
 // What holds back VACUUM, seen by operators (docs/vacuum-horizon.md), with real processes on a
 // private PostgreSQL (max_prepared_transactions on; the shared server has it at 0). Another role's
-// session holds a REPEATABLE READ snapshot, and a prepared transaction is left behind; then:
+// session holds a REPEATABLE READ snapshot, and a prepared transaction is left behind, in the
+// center's database; a second report holds one in a business database of the config; then:
 //   - the leading coordinator, running as a role that is NOT a superuser and holds only pg_monitor
-//     (plus the center's table rights), exports tc_vacuum_horizon_* naming both and raises the
-//     vacuum_horizon alert (log sink);
+//     (plus the center's table rights), exports tc_vacuum_horizon_* naming them (the business
+//     database's under its name) and raises the vacuum_horizon alert (log sink);
 //   - `timeout-center status` names both with what to do, and exits 1;
 //   - the console's warnings (page and JSON) name both;
 //   - a role without pg_monitor still runs status: the snapshot is hidden from it, which status
@@ -56,6 +57,8 @@ describe('vacuum horizon: metric, alert, status and console name what holds it',
   let admin: pg.Pool;
   let report: pg.Client;
   let preparer: pg.Client;
+  let shopReport: pg.Client;
+  let shopPid = 0;
   let coordinator: CliProcess;
   let consoleProc: CliProcess | undefined;
   let centerUrl: string;
@@ -72,18 +75,21 @@ describe('vacuum horizon: metric, alert, status and console name what holds it',
     const root = new pg.Client({ connectionString: server.url() });
     await root.connect();
     await root.query('CREATE DATABASE center');
+    await root.query('CREATE DATABASE shop');
     // The engine's role: no superuser, pg_monitor to see every session; a second role without it.
     await root.query(`CREATE ROLE ${engine} LOGIN IN ROLE pg_monitor`);
     await root.query(`CREATE ROLE ${blind} LOGIN`);
     await root.end();
     centerUrl = server.url('center');
-    const configPath = writeConfig({
+    const base = {
       redisKeyPrefix: testKeyPrefix('horizon'),
-      kinds: { 'order.unpaid': { shardSize: 100, handler: { type: 'sql', sql: 'SELECT 1 WHERE false AND $1::text[] IS NOT NULL' } } },
+      kinds: { 'order.unpaid': { shardSize: 100, handler: { type: 'sql' as const, sql: 'SELECT 1 WHERE false AND $1::text[] IS NOT NULL' } } },
       coordinator: { lockTtlMs: 3000, horizonCheckIntervalMs: 1000 },
       alerts: { vacuumHorizonMs: 2000 },
-    });
-    const migrated = await runCli(['migrate'], { DATABASE_URL: centerUrl, REDIS_URL: TEST_REDIS_URL, TIMEOUT_CENTER_CONFIG: configPath });
+    };
+    // The engine's config names a business database (no kind runs there: only its horizon is read).
+    const configPath = writeConfig({ ...base, businessDatabases: { shop: { url: withUser(server.url('shop'), engine) } } });
+    const migrated = await runCli(['migrate'], { DATABASE_URL: centerUrl, REDIS_URL: TEST_REDIS_URL, TIMEOUT_CENTER_CONFIG: writeConfig(base) });
     expect(migrated.code, migrated.stderr).toBe(0);
     admin = new pg.Pool({ connectionString: centerUrl, max: 2 });
     // The center's rights for both roles (roles and grants are issue 46's; here only what they use).
@@ -110,6 +116,12 @@ describe('vacuum horizon: metric, alert, status and console name what holds it',
     await preparer.query('INSERT INTO imports VALUES (1)');
     await preparer.query(`PREPARE TRANSACTION '${gid}'`);
 
+    shopReport = new pg.Client({ connectionString: server.url('shop'), application_name: 'shop report' });
+    await shopReport.connect();
+    shopPid = (await shopReport.query<{ pid: number }>('SELECT pg_backend_pid() AS pid')).rows[0]!.pid;
+    await shopReport.query('BEGIN ISOLATION LEVEL REPEATABLE READ');
+    await shopReport.query('SELECT count(*) FROM pg_class');
+
     coordinator = spawnCli('coordinator', ['coordinator', '--port', '0'], engineEnv);
     await coordinator.waitForMsg('became leader', 20_000);
     metricsPort = Number((await coordinator.waitForMsg('serving /metrics, /healthz, /readyz', 20_000))['port']);
@@ -122,6 +134,7 @@ describe('vacuum horizon: metric, alert, status and console name what holds it',
     await coordinator?.stop().catch(() => {});
     const leaked = await killAll();
     await report?.end().catch(() => {});
+    await shopReport?.end().catch(() => {});
     await preparer?.end().catch(() => {});
     await admin?.query(`ROLLBACK PREPARED '${gid}'`).catch(() => {});
     await admin?.end();
@@ -145,26 +158,34 @@ describe('vacuum horizon: metric, alert, status and console name what holds it',
       1,
     );
     expect(metric(text, 'tc_vacuum_horizon_sees_all_sessions', { database: 'center' })).toBe(1);
-    const alerts = await until('two vacuum_horizon alerts', async () => {
+    // The business database, read by the center's leader, under its name.
+    await until('the business database in /metrics', async () => {
+      const t = await scrape();
+      const age = metric(t, 'tc_vacuum_horizon_age_seconds', { database: 'shop', holder: 'backend', pid: String(shopPid), application_name: 'shop report' });
+      return age !== undefined && age >= 2 ? true : undefined;
+    });
+    const alerts = await until('three vacuum_horizon alerts', async () => {
       const found = coordinator.lines.filter((l) => l['alert'] === 'vacuum_horizon');
-      return found.length >= 2 ? found : undefined;
+      return found.length >= 3 ? found : undefined;
     });
     const messages = alerts.map((a) => String(a.msg));
     expect(messages.some((m) => m.includes(`backend pid ${reportPid} (nightly report`) && m.includes(`pg_terminate_backend(${reportPid})`))).toBe(true);
     expect(messages.some((m) => m.includes(`prepared transaction '${gid}'`) && m.includes(`ROLLBACK PREPARED '${gid}'`))).toBe(true);
+    expect(messages.some((m) => m.startsWith(`ALERT vacuum_horizon: shop: backend pid ${shopPid} (shop report`))).toBe(true);
     // Once per holder: later readings (every second) do not repeat it.
     await new Promise((r) => setTimeout(r, 2500));
     expect(coordinator.lines.filter((l) => l['alert'] === 'vacuum_horizon')).toHaveLength(alerts.length);
   });
 
-  it('status names both holders with what to do, and exits 1', async () => {
+  it('status names the three holders (the business database under its name) with what to do, and exits 1', async () => {
     const status = cli(['status'], engineEnv);
     expect(status.code, status.stderr).toBe(1);
     expect(status.stdout).toContain(`center: backend pid ${reportPid} (nightly report, postgres, idle in transaction`);
     expect(status.stdout).toContain(`SELECT pg_terminate_backend(${reportPid})`);
     expect(status.stdout).toContain(`center: prepared transaction '${gid}'`);
     expect(status.stdout).toContain(`ROLLBACK PREPARED '${gid}'`);
-    expect(status.stdout).toMatch(/Vacuum horizon: 2 holders past 2 s/);
+    expect(status.stdout).toContain(`shop: backend pid ${shopPid} (shop report`);
+    expect(status.stdout).toMatch(/Vacuum horizon: 3 holders past 2 s/);
     const json = JSON.parse(cli(['status', '--json'], engineEnv).stdout) as {
       problems: { topic: string; message: string }[];
       vacuumHorizon: {
@@ -173,7 +194,7 @@ describe('vacuum horizon: metric, alert, status and console name what holds it',
         holders: { holder: string; pid: number | null; gid: string | null; severity: string | null }[];
       }[];
     };
-    expect(json.problems.filter((p) => p.topic === 'vacuum-horizon')).toHaveLength(2);
+    expect(json.problems.filter((p) => p.topic === 'vacuum-horizon')).toHaveLength(3);
     const center = json.vacuumHorizon.find((d) => d.database === 'center')!;
     expect(center.seesAllSessions).toBe(true);
     expect(center.holders).toEqual(
@@ -207,6 +228,7 @@ describe('vacuum horizon: metric, alert, status and console name what holds it',
 
   it('once the holders end, their series go', async () => {
     await report.query('ROLLBACK');
+    await shopReport.query('ROLLBACK');
     await admin.query(`ROLLBACK PREPARED '${gid}'`);
     await until('the holders gone from /metrics', async () => {
       const t = await scrape();
