@@ -152,6 +152,10 @@ const coordinatorSchema = z.strictObject({
   republishAfterMs: z.number().int().min(100).max(3_600_000).default(30_000),
   /** How often the backlog lag is measured for the SLA alert and metrics. */
   lagCheckIntervalMs: z.number().int().min(100).default(5_000),
+  /** How often the leader reads what holds the vacuum horizon of its databases (the center's and
+   *  every business database's; a store's leader its store's): tc_vacuum_horizon_* metrics and the
+   *  vacuum_horizon alert (docs/vacuum-horizon.md). */
+  horizonCheckIntervalMs: z.number().int().min(1000).max(3_600_000).default(15_000),
 });
 
 const workerSchema = z.strictObject({
@@ -199,6 +203,14 @@ const alertsSchema = z.strictObject({
   /** Alert (store_unreachable) when a store's database has not answered for this long: a few
    *  seconds, so an operator hears of a store that stopped before its timeouts are late. */
   storeDownMs: z.number().int().min(1000).default(5000),
+  /** Warn (status, console, the vacuum_horizon alert) when a session, a prepared transaction or
+   *  anything else whose start PostgreSQL knows has held back VACUUM for longer than this: rows
+   *  deleted since stay on disk and the queue slows (docs/vacuum-horizon.md). Default 5 minutes: a
+   *  nightly pg_dump of a large database warns. */
+  vacuumHorizonMs: z.number().int().min(1000).default(300_000),
+  /** The same for a replication slot or a standby's feedback, whose start is unknown: their age in
+   *  transactions (age(xmin)). Default 10 million. */
+  vacuumHorizonXids: z.number().int().min(1000).default(10_000_000),
 });
 
 const DAY_MS = 86_400_000;

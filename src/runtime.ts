@@ -187,7 +187,12 @@ export async function startRuntime(options: RuntimeOptions): Promise<Runtime> {
     // coordinator of its own (stores/store-coordinators.ts).
     const stores = storeLayout(config.kinds);
     const centerConfig: LoadedConfig = stores.size === 0 ? config : { ...config, kinds: pickKinds(config.kinds, centerKinds(config.kinds)) };
-    coordinator = new Coordinator({ config: centerConfig, pool, channel, leadership, metrics, logger, coordinatorId });
+    // The center's leader also watches the vacuum horizon of each business database that is not a
+    // store (a store's own leader watches it).
+    const horizonDatabases = Object.entries(config.businessDatabaseUrls)
+      .filter(([name]) => !stores.has(name))
+      .map(([name, url]) => ({ name, url }));
+    coordinator = new Coordinator({ config: centerConfig, pool, channel, leadership, metrics, logger, coordinatorId, horizonDatabases });
     services.push(coordinator);
     if (stores.size > 0) {
       if (options.embedded || !redisChannel) {

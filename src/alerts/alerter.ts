@@ -14,7 +14,8 @@ export type AlertType =
   | 'kind_unserved'
   | 'kind_served'
   | 'store_unreachable'
-  | 'store_reachable';
+  | 'store_reachable'
+  | 'vacuum_horizon';
 
 export interface Alert {
   type: AlertType;

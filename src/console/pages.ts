@@ -448,28 +448,40 @@ export function warningsPage(ctx: PageContext, report: WarningsReport, lagSlaSec
           </table>`
         : html`<p class="muted">no statistics yet</p>`
     }
-    <h2>xmin horizon (oldest first)</h2>
+    <h2>Vacuum horizon: what holds back VACUUM (oldest first)</h2>
     ${
-      report.xmin.length > 0
-        ? html`<table id="xmin">
+      report.horizon.holders.length > 0
+        ? html`<table id="horizon">
             <tr>
-              <th>held by</th>
-              <th>name</th>
-              <th>xid age</th>
-              <th>open for</th>
+              <th>holder</th>
+              <th>who</th>
+              <th>application</th>
+              <th>state</th>
+              <th>transactions</th>
+              <th>for</th>
+              <th>holds</th>
+              <th>query</th>
             </tr>
-            ${report.xmin.map(
-              (x) =>
+            ${report.horizon.holders.map(
+              (h) =>
                 html`<tr>
-                  <td>${x.source}</td>
-                  <td>${x.name}</td>
-                  ${num(x.xidAge)}
-                  <td class="n">${formatSeconds(x.seconds)}</td>
+                  <td>${h.holder}</td>
+                  <td>${h.holder === 'replication_slot' ? `slot ${h.slot}` : h.holder === 'prepared_transaction' ? `gid ${h.gid}` : `pid ${h.pid}`}</td>
+                  <td>${h.applicationName ?? ''}</td>
+                  <td>${h.state ?? ''}</td>
+                  ${num(h.xidAge)}
+                  <td class="n">${formatSeconds(h.seconds)}</td>
+                  <td>${h.scope}</td>
+                  <td>${h.query ?? ''}</td>
                 </tr>`,
             )}
           </table>`
         : html`<p class="muted">nothing holds it back</p>`
     }
+    <p class="muted">
+      Read as ${report.horizon.role}${report.horizon.seesAllSessions ? '' : " (other roles' sessions hidden: GRANT pg_monitor)"}; what to do for each holder:
+      docs/vacuum-horizon.md.
+    </p>
     <p class="muted">Lag SLA: ${lagSlaSeconds} s (alerts.lagSlaMs in the config, or --lag-sla).</p>`;
   return layout(ctx, '/warnings', 'Warnings', body);
 }

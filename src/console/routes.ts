@@ -13,7 +13,8 @@ import { kindBacklog, lastHour, leader, liveWorkers, openBreakers, type MinutePo
 import { getScan, listScans } from '../operations/scans.js';
 import { readStoreFigures, type StoreOverview } from '../operations/stores-overview.js';
 import { listFailed, timeoutHistory } from '../operations/timeouts.js';
-import { collectWarnings } from '../operations/warnings.js';
+import { collectWarnings, horizonWarnings, type Warning } from '../operations/warnings.js';
+import { HORIZON_DEFAULTS, readHorizon, type HorizonLimits } from '../operations/vacuum-horizon.js';
 import { failedFilter, HttpError, positiveId, type ConsoleRequest } from './http.js';
 import { failedPage } from './failed-page.js';
 import { auditPage, kindsPage, overviewPage, timeoutsPage, warningsPage, type KindRow, type PageContext } from './pages.js';
@@ -24,6 +25,8 @@ export interface RouteDeps {
   pool: pg.Pool;
   db: Kysely<Database>;
   lagSlaSeconds: number;
+  /** When a vacuum horizon holder is worth a warning (alerts.vacuumHorizonMs / Xids). */
+  horizon?: HorizonLimits | undefined;
   /** The center and, with a config that names them, the stores. */
   stores: ConsoleStores;
 }
@@ -51,7 +54,7 @@ export function findRoute<T extends { path: RegExp }>(routes: T[], path: string)
 
 const param = (m: RegExpExecArray) => decodeURIComponent(m[1]!);
 
-export function pageRoutes({ pool, lagSlaSeconds, stores }: RouteDeps): PageRoute[] {
+export function pageRoutes({ pool, lagSlaSeconds, horizon, stores }: RouteDeps): PageRoute[] {
   const kindRows = async (): Promise<KindRow[]> => {
     const [controls, settings] = await Promise.all([listKindControls(pool), kindSettings(pool)]);
     const byKind = new Map(settings.map((r) => [r.kind, r]));
@@ -81,6 +84,16 @@ export function pageRoutes({ pool, lagSlaSeconds, stores }: RouteDeps): PageRout
       return a.ok ? { store: a.store, kinds, reachable: true, ...a.value } : { store: a.store, kinds, reachable: false, error: a.error };
     });
   };
+  // What holds back VACUUM in each store (the center's is in collectWarnings); a store that does not
+  // answer is named on the overview already.
+  const storesHorizonWarnings = async (): Promise<Warning[]> => {
+    if (!stores.multi) return [];
+    const answers = await stores.each(
+      stores.names.filter((s) => s !== CENTER),
+      (d) => readHorizon(d.pool),
+    );
+    return answers.flatMap((a) => (a.ok ? horizonWarnings(a.store, a.value, horizon ?? HORIZON_DEFAULTS) : []));
+  };
   const scanRead = async (ctx: PageContext, store: string, id: string) => {
     const scanId = positiveId(id, 'scan id');
     const found = await stores.one(store, (d) => getScan(d.pool, scanId));
@@ -92,19 +105,29 @@ export function pageRoutes({ pool, lagSlaSeconds, stores }: RouteDeps): PageRout
     {
       path: /^(?:\/|\/overview)?$/,
       async read(_r, ctx) {
-        const [backlog, lead, workers, hour, breakers, warnings, storeFigures, contract, processes] = await Promise.all([
+        const [backlog, lead, workers, hour, breakers, warnings, storeFigures, storeHorizon, contract, processes] = await Promise.all([
           kindBacklog(pool),
           leader(pool),
           liveWorkers(pool),
           lastHourCached(),
           openBreakers(pool),
-          collectWarnings(pool, { lagSlaSeconds }),
+          collectWarnings(pool, { lagSlaSeconds, horizon }),
           storesFigures(),
+          storesHorizonWarnings(),
           readSchemaContract(pool),
           liveProcesses(pool),
         ]);
         const release = { console: VERSION, contract, processes };
-        const d = { backlog, leader: lead, workers, lastHour: hour, breakers, warnings: warnings.warnings, stores: storeFigures, release };
+        const d = {
+          backlog,
+          leader: lead,
+          workers,
+          lastHour: hour,
+          breakers,
+          warnings: [...warnings.warnings, ...storeHorizon],
+          stores: storeFigures,
+          release,
+        };
         return { json: d, page: () => overviewPage(ctx, d) };
       },
     },
@@ -182,7 +205,8 @@ export function pageRoutes({ pool, lagSlaSeconds, stores }: RouteDeps): PageRout
     {
       path: /^\/warnings$/,
       async read(_r, ctx) {
-        const report = await collectWarnings(pool, { lagSlaSeconds });
+        const [report, storeWarnings] = await Promise.all([collectWarnings(pool, { lagSlaSeconds, horizon }), storesHorizonWarnings()]);
+        report.warnings.push(...storeWarnings);
         return { json: report, page: () => warningsPage(ctx, report, lagSlaSeconds) };
       },
     },

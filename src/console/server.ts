@@ -13,6 +13,7 @@ import Fastify, { LogController, type FastifyBaseLogger, type FastifyReply, type
 import type pg from 'pg';
 import type { Logger } from 'pino';
 import type { Config } from '../config.js';
+import type { HorizonLimits } from '../operations/vacuum-horizon.js';
 import { createKysely } from '../db/kysely.js';
 import type { StoreDirectory } from '../stores/store-directory.js';
 import { actionRoutes } from './action-routes.js';
@@ -38,6 +39,8 @@ export interface ConsoleOptions {
   /** Serve without auth on a non-loopback address (the operator said so explicitly). */
   allowUnauthenticated: boolean;
   lagSlaSeconds: number;
+  /** When a vacuum horizon holder is worth a warning (default: HORIZON_DEFAULTS). */
+  horizon?: HorizonLimits | undefined;
   /** With a config that names stores: their databases and the kinds (where a business object's
    *  timeout lives). The console then reads and acts across the center and every store. */
   stores?: { directory: StoreDirectory; kinds: Config['kinds'] } | undefined;
@@ -60,7 +63,7 @@ export async function startConsole(options: ConsoleOptions): Promise<ConsoleServ
   const { pool, logger } = options;
   const db = createKysely(pool);
   const stores = new ConsoleStores({ pool, db }, options.stores?.directory, options.stores?.kinds);
-  const routeDeps = { pool, db, lagSlaSeconds: options.lagSlaSeconds, stores };
+  const routeDeps = { pool, db, lagSlaSeconds: options.lagSlaSeconds, horizon: options.horizon, stores };
   const pages = pageRoutes(routeDeps);
   const actions = actionRoutes(routeDeps);
   const csrf = new Csrf();

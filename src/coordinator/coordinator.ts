@@ -1,6 +1,7 @@
 // The coordinator: leadership (a Redis lock for liveness, a fencing epoch in PostgreSQL for
 // safety), and the duties that run only while it leads, started on each election and stopped on
-// each deposition: the tick loop and retention. Each leader tick runs, in this order:
+// each deposition: the tick loop, retention and the vacuum horizon watch (horizon-watch.ts). Each
+// leader tick runs, in this order:
 //   1. recover (recovery.ts): republish what Redis lost or a dead worker left behind, first, so a
 //      new leader or a Redis loss costs no more than one tick;
 //   2. map (mapper.ts): write shards for what is due beyond the shards in flight, and publish them;
@@ -20,6 +21,7 @@ import { BaseService, ServiceGroup } from '../service.js';
 import { storeLabel } from '../stores/layout.js';
 import type { ShardChannel } from '../transport/channel.js';
 import { Dispatcher } from './dispatch.js';
+import { HorizonWatch } from './horizon-watch.js';
 import { LagMonitor } from './lag-monitor.js';
 import { LeaderGated } from './leader-gated.js';
 import type { Leadership } from './leadership.js';
@@ -28,6 +30,7 @@ import { Recovery } from './recovery.js';
 import { Reducer } from './reducer.js';
 import { TickLoop } from './tick-loop.js';
 import { withSpan } from '../observability/tracing.js';
+import { horizonLimits } from '../operations/vacuum-horizon.js';
 import { UnservedKinds } from './unserved-kinds.js';
 
 export interface CoordinatorDeps {
@@ -45,6 +48,9 @@ export interface CoordinatorDeps {
   prepare?: () => Promise<void>;
   /** Runs before every tick (a store's leader copies its share of the center's flow controls). */
   beforeTick?: () => Promise<void>;
+  /** More databases whose vacuum horizon this leader watches besides its own (the center's
+   *  leader: each business database that is not a store; horizon-watch.ts). */
+  horizonDatabases?: { name: string; url: string }[];
 }
 
 export class Coordinator extends BaseService {
@@ -94,10 +100,18 @@ export class Coordinator extends BaseService {
       logger,
     });
     const retention = new Retention({ pool, config: config.retention, logger, metrics });
+    const horizon = new HorizonWatch({
+      databases: [{ name: store, pool }, ...(deps.horizonDatabases ?? [])],
+      metrics,
+      alerter,
+      logger,
+      limits: horizonLimits(config.alerts),
+      everyMs: config.coordinator.horizonCheckIntervalMs,
+    });
     this.duties = new LeaderGated({
       leadership,
       logger,
-      group: new ServiceGroup('leader duties', [this.loop, retention], logger),
+      group: new ServiceGroup('leader duties', [this.loop, retention, horizon], logger),
       onElected: (epoch) => {
         this.prepared = false;
         metrics.leader.set({ store }, 1);

@@ -123,6 +123,35 @@ export class Metrics {
     registers: [this.registry],
   });
 
+  // The vacuum horizon of each database the center uses (docs/vacuum-horizon.md), exported by the
+  // leader of that database (the center's leader: the center and each business database that is not
+  // a store; a store's leader: its store) every coordinator.horizonCheckIntervalMs. One series per
+  // kind of holder: its oldest. Labels that do not apply are empty.
+  readonly horizonAgeXids = new Gauge({
+    name: 'tc_vacuum_horizon_age_xids',
+    help: 'Age in transactions (age(xmin)) of the oldest snapshot or transaction holding back VACUUM, by database and holder (backend, standby_feedback, replication_slot, prepared_transaction); leader only',
+    labelNames: ['database', 'holder', 'pid', 'application_name', 'slot', 'gid'] as const,
+    registers: [this.registry],
+  });
+  readonly horizonAgeSeconds = new Gauge({
+    name: 'tc_vacuum_horizon_age_seconds',
+    help: 'Age in seconds of the same holder where PostgreSQL knows its start (a backend: xact_start; a prepared transaction: prepared); absent for slots and standby feedback; leader only',
+    labelNames: ['database', 'holder', 'pid', 'application_name', 'slot', 'gid'] as const,
+    registers: [this.registry],
+  });
+  readonly horizonHolder = new Gauge({
+    name: 'tc_vacuum_horizon_holder_info',
+    help: 'Always 1: what the oldest holder of each kind is doing (state, transaction and query start), by database and holder; leader only',
+    labelNames: ['database', 'holder', 'pid', 'application_name', 'state', 'xact_start', 'query_start', 'slot', 'gid'] as const,
+    registers: [this.registry],
+  });
+  readonly horizonSeesAll = new Gauge({
+    name: 'tc_vacuum_horizon_sees_all_sessions',
+    help: "1 when the coordinator's role sees every session's snapshot (pg_read_all_stats, granted by pg_monitor), 0 when other roles' sessions are hidden from it; by database; leader only",
+    labelNames: ['database'] as const,
+    registers: [this.registry],
+  });
+
   // Flow control per kind, exported by the leading coordinator (read every tick). Max running
   // shards and rate limit have no series while the kind is unlimited.
   readonly kindPaused = new Gauge({

@@ -3,19 +3,21 @@
 // - bloat of the timeouts table and its indexes: the size the live rows need (average row width
 //   from pg_stats, or index key width) against the size on disk;
 // - autovacuum lag: dead tuples past autovacuum's own trigger point, and when it last ran;
-// - the xmin horizon: the oldest snapshot or transaction id that keeps VACUUM from removing dead
-//   rows (a long transaction, a replication slot, a forgotten prepared transaction);
+// - the vacuum horizon: what keeps VACUUM from removing dead rows (a session with an old snapshot,
+//   a standby's feedback, a replication slot, a forgotten prepared transaction), named with what to
+//   do (vacuum-horizon.ts, docs/vacuum-horizon.md);
 // - lag over the SLA per kind (paused kinds marked: their lag is expected);
 // - a kind no live worker serves (its shards would wait in the stream);
 // - an open circuit breaker (issue 9's table, when it exists).
 import type { Queryable } from '../flow/kind-controls.js';
 import { LIVE_WINDOW_S, openBreakers } from './overview.js';
+import { blindMessage, HORIZON_DEFAULTS, horizonMessage, horizonSeverity, readHorizon, type HorizonLimits, type HorizonReading } from './vacuum-horizon.js';
 
 export type Severity = 'warning' | 'critical';
 
 export interface Warning {
   severity: Severity;
-  topic: 'bloat' | 'autovacuum' | 'xmin' | 'lag' | 'workers' | 'breaker';
+  topic: 'bloat' | 'autovacuum' | 'vacuum_horizon' | 'lag' | 'workers' | 'breaker';
   message: string;
 }
 
@@ -40,20 +42,12 @@ export interface VacuumStats {
   autovacuumCount: number;
 }
 
-export interface XminHolder {
-  source: 'backend' | 'replication slot' | 'prepared transaction';
-  name: string;
-  /** Transactions since this horizon (age(xmin)). */
-  xidAge: number;
-  /** For a backend: how long its transaction has run, seconds. */
-  seconds: number | null;
-}
-
 export interface WarningsReport {
   warnings: Warning[];
   relations: RelationStats[];
   vacuum: VacuumStats | null;
-  xmin: XminHolder[];
+  /** What holds back VACUUM in this database, oldest first (vacuum-horizon.ts). */
+  horizon: HorizonReading;
 }
 
 /** Thresholds: above these a warning shows (critical at the second). */
@@ -63,8 +57,6 @@ export const LIMITS = {
   autovacuumBehind: [2, 10],
   /** Below this many dead tuples autovacuum lag is not worth a warning (small tables). */
   minDeadTuples: 10_000,
-  xidAge: [10_000_000, 100_000_000],
-  transactionSeconds: [300, 3600],
 } as const;
 
 const level = (value: number, [warn, crit]: readonly [number, number]): Severity | null => (value >= crit ? 'critical' : value >= warn ? 'warning' : null);
@@ -112,32 +104,14 @@ async function vacuum(db: Queryable): Promise<VacuumStats | null> {
   return rows[0] ?? null;
 }
 
-async function xminHolders(db: Queryable): Promise<XminHolder[]> {
-  const { rows } = await db.query<XminHolder>(`
-    SELECT * FROM (
-      SELECT 'backend' AS source,
-             format('pid %s %s (%s, %s)', pid, coalesce(nullif(application_name, ''), backend_type), usename, state) AS name,
-             age(backend_xmin)::int8 AS "xidAge",
-             extract(epoch FROM now() - xact_start)::float8 AS seconds
-        FROM pg_stat_activity
-       WHERE backend_xmin IS NOT NULL AND pid <> pg_backend_pid()
-         -- this database's sessions, and WAL senders (hot_standby_feedback) which hold every database
-         AND (datname = current_database() OR backend_type = 'walsender')
-      UNION ALL
-      SELECT 'replication slot', slot_name::text, greatest(age(xmin), age(catalog_xmin))::int8, NULL
-        FROM pg_replication_slots WHERE xmin IS NOT NULL OR catalog_xmin IS NOT NULL
-      UNION ALL
-      SELECT 'prepared transaction', gid, age(transaction)::int8, extract(epoch FROM now() - prepared)::float8
-        FROM pg_prepared_xacts) x
-    ORDER BY "xidAge" DESC NULLS LAST LIMIT 5`);
-  return rows;
-}
-
-export async function collectWarnings(db: Queryable, opts: { lagSlaSeconds: number }): Promise<WarningsReport> {
-  const [rels, vac, xmin, lagging, unserved, breakers] = await Promise.all([
+export async function collectWarnings(
+  db: Queryable,
+  opts: { lagSlaSeconds: number; horizon?: HorizonLimits | undefined; database?: string | undefined },
+): Promise<WarningsReport> {
+  const [rels, vac, horizon, lagging, unserved, breakers] = await Promise.all([
     relations(db),
     vacuum(db),
-    xminHolders(db),
+    readHorizon(db),
     db.query<{ kind: string; paused: boolean; lag: number }>(
       `SELECT b.kind, k.paused, extract(epoch FROM b.oldest_lag)::float8 AS lag
          FROM timeout_center.backlog b JOIN timeout_center.kinds k USING (kind)
@@ -175,16 +149,7 @@ export async function collectWarnings(db: Queryable, opts: { lagSlaSeconds: numb
       });
     }
   }
-  for (const x of xmin) {
-    const sev = worst(level(x.xidAge, LIMITS.xidAge), x.seconds === null ? null : level(x.seconds, LIMITS.transactionSeconds));
-    if (sev) {
-      warnings.push({
-        severity: sev,
-        topic: 'xmin',
-        message: `${x.source} ${x.name} holds the xmin horizon back ${x.xidAge} transactions${x.seconds !== null ? ` (open ${Math.round(x.seconds)} s)` : ''}: VACUUM cannot remove rows dead since then`,
-      });
-    }
-  }
+  warnings.push(...horizonWarnings(opts.database ?? 'center', horizon, opts.horizon ?? HORIZON_DEFAULTS));
   for (const l of lagging.rows) {
     warnings.push({
       severity: l.paused ? 'warning' : 'critical',
@@ -206,12 +171,18 @@ export async function collectWarnings(db: Queryable, opts: { lagSlaSeconds: numb
       message: `${b.kind}: circuit breaker ${b.state}${b.target ? ` for ${b.target}` : ''}${b.worker ? ` on ${b.worker}` : ''} since ${b.changedAt ? b.changedAt.toISOString() : '?'}: its handler's target is failing`,
     });
   }
-  return { warnings, relations: rels, vacuum: vac, xmin };
+  return { warnings, relations: rels, vacuum: vac, horizon };
 }
 
-function worst(a: Severity | null, b: Severity | null): Severity | null {
-  if (a === 'critical' || b === 'critical') return 'critical';
-  return a ?? b;
+/** A warning per holder past the limits, and one when the role cannot see other sessions. */
+export function horizonWarnings(database: string, horizon: HorizonReading, limits: HorizonLimits): Warning[] {
+  const out: Warning[] = [];
+  for (const h of horizon.holders) {
+    const severity = horizonSeverity(h, limits);
+    if (severity) out.push({ severity, topic: 'vacuum_horizon', message: horizonMessage(database, h) });
+  }
+  if (!horizon.seesAllSessions) out.push({ severity: 'warning', topic: 'vacuum_horizon', message: blindMessage(database, horizon) });
+  return out;
 }
 
 /** "812 kB", "3.4 MB", "1.2 GB". */

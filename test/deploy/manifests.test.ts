@@ -353,6 +353,16 @@ describe('Grafana dashboard and Prometheus rules', () => {
       }
       found += 1;
     }
+    // Labels aggregated or matched on (by, without, on, ignoring, group_left/right) belong to a metric of the expression.
+    const used = [...expr.matchAll(/\b(tc_[a-z0-9_]+)/g)].map((m) => known.get(m[1]!) ?? known.get(m[1]!.replace(/_(bucket|sum|count)$/, '')));
+    for (const clause of expr.matchAll(/\b(?:by|without|on|ignoring|group_left|group_right)\s*\(([^)]*)\)/g)) {
+      for (const label of clause[1]!.split(',').map((l) => l.trim()).filter(Boolean)) {
+        expect(
+          used.some((m) => m?.labels.has(label)),
+          `${where}: no metric of the expression has label "${label}"`,
+        ).toBe(true);
+      }
+    }
     return found;
   }
 
@@ -396,5 +406,24 @@ describe('Grafana dashboard and Prometheus rules', () => {
     let n = 0;
     for (const g of rules['groups'] as Doc[]) for (const r of g['rules'] as Doc[]) n += checkExpr(String(r['expr']), `rule ${r['alert']}`);
     expect(n).toBeGreaterThan(5);
+  });
+
+  it("the vacuum horizon rules fire at the config's defaults and name the holder (docs/vacuum-horizon.md)", () => {
+    const rules = (yamlFile('deploy/prometheus/alerts.yml')['groups'] as Doc[]).flatMap((g) => g['rules'] as Doc[]);
+    const rule = (name: string) => {
+      const r = rules.find((x) => x['alert'] === name);
+      expect(r, `rule ${name}`).toBeDefined();
+      return r!;
+    };
+    // The defaults, as a config that sets nothing about alerts gets them.
+    const alerts = parseConfig(yamlFile('deploy/config/timeout-center.yaml')).alerts;
+    const held = rule('TimeoutCenterVacuumHorizonHeld');
+    expect(String(held['expr'])).toMatch(new RegExp(`tc_vacuum_horizon_age_seconds\\) > ${alerts.vacuumHorizonMs / 1000}$`));
+    for (const label of ['database', 'holder', 'pid', 'application_name', 'gid']) expect(String(held['expr'])).toContain(label);
+    expect(String((held['annotations'] as Doc)['description'])).toContain('pg_terminate_backend({{ $labels.pid }})');
+    const slot = rule('TimeoutCenterVacuumHorizonSlot');
+    expect(String(slot['expr'])).toMatch(new RegExp(`tc_vacuum_horizon_age_xids\\{[^}]*\\}\\) > ${alerts.vacuumHorizonXids}$`));
+    expect(String(rule('TimeoutCenterVacuumHorizonHeldLong')['expr'])).toMatch(/> 3600$/);
+    expect(String(rule('TimeoutCenterVacuumHorizonHidden')['expr'])).toContain('tc_vacuum_horizon_sees_all_sessions');
   });
 });

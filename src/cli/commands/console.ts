@@ -18,6 +18,7 @@ import { StoreDirectory } from '../../stores/store-directory.js';
 import { AuthConfigError, authFromEnv } from '../../console/auth.js';
 import { ConsoleConfigError, normalizeBasePath } from '../../console/base-path.js';
 import type { ConsoleServer } from '../../console/server.js';
+import { horizonLimits, type HorizonLimits } from '../../operations/vacuum-horizon.js';
 import { databaseOption, inputError, parseDuration } from './common.js';
 
 export const DEFAULT_CONSOLE_PORT = 8080;
@@ -47,6 +48,8 @@ export interface StartConsoleInput extends ConsoleFlags {
   databaseUrl: string;
   port: number;
   lagSlaSeconds: number;
+  /** When a vacuum horizon holder is worth a warning (the config's alerts.vacuumHorizonMs / Xids). */
+  horizon?: HorizonLimits | undefined;
   logger: Logger;
   /** The config's kinds and business database URLs: with kinds stored beside their orders, the
    *  console reads and acts in each store too. */
@@ -153,6 +156,7 @@ export function consoleService(opts: ServeConsoleOpts, config: LoadedConfig, log
         readOnly: Boolean(opts.consoleReadOnly),
         allowUnauthenticated: Boolean(opts.consoleAllowUnauthenticated),
         lagSlaSeconds: config.alerts.lagSlaMs / 1000,
+        horizon: horizonLimits(config.alerts),
         logger,
       });
     },
@@ -208,6 +212,7 @@ export function registerConsole(program: Command): void {
         readOnly: Boolean(opts.readOnly),
         allowUnauthenticated: Boolean(opts.allowUnauthenticated),
         lagSlaSeconds: lagSlaMs / 1000,
+        horizon: parsed ? horizonLimits(parsed.alerts) : undefined,
         logger,
         // Migrated past what this version runs: stop serving and exit 3.
         onIncompatibleSchema: () => void server.close().finally(() => process.exit(EXIT.unavailable)),

@@ -18,6 +18,19 @@ import { createLogger } from '../../observability/logger.js';
 import { LIVE_WINDOW_S, openBreakers, type OpenBreaker } from '../../operations/overview.js';
 import { CENTER, StoreDirectory, type PerStore, type StoreDatabase } from '../../stores/store-directory.js';
 import type { RedisProbe } from '../../transport/redis-probe.js';
+import { createPool } from '../../db/pool.js';
+import { redactDbUrl } from '../../worker/business-db.js';
+import { storeLayout } from '../../stores/layout.js';
+import {
+  blindMessage,
+  HORIZON_DEFAULTS,
+  horizonLimits,
+  horizonMessage,
+  horizonSeverity,
+  readHorizon,
+  type HorizonLimits,
+  type HorizonReading,
+} from '../../operations/vacuum-horizon.js';
 
 /** The scan_report columns the status and scans verbs show, plus the duration in seconds. */
 export type ScanRow = Pick<
@@ -61,6 +74,8 @@ export interface DatabaseFigures {
   targets?: TargetControls[];
   /** The database's layout (src/db/citus-layout.ts): plain, or Citus with its worker nodes. */
   layout?: LayoutStatus;
+  /** What holds back VACUUM there (operations/vacuum-horizon.ts). */
+  horizon: HorizonReading;
   /** The schema contract and the live processes with their versions (src/release/). */
   release?: ReleaseStatus;
 }
@@ -106,7 +121,7 @@ export type DatabaseAnswer = PerStore<DatabaseFigures> & { kinds: string[] | und
 export interface Problem {
   /** `center`, a store, or undefined for the fleet (Redis). */
   store?: string;
-  topic: 'unreachable' | 'unset' | 'redis' | 'no-worker' | 'lag' | 'no-leader' | 'breaker' | 'version';
+  topic: 'unreachable' | 'unset' | 'redis' | 'no-worker' | 'lag' | 'no-leader' | 'breaker' | 'version' | 'vacuum-horizon';
   message: string;
 }
 
@@ -118,6 +133,11 @@ export interface Fleet {
   /** Kinds with work that no live worker of their database serves, per database. */
   unserved: { store: string; kind: string }[];
   lagSlaSeconds: number;
+  /** When a vacuum horizon holder is a problem (alerts.vacuumHorizonMs / Xids of the config). */
+  horizonLimits: HorizonLimits;
+  /** The vacuum horizon of each business database that is not a store (those hold no center
+   *  schema: only their horizon is read), or why it could not be read. */
+  businessHorizons: PerStore<HorizonReading>[];
   /** How many recent scans to show (--scans). */
   scanLimit: number;
   problems: Problem[];
@@ -126,7 +146,7 @@ export interface Fleet {
 async function readDatabase(d: StoreDatabase, scans: number): Promise<DatabaseFigures> {
   const db: Kysely<Database> = d.db;
   const center = d.store === CENTER;
-  const [now, backlog, lease, workers, failed, scanRows, breakers, controls, targets, layout, release] = await Promise.all([
+  const [now, backlog, lease, workers, failed, scanRows, breakers, controls, targets, layout, horizon, release] = await Promise.all([
     sql<{ now: Date }>`SELECT now() AS now`.execute(db),
     db
       .selectFrom('timeout_center.backlog')
@@ -161,11 +181,13 @@ async function readDatabase(d: StoreDatabase, scans: number): Promise<DatabaseFi
     center ? listKindControls(d.pool) : Promise.resolve(undefined),
     center ? listTargetControls(d.pool) : Promise.resolve(undefined),
     layoutStatus(d.pool),
+    readHorizon(d.pool),
     releaseStatus(d.pool),
   ]);
   const reached = reachedHost(d.pool);
   return {
     layout,
+    horizon,
     now: now.rows[0]!.now,
     backlog: backlog.map((b) => ({
       kind: b.kind,
@@ -208,6 +230,33 @@ async function redisStatus(config: LoadedConfig | undefined): Promise<Fleet['red
   }
 }
 
+/** The vacuum horizon of each business database of the config that is not a store. */
+async function businessHorizons(config: LoadedConfig | undefined): Promise<PerStore<HorizonReading>[]> {
+  if (!config) return [];
+  const stores = storeLayout(config.kinds);
+  const names = Object.keys(config.businessDatabaseUrls).filter((n) => !stores.has(n));
+  return Promise.all(
+    names.map(async (name): Promise<PerStore<HorizonReading>> => {
+      const url = config.businessDatabaseUrls[name]!;
+      const pool = createPool({
+        connectionString: url,
+        max: 1,
+        applicationName: 'timeout-center status',
+        logger: createLogger('silent'),
+        connectionTimeoutMs: 3000,
+        statementTimeoutMs: 10_000,
+      });
+      try {
+        return { store: name, ok: true, value: await readHorizon(pool) };
+      } catch (err) {
+        return { store: name, ok: false, error: `${redactDbUrl(url)}: ${(err as Error).message}` };
+      } finally {
+        await pool.end().catch(() => {});
+      }
+    }),
+  );
+}
+
 /** Reads the whole fleet: the center and every store of the config, and Redis. */
 export async function readFleet(input: { centerUrl: string; config: LoadedConfig | undefined; scans: number }): Promise<Fleet> {
   const o = {
@@ -219,7 +268,11 @@ export async function readFleet(input: { centerUrl: string; config: LoadedConfig
   };
   const directory = input.config ? StoreDirectory.fromConfig(input.config, o) : new StoreDirectory(o);
   try {
-    const [answers, redis] = await Promise.all([directory.each(directory.names, (d) => readDatabase(d, input.scans)), redisStatus(input.config)]);
+    const [answers, redis, business] = await Promise.all([
+      directory.each(directory.names, (d) => readDatabase(d, input.scans)),
+      redisStatus(input.config),
+      businessHorizons(input.config),
+    ]);
     const databases = answers.map((a) => ({ ...a, kinds: a.store === CENTER ? undefined : directory.kindsOf(a.store) }));
     const lagSlaSeconds = (input.config?.alerts.lagSlaMs ?? 60_000) / 1000;
     const unserved = databases.flatMap((d) => {
@@ -227,7 +280,17 @@ export async function readFleet(input: { centerUrl: string; config: LoadedConfig
       const served = new Set(d.value.workers.flatMap((w) => w.kinds));
       return d.value.backlog.filter((b) => !b.paused && !served.has(b.kind) && b.pendingDue + b.inFlight > 0).map((b) => ({ store: d.store, kind: b.kind }));
     });
-    const fleet: Fleet = { multi: directory.hasStores, databases, redis, unserved, lagSlaSeconds, scanLimit: input.scans, problems: [] };
+    const fleet: Fleet = {
+      multi: directory.hasStores,
+      databases,
+      redis,
+      unserved,
+      lagSlaSeconds,
+      horizonLimits: input.config ? horizonLimits(input.config.alerts) : HORIZON_DEFAULTS,
+      businessHorizons: business,
+      scanLimit: input.scans,
+      problems: [],
+    };
     fleet.problems = problemsOf(fleet);
     return fleet;
   } finally {
@@ -293,6 +356,11 @@ export function problemsOf(fleet: Fleet): Problem[] {
       });
     }
   }
+  for (const [database, horizon] of horizonsOf(fleet)) {
+    for (const h of horizon.holders) {
+      if (horizonSeverity(h, fleet.horizonLimits)) out.push({ store: database, topic: 'vacuum-horizon', message: horizonMessage(database, h) });
+    }
+  }
   for (const u of fleet.unserved) {
     out.push({
       store: u.store,
@@ -307,4 +375,19 @@ export function problemsOf(fleet: Fleet): Problem[] {
     });
   }
   return out;
+}
+
+/** Every vacuum horizon read: the center's, each store's, each other business database's. */
+export function horizonsOf(fleet: Fleet): [string, HorizonReading][] {
+  return [
+    ...fleet.databases.flatMap((d): [string, HorizonReading][] => (d.ok ? [[d.store, d.value.horizon]] : [])),
+    ...fleet.businessHorizons.flatMap((b): [string, HorizonReading][] => (b.ok ? [[b.store, b.value]] : [])),
+  ];
+}
+
+/** The notes of databases where the role cannot see other roles' sessions. */
+export function blindNotes(fleet: Fleet): string[] {
+  return horizonsOf(fleet)
+    .filter(([, h]) => !h.seesAllSessions)
+    .map(([database, h]) => blindMessage(database, h));
 }
