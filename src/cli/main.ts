@@ -125,8 +125,9 @@ program
 
 // Every verb takes -c/--config (TIMEOUT_CENTER_CONFIG) from this one definition, reads it the same
 // way (commands/common.ts readConfig), and fails on bad usage with exit 2 (exit-codes.ts).
+// `version` reads nothing: it prints this build's version.
 for (const cmd of program.commands) {
-  if (!cmd.options.some((o) => o.attributeName() === 'config')) cmd.addOption(configOption());
+  if (cmd.name() !== 'version' && !cmd.options.some((o) => o.attributeName() === 'config')) cmd.addOption(configOption());
 }
 
 /**
