@@ -22,6 +22,7 @@
 //   --rows <n>          rows loaded per table (default 1,000,000)
 //   --through <NNNN>    last migration measured (default 23: the migrations of the code before 1.0.0)
 //   --sample-ms <ms>    pg_locks sampling period (default 10)
+//   --rounds <r>        whole upgrades, each on a fresh database (default 1)
 //   --out <file>        raw results (default docs/bench/migration-locks.json)
 //   --help              this text
 import { writeFileSync } from 'node:fs';
@@ -38,6 +39,7 @@ const { values: args } = parseArgs({
     rows: { type: 'string' },
     through: { type: 'string' },
     'sample-ms': { type: 'string' },
+    rounds: { type: 'string' },
     out: { type: 'string' },
     help: { type: 'boolean', short: 'h', default: false },
   },
@@ -49,11 +51,12 @@ if (args.help) {
 }
 const counts = positiveCounts(
   'bench:migration-locks',
-  { rows: args.rows, through: args.through, sampleMs: args['sample-ms'] },
+  { rows: args.rows, through: args.through, sampleMs: args['sample-ms'], rounds: args.rounds },
   {
     rows: 1_000_000,
     through: 23,
     sampleMs: 10,
+    rounds: 1,
   },
 );
 const ROWS = counts.rows;
@@ -104,6 +107,9 @@ interface MigrationResult {
   locks: LockSeen[];
   /** The strongest lock per existing table, how long it was held (first seen to COMMIT). */
   strongest: { relation: string; mode: string; heldMs: number }[];
+  /** Per existing table (not index or view): how long its writers (a lock of SHARE or stronger:
+   *  conflicts with an INSERT's ROW EXCLUSIVE) and its readers (ACCESS EXCLUSIVE) were shut out. */
+  blocked: { table: string; writesMs: number; readsMs: number }[];
   inserts: {
     /** median latency of the inserts that ran entirely outside the migration */
     baselineMs: number;
@@ -118,13 +124,12 @@ interface MigrationResult {
 }
 
 const server = await startBenchServer({ walWarmupBytes: 0 });
-const db = await server.createDatabase('migration_locks');
-const migrator = new pg.Client({ connectionString: db.url, application_name: 'migration' });
-const sampler = new pg.Client({ connectionString: db.url, application_name: 'lock-sampler' });
-const inserter = new pg.Client({ connectionString: db.url, application_name: 'insert-loop' });
+// One database and three sessions per round (set by runRound).
+let migrator: pg.Client;
+let sampler: pg.Client;
+let inserter: pg.Client;
 const startedAt = new Date().toISOString();
 const loadBefore = loadavg();
-const results: MigrationResult[] = [];
 
 function log(message: string): void {
   console.log(`[${new Date().toISOString().slice(11, 19)}] ${message}`);
@@ -238,6 +243,13 @@ async function measure(m: Migration): Promise<MigrationResult> {
       )
     ).rows.map((r) => r.oid),
   );
+  const tableNames = new Set(
+    (
+      await migrator.query<{ rel: string }>(
+        `SELECT n.nspname || '.' || c.relname AS rel FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = 'timeout_center' AND c.relkind IN ('r', 'p')`,
+      )
+    ).rows.map((r) => r.rel),
+  );
   const migrationPid = (await migrator.query<{ pid: number }>('SELECT pg_backend_pid() AS pid')).rows[0]!.pid;
   const insertPid = (await inserter.query<{ pid: number }>('SELECT pg_backend_pid() AS pid')).rows[0]!.pid;
 
@@ -345,6 +357,7 @@ async function measure(m: Migration): Promise<MigrationResult> {
     rowsBefore,
     durationMs: round(durationMs),
     locks: lockList.map((l) => ({ ...l, firstMs: round(l.firstMs), lastMs: round(l.lastMs) })),
+    blocked: blockedTables(lockList, durationMs, tableNames),
     strongest: [...strongest.values()]
       .filter((l) => !l.relation.startsWith('('))
       .map((l) => ({ relation: l.relation, mode: l.mode, heldMs: round(durationMs - l.firstMs) })),
@@ -358,66 +371,97 @@ async function measure(m: Migration): Promise<MigrationResult> {
   };
 }
 
+/** Modes that conflict with ROW EXCLUSIVE (an INSERT, UPDATE or DELETE). */
+const BLOCKS_WRITES = new Set(['ShareLock', 'ShareRowExclusiveLock', 'ExclusiveLock', 'AccessExclusiveLock']);
+
+function blockedTables(locks: LockSeen[], durationMs: number, tables: Set<string>): MigrationResult['blocked'] {
+  const out: MigrationResult['blocked'] = [];
+  for (const table of new Set(locks.map((l) => l.relation))) {
+    if (!tables.has(table)) continue;
+    const mine = locks.filter((l) => l.relation === table);
+    const writes = mine.filter((l) => BLOCKS_WRITES.has(l.mode)).map((l) => l.firstMs);
+    const reads = mine.filter((l) => l.mode === 'AccessExclusiveLock').map((l) => l.firstMs);
+    if (writes.length === 0) continue;
+    out.push({
+      table,
+      writesMs: round(durationMs - Math.min(...writes)),
+      readsMs: reads.length ? round(durationMs - Math.min(...reads)) : 0,
+    });
+  }
+  return out;
+}
+
 function round(ms: number): number {
   return Math.round(ms * 10) / 10;
 }
 
 // The run ------------------------------------------------------------------------------------
 
-try {
-  await Promise.all([migrator.connect(), sampler.connect(), inserter.connect()]);
-  // What src/db/migrate.ts creates before the first migration.
-  await migrator.query(`CREATE SCHEMA IF NOT EXISTS timeout_center;
-    CREATE TABLE IF NOT EXISTS timeout_center.migrations (
-      version integer PRIMARY KEY, name text NOT NULL, applied_at timestamptz NOT NULL DEFAULT now())`);
-  for (const m of migrations) {
-    if (m.version === 1) {
-      await timed(m.name, async () => {
-        await migrator.query('BEGIN');
-        await migrator.query(m.sql);
-        await migrator.query('INSERT INTO timeout_center.migrations (version, name) VALUES ($1, $2)', [m.version, m.name]);
-        await migrator.query('COMMIT');
-      });
-      await loadAfterInit();
-      continue;
+/** One upgrade from an empty database through --through, on a database of its own. */
+async function runRound(n: number): Promise<MigrationResult[]> {
+  const results: MigrationResult[] = [];
+  const db = await server.createDatabase(`migration_locks_${n}`);
+  migrator = new pg.Client({ connectionString: db.url, application_name: 'migration' });
+  sampler = new pg.Client({ connectionString: db.url, application_name: 'lock-sampler' });
+  inserter = new pg.Client({ connectionString: db.url, application_name: 'insert-loop' });
+  try {
+    await Promise.all([migrator.connect(), sampler.connect(), inserter.connect()]);
+    // What src/db/migrate.ts creates before the first migration.
+    await migrator.query(`CREATE SCHEMA IF NOT EXISTS timeout_center;
+      CREATE TABLE IF NOT EXISTS timeout_center.migrations (
+        version integer PRIMARY KEY, name text NOT NULL, applied_at timestamptz NOT NULL DEFAULT now())`);
+    for (const m of migrations) {
+      if (m.version === 1) {
+        await timed(m.name, async () => {
+          await migrator.query('BEGIN');
+          await migrator.query(m.sql);
+          await migrator.query('INSERT INTO timeout_center.migrations (version, name) VALUES ($1, $2)', [m.version, m.name]);
+          await migrator.query('COMMIT');
+        });
+        await loadAfterInit();
+        continue;
+      }
+      if (m.version === 10) await loadDoneInTimeouts();
+      const r = await measure(m);
+      results.push(r);
+      const locked = r.strongest.map((l) => `${l.relation.replace('timeout_center.', '')} ${l.mode}`).join(', ');
+      log(
+        `round ${n} ${m.name}: ${r.durationMs} ms; ${locked || 'no lock on an existing relation'}; inserts: ${r.inserts.during} during, longest ${r.inserts.maxMs} ms (baseline ${r.inserts.baselineMs} ms)${r.inserts.errors.length ? `, errors: ${r.inserts.errors.join('; ')}` : ''}`,
+      );
+      if (m.version === 5) await loadRoute();
     }
-    if (m.version === 10) await loadDoneInTimeouts();
-    const r = await measure(m);
-    results.push(r);
-    const locked = r.strongest.map((l) => `${l.relation.replace('timeout_center.', '')} ${l.mode}`).join(', ');
-    log(
-      `${m.name}: ${r.durationMs} ms; ${locked || 'no lock on an existing relation'}; inserts: ${r.inserts.during} during, longest ${r.inserts.maxMs} ms (baseline ${r.inserts.baselineMs} ms)${r.inserts.errors.length ? `, errors: ${r.inserts.errors.join('; ')}` : ''}`,
-    );
-    if (m.version === 5) await loadRoute();
+    return results;
+  } finally {
+    await Promise.allSettled([migrator.end(), sampler.end(), inserter.end()]);
+    await db.drop().catch(() => {});
   }
+}
+
+try {
+  const rounds: MigrationResult[][] = [];
+  for (let n = 1; n <= counts.rounds; n += 1) rounds.push(await runRound(n));
   const report = {
     generatedAt: startedAt,
-    command: `npm run bench:migration-locks -- --rows ${ROWS}`,
+    command: `npm run bench:migration-locks -- --rows ${ROWS} --rounds ${counts.rounds}`,
     rows: ROWS,
     machine: { cpus: cpus().length, loadavgBefore: loadBefore, loadavgAfter: loadavg(), node: process.version },
     postgres: server.settings,
-    migrations: results,
+    rounds,
   };
   writeFileSync(OUT, `${JSON.stringify(report, null, 2)}\n`);
   console.log(`\nraw results: ${OUT}\n`);
-  console.log(markdown(results));
+  for (const [i, r] of rounds.entries()) console.log(`round ${i + 1}\n${markdown(r)}\n`);
 } finally {
-  await Promise.allSettled([migrator.end(), sampler.end(), inserter.end()]);
-  await db.drop().catch(() => {});
   await server.stop();
 }
 
 function markdown(rs: MigrationResult[]): string {
-  const lines = ['| migration | strongest lock per existing table (held) | time | inserts into timeouts |', '|---|---|---:|---|'];
+  const lines = ['| migration | time | tables whose writes waited (and reads) | longest INSERT into timeouts meanwhile |', '|---|---:|---|---:|'];
   for (const r of rs) {
-    const locks = r.strongest
-      .filter((l) => MODES.indexOf(l.mode) >= MODES.indexOf('ShareUpdateExclusiveLock'))
-      .map((l) => `${l.relation.replace('timeout_center.', '')} ${l.mode.replace(/Lock$/, '')} (${Math.round(l.heldMs)} ms)`)
+    const blocked = r.blocked
+      .map((b) => `${b.table.replace('timeout_center.', '')} ${Math.round(b.writesMs)} ms${b.readsMs ? ` (reads ${Math.round(b.readsMs)} ms)` : ''}`)
       .join(', ');
-    const waited = r.inserts.waits.some((w) => w.blockedByMigration);
-    lines.push(
-      `| ${r.name} | ${locks || 'no lock that blocks writes'} | ${Math.round(r.durationMs)} ms | ${waited ? `wait, up to ${Math.round(r.inserts.maxMs)} ms` : `no wait (longest ${Math.round(r.inserts.maxMs)} ms)`} |`,
-    );
+    lines.push(`| ${r.name} | ${Math.round(r.durationMs)} ms | ${blocked || 'none'} | ${Math.round(r.inserts.maxMs)} ms |`);
   }
   return lines.join('\n');
 }
