@@ -34,6 +34,7 @@ export type RuleId =
   | 'lock-table'
   | 'table-rewrite'
   | 'unbatched-write'
+  | 'work-under-lock'
   | 'do-block'
   | 'directive'
   | 'syntax';
@@ -107,6 +108,7 @@ const STABLE_FUNCTIONS = new Set([
   'jsonb_build_array',
   'array_fill',
   'make_interval',
+  'timezone',
   'to_timestamp',
   'lower',
   'upper',
@@ -128,6 +130,7 @@ export const RULES: Record<RuleId, string> = {
   'lock-table': 'no explicit LOCK TABLE',
   'table-rewrite': 'no table rewrite (VACUUM FULL, CLUSTER, SET TABLESPACE, SET LOGGED/UNLOGGED)',
   'unbatched-write': 'no UPDATE, DELETE or INSERT ... SELECT over a table that grows with traffic',
+  'work-under-lock': 'no full read of a growing table after an ALTER TABLE in the same transaction',
   'do-block': 'no DO block (its statements cannot be checked)',
   directive: 'header directives are known, well formed and true',
   syntax: 'the file parses',
@@ -468,6 +471,7 @@ function checkStatement(raw: RawStmt, st: FileState, known: Knowledge, flag: Fla
       const into = (s['into'] ?? {}) as Obj;
       const table = relName(into['rel']);
       if (noTx && !s['if_not_exists']) notIdempotent('CREATE TABLE AS without IF NOT EXISTS', 'CREATE TABLE IF NOT EXISTS ... AS ...');
+      checkReadUnderLock(s['query'], 'CREATE TABLE AS', st, known, flag);
       known.tables.add(table);
       st.createdTables.add(table);
       return;
@@ -815,12 +819,13 @@ function checkAlterTable(s: Obj, st: FileState, known: Knowledge, flag: Flag, no
       case 'AT_ValidateConstraint': {
         const name = column ?? '';
         const c = known.checks.get(name);
-        if (st.addedConstraints.has(name) || (st.alteredTables.has(table) && !noTx)) {
+        const otherAlters = [...st.alteredTables].filter((t) => known.tables.has(t));
+        if (st.addedConstraints.has(name) || (otherAlters.length > 0 && !noTx)) {
           flag(
             'validate-separately',
             st.addedConstraints.has(name)
               ? `VALIDATE CONSTRAINT ${name} in the migration that adds it: the ADD's lock is held until this transaction commits, so the validating scan runs under it and writes wait for it (NOT VALID bought nothing)`
-              : `VALIDATE CONSTRAINT ${name} after another ALTER TABLE of ${table} in the same transaction: that ALTER's lock is held until COMMIT, so the validating scan runs under it and writes wait for it`,
+              : `VALIDATE CONSTRAINT ${name} after an ALTER TABLE of ${otherAlters.join(', ')} in the same transaction: that ALTER's lock is held until COMMIT, so the validating scan of ${table} runs under it and writers of ${otherAlters.join(', ')} wait for it`,
             `ALTER TABLE ${table} VALIDATE CONSTRAINT ${name} alone in a later migration (its SHARE UPDATE EXCLUSIVE lock lets writes go on)`,
           );
         }
@@ -881,9 +886,10 @@ function checkWrite(type: string, s: Obj, st: FileState, known: Knowledge, flag:
     const q = nodeOf((nodeOf(cte)?.[1] ?? {})['ctequery']);
     if (q && ['UpdateStmt', 'DeleteStmt', 'InsertStmt'].includes(q[0])) checkWrite(q[0], q[1], st, known, flag, noTx, notIdempotent);
   }
-  const growing = known.tables.has(table) && !st.createdTables.has(table) && isCenter(table) && !SMALL_TABLES.has(tableOnly(table));
+  const growing = isGrowing(table, st, known);
   const fromSelect = type !== 'InsertStmt' || s['selectStmt'] !== undefined;
   const valuesOnly = type === 'InsertStmt' && (((s['selectStmt'] as Obj | undefined)?.['SelectStmt'] as Obj | undefined)?.['valuesLists'] ?? null) !== null;
+  if (type === 'InsertStmt' && !valuesOnly) checkReadUnderLock(s['selectStmt'], 'INSERT ... SELECT', st, known, flag);
   if (growing && fromSelect && !valuesOnly) {
     flag(
       'unbatched-write',
@@ -891,4 +897,37 @@ function checkWrite(type: string, s: Obj, st: FileState, known: Knowledge, flag:
       'keep the migration to the schema change; let the code fill the new column as it writes rows and read NULL as "not known yet", or backfill in batches of a few thousand rows by id range, each its own transaction, outside the migration',
     );
   }
+}
+
+function isGrowing(table: string, st: FileState, known: Knowledge): boolean {
+  return known.tables.has(table) && !st.createdTables.has(table) && isCenter(table) && !SMALL_TABLES.has(tableOnly(table));
+}
+
+/** Every table a query reads (its RangeVars). */
+function readTables(node: unknown, out: string[] = []): string[] {
+  if (Array.isArray(node)) {
+    for (const n of node) readTables(n, out);
+    return out;
+  }
+  if (!node || typeof node !== 'object') return out;
+  for (const [k, v] of Object.entries(node as Obj)) {
+    if (k === 'RangeVar') out.push(relName(v));
+    readTables(v, out);
+  }
+  return out;
+}
+
+/** A copy of a growing table in a transaction that already holds an ALTER TABLE's lock: the
+ *  lock (ACCESS EXCLUSIVE for most ALTERs) is held until COMMIT, so the copy runs under it. */
+function checkReadUnderLock(query: unknown, verb: string, st: FileState, known: Knowledge, flag: Flag): void {
+  if (st.directives.noTransaction) return;
+  const locked = [...st.alteredTables].filter((t) => known.tables.has(t) && !st.createdTables.has(t));
+  if (locked.length === 0) return;
+  const big = [...new Set(readTables(query))].filter((t) => isGrowing(t, st, known));
+  if (big.length === 0) return;
+  flag(
+    'work-under-lock',
+    `${verb} reads all of ${big.join(', ')} after an ALTER TABLE of ${locked.join(', ')} in the same transaction: that ALTER's lock is held until COMMIT, so ${locked.join(', ')} stays locked for the whole read (the pattern of sql/0017, which blocked inserts into timeouts for the whole copy)`,
+    'keep the ALTER TABLE in a migration of its own (a catalog change, milliseconds), and copy data in batches outside the migration',
+  );
 }

@@ -16,6 +16,7 @@ const real: MigrationSource[] = readdirSync(MIGRATIONS_DIR)
 const before1 = real.filter((m) => Number(m.file.slice(4, 8)) <= LAST_BEFORE_1_0);
 
 const FIXTURES = fileURLToPath(new URL('../fixtures/unsafe-migrations/', import.meta.url));
+const GUIDE = fileURLToPath(new URL('../../docs/writing-migrations.md', import.meta.url));
 
 /** Checks fixture files numbered from 0024 on top of the migrations of 0.1.0. */
 async function check(...sqls: string[]) {
@@ -289,6 +290,24 @@ INSERT INTO timeout_center.old_shards SELECT * FROM moved;`),
     expect(await rulesOf("UPDATE timeout_center.kinds SET description = 'x' WHERE description IS NULL;")).toEqual([]);
   });
 
+  it('work-under-lock: a full read of a growing table while the transaction holds an ALTER TABLE lock', async () => {
+    expect(
+      await rulesOf(`ALTER TABLE timeout_center.timeouts ADD COLUMN note text;
+CREATE TABLE timeout_center.timeouts_copy AS SELECT * FROM timeout_center.timeouts;`),
+    ).toEqual(['work-under-lock']);
+    expect(
+      await rulesOf(`ALTER TABLE timeout_center.kinds ADD COLUMN note text;
+CREATE TABLE timeout_center.history (id bigint, kind text);
+INSERT INTO timeout_center.history SELECT id, kind FROM timeout_center.done_timeouts;`),
+    ).toEqual(['work-under-lock']);
+    expect(
+      await rulesOf(
+        'ALTER TABLE timeout_center.timeouts ADD COLUMN note text;',
+        'CREATE TABLE timeout_center.timeouts_copy AS SELECT * FROM timeout_center.timeouts;',
+      ),
+    ).toEqual([]);
+  });
+
   it('do-block: statements the checker cannot see', async () => {
     expect(await rulesOf("DO $$ BEGIN EXECUTE 'LOCK TABLE timeout_center.timeouts'; END $$;")).toEqual(['do-block']);
   });
@@ -315,5 +334,22 @@ INSERT INTO timeout_center.old_shards SELECT * FROM moved;`),
       expect(Object.keys(RULES), f).toContain(rule);
       expect(await rulesOf(readFileSync(`${FIXTURES}/${f}`, 'utf8')), f).toEqual([rule]);
     }
+  });
+});
+
+describe('docs/writing-migrations.md', () => {
+  const guide = readFileSync(GUIDE, 'utf8');
+  const blocks = (lang: string) => [...guide.matchAll(new RegExp('```' + lang + '\\n([\\s\\S]*?)```', 'g'))].map((m) => m[1]!);
+
+  it('its examples pass the rules, as consecutive migrations after 0023', async () => {
+    const examples = blocks('sql');
+    expect(examples.length).toBeGreaterThan(3);
+    expect((await check(...examples)).map(formatViolation).join('\n\n')).toBe('');
+  });
+
+  it('the message it shows is what the checker says', async () => {
+    const sql = readFileSync(`${FIXTURES}/index-concurrently.sql`, 'utf8');
+    const [v] = await checkMigrations([...before1, { file: 'sql/0024_timeouts_by_created.sql', sql }]);
+    expect(blocks('text')[0]!.trim()).toBe(formatViolation(v!).replace('0024', 'NNNN'));
   });
 });
