@@ -24,8 +24,9 @@
 //   --sample-ms <ms>    pg_locks sampling period (default 10)
 //   --rounds <r>        whole upgrades, each on a fresh database (default 1)
 //   --out <file>        raw results (default docs/bench/migration-locks.json)
+//   --summarize <file>  print the median table of earlier raw results, run nothing
 //   --help              this text
-import { writeFileSync } from 'node:fs';
+import { readFileSync, writeFileSync } from 'node:fs';
 import { cpus, loadavg } from 'node:os';
 import { parseArgs } from 'node:util';
 import pg from 'pg';
@@ -40,6 +41,7 @@ const { values: args } = parseArgs({
     through: { type: 'string' },
     'sample-ms': { type: 'string' },
     rounds: { type: 'string' },
+    summarize: { type: 'string' },
     out: { type: 'string' },
     help: { type: 'boolean', short: 'h', default: false },
   },
@@ -47,6 +49,11 @@ const { values: args } = parseArgs({
 });
 if (args.help) {
   printUsage(import.meta.url);
+  process.exit(0);
+}
+if (args.summarize) {
+  const raw = JSON.parse(readFileSync(args.summarize, 'utf8')) as { rows: number; rounds: MigrationResult[][] };
+  console.log(medianTable(raw.rounds, raw.rows));
   process.exit(0);
 }
 const counts = positiveCounts(
@@ -451,6 +458,7 @@ try {
   writeFileSync(OUT, `${JSON.stringify(report, null, 2)}\n`);
   console.log(`\nraw results: ${OUT}\n`);
   for (const [i, r] of rounds.entries()) console.log(`round ${i + 1}\n${markdown(r)}\n`);
+  console.log(`median of ${rounds.length} round(s)\n${medianTable(rounds, ROWS)}`);
 } finally {
   await server.stop();
 }
@@ -462,6 +470,38 @@ function markdown(rs: MigrationResult[]): string {
       .map((b) => `${b.table.replace('timeout_center.', '')} ${Math.round(b.writesMs)} ms${b.readsMs ? ` (reads ${Math.round(b.readsMs)} ms)` : ''}`)
       .join(', ');
     lines.push(`| ${r.name} | ${Math.round(r.durationMs)} ms | ${blocked || 'none'} | ${Math.round(r.inserts.maxMs)} ms |`);
+  }
+  return lines.join('\n');
+}
+
+function median(xs: number[]): number {
+  const s = [...xs].sort((a, b) => a - b);
+  const mid = Math.floor(s.length / 2);
+  return s.length % 2 ? s[mid]! : (s[mid - 1]! + s[mid]!) / 2;
+}
+
+/** One row per migration, the median over rounds (min-max when there are several). */
+function medianTable(rounds: MigrationResult[][], rows: number): string {
+  const fmt = (xs: number[]) =>
+    xs.length > 1 ? `${Math.round(median(xs))} ms (${Math.round(Math.min(...xs))}-${Math.round(Math.max(...xs))})` : `${Math.round(xs[0]!)} ms`;
+  const lines = [
+    `| migration | time at ${rows.toLocaleString('en')} rows | writes shut out (reads shut out) per table | longest INSERT into timeouts | inserts waited on it |`,
+    '|---|---:|---|---:|---|',
+  ];
+  for (const first of rounds[0] ?? []) {
+    const runs = rounds.map((r) => r.find((m) => m.name === first.name)).filter((m): m is MigrationResult => m !== undefined);
+    const tables = [...new Set(runs.flatMap((r) => r.blocked.map((b) => b.table)))];
+    const blocked = tables
+      .map((t) => {
+        const w = runs.map((r) => r.blocked.find((b) => b.table === t)?.writesMs ?? 0);
+        const rd = runs.map((r) => r.blocked.find((b) => b.table === t)?.readsMs ?? 0);
+        return `${t.replace('timeout_center.', '')} ${Math.round(median(w))} ms${median(rd) > 0 ? ` (${Math.round(median(rd))} ms)` : ''}`;
+      })
+      .join(', ');
+    const waited = runs.filter((r) => r.inserts.waits.some((w) => w.blockedByMigration)).length;
+    lines.push(
+      `| ${first.name} | ${fmt(runs.map((r) => r.durationMs))} | ${blocked || 'none'} | ${fmt(runs.map((r) => r.inserts.maxMs))} | ${waited}/${runs.length} rounds |`,
+    );
   }
   return lines.join('\n');
 }
