@@ -184,7 +184,7 @@ export function readDirectives(sql: string): Directives {
       out.problems.push({
         ...at,
         problem: `unknown or malformed directive tc:${name}${rest ? ` ${rest}` : ''}`,
-        safe: 'the directives are `-- tc:no-transaction`, `-- tc:oldest-code X.Y.Z` and `-- tc:unread-since X.Y.Z schema.table[.column]` (docs/upgrading.md)',
+        safe: 'the directives are `-- tc:no-transaction`, `-- tc:oldest-code X.Y.Z` and `-- tc:unread-since X.Y.Z schema.table[.column]` (docs/writing-migrations.md)',
       });
   });
   return out;
@@ -298,7 +298,7 @@ function notNullColumn(expr: unknown): string | undefined {
 
 interface Knowledge {
   tables: Set<string>;
-  /** constraint name -> what it proves */
+  /** 'schema.table:constraint' -> what it proves */
   checks: Map<string, { table: string; notNull?: string; valid: boolean }>;
   oldestCode: string;
 }
@@ -624,10 +624,10 @@ function checkStatement(raw: RawStmt, st: FileState, known: Knowledge, flag: Fla
 
 function recordCheck(c: Obj, table: string, known: Knowledge, st: FileState): void {
   if (c['contype'] !== 'CONSTR_CHECK') return;
-  const name = (c['conname'] as string | undefined) ?? `(unnamed check ${known.checks.size})`;
+  const key = `${table}:${(c['conname'] as string | undefined) ?? `(unnamed check ${known.checks.size})`}`;
   const col = notNullColumn(c['raw_expr']);
-  known.checks.set(name, { table, ...(col ? { notNull: col } : {}), valid: !c['skip_validation'] });
-  st.addedConstraints.add(name);
+  known.checks.set(key, { table, ...(col ? { notNull: col } : {}), valid: !c['skip_validation'] });
+  st.addedConstraints.add(key);
 }
 
 /** A drop, rename or truncate of something the previous release may read: allowed only with a
@@ -818,12 +818,13 @@ function checkAlterTable(s: Obj, st: FileState, known: Knowledge, flag: Flag, no
       }
       case 'AT_ValidateConstraint': {
         const name = column ?? '';
-        const c = known.checks.get(name);
+        const key = `${table}:${name}`;
+        const c = known.checks.get(key);
         const otherAlters = [...st.alteredTables].filter((t) => known.tables.has(t));
-        if (st.addedConstraints.has(name) || (otherAlters.length > 0 && !noTx)) {
+        if (st.addedConstraints.has(key) || (otherAlters.length > 0 && !noTx)) {
           flag(
             'validate-separately',
-            st.addedConstraints.has(name)
+            st.addedConstraints.has(key)
               ? `VALIDATE CONSTRAINT ${name} in the migration that adds it: the ADD's lock is held until this transaction commits, so the validating scan runs under it and writes wait for it (NOT VALID bought nothing)`
               : `VALIDATE CONSTRAINT ${name} after an ALTER TABLE of ${otherAlters.join(', ')} in the same transaction: that ALTER's lock is held until COMMIT, so the validating scan of ${table} runs under it and writers of ${otherAlters.join(', ')} wait for it`,
             `ALTER TABLE ${table} VALIDATE CONSTRAINT ${name} alone in a later migration (its SHARE UPDATE EXCLUSIVE lock lets writes go on)`,
