@@ -386,8 +386,9 @@ function blockedTables(locks: LockSeen[], durationMs: number, tables: Set<string
   for (const table of new Set(locks.map((l) => l.relation))) {
     if (!tables.has(table)) continue;
     const mine = locks.filter((l) => l.relation === table);
-    const writes = mine.filter((l) => BLOCKS_WRITES.has(l.mode)).map((l) => l.firstMs);
-    const reads = mine.filter((l) => l.mode === 'AccessExclusiveLock').map((l) => l.firstMs);
+    // A sample taken just before BEGIN may report a lock taken just after: clamp to BEGIN.
+    const writes = mine.filter((l) => BLOCKS_WRITES.has(l.mode)).map((l) => Math.max(0, l.firstMs));
+    const reads = mine.filter((l) => l.mode === 'AccessExclusiveLock').map((l) => Math.max(0, l.firstMs));
     if (writes.length === 0) continue;
     out.push({
       table,
