@@ -25,6 +25,7 @@
 //   --rounds <r>        whole upgrades, each on a fresh database (default 1)
 //   --out <file>        raw results (default docs/bench/migration-locks.json)
 //   --summarize <file>  print the median table of earlier raw results, run nothing
+//   --compare <file>    with --summarize: a column with the times of a run at another --rows
 //   --help              this text
 import { readFileSync, writeFileSync } from 'node:fs';
 import { cpus, loadavg } from 'node:os';
@@ -42,6 +43,7 @@ const { values: args } = parseArgs({
     'sample-ms': { type: 'string' },
     rounds: { type: 'string' },
     summarize: { type: 'string' },
+    compare: { type: 'string' },
     out: { type: 'string' },
     help: { type: 'boolean', short: 'h', default: false },
   },
@@ -52,8 +54,10 @@ if (args.help) {
   process.exit(0);
 }
 if (args.summarize) {
-  const raw = JSON.parse(readFileSync(args.summarize, 'utf8')) as { rows: number; rounds: MigrationResult[][] };
-  console.log(medianTable(raw.rounds, raw.rows));
+  type Raw = { rows: number; rounds: MigrationResult[][] };
+  const raw = JSON.parse(readFileSync(args.summarize, 'utf8')) as Raw;
+  const compare = args.compare ? (JSON.parse(readFileSync(args.compare, 'utf8')) as Raw) : undefined;
+  console.log(medianTable(raw.rounds, raw.rows, compare));
   process.exit(0);
 }
 const counts = positiveCounts(
@@ -481,27 +485,64 @@ function median(xs: number[]): number {
   return s.length % 2 ? s[mid]! : (s[mid - 1]! + s[mid]!) / 2;
 }
 
-/** One row per migration, the median over rounds (min-max when there are several). */
-function medianTable(rounds: MigrationResult[][], rows: number): string {
-  const fmt = (xs: number[]) =>
-    xs.length > 1 ? `${Math.round(median(xs))} ms (${Math.round(Math.min(...xs))}-${Math.round(Math.max(...xs))})` : `${Math.round(xs[0]!)} ms`;
+function duration(ms: number): string {
+  if (ms >= 10_000) return `${Math.round(ms / 1000)} s`;
+  if (ms >= 1000) return `${(ms / 1000).toFixed(1)} s`;
+  return `${Math.round(ms)} ms`;
+}
+
+/** The write-blocking modes a migration took on a table, in the order it took them, up to ACCESS
+ *  EXCLUSIVE (anything after it changes nothing for others). */
+function modeSequence(r: MigrationResult, table: string): string {
+  // (here, not at the top level: --summarize runs before the module's constants are set)
+  const MODE_NAMES: Record<string, string> = {
+    ShareLock: 'SHARE',
+    ShareRowExclusiveLock: 'SHARE ROW EXCLUSIVE',
+    ExclusiveLock: 'EXCLUSIVE',
+    AccessExclusiveLock: 'ACCESS EXCLUSIVE',
+  };
+  const seen = r.locks
+    .filter((l) => l.relation === table && MODE_NAMES[l.mode])
+    .map((l) => ({ at: Math.max(0, l.firstMs), rank: Object.keys(MODE_NAMES).indexOf(l.mode), mode: l.mode }))
+    .sort((a, b) => a.at - b.at || a.rank - b.rank);
+  const ae = seen.find((l) => l.mode === 'AccessExclusiveLock');
+  const kept = ae ? [...seen.filter((l) => l.at < ae.at), ae] : seen;
+  return [...new Set(kept.map((l) => MODE_NAMES[l.mode]!))].join(' then ');
+}
+
+/**
+ * One row per migration: the locks that stopped others (the median over rounds of how long, per
+ * table), its time (median, and the range over rounds), its time in a second run at another size
+ * (`compare`, to tell what grows with the rows), and what a concurrent INSERT into timeouts did.
+ */
+function medianTable(rounds: MigrationResult[][], rows: number, compare?: { rows: number; rounds: MigrationResult[][] }): string {
+  const range = (xs: number[]) => (xs.length > 1 ? `${duration(median(xs))} (${duration(Math.min(...xs))}-${duration(Math.max(...xs))})` : duration(xs[0]!));
   const lines = [
-    `| migration | time at ${rows.toLocaleString('en')} rows | writes shut out (reads shut out) per table | longest INSERT into timeouts | inserts waited on it |`,
-    '|---|---:|---|---:|---|',
+    `| migration | lock and table: how long others wait | time at ${rows.toLocaleString('en')} rows |${compare ? ` at ${compare.rows.toLocaleString('en')} |` : ''} an INSERT into timeouts meanwhile |`,
+    `|---|---|---:|${compare ? '---:|' : ''}---|`,
   ];
   for (const first of rounds[0] ?? []) {
     const runs = rounds.map((r) => r.find((m) => m.name === first.name)).filter((m): m is MigrationResult => m !== undefined);
-    const tables = [...new Set(runs.flatMap((r) => r.blocked.map((b) => b.table)))];
-    const blocked = tables
+    const tables = [...new Set(runs.flatMap((r) => r.blocked.map((b) => b.table)))].sort();
+    const locks = tables
       .map((t) => {
-        const w = runs.map((r) => r.blocked.find((b) => b.table === t)?.writesMs ?? 0);
-        const rd = runs.map((r) => r.blocked.find((b) => b.table === t)?.readsMs ?? 0);
-        return `${t.replace('timeout_center.', '')} ${Math.round(median(w))} ms${median(rd) > 0 ? ` (${Math.round(median(rd))} ms)` : ''}`;
+        const w = median(runs.map((r) => r.blocked.find((b) => b.table === t)?.writesMs ?? 0));
+        const rd = median(runs.map((r) => r.blocked.find((b) => b.table === t)?.readsMs ?? 0));
+        const who =
+          rd === 0
+            ? `writes wait ${duration(w)}`
+            : Math.abs(rd - w) > Math.max(5, 0.1 * w)
+              ? `writes wait ${duration(w)}, reads ${duration(rd)}`
+              : `reads and writes wait ${duration(w)}`;
+        return `${t.replace('timeout_center.', '')} ${modeSequence(runs[0]!, t)}: ${who}`;
       })
-      .join(', ');
+      .join('; ');
     const waited = runs.filter((r) => r.inserts.waits.some((w) => w.blockedByMigration)).length;
+    const longest = duration(median(runs.map((r) => r.inserts.maxMs)));
+    const insert = waited > 0 ? `waits, up to ${longest} (${waited}/${runs.length} rounds)` : `no wait (longest ${longest})`;
+    const other = compare?.rounds.map((r) => r.find((m) => m.name === first.name)?.durationMs).filter((d): d is number => d !== undefined) ?? [];
     lines.push(
-      `| ${first.name} | ${fmt(runs.map((r) => r.durationMs))} | ${blocked || 'none'} | ${fmt(runs.map((r) => r.inserts.maxMs))} | ${waited}/${runs.length} rounds |`,
+      `| ${first.name} | ${locks || 'nothing that stops writes'} | ${range(runs.map((r) => r.durationMs))} |${compare ? ` ${other.length ? duration(median(other)) : '-'} |` : ''} ${insert} |`,
     );
   }
   return lines.join('\n');
