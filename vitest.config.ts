@@ -10,6 +10,7 @@ import { defineConfig } from 'vitest/config';
 const ALONE = [
   'test/docs/npm-start.test.ts',
   'test/docs/readme.test.ts',
+  'test/release/package.test.ts',
   'test/integration/flow-control.test.ts',
   'test/integration/target-rate-limit.test.ts',
   'test/integration/shutdown.test.ts',
@@ -31,6 +32,8 @@ const ALONE = [
   'test/faults/payment-race.test.ts',
   'test/faults/settle-race.test.ts',
   'test/faults/settle-external-race.test.ts',
+  // upgrades with work in flight: inserts wait at most 200 ms and closes pause at most 2 s
+  'test/upgrade/upgrade.test.ts',
 ];
 
 const shared = {

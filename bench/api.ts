@@ -281,6 +281,13 @@ try {
     { what: 'wrong type', status: 400, code: 'invalid_request', send: raw(JSON.stringify({ ...one, bizId: 1 })) },
     { what: 'unknown kind', status: 400, code: 'unknown_kind', send: raw(JSON.stringify({ ...one, kind: 'order.nope' })) },
     { what: 'year 10000', status: 400, code: 'invalid_request', send: raw(JSON.stringify({ kind: KIND, bizId: 'bad-2', dueAt: '10000-01-01T00:00:00Z' })) },
+    { what: 'NUL in bizId', status: 400, code: 'invalid_request', send: raw(JSON.stringify({ ...one, bizId: 'bad-\u0000' })) },
+    {
+      what: 'lone surrogate in a payload',
+      status: 400,
+      code: 'invalid_request',
+      send: raw(JSON.stringify({ ...one, bizId: 'bad-3', payload: { note: '\ud800' } })),
+    },
     { what: 'over the size limit', status: 413, code: 'body_too_large', send: oversize },
     { what: 'no token', status: 401, code: 'unauthenticated', send: raw(JSON.stringify(one), { authorization: '' }) },
     { what: 'token of another kind', status: 403, code: 'forbidden', send: raw(JSON.stringify(one), { authorization: `Bearer ${OTHER_TOKEN}` }) },

@@ -16,7 +16,7 @@
 //                   N / K shards one after another
 // and prints microseconds per timeout of each statement, the external path's in all (center and
 // business), and their ratio: on a box where CPU is the bound, about what the external path can
-// reach against the same-database one (docs/benchmarks.md, "The sixth pass").
+// reach against the same-database one (docs/benchmarks.md, "Business databases and stores").
 //
 //   --n <count>          due timeouts (default 40,000)
 //   --k <rows>           rows per shard (default 5,000, the external path's largest shard)

@@ -1,7 +1,10 @@
-// npm run bench:redis [-- --n 200000 --rounds 3]: the same burst through one Redis and through a
-// local Redis Cluster of 3 masters (issue 26), interleaved rounds (single, cluster, cluster,
+// npm run bench:redis [-- --n 200000 --rounds 3 --out file.json]: the same burst through one Redis
+// and through a local Redis Cluster of 3 masters, interleaved rounds (single, cluster, cluster,
 // single, ...), each on a fresh database of the bench's PostgreSQL; end times read at commit like
-// every burst (bench/lib/workloads.ts). Prints each round and the ratio of the median rates.
+// every burst (bench/lib/workloads.ts). Prints each round and the ratio of the median rates, and
+// writes the same figures to --out (docs/bench/redis-cluster.json is the one docs/benchmarks.md cites).
+import { writeFileSync } from 'node:fs';
+import { loadavg } from 'node:os';
 import { parseArgs } from 'node:util';
 import { startBenchServer } from './lib/server.ts';
 import { Status } from './lib/status.ts';
@@ -11,7 +14,7 @@ import { killAll } from '../test/helpers/processes.ts';
 import { startRedisCluster } from '../test/helpers/redis-ha.ts';
 import { stopAllServers } from '../test/helpers/servers.ts';
 
-const { values: args } = parseArgs({ options: { n: { type: 'string' }, rounds: { type: 'string' } }, strict: true });
+const { values: args } = parseArgs({ options: { n: { type: 'string' }, rounds: { type: 'string' }, out: { type: 'string' } }, strict: true });
 const n = Number((args.n ?? '200000').replace(/_/g, ''));
 const rounds = Number(args.rounds ?? '3');
 const variant = VARIANTS.find((v) => v.id === 'tc-default')!;
@@ -34,15 +37,19 @@ try {
   }
   const single = median(rates.single);
   const clustered = median(rates.cluster);
-  console.log(
-    JSON.stringify({
-      n,
-      rounds,
-      singleRates: rates.single.map(Math.round),
-      clusterRates: rates.cluster.map(Math.round),
-      ratio: Number((clustered / single).toFixed(3)),
-    }),
-  );
+  const figures = {
+    at: new Date().toISOString(),
+    n,
+    rounds,
+    singleRates: rates.single.map(Math.round),
+    clusterRates: rates.cluster.map(Math.round),
+    singleMedian: Math.round(single),
+    clusterMedian: Math.round(clustered),
+    ratio: Number((clustered / single).toFixed(3)),
+    loadAverageAtEnd: loadavg().map((x) => Number(x.toFixed(1))),
+  };
+  console.log(JSON.stringify(figures));
+  if (args.out) writeFileSync(args.out, `${JSON.stringify(figures, null, 2)}\n`);
 } finally {
   await killAll();
   await stopAllServers();

@@ -128,7 +128,7 @@ function ms(q: { p50: number; p99: number }): string {
 async function main(): Promise<number> {
   if (args['report-only']) {
     const r = JSON.parse(readFileSync(join(outDir, 'bench', 'results.json'), 'utf8')) as Results;
-    const path = writeReport(r, outDir, 'benchmarks.md', analysis());
+    const path = writeReport(r, outDir, 'benchmarks.md', analysis(), otherBenches());
     process.stdout.write(`${table(r)}\n\nwrote ${path}\n`);
     return 0;
   }
@@ -285,7 +285,7 @@ async function main(): Promise<number> {
   await srv.stop();
   if (leaked.length > 0) results.meta.notes.push(`processes still running at the end (killed): ${leaked.join(', ')}`);
 
-  const path = writeReport(results, outDir, 'benchmarks.md', smoke || args.tune ? '' : analysis());
+  const path = writeReport(results, outDir, 'benchmarks.md', smoke || args.tune ? '' : analysis(), smoke || args.tune ? '' : otherBenches());
   process.stdout.write(`\n${table(results)}\n\n`);
   for (const t of targets(results))
     process.stdout.write(`${t.met === null ? 'info  ' : t.met ? 'met   ' : 'MISSED'} ${t.name}: ${t.actual} (target ${t.target})\n`);
@@ -300,11 +300,14 @@ async function main(): Promise<number> {
   return failed > 0 || incorrect.length > 0 ? 1 : 0;
 }
 
-/** Hand-written analysis included in docs/benchmarks.md (bench/analysis.md). */
-function analysis(): string {
-  const p = join(root, 'bench', 'analysis.md');
+/** Hand-written text of docs/benchmarks.md: the method, the figures and what bounds them (bench/analysis.md,
+ *  after the targets) and the other benches' figures (bench/other-benches.md, at the end). */
+function handWritten(name: string): string {
+  const p = join(root, 'bench', name);
   return existsSync(p) ? readFileSync(p, 'utf8') : '';
 }
+const analysis = () => handWritten('analysis.md');
+const otherBenches = () => handWritten('other-benches.md');
 
 main().then(
   (code) => process.exit(code),

@@ -21,7 +21,10 @@
 //   --n <count>            pending timeouts (default 500,000)
 //   --only <variants>      comma separated (default all; see VARIANTS below)
 //   --workloads <names>    comma separated (default bench,readme,orders,uuid)
+//   --out <file>           also write the figures as JSON here (docs/bench/storage.json is the one
+//                          docs/scale.md cites)
 //   --help                 this text
+import { writeFileSync } from 'node:fs';
 import { parseArgs } from 'node:util';
 import pg from 'pg';
 import { pino } from 'pino';
@@ -37,6 +40,7 @@ const { values: args } = parseArgs({
     n: { type: 'string' },
     only: { type: 'string' },
     workloads: { type: 'string' },
+    out: { type: 'string' },
     help: { type: 'boolean', short: 'h', default: false },
   },
   strict: true,
@@ -299,6 +303,9 @@ async function main(): Promise<void> {
     const chosen = VARIANTS.filter((v) => names.includes(v.name));
     console.log(`${N.toLocaleString('en')} pending timeouts per run, inserted the README's way, then VACUUM; bytes per pending timeout`);
     const totals = new Map<string, Map<string, number>>();
+    // bytes per pending timeout, per variant and workload, for --out
+    const figures: { variant: string; workload: string; total: number; heap: number; toast: number; indexes: Record<string, number> }[] = [];
+    const perTimeout = (bytes: number) => Number((bytes / N).toFixed(1));
     for (const w of workloads) {
       console.log(`\n### workload ${w} (biz_id ${WORKLOADS[w]!.bizId}, payload ${WORKLOADS[w]!.payload})\n`);
       console.log('| variant | total | heap | TOAST | indexes (each, the empty partial ones left out) |\n|---|---:|---:|---:|---|');
@@ -310,6 +317,14 @@ async function main(): Promise<void> {
           .join(', ');
         const empty = Object.values(s.indexes).filter((size) => size <= 8192 * 2).length;
         console.log(`| ${v.name} | **${b(s.total)}** | ${b(s.heap)} | ${b(s.toast)} | ${idx}; ${empty} empty partial indexes |`);
+        figures.push({
+          variant: v.name,
+          workload: w,
+          total: perTimeout(s.total),
+          heap: perTimeout(s.heap),
+          toast: perTimeout(s.toast),
+          indexes: Object.fromEntries(Object.entries(s.indexes).map(([name, size]) => [name, perTimeout(size)])),
+        });
         if (!totals.has(v.name)) totals.set(v.name, new Map());
         totals.get(v.name)!.set(w, s.total / N);
       }
@@ -317,6 +332,13 @@ async function main(): Promise<void> {
     console.log(`\n| variant | ${workloads.join(' | ')} | what changes |\n|---|${workloads.map(() => '---:').join('|')}|---|`);
     for (const v of chosen) {
       console.log(`| ${v.name} | ${workloads.map((w) => totals.get(v.name)!.get(w)!.toFixed(1)).join(' | ')} | ${v.what} |`);
+    }
+    if (args.out) {
+      const what = Object.fromEntries(chosen.map((v) => [v.name, v.what]));
+      writeFileSync(
+        args.out,
+        `${JSON.stringify({ at: new Date().toISOString(), n: N, unit: 'bytes per pending timeout', variants: what, figures }, null, 2)}\n`,
+      );
     }
   } finally {
     await server.stop();

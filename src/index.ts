@@ -21,3 +21,5 @@ export type { ShardChannel, ShardMessage, ShardDelivery } from './transport/chan
 export { createApiClient } from './api/client.js';
 export type { ApiClient, ApiClientOptions, ApiPaths, ApiComponents } from './api/client.js';
 export type { SettleFn } from './api/backend.js';
+// The package's version (package.json), as `timeout-center --version` prints it.
+export { VERSION } from './version.js';

@@ -12,7 +12,9 @@ import { Leadership } from './coordinator/leadership.js';
 import { syncKinds } from './db/kinds.js';
 import { syncRoutes } from './db/routes.js';
 import { syncTargets } from './db/targets.js';
-import { assertMigrated } from './db/migrate.js';
+import { checkSchemaContract, judgeSchema, readSchemaContract, thisBuild, type SchemaContractError } from './release/schema-contract.js';
+import { ProcessRegistry } from './release/process-registry.js';
+import { VERSION } from './version.js';
 import { createPool } from './db/pool.js';
 import { reachedHost, reachedHosts } from './db/reached-hosts.js';
 import { startHealthServer, type HealthServer } from './observability/http.js';
@@ -70,6 +72,9 @@ export interface RuntimeOptions {
   embedded?: { channel: ShardChannel; leaderLock: LeaderLock };
   /** More services of the process (the console of `--console`): started last, stopped first. */
   services?: Service[];
+  /** The schema changed under the running process to one this version may not run on
+   *  (process-registry.ts): the CLI stops the process and exits 3. Default: the runtime stops. */
+  onIncompatibleSchema?: (err: SchemaContractError) => void;
 }
 
 export interface Runtime {
@@ -132,7 +137,10 @@ export async function startRuntime(options: RuntimeOptions): Promise<Runtime> {
           await checkRedis(redisChannel, describeTarget(config.redisConnection));
           logger.info(redisChannel.describe(), `Redis: ${redisChannel.mode}`);
         }
-        await assertMigrated(pool);
+        // The schema contract (docs/upgrading.md): refuses a schema older than this build needs,
+        // or one migrated past what this version may run on; runs on a newer compatible one.
+        const verdict = await checkSchemaContract(pool);
+        logger.info({ version: VERSION, schema: verdict.state }, verdict.message);
         await syncKinds(pool, config.kinds);
         await syncRoutes(pool, config.kinds);
         await syncTargets(pool, config.businessDatabases);
@@ -141,6 +149,17 @@ export async function startRuntime(options: RuntimeOptions): Promise<Runtime> {
       () => {},
     ),
   ];
+  // This process in timeout_center.processes (its version, for `status`, the console and migrate),
+  // and the schema contract read again every 5 s.
+  const stopper: { stop?: () => Promise<void> } = {};
+  services.push(
+    new ProcessRegistry({
+      pool,
+      role,
+      logger,
+      onIncompatible: options.onIncompatibleSchema ?? (() => void stopper.stop?.()),
+    }),
+  );
   if (options.worker) {
     const w = new Worker({ config, pool, channel, metrics, logger });
     options.configureWorker?.(w);
@@ -212,6 +231,13 @@ export async function startRuntime(options: RuntimeOptions): Promise<Runtime> {
                 ? { redis: async () => (await redisChannel.ping(), { ok: true, ...redisChannel.describe() }) }
                 : { channel: async () => ({ ok: true, transport: 'in-process' }) }),
               ...(c ? { coordinator: async () => ({ ok: true, leader: c.isLeader }) } : {}),
+              // This build and the schema it meets: not ready once the schema was migrated past
+              // what this version runs (the process then stops: process-registry.ts).
+              schema: async () => {
+                const verdict = judgeSchema(await readSchemaContract(pool), thisBuild());
+                if (!verdict.ok) throw new Error(verdict.message);
+                return { ok: true, version: VERSION, state: verdict.state };
+              },
             },
           });
         },
@@ -224,6 +250,7 @@ export async function startRuntime(options: RuntimeOptions): Promise<Runtime> {
   await process_.start();
 
   let stopping: Promise<void> | undefined;
+  stopper.stop = () => (stopping ??= process_.stop());
   return {
     coordinator,
     worker,

@@ -5,6 +5,7 @@ import { InputError } from './input-error.js';
 import { CompiledQuery, type Kysely, type Transaction } from 'kysely';
 import { sql, type BoundStatement } from './db/queries.js';
 import { activeTraceparent, parseTraceparent } from './observability/tracing.js';
+import { codePointLength, isStorable, NOT_STORABLE, payloadProblem } from './storable-text.js';
 
 /** Anything that can run a parameterised query: pg.Client, pg.PoolClient, pg.Pool. */
 export interface PgQueryable {
@@ -70,15 +71,29 @@ function isCitus(db: Executor): Promise<boolean> {
   return found;
 }
 
-function bizIdText(bizId: ScheduleInput['bizId']): string {
+/** The biz_id as text: 1 to 200 characters (code points, as the table's CHECK counts them) that
+ *  PostgreSQL can store (src/storable-text.ts). */
+export function bizIdText(bizId: ScheduleInput['bizId']): string {
   const text = typeof bizId === 'string' ? bizId : String(bizId);
-  if (text.length === 0 || text.length > 200) throw new TimeoutInputError(`bizId must be 1 to 200 characters, got ${JSON.stringify(text)}`);
+  if (text.length === 0 || (text.length > 200 && codePointLength(text) > 200))
+    throw new TimeoutInputError(`bizId must be 1 to 200 characters, got ${JSON.stringify(text)}`);
+  if (!isStorable(text)) throw new TimeoutInputError(`bizId ${NOT_STORABLE}: ${JSON.stringify(text)}`);
   return text;
 }
 
 function checkKind(kind: unknown): string {
   if (typeof kind !== 'string' || kind.length === 0) throw new TimeoutInputError('kind is required (e.g. "order.unpaid")');
+  if (!isStorable(kind)) throw new TimeoutInputError(`kind ${NOT_STORABLE}: ${JSON.stringify(kind)}`);
   return kind;
+}
+
+/** The payload as the jsonb text the statements take, or null; refused when PostgreSQL could not
+ *  store it (src/storable-text.ts). */
+function payloadText(payload: unknown): string | null {
+  if (payload === undefined) return null;
+  const problem = payloadProblem(payload);
+  if (problem) throw new TimeoutInputError(`payload${problem.path.map((p) => `.${p}`).join('')} ${problem.message}`);
+  return JSON.stringify(payload);
 }
 
 function dueArgs(input: { dueAt?: Date | undefined; delayMs?: number | undefined }): [Date | null, number | null] {
@@ -124,7 +139,7 @@ export async function schedule(db: Executor, input: ScheduleInput): Promise<Sche
   const kind = checkKind(input.kind);
   const bizId = bizIdText(input.bizId);
   const [dueAt, delayMs] = dueArgs(input);
-  const payload = input.payload === undefined ? null : JSON.stringify(input.payload);
+  const payload = payloadText(input.payload);
   const traceParent = traceParentOf(input.traceparent);
   try {
     const inputs = { kind, bizId, dueAt, delayMs, payload };

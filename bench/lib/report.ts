@@ -224,12 +224,12 @@ function shardTable(r: Results): string {
   return lines.length > 2 ? lines.join('\n') : '';
 }
 
+/** The top statements of timeout-center's fastest setting and of the reference, side by side. */
 function statementTable(r: Results): string {
   const out: string[] = [];
+  const shown = new Set([bestBySystem(r).get('timeout-center')?.variant, reference(r)?.variant]);
   for (const b of r.burst) {
-    if (!b.statements?.length) continue;
-    const sys = system(r, b.variant);
-    if (sys !== 'timeout-center' && sys !== 'minimal-sql') continue;
+    if (!b.statements?.length || !shown.has(b.variant)) continue;
     const total = b.statements.reduce((t, x) => t + x.totalMs, 0) || 1;
     out.push(`**${label(r, b.variant)}** (top statements by execution time; pg_stat_statements, every process of the system)`, '');
     out.push('| statement | calls | rows | total ms | share | mean ms |', '|---|---:|---:|---:|---:|---:|');
@@ -317,7 +317,7 @@ export function charts(r: Results): Record<string, string> {
   return out;
 }
 
-export function writeReport(r: Results, outDir: string, docName = 'benchmarks.md', extraMarkdown = ''): string {
+export function writeReport(r: Results, outDir: string, docName = 'benchmarks.md', extraMarkdown = '', appendixMarkdown = ''): string {
   const chartDir = join(outDir, 'bench');
   mkdirSync(chartDir, { recursive: true });
   const svgs = charts(r);
@@ -438,6 +438,10 @@ export function writeReport(r: Results, outDir: string, docName = 'benchmarks.md
     md.push('## Run notes');
     md.push('');
     for (const n of r.meta.notes) md.push(`- ${n}`);
+    md.push('');
+  }
+  if (appendixMarkdown) {
+    md.push(appendixMarkdown.trim());
     md.push('');
   }
   const path = join(outDir, docName);

@@ -16,7 +16,7 @@ export const VARIANTS: Variant[] = [
     label: 'timeout-center (defaults, 4 database shards at once)',
     settings: { ...TC_DEFAULTS, databaseConcurrency: 4 },
   },
-  { id: 'tc-best', system: 'timeout-center', label: 'timeout-center (old best: shard 20,000 × 2, 4 in flight)', settings: { ...TC_BEST } },
+  { id: 'tc-best', system: 'timeout-center', label: 'timeout-center (hand-tuned: shard 20,000 × 2, 4 in flight)', settings: { ...TC_BEST } },
   // The physical reference: the limit statement on the minimal schema (bench/lib/limit.ts), two
   // connections, both spellings, several k. The best of these is the "× minimal limit" reference.
   { id: 'min-1000-array', system: 'minimal-sql', label: 'minimal limit k=1000, ARRAY', settings: { connections: 2, limit: 1000, form: 'array' } },

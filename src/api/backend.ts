@@ -16,7 +16,16 @@ export type SettleFn = (
   db: PgQueryable,
   kind: string,
   bizId: string,
-) => Promise<SettleOutcome | { outcome: SettleOutcome; detail?: string | undefined; state?: string | undefined; shardId?: number | undefined }>;
+) => Promise<
+  | SettleOutcome
+  | {
+      outcome: SettleOutcome;
+      detail?: string | undefined;
+      state?: string | undefined;
+      result?: 'applied' | 'skipped' | undefined;
+      shardId?: number | undefined;
+    }
+>;
 
 export interface ApiBackendOptions {
   center: PgQueryable;
@@ -35,15 +44,6 @@ type Due = { dueAt: Date } | { delayMs: number };
 
 function due(input: { dueAt: string } | { delayMs: number }): Due {
   return 'dueAt' in input ? { dueAt: new Date(input.dueAt) } : { delayMs: input.delayMs };
-}
-
-/** The biz_id as the database stores it: a lone UTF-16 surrogate (which no UTF-8 text can hold)
- *  becomes U+FFFD, as the pg client's encoding of a text parameter makes it. Pairing the batch's
- *  answer rows (schedule_batch.sql) and refusing a timeout named twice go by this form. */
-const LONE_SURROGATE = /[\ud800-\udbff](?![\udc00-\udfff])|(?<![\ud800-\udbff])[\udc00-\udfff]/g;
-function wellFormed(s: string): string {
-  LONE_SURROGATE.lastIndex = 0;
-  return LONE_SURROGATE.test(s) ? s.replace(LONE_SURROGATE, '\ufffd') : s;
 }
 
 const iso = (d: Date | string): string => new Date(d).toISOString();
@@ -121,7 +121,7 @@ export class ApiBackend {
     const seen = new Map<string, Map<string, number>>();
     for (let i = 0; i < n; i += 1) {
       const t = items[i]!;
-      const bizId = wellFormed(t.bizId);
+      const bizId = t.bizId;
       let ids = seen.get(t.kind);
       if (ids === undefined) {
         this.checkKind(t.kind, `timeouts.${i}.kind`);
@@ -299,11 +299,56 @@ export class ApiBackend {
       if (e.code === '0A000') throw new ApiError(501, 'not_implemented', String(e.message));
       throw err;
     }
-    if (typeof result === 'string') return { outcome: result };
-    const answer: SettleAnswer = { outcome: result.outcome };
-    if (result.detail !== undefined) answer.detail = result.detail;
-    if (result.state !== undefined) answer.state = result.state;
-    if (result.shardId !== undefined) answer.shardId = result.shardId;
+    const found = typeof result === 'string' ? { outcome: result } : result;
+    // Settle looks for a live timeout only (the history has no index by biz_id); the API tells a
+    // final one from none, as GET does, so a client needs no second call.
+    if (found.outcome === 'not_found') {
+      return (
+        (await this.finalTimeout(db, kind, bizId)) ?? {
+          outcome: 'not_found',
+          detail: `no timeout of ${kind} ${bizId}: never scheduled, or purged by retention`,
+        }
+      );
+    }
+    const answer: SettleAnswer = { outcome: found.outcome };
+    if (found.detail !== undefined) answer.detail = found.detail;
+    if (found.state !== undefined) answer.state = found.state;
+    if (found.result !== undefined) answer.result = found.result;
+    if (found.shardId !== undefined) answer.shardId = found.shardId;
+    return answer;
+  }
+
+  /** The latest final timeout of (kind, bizId) in db as settle answers it (already_final), or
+   *  undefined when there is none: never scheduled, or purged by retention. */
+  private async finalTimeout(db: PgQueryable, kind: string, bizId: string): Promise<SettleAnswer | undefined> {
+    const { text, values } = sql('api/latest_final', { kind, bizId });
+    const row = (await db.query(text, values)).rows[0] as
+      | {
+          state: string;
+          result: 'applied' | 'skipped' | null;
+          shard_id: string | null;
+          settled_by: string | null;
+          last_error: string | null;
+          finished_at: Date | null;
+        }
+      | undefined;
+    if (!row) return undefined;
+    const when = row.finished_at === null ? '' : ` at ${iso(row.finished_at)}`;
+    const how =
+      row.state === 'done'
+        ? row.settled_by !== null
+          ? `settled by ${row.settled_by}${row.shard_id === null ? '' : ` (shard ${row.shard_id})`}`
+          : `applied by shard ${row.shard_id}`
+        : row.state === 'failed'
+          ? `failed for good: ${row.last_error ?? 'no error recorded'}`
+          : 'cancelled';
+    const answer: SettleAnswer = {
+      outcome: 'already_final',
+      state: row.state,
+      detail: `final already: ${row.state}${row.result ? ` (${row.result})` : ''}, ${how}${when}`,
+    };
+    if (row.result !== null) answer.result = row.result;
+    if (row.shard_id !== null) answer.shardId = Number(row.shard_id);
     return answer;
   }
 }

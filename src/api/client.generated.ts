@@ -169,11 +169,11 @@ export interface components {
              */
             kind: string;
             /**
-             * @description The business object the timeout is for (1 to 200 characters).
+             * @description The business object the timeout is for: 1 to 200 characters (Unicode code points), any but NUL (\u0000) and lone UTF-16 surrogates, which PostgreSQL cannot store. In a path, percent-encoded UTF-8.
              * @example 42
              */
             bizId: string;
-            /** @description Any JSON, handed to the kind's handler with the timeout. */
+            /** @description Any JSON, handed to the kind's handler with the timeout (stored as jsonb): nested at most 64 levels, no NUL (\u0000) or lone UTF-16 surrogate in any string or key. Its size is bounded by the request body's: 4 MiB by default (api.bodyLimitBytes), 413 body_too_large beyond. */
             payload?: unknown;
             /**
              * Format: date-time
@@ -187,11 +187,11 @@ export interface components {
              */
             kind: string;
             /**
-             * @description The business object the timeout is for (1 to 200 characters).
+             * @description The business object the timeout is for: 1 to 200 characters (Unicode code points), any but NUL (\u0000) and lone UTF-16 surrogates, which PostgreSQL cannot store. In a path, percent-encoded UTF-8.
              * @example 42
              */
             bizId: string;
-            /** @description Any JSON, handed to the kind's handler with the timeout. */
+            /** @description Any JSON, handed to the kind's handler with the timeout (stored as jsonb): nested at most 64 levels, no NUL (\u0000) or lone UTF-16 surrogate in any string or key. Its size is bounded by the request body's: 4 MiB by default (api.bodyLimitBytes), 413 body_too_large beyond. */
             payload?: unknown;
             /** @description Due this many milliseconds after the database's now() (the center's clock, not yours). Give this or dueAt. */
             delayMs: number;
@@ -214,11 +214,11 @@ export interface components {
                  */
                 kind: string;
                 /**
-                 * @description The business object the timeout is for (1 to 200 characters).
+                 * @description The business object the timeout is for: 1 to 200 characters (Unicode code points), any but NUL (\u0000) and lone UTF-16 surrogates, which PostgreSQL cannot store. In a path, percent-encoded UTF-8.
                  * @example 42
                  */
                 bizId: string;
-                /** @description Any JSON, handed to the kind's handler with the timeout. */
+                /** @description Any JSON, handed to the kind's handler with the timeout (stored as jsonb): nested at most 64 levels, no NUL (\u0000) or lone UTF-16 surrogate in any string or key. Its size is bounded by the request body's: 4 MiB by default (api.bodyLimitBytes), 413 body_too_large beyond. */
                 payload?: unknown;
                 /**
                  * Format: date-time
@@ -232,11 +232,11 @@ export interface components {
                  */
                 kind: string;
                 /**
-                 * @description The business object the timeout is for (1 to 200 characters).
+                 * @description The business object the timeout is for: 1 to 200 characters (Unicode code points), any but NUL (\u0000) and lone UTF-16 surrogates, which PostgreSQL cannot store. In a path, percent-encoded UTF-8.
                  * @example 42
                  */
                 bizId: string;
-                /** @description Any JSON, handed to the kind's handler with the timeout. */
+                /** @description Any JSON, handed to the kind's handler with the timeout (stored as jsonb): nested at most 64 levels, no NUL (\u0000) or lone UTF-16 surrogate in any string or key. Its size is bounded by the request body's: 4 MiB by default (api.bodyLimitBytes), 413 body_too_large beyond. */
                 payload?: unknown;
                 /** @description Due this many milliseconds after the database's now() (the center's clock, not yours). Give this or dueAt. */
                 delayMs: number;
@@ -294,7 +294,7 @@ export interface components {
         };
         SettleResponseInput: {
             /**
-             * @description applied: the kind's handler applied it now; skipped: its guard refused (e.g. already paid); not_due; paused; limited (the kind at its caps); busy (a worker holds it); already_final; not_found (no live timeout); unsupported (its handler runs outside the database that holds it: left to the scan); failed (the handler raised: rolled back, left to the scan).
+             * @description applied: the kind's handler applied it now; skipped: its guard refused (e.g. already paid); not_due; paused; limited (the kind at its caps); busy (a worker holds it); already_final: it is done, cancelled or failed already (state and result say how, shardId which shard applied it), nothing changed; not_found: no timeout of this kind and bizId was ever scheduled (or retention purged it); unsupported (its handler runs outside the database that holds it: left to the scan); failed (the handler raised: rolled back, left to the scan).
              * @enum {string}
              */
             outcome: "applied" | "skipped" | "not_due" | "paused" | "limited" | "busy" | "already_final" | "not_found" | "unsupported" | "failed";
@@ -302,7 +302,12 @@ export interface components {
             detail?: string;
             /** @description The timeout state after settle, when one was found. */
             state?: string;
-            /** @description The shard that holds or applied it (busy, already_final). */
+            /**
+             * @description For a done timeout (applied, skipped, already_final): whether its handler changed the object (applied) or its guard refused (skipped).
+             * @enum {string}
+             */
+            result?: "applied" | "skipped";
+            /** @description The shard that holds or applied it (busy, already_final); none for one settle applied in the database. */
             shardId?: number;
         };
         ErrorInput: {
@@ -321,11 +326,11 @@ export interface components {
              */
             kind: string;
             /**
-             * @description The business object the timeout is for (1 to 200 characters).
+             * @description The business object the timeout is for: 1 to 200 characters (Unicode code points), any but NUL (\u0000) and lone UTF-16 surrogates, which PostgreSQL cannot store. In a path, percent-encoded UTF-8.
              * @example 42
              */
             bizId: string;
-            /** @description Any JSON, handed to the kind's handler with the timeout. */
+            /** @description Any JSON, handed to the kind's handler with the timeout (stored as jsonb): nested at most 64 levels, no NUL (\u0000) or lone UTF-16 surrogate in any string or key. Its size is bounded by the request body's: 4 MiB by default (api.bodyLimitBytes), 413 body_too_large beyond. */
             payload?: unknown;
             /**
              * Format: date-time
@@ -339,11 +344,11 @@ export interface components {
              */
             kind: string;
             /**
-             * @description The business object the timeout is for (1 to 200 characters).
+             * @description The business object the timeout is for: 1 to 200 characters (Unicode code points), any but NUL (\u0000) and lone UTF-16 surrogates, which PostgreSQL cannot store. In a path, percent-encoded UTF-8.
              * @example 42
              */
             bizId: string;
-            /** @description Any JSON, handed to the kind's handler with the timeout. */
+            /** @description Any JSON, handed to the kind's handler with the timeout (stored as jsonb): nested at most 64 levels, no NUL (\u0000) or lone UTF-16 surrogate in any string or key. Its size is bounded by the request body's: 4 MiB by default (api.bodyLimitBytes), 413 body_too_large beyond. */
             payload?: unknown;
             /** @description Due this many milliseconds after the database's now() (the center's clock, not yours). Give this or dueAt. */
             delayMs: number;
@@ -366,11 +371,11 @@ export interface components {
                  */
                 kind: string;
                 /**
-                 * @description The business object the timeout is for (1 to 200 characters).
+                 * @description The business object the timeout is for: 1 to 200 characters (Unicode code points), any but NUL (\u0000) and lone UTF-16 surrogates, which PostgreSQL cannot store. In a path, percent-encoded UTF-8.
                  * @example 42
                  */
                 bizId: string;
-                /** @description Any JSON, handed to the kind's handler with the timeout. */
+                /** @description Any JSON, handed to the kind's handler with the timeout (stored as jsonb): nested at most 64 levels, no NUL (\u0000) or lone UTF-16 surrogate in any string or key. Its size is bounded by the request body's: 4 MiB by default (api.bodyLimitBytes), 413 body_too_large beyond. */
                 payload?: unknown;
                 /**
                  * Format: date-time
@@ -384,11 +389,11 @@ export interface components {
                  */
                 kind: string;
                 /**
-                 * @description The business object the timeout is for (1 to 200 characters).
+                 * @description The business object the timeout is for: 1 to 200 characters (Unicode code points), any but NUL (\u0000) and lone UTF-16 surrogates, which PostgreSQL cannot store. In a path, percent-encoded UTF-8.
                  * @example 42
                  */
                 bizId: string;
-                /** @description Any JSON, handed to the kind's handler with the timeout. */
+                /** @description Any JSON, handed to the kind's handler with the timeout (stored as jsonb): nested at most 64 levels, no NUL (\u0000) or lone UTF-16 surrogate in any string or key. Its size is bounded by the request body's: 4 MiB by default (api.bodyLimitBytes), 413 body_too_large beyond. */
                 payload?: unknown;
                 /** @description Due this many milliseconds after the database's now() (the center's clock, not yours). Give this or dueAt. */
                 delayMs: number;
@@ -446,7 +451,7 @@ export interface components {
         };
         SettleResponse: {
             /**
-             * @description applied: the kind's handler applied it now; skipped: its guard refused (e.g. already paid); not_due; paused; limited (the kind at its caps); busy (a worker holds it); already_final; not_found (no live timeout); unsupported (its handler runs outside the database that holds it: left to the scan); failed (the handler raised: rolled back, left to the scan).
+             * @description applied: the kind's handler applied it now; skipped: its guard refused (e.g. already paid); not_due; paused; limited (the kind at its caps); busy (a worker holds it); already_final: it is done, cancelled or failed already (state and result say how, shardId which shard applied it), nothing changed; not_found: no timeout of this kind and bizId was ever scheduled (or retention purged it); unsupported (its handler runs outside the database that holds it: left to the scan); failed (the handler raised: rolled back, left to the scan).
              * @enum {string}
              */
             outcome: "applied" | "skipped" | "not_due" | "paused" | "limited" | "busy" | "already_final" | "not_found" | "unsupported" | "failed";
@@ -454,7 +459,12 @@ export interface components {
             detail?: string;
             /** @description The timeout state after settle, when one was found. */
             state?: string;
-            /** @description The shard that holds or applied it (busy, already_final). */
+            /**
+             * @description For a done timeout (applied, skipped, already_final): whether its handler changed the object (applied) or its guard refused (skipped).
+             * @enum {string}
+             */
+            result?: "applied" | "skipped";
+            /** @description The shard that holds or applied it (busy, already_final); none for one settle applied in the database. */
             shardId?: number;
         };
         Error: {
@@ -561,6 +571,15 @@ export interface operations {
                 };
             };
             /** @description Default Response */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Default Response */
             503: {
                 headers: {
                     [name: string]: unknown;
@@ -657,6 +676,15 @@ export interface operations {
                 };
             };
             /** @description Default Response */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Default Response */
             503: {
                 headers: {
                     [name: string]: unknown;
@@ -674,7 +702,7 @@ export interface operations {
             path: {
                 /** @description The timeout kind, as declared under kinds: in the config (e.g. order.unpaid). */
                 kind: string;
-                /** @description The business object the timeout is for (1 to 200 characters). */
+                /** @description The business object the timeout is for: 1 to 200 characters (Unicode code points), any but NUL (\u0000) and lone UTF-16 surrogates, which PostgreSQL cannot store. In a path, percent-encoded UTF-8. */
                 bizId: string;
             };
             cookie?: never;
@@ -754,6 +782,15 @@ export interface operations {
                 };
             };
             /** @description Default Response */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Default Response */
             503: {
                 headers: {
                     [name: string]: unknown;
@@ -771,7 +808,7 @@ export interface operations {
             path: {
                 /** @description The timeout kind, as declared under kinds: in the config (e.g. order.unpaid). */
                 kind: string;
-                /** @description The business object the timeout is for (1 to 200 characters). */
+                /** @description The business object the timeout is for: 1 to 200 characters (Unicode code points), any but NUL (\u0000) and lone UTF-16 surrogates, which PostgreSQL cannot store. In a path, percent-encoded UTF-8. */
                 bizId: string;
             };
             cookie?: never;
@@ -851,6 +888,15 @@ export interface operations {
                 };
             };
             /** @description Default Response */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Default Response */
             503: {
                 headers: {
                     [name: string]: unknown;
@@ -868,7 +914,7 @@ export interface operations {
             path: {
                 /** @description The timeout kind, as declared under kinds: in the config (e.g. order.unpaid). */
                 kind: string;
-                /** @description The business object the timeout is for (1 to 200 characters). */
+                /** @description The business object the timeout is for: 1 to 200 characters (Unicode code points), any but NUL (\u0000) and lone UTF-16 surrogates, which PostgreSQL cannot store. In a path, percent-encoded UTF-8. */
                 bizId: string;
             };
             cookie?: never;
@@ -952,6 +998,15 @@ export interface operations {
                 };
             };
             /** @description Default Response */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Default Response */
             503: {
                 headers: {
                     [name: string]: unknown;
@@ -969,7 +1024,7 @@ export interface operations {
             path: {
                 /** @description The timeout kind, as declared under kinds: in the config (e.g. order.unpaid). */
                 kind: string;
-                /** @description The business object the timeout is for (1 to 200 characters). */
+                /** @description The business object the timeout is for: 1 to 200 characters (Unicode code points), any but NUL (\u0000) and lone UTF-16 surrogates, which PostgreSQL cannot store. In a path, percent-encoded UTF-8. */
                 bizId: string;
             };
             cookie?: never;
@@ -1049,6 +1104,15 @@ export interface operations {
                 };
             };
             /** @description Default Response */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Default Response */
             501: {
                 headers: {
                     [name: string]: unknown;
@@ -1090,6 +1154,15 @@ export interface operations {
                 };
             };
             /** @description Default Response */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Default Response */
             503: {
                 headers: {
                     [name: string]: unknown;
@@ -1118,6 +1191,15 @@ export interface operations {
                     "application/json": {
                         [key: string]: unknown;
                     };
+                };
+            };
+            /** @description Default Response */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
                 };
             };
         };

@@ -6,7 +6,7 @@ import type { FastifyError } from 'fastify';
 import { hasZodFastifySchemaValidationErrors } from 'fastify-type-provider-zod';
 import { isConnectionError } from '../db/pool.js';
 import { InputError } from '../input-error.js';
-import type { ErrorBody, ErrorCode } from './schemas.js';
+import { MAX_BIZ_ID, MAX_PATH_PARAM, type ErrorBody, type ErrorCode } from './schemas.js';
 
 export class ApiError extends Error {
   override name = 'ApiError';
@@ -75,9 +75,43 @@ function closest(issue: Issue): Issue {
   return closest({ keyword: first.code, instancePath: path, message: first.message, params: first as unknown as Record<string, unknown> });
 }
 
-/** The status and body for an error, or null when it is ours to log as a 500. */
-export function toErrorAnswer(err: unknown): { status: number; body: ErrorBody } | null {
+/** The path parameters of the /v1/timeouts/{kind}/{bizId} routes, by path segment. */
+const PATH_PARAMS: Record<number, string> = { 3: 'kind', 4: 'bizId' };
+
+/** The path parameter of the segment `bad` picks in a /v1/timeouts/{kind}/{bizId} URL, if any. */
+function pathParam(url: string, bad: (segment: string) => boolean): string | undefined {
+  const segments = url.split('?')[0]!.split('/');
+  if (segments[1] !== 'v1' || segments[2] !== 'timeouts') return undefined;
+  return PATH_PARAMS[segments.findIndex(bad)];
+}
+
+function undecodable(segment: string): boolean {
+  try {
+    decodeURIComponent(segment);
+    return false;
+  } catch {
+    return true;
+  }
+}
+
+/** A path the router refused before any route ran, as a 400 naming the parameter: one it could
+ *  not decode (a % not followed by two hex digits, or bytes that are not UTF-8, such as the
+ *  encoded form of a lone surrogate), or one longer than the router takes (far over any bizId). */
+function badPath(code: string, url: string): { status: number; body: ErrorBody } {
+  const long = code === 'FST_ERR_MAX_PARAM_LENGTH';
+  const field = pathParam(url, long ? (s) => s.length > MAX_PATH_PARAM : undecodable);
+  const why = long
+    ? `too long (a bizId is at most ${MAX_BIZ_ID} characters, a kind 100)`
+    : 'not valid percent-encoded UTF-8 (a % must be followed by two hex digits, and the bytes must be UTF-8; a lone surrogate has no UTF-8 form)';
+  return { status: 400, body: errorBody('invalid_request', `${field ? `${field}: ` : ''}${why} (in the path)`, field) };
+}
+
+/** The status and body for an error, or null when it is ours to log as a 500. `url`: the
+ *  request's, to name the path parameter the router could not decode. */
+export function toErrorAnswer(err: unknown, url = ''): { status: number; body: ErrorBody } | null {
   if (err instanceof ApiError) return { status: err.status, body: errorBody(err.code, err.message, err.field) };
+  const code = (err as FastifyError).code;
+  if (code === 'FST_ERR_BAD_URL' || code === 'FST_ERR_MAX_PARAM_LENGTH') return badPath(code, url);
   if (err instanceof InputError) return { status: 400, body: errorBody('invalid_request', err.message) };
   if (isConnectionError(err)) {
     return {

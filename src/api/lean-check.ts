@@ -11,7 +11,8 @@
 //   UNSURE  this check cannot tell (zod decides).
 // A caller runs zod on anything but OK, so an error is always zod's own, with its path and message.
 // leanCheck() returns null for a schema using anything it does not know (a transform, a refinement,
-// a default, a codec, a record, an unknown check...): that schema is left to zod entirely.
+// a default, a codec, a record, an unknown check...): that schema is left to zod entirely. A
+// refinement made with predicateCheck() is known: a pure predicate it runs in zod's place.
 // test/api/lean-check.test.ts holds it to zod's verdicts on random and edge-case inputs.
 import { z } from 'zod';
 
@@ -54,6 +55,35 @@ const defOf = (schema: z.core.$ZodType): AnyDef => schema._zod.def as unknown as
 const DEFAULT_LENGTH_WHEN = (defOf(z.string().min(1)).checks?.[0]?._zod.def.when ?? null) as unknown;
 
 type Test = (value: never) => Verdict;
+
+/** The predicates of the checks predicateCheck() made, by check. */
+const predicates = new WeakMap<object, (value: unknown) => boolean>();
+
+/**
+ * A zod check that refuses exactly the values `accepts` refuses, with the issue `issue` describes
+ * (its path inside the value), and changes nothing: the lean check runs `accepts` in its place
+ * (true: OK, false: FAIL, and zod then tells why).
+ */
+export function predicateCheck<T>(accepts: (value: T) => boolean, issue: (value: T) => { message: string; path: (string | number)[] }): z.core.$ZodCheck<T> {
+  const check = z.superRefine<T>((value, ctx) => {
+    if (accepts(value)) return;
+    const { message, path } = issue(value);
+    ctx.addIssue({ code: 'custom', message, path, input: value });
+  });
+  predicates.set(check, accepts as (value: unknown) => boolean);
+  return check;
+}
+
+/** The predicates of a schema's checks, or null when one of them is not predicateCheck()'s. */
+function knownPredicates(def: AnyDef): ((value: unknown) => boolean)[] | null {
+  const found: ((value: unknown) => boolean)[] = [];
+  for (const c of def.checks ?? []) {
+    const p = predicates.get(c);
+    if (!p) return null;
+    found.push(p);
+  }
+  return found;
+}
 
 /** A string's length as zod counts it: in Unicode code points (a surrogate pair is one). */
 function codePoints(s: string): number {
@@ -234,8 +264,12 @@ export function leanCheck(schema: z.core.$ZodType): LeanCheck | null {
     case 'boolean':
       return def.coerce || !noChecks ? null : (v) => (typeof v === 'boolean' ? OK : FAIL);
     case 'unknown':
-    case 'any':
-      return noChecks ? () => OK : null;
+    case 'any': {
+      const tests = knownPredicates(def);
+      if (!tests) return null;
+      if (tests.length === 0) return () => OK;
+      return (v) => (tests.every((t) => t(v)) ? OK : FAIL);
+    }
     case 'literal': {
       const values = def.values;
       if (!noChecks || !Array.isArray(values)) return null;

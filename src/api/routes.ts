@@ -36,6 +36,8 @@ const errors = {
   // A database connection lost under the request (terminated, or silent past databaseSilenceMs):
   // the next request gets a new connection.
   503: errorResponse,
+  // Not the client's doing (the database refused a statement, a bug): the server log has it.
+  500: errorResponse,
 };
 
 function authorize(req: FastifyRequest, verb: Verb, kind: string, field: string): void {
@@ -177,7 +179,7 @@ export function registerRoutes(root: FastifyInstance, backend: ApiBackend): void
       description: 'No token needed (nothing in the answer). 503 unavailable when the database does not answer within 2 s.',
       tags: ['meta'],
       security: [],
-      response: { 200: healthResponse, 503: errorResponse },
+      response: { 200: healthResponse, 500: errorResponse, 503: errorResponse },
     },
     handler: async () => {
       await backend.ping();
@@ -193,7 +195,7 @@ export function registerRoutes(root: FastifyInstance, backend: ApiBackend): void
       summary: 'This document (OpenAPI 3.1)',
       tags: ['meta'],
       security: [],
-      response: { 200: z.record(z.string(), z.unknown()) },
+      response: { 200: z.record(z.string(), z.unknown()), 500: errorResponse },
     },
     handler: async () => root.swagger() as unknown as Record<string, unknown>,
   });

@@ -4,6 +4,8 @@
 // (scripts/generate-api-client.ts). Nothing here connects or runs a query.
 import { z } from 'zod';
 import { SETTLE_OUTCOMES, type SettleOutcome } from '../settle/settle.js';
+import { isStorablePayload, MAX_PAYLOAD_DEPTH, NOT_STORABLE, payloadProblem, STORABLE_TEXT } from '../storable-text.js';
+import { predicateCheck } from './lean-check.js';
 
 export { SETTLE_OUTCOMES, type SettleOutcome };
 
@@ -11,6 +13,11 @@ export { SETTLE_OUTCOMES, type SettleOutcome };
 export const MAX_BATCH = 5000;
 /** Largest request body accepted (bytes): a full batch of 5,000 with small payloads fits. */
 export const DEFAULT_BODY_LIMIT = 4 * 1024 * 1024;
+/** Longest bizId, in characters (Unicode code points), as the table's CHECK counts them. */
+export const MAX_BIZ_ID = 200;
+/** Longest path parameter the router takes, percent-encoded: 200 characters of four UTF-8 bytes
+ *  each are 2,400 (find-my-way's default stops at 100); a longer one is refused before routing. */
+export const MAX_PATH_PARAM = 4096;
 /** Longest delay accepted (100 years, in ms): the due time stays a sane timestamptz. */
 const MAX_DELAY_MS = 100 * 365 * 24 * 3600 * 1000;
 
@@ -24,7 +31,29 @@ const kind = z
   .max(100)
   .regex(/^[a-z0-9._:-]+$/, 'kind names are lower-case letters, digits and . _ : -')
   .meta({ description: 'The timeout kind, as declared under kinds: in the config (e.g. order.unpaid).', example: 'order.unpaid' });
-const bizId = z.string().min(1).max(200).meta({ description: 'The business object the timeout is for (1 to 200 characters).', example: '42' });
+// Every string the API hands to PostgreSQL is one it can store (src/storable-text.ts): a kind's
+// pattern allows no other; a bizId and a payload are checked, so the answer is 400 naming the field.
+const bizId = z
+  .string()
+  .min(1)
+  .max(MAX_BIZ_ID)
+  .regex(STORABLE_TEXT, NOT_STORABLE)
+  .meta({
+    description: `The business object the timeout is for: 1 to ${MAX_BIZ_ID} characters (Unicode code points), any but NUL (\\u0000) and lone UTF-16 surrogates, which PostgreSQL cannot store. In a path, percent-encoded UTF-8.`,
+    example: '42',
+  });
+const payload = z
+  .unknown()
+  .check(
+    predicateCheck(
+      (v) => isStorablePayload(v),
+      (v) => payloadProblem(v)!,
+    ),
+  )
+  .optional()
+  .meta({
+    description: `Any JSON, handed to the kind's handler with the timeout (stored as jsonb): nested at most ${MAX_PAYLOAD_DEPTH} levels, no NUL (\\u0000) or lone UTF-16 surrogate in any string or key. Its size is bounded by the request body's: ${DEFAULT_BODY_LIMIT / 1024 / 1024} MiB by default (api.bodyLimitBytes), 413 body_too_large beyond.`,
+  });
 
 /** RFC 3339 with an explicit offset; four-digit years only (a year 10000 is refused). */
 const dueAt = z.iso
@@ -40,7 +69,7 @@ const delayMs = z
 const common = {
   kind,
   bizId,
-  payload: z.unknown().optional().meta({ description: "Any JSON, handed to the kind's handler with the timeout." }),
+  payload,
 };
 
 /** Exactly one of dueAt / delayMs, as two closed shapes (so the document states the rule too). */
@@ -132,11 +161,18 @@ export const settleResponse = z
   .object({
     outcome: z.enum(SETTLE_OUTCOMES).meta({
       description:
-        "applied: the kind's handler applied it now; skipped: its guard refused (e.g. already paid); not_due; paused; limited (the kind at its caps); busy (a worker holds it); already_final; not_found (no live timeout); unsupported (its handler runs outside the database that holds it: left to the scan); failed (the handler raised: rolled back, left to the scan).",
+        "applied: the kind's handler applied it now; skipped: its guard refused (e.g. already paid); not_due; paused; limited (the kind at its caps); busy (a worker holds it); already_final: it is done, cancelled or failed already (state and result say how, shardId which shard applied it), nothing changed; not_found: no timeout of this kind and bizId was ever scheduled (or retention purged it); unsupported (its handler runs outside the database that holds it: left to the scan); failed (the handler raised: rolled back, left to the scan).",
     }),
     detail: z.string().optional().meta({ description: 'Why, in words.' }),
     state: z.string().optional().meta({ description: 'The timeout state after settle, when one was found.' }),
-    shardId: z.number().int().optional().meta({ description: 'The shard that holds or applied it (busy, already_final).' }),
+    result: z.enum(['applied', 'skipped']).optional().meta({
+      description: 'For a done timeout (applied, skipped, already_final): whether its handler changed the object (applied) or its guard refused (skipped).',
+    }),
+    shardId: z
+      .number()
+      .int()
+      .optional()
+      .meta({ description: 'The shard that holds or applied it (busy, already_final); none for one settle applied in the database.' }),
   })
   .meta({ id: 'SettleResponse' });
 export type SettleAnswer = z.output<typeof settleResponse>;

@@ -6,7 +6,7 @@
 import { createServer } from 'node:http';
 import { PassThrough } from 'node:stream';
 import swagger from '@fastify/swagger';
-import Fastify, { LogController, type FastifyBaseLogger, type FastifyInstance } from 'fastify';
+import Fastify, { LogController, type FastifyBaseLogger, type FastifyInstance, type FastifyReply, type FastifyRequest } from 'fastify';
 import { jsonSchemaTransform, jsonSchemaTransformObject, serializerCompiler, validatorCompiler } from 'fastify-type-provider-zod';
 import type { Logger } from 'pino';
 import { z } from 'zod';
@@ -17,7 +17,8 @@ import { ApiError, errorBody, toErrorAnswer } from './errors.js';
 import { leanCheck, OK } from './lean-check.js';
 import { noteErrorCode, traceRequests } from './request-spans.js';
 import { registerRoutes } from './routes.js';
-import { DEFAULT_BODY_LIMIT } from './schemas.js';
+import { MAX_PAYLOAD_DEPTH } from '../storable-text.js';
+import { DEFAULT_BODY_LIMIT, MAX_BATCH, MAX_BIZ_ID, MAX_PATH_PARAM } from './schemas.js';
 import type { ApiToken, TokenTable } from './tokens.js';
 
 export const API_VERSION = '1.0.0';
@@ -75,6 +76,20 @@ const leanSerializerCompiler: typeof serializerCompiler = (route) => {
   return (data) => (lean(data) === OK ? JSON.stringify(data) : zod(data));
 };
 
+/** Every error answer: the API's shape with its status (errors.ts); anything that is not the
+ *  request's fault is 500 internal, logged at error level with its cause. */
+function sendError(err: unknown, req: FastifyRequest, reply: FastifyReply): FastifyReply {
+  const answer = toErrorAnswer(err, req.url);
+  noteErrorCode(req, answer?.body.error.code ?? 'internal');
+  if (answer) {
+    if (answer.status === 401 || answer.status === 403)
+      req.log.info({ route: req.routeOptions.url, token: req.apiToken?.name, code: answer.body.error.code }, 'api request refused');
+    return reply.code(answer.status).send(answer.body);
+  }
+  req.log.error({ err, route: req.routeOptions.url }, 'api request failed');
+  return reply.code(500).send(errorBody('internal', 'internal error (the server log has the details)'));
+}
+
 /** The Fastify app with every route, not yet listening (tests and the document generator use it
  *  with inject()/ready()). */
 export async function buildApiApp(options: ApiAppOptions): Promise<FastifyInstance> {
@@ -91,8 +106,12 @@ export async function buildApiApp(options: ApiAppOptions): Promise<FastifyInstan
         { requestTimeout: requestTimeoutMs + 2000, headersTimeout: requestTimeoutMs + 1000, connectionsCheckingInterval: 250, keepAliveTimeout: 5000 },
         handler,
       ),
-    // A bizId is up to 200 characters, percent-encoded in the path (find-my-way's default stops at 100).
-    routerOptions: { ignoreTrailingSlash: false, maxParamLength: 2048 },
+    // A bizId is up to 200 characters, percent-encoded in the path (schemas.ts MAX_PATH_PARAM).
+    routerOptions: { ignoreTrailingSlash: false, maxParamLength: MAX_PATH_PARAM },
+    // A path the router refuses (one it cannot decode, or longer than maxParamLength) is answered
+    // before any hook or error handler: here, as every error is (errors.ts names the parameter).
+    // The reply is typed for a route with no schema.
+    frameworkErrors: (err, req, reply) => void sendError(err, req, reply as unknown as FastifyReply),
   });
   // First: each request's span starts before authentication and wraps every route's handler.
   traceRequests(app);
@@ -109,7 +128,9 @@ export async function buildApiApp(options: ApiAppOptions): Promise<FastifyInstan
         title: 'timeout-center API',
         version: API_VERSION,
         description:
-          'Schedule, cancel, reschedule, read and settle timeouts over HTTP. Every call needs `Authorization: Bearer <token>`; a token is allowed a list of kinds and verbs. Errors are `{"error": {"code", "message", "field"}}` with a stable code.',
+          'Schedule, cancel, reschedule, read and settle timeouts over HTTP. Every call needs `Authorization: Bearer <token>`; a token is allowed a list of kinds and verbs. Errors are `{"error": {"code", "message", "field"}}` with a stable code. ' +
+          `Limits: a kind is 1 to 100 characters, a bizId 1 to ${MAX_BIZ_ID} (Unicode code points; percent-encoded UTF-8 in a path); no string, payload keys and values included, may hold NUL (\\u0000) or a lone UTF-16 surrogate, which PostgreSQL cannot store; a payload nests at most ${MAX_PAYLOAD_DEPTH} levels; a batch holds 1 to ${MAX_BATCH.toLocaleString('en')} timeouts; a request body is at most ${DEFAULT_BODY_LIMIT / 1024 / 1024} MiB by default (api.bodyLimitBytes; 413 beyond). ` +
+          'Anything over them is a 4xx naming the field, and changes nothing; 500 internal is never the request: the server log has it.',
       },
       components: { securitySchemes: { bearer: { type: 'http', scheme: 'bearer' } } },
       security: [{ bearer: [] }],
@@ -170,17 +191,7 @@ export async function buildApiApp(options: ApiAppOptions): Promise<FastifyInstan
     );
   });
 
-  app.setErrorHandler((err, req, reply) => {
-    const answer = toErrorAnswer(err);
-    noteErrorCode(req, answer?.body.error.code ?? 'internal');
-    if (answer) {
-      if (answer.status === 401 || answer.status === 403)
-        req.log.info({ route: req.routeOptions.url, token: req.apiToken?.name, code: answer.body.error.code }, 'api request refused');
-      return reply.code(answer.status).send(answer.body);
-    }
-    req.log.error({ err, route: req.routeOptions.url }, 'api request failed');
-    return reply.code(500).send(errorBody('internal', 'internal error (the server log has the details)'));
-  });
+  app.setErrorHandler(sendError);
   app.setNotFoundHandler((req, reply) => {
     noteErrorCode(req, 'not_found');
     return reply.code(404).send(errorBody('not_found', `no such route: ${req.method} ${req.url.split('?')[0]}`));

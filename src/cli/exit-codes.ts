@@ -1,4 +1,4 @@
-// The one table of exit codes every verb follows (docs/operations.md "Exit codes", and the end of
+// The one table of exit codes every verb follows (docs/reference/cli.md "Exit codes", and the end of
 // every `--help`). A verb never picks a number of its own: it throws one of the errors below (or
 // an InputError / ConfigError / UnreachableError from the engine), or sets `partial()` after doing
 // what it could; main.ts maps the rest.
@@ -6,6 +6,8 @@ import { CommanderError } from 'commander';
 import { ConfigError } from '../config.js';
 import { InputError } from '../input-error.js';
 import { UnreachableError } from '../db/reachability.js';
+import { SchemaContractError } from '../release/schema-contract.js';
+import { OlderProcessesError } from '../db/migrate.js';
 
 export const EXIT = {
   /** Everything asked was done (status: nothing wrong). */
@@ -28,8 +30,9 @@ export const EXIT_CODES_HELP = `Exit codes (the same for every verb):
   2  bad input, nothing done: an unknown option, kind or store, a bad value, an invalid config
      file; the line on stderr says what to fix
   3  unavailable, nothing done: the database or Redis it needs does not answer, or its schema is
-     missing or older than this build; start it (or run \`timeout-center migrate\`) and run the
-     same command again
+     missing or older than this build (run \`timeout-center migrate\`), or was migrated by a newer
+     release that this version may not run beside (run that release); the line on stderr says
+     which; then run the same command again
   4  unexpected error (a bug): the line on stderr says what failed; check \`timeout-center status\`
      before running it again`;
 
@@ -51,7 +54,8 @@ export function exitCodeOf(err: unknown): number {
     return err.code.startsWith('tc.') && err.exitCode > 0 ? err.exitCode : EXIT.badInput;
   }
   if (err instanceof ConfigError || err instanceof InputError) return EXIT.badInput;
-  if (err instanceof UnreachableError || err instanceof UnavailableError) return EXIT.unavailable;
+  if (err instanceof UnreachableError || err instanceof UnavailableError || err instanceof SchemaContractError || err instanceof OlderProcessesError)
+    return EXIT.unavailable;
   if (isConnectionError(err)) return EXIT.unavailable;
   return EXIT.unexpected;
 }

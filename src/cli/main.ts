@@ -20,10 +20,12 @@ import { registerRetry } from './commands/retry.js';
 import { registerScans } from './commands/scans.js';
 import { registerShards } from './commands/shards.js';
 import { registerStatus } from './commands/status.js';
+import { VERSION } from '../version.js';
 
 const program = new Command();
 program
   .name('timeout-center')
+  .version(VERSION, '-V, --version', 'print the version of timeout-center and exit')
   .description(
     'Batch-scan timeout center: deadlines live as rows in PostgreSQL (timeout_center.timeouts); a coordinator\n' +
       'claims what is due into shards, workers apply each shard as one UPDATE.\n\n' +
@@ -79,6 +81,11 @@ function serve(role: 'coordinator' | 'worker' | 'run', description: string) {
       coordinator: role !== 'worker',
       worker: role !== 'coordinator',
       services: [console_, api].filter((s) => s !== undefined),
+      // Migrated past what this version runs: stop (drained) and exit 3, so the orchestrator
+      // shows a failing process instead of one that answers its probes and closes nothing.
+      onIncompatibleSchema: () => {
+        void runtime.stop().finally(() => process.exit(EXIT.unavailable));
+      },
     });
     await untilSignalled(runtime);
   });
@@ -107,6 +114,14 @@ for (const register of [registerStatus, registerScans, registerShards, registerF
 }
 // Flow control: pause, resume, limit (audited; fleet-wide within a tick).
 registerFlow(program);
+// Also a verb: `npx timeout-center --version` prints npm's own version (npx takes --version for
+// itself), `npx timeout-center version` this package's.
+program
+  .command('version')
+  .description('print the version of timeout-center (as --version does)')
+  .action(() => {
+    process.stdout.write(`${VERSION}\n`);
+  });
 
 // Every verb takes -c/--config (TIMEOUT_CENTER_CONFIG) from this one definition, reads it the same
 // way (commands/common.ts readConfig), and fails on bad usage with exit 2 (exit-codes.ts).

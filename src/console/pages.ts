@@ -13,6 +13,10 @@ import { lastHourChart } from './chart.js';
 import { formatSeconds, formatTime, html, raw, type Html } from './html.js';
 import { actionButton, csrfField, num, stateCell, type PageContext } from './parts.js';
 import { inStore, scanPath, storeCell, storeHead, storesSection } from './store-pages.js';
+import semver from 'semver';
+import { PRE_RELEASE_CODE } from '../db/migrations.js';
+import type { LiveProcess } from '../release/fleet.js';
+import type { SchemaContract } from '../release/schema-contract.js';
 
 export type { PageContext } from './parts.js';
 
@@ -84,6 +88,43 @@ export interface OverviewData {
   warnings: Warning[];
   /** With stores: each store's figures, or why it does not answer. */
   stores?: StoreOverview[] | undefined;
+  /** The schema contract and the live processes with their versions (docs/upgrading.md). */
+  release?: { console: string; contract: SchemaContract | null; processes: LiveProcess[] };
+}
+
+function versionsSection(d: OverviewData['release']): Html {
+  if (!d) return html``;
+  const c = d.contract;
+  return html`<h2>Versions</h2>
+    <p id="schema">
+      ${
+        c
+          ? html`Schema: migration ${String(c.schemaVersion).padStart(4, '0')}${c.migratedBy ? ` (migrated by ${c.migratedBy})` : ''}, runs timeout-center
+            ${c.oldestCode} and later · this console is ${d.console}`
+          : 'Schema: missing'
+      }
+    </p>
+    ${
+      d.processes.length > 0
+        ? html`<table id="processes">
+            <tr>
+              <th>process</th>
+              <th>version</th>
+              <th>host</th>
+              <th>pid</th>
+            </tr>
+            ${d.processes.map(
+              (p) =>
+                html`<tr>
+                  <td>${p.role}</td>
+                  <td class="${c && semver.lt(p.version ?? PRE_RELEASE_CODE, c.oldestCode) ? 'critical' : ''}">${p.version ?? 'before 1.0.0'}</td>
+                  <td>${p.host}</td>
+                  <td class="n">${p.source === 'connections' ? `${p.connections} conn.` : (p.pid ?? '')}</td>
+                </tr>`,
+            )}
+          </table>`
+        : html`<p class="muted">no live process</p>`
+    }`;
 }
 
 export function overviewPage(ctx: PageContext, d: OverviewData): string {
@@ -114,6 +155,7 @@ export function overviewPage(ctx: PageContext, d: OverviewData): string {
     <p id="leader">
       ${d.leader ? html`${d.leader.holder ?? '?'} · epoch ${d.leader.epoch} · since ${d.leader.acquiredAt}` : 'none elected yet (no coordinator has run against this database)'}
     </p>
+    ${versionsSection(d.release)}
     <h2>Live workers: ${d.workers.length}</h2>
     ${
       d.workers.length > 0

@@ -6,6 +6,9 @@ import type pg from 'pg';
 import type { Database } from '../db/schema.js';
 import { listAudit } from '../operations/audit.js';
 import { kindNames, kindSettings, listKindControls, listTargetControls } from '../operations/actions.js';
+import { readSchemaContract } from '../release/schema-contract.js';
+import { liveProcesses } from '../release/fleet.js';
+import { VERSION } from '../version.js';
 import { kindBacklog, lastHour, leader, liveWorkers, openBreakers, type MinutePoint } from '../operations/overview.js';
 import { getScan, listScans } from '../operations/scans.js';
 import { readStoreFigures, type StoreOverview } from '../operations/stores-overview.js';
@@ -89,7 +92,7 @@ export function pageRoutes({ pool, lagSlaSeconds, stores }: RouteDeps): PageRout
     {
       path: /^(?:\/|\/overview)?$/,
       async read(_r, ctx) {
-        const [backlog, lead, workers, hour, breakers, warnings, storeFigures] = await Promise.all([
+        const [backlog, lead, workers, hour, breakers, warnings, storeFigures, contract, processes] = await Promise.all([
           kindBacklog(pool),
           leader(pool),
           liveWorkers(pool),
@@ -97,8 +100,11 @@ export function pageRoutes({ pool, lagSlaSeconds, stores }: RouteDeps): PageRout
           openBreakers(pool),
           collectWarnings(pool, { lagSlaSeconds }),
           storesFigures(),
+          readSchemaContract(pool),
+          liveProcesses(pool),
         ]);
-        const d = { backlog, leader: lead, workers, lastHour: hour, breakers, warnings: warnings.warnings, stores: storeFigures };
+        const release = { console: VERSION, contract, processes };
+        const d = { backlog, leader: lead, workers, lastHour: hour, breakers, warnings: warnings.warnings, stores: storeFigures, release };
         return { json: d, page: () => overviewPage(ctx, d) };
       },
     },

@@ -7,6 +7,8 @@ import type { Logger } from 'pino';
 import { hostLabel, parseConnectionString } from './connection-string.js';
 import { engineClientClass } from './multi-host-client.js';
 import { noteReached, trackPool } from './reached-hosts.js';
+import { versionedApplicationName } from '../release/fleet.js';
+import { VERSION } from '../version.js';
 
 // Our pools read int8 (ids, counts) as numbers; ids stay far below 2^53. Scoped to our pools
 // instead of pg.types.setTypeParser, which would change every pg user in the process.
@@ -67,12 +69,14 @@ export function createPool(options: PoolOptions): pg.Pool {
         options.logger.warn({ host: hostLabel(h) }, 'PostgreSQL server turned standby under this connection (SQLSTATE 25006); dropping the connection'),
       silentAfterMs: options.silentAfterMs,
     },
-    options.applicationName,
+    // `timeout-center/1.0.0 worker`: pg_stat_activity shows which version each connection runs
+    // (src/release/fleet.ts tells the code before 1.0.0 by its name without one).
+    versionedApplicationName(options.applicationName, VERSION),
   );
   const pool = new pg.Pool({
     connectionString: target.plain ? options.connectionString : target.perHost[0]!,
     max: options.max,
-    application_name: options.applicationName,
+    application_name: versionedApplicationName(options.applicationName, VERSION),
     // A new connection may try every host before it lands: each attempt gets connect_timeout.
     connectionTimeoutMillis: connectionTimeoutMs + Math.max(target.hosts.length - 1, 0) * (target.connectTimeoutMs ?? connectionTimeoutMs),
     idleTimeoutMillis: 30_000,
@@ -100,9 +104,11 @@ export function createPool(options: PoolOptions): pg.Pool {
  *  application_name); connectionTimeoutMillis applies per host tried unless connect_timeout says. */
 export function createClient(connectionString: string, config: Omit<pg.ClientConfig, 'connectionString'> = {}): pg.Client {
   const target = parseConnectionString(connectionString);
-  const Client = engineClientClass(target, async () => {}, {}, config.application_name);
+  const applicationName = config.application_name === undefined ? undefined : versionedApplicationName(config.application_name, VERSION);
+  const Client = engineClientClass(target, async () => {}, {}, applicationName);
   return new Client({
     ...config,
+    ...(applicationName === undefined ? {} : { application_name: applicationName }),
     connectionString: target.plain ? connectionString : target.perHost[0]!,
     ...(target.connectTimeoutMs ? { connectionTimeoutMillis: target.connectTimeoutMs } : {}),
   });

@@ -1,6 +1,7 @@
 // Prometheus metrics of one process. Names are stable: the Grafana dashboard in deploy/ reads them.
 import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom-client';
 import { BulkHistogram } from './bulk-histogram.js';
+import { thisBuild } from '../release/schema-contract.js';
 
 export class Metrics {
   readonly registry = new Registry();
@@ -161,8 +162,17 @@ export class Metrics {
     registers: [this.registry],
   });
 
+  readonly buildInfo = new Gauge({
+    name: 'tc_build_info',
+    help: 'Always 1: the timeout-center version this process runs and the newest schema migration it knows (docs/upgrading.md)',
+    labelNames: ['version', 'schema'] as const,
+    registers: [this.registry],
+  });
+
   constructor(processRole: string) {
     this.registry.setDefaultLabels({ role: processRole });
     collectDefaultMetrics({ register: this.registry, prefix: 'tc_process_' });
+    const build = thisBuild();
+    this.buildInfo.set({ version: build.version, schema: String(build.schemaVersion) }, 1);
   }
 }

@@ -2,13 +2,15 @@
 // configure tracing: a TracerProvider exporting over OTLP/HTTP (or what OTEL_TRACES_EXPORTER
 // names), W3C trace-context and baggage propagation, async-hooks context. The exporter reads its
 // endpoint, headers and timeout from the OTEL_EXPORTER_OTLP_* variables itself, the resource its
-// service name from OTEL_SERVICE_NAME / OTEL_RESOURCE_ATTRIBUTES (default "timeout-center").
+// service name from OTEL_SERVICE_NAME / OTEL_RESOURCE_ATTRIBUTES (default "timeout-center"); its
+// service.version is the package's.
 import { context, propagation, trace } from '@opentelemetry/api';
 import { AsyncLocalStorageContextManager } from '@opentelemetry/context-async-hooks';
 import { CompositePropagator, W3CBaggagePropagator, W3CTraceContextPropagator } from '@opentelemetry/core';
 import { OTLPTraceExporter } from '@opentelemetry/exporter-trace-otlp-http';
 import { defaultResource, detectResources, envDetector, resourceFromAttributes } from '@opentelemetry/resources';
 import { BatchSpanProcessor, ConsoleSpanExporter, SimpleSpanProcessor, TracerProvider, type SpanExporter } from '@opentelemetry/sdk-trace';
+import { VERSION } from '../version.js';
 
 export class TracingConfigError extends Error {
   override name = 'TracingConfigError';
@@ -51,7 +53,7 @@ export function startTracing(options: StartTracingOptions = {}): Tracing | undef
   const env = options.env ?? process.env;
   const exporters = options.exporter ? [options.exporter] : exportersFromEnv(env);
   const resource = defaultResource()
-    .merge(resourceFromAttributes({ 'service.name': 'timeout-center' }))
+    .merge(resourceFromAttributes({ 'service.name': 'timeout-center', 'service.version': VERSION }))
     .merge(detectResources({ detectors: [envDetector] }));
   const provider = new TracerProvider({
     resource,

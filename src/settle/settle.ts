@@ -10,7 +10,8 @@
 // The Settler (settler.ts) settles those as a one-row shard run through that protocol.
 import { sql } from '../db/queries.js';
 import { withSpan } from '../observability/tracing.js';
-import { runStatement, TimeoutInputError, UnknownKindError, type Executor, type ScheduleInput } from '../schedule.js';
+import { bizIdText, runStatement, TimeoutInputError, UnknownKindError, type Executor, type ScheduleInput } from '../schedule.js';
+import { isStorable, NOT_STORABLE } from '../storable-text.js';
 
 /** What settle did, each described in sql/0021_settle.sql and docs/operations.md "Settle on read":
  *  applied (the handler changed the object; done), skipped (its guard refused, e.g. already paid;
@@ -63,8 +64,8 @@ export interface SettleRow {
 /** settle()'s input checks, shared with the Settler: the biz_id as text and the wait. */
 export function checkSettleInput(kind: string, bizId: ScheduleInput['bizId'], options: SettleOptions): { id: string; waitMs: number } {
   if (typeof kind !== 'string' || kind.length === 0) throw new TimeoutInputError('kind is required (e.g. "order.unpaid")');
-  const id = typeof bizId === 'string' ? bizId : String(bizId);
-  if (id.length === 0 || id.length > 200) throw new TimeoutInputError(`bizId must be 1 to 200 characters, got ${JSON.stringify(id)}`);
+  if (!isStorable(kind)) throw new TimeoutInputError(`kind ${NOT_STORABLE}: ${JSON.stringify(kind)}`);
+  const id = bizIdText(bizId);
   const waitMs = options.waitMs ?? 1000;
   if (!Number.isInteger(waitMs) || waitMs < 0 || waitMs > 600_000)
     throw new TimeoutInputError(`waitMs must be an integer from 0 to 600000, got ${String(waitMs)}`);

@@ -7,7 +7,7 @@ import type pg from 'pg';
 import type { Logger } from 'pino';
 import type { Config, LoadedConfig } from '../config.js';
 import { syncKinds } from '../db/kinds.js';
-import { assertMigrated, migrate } from '../db/migrate.js';
+import { assertMigrated, migrate, type MigrateOptions } from '../db/migrate.js';
 import { createPool } from '../db/pool.js';
 import { sql } from '../db/queries.js';
 import { syncRoutes } from '../db/routes.js';
@@ -22,7 +22,13 @@ export class StoreIdentityError extends Error {
 }
 
 /** Installs or upgrades the schema in a store's database and names it as the store. */
-export async function migrateStore(pool: pg.Pool, store: string, kinds: Config['kinds'], logger: Logger): Promise<{ applied: string[]; current: number }> {
+export async function migrateStore(
+  pool: pg.Pool,
+  store: string,
+  kinds: Config['kinds'],
+  logger: Logger,
+  options: MigrateOptions = {},
+): Promise<{ applied: string[]; current: number }> {
   // A database that served the external path holds timeout_center.markers without the schema's
   // migrations: an empty marker table gives way to the schema's own; one with rows is a run in
   // flight, which must record first.
@@ -38,7 +44,7 @@ export async function migrateStore(pool: pg.Pool, store: string, kinds: Config['
     }
     await pool.query('DROP TABLE timeout_center.markers');
   }
-  const result = await migrate(pool, logger);
+  const result = await migrate(pool, logger, undefined, options);
   const { rows: named } = await pool.query<{ store: string }>(sql('db/set_store_identity', { store }));
   if (named[0]?.store !== store) {
     throw new StoreIdentityError(`the database given for store ${store} is already store ${named[0]?.store ?? '?'}: check businessDatabases.${store}'s URL`);
@@ -74,7 +80,7 @@ export interface StoresMigrated {
 }
 
 /** `migrate` for every store of the config: each one tried, those that fail named. */
-export async function migrateStores(config: LoadedConfig, logger: Logger): Promise<StoresMigrated> {
+export async function migrateStores(config: LoadedConfig, logger: Logger, options: MigrateOptions = {}): Promise<StoresMigrated> {
   const out: StoresMigrated = { migrated: [], failed: [] };
   for (const store of storeLayout(config.kinds).keys()) {
     const unset = config.unsetUrls?.[store];
@@ -85,7 +91,7 @@ export async function migrateStores(config: LoadedConfig, logger: Logger): Promi
     const url = config.businessDatabaseUrls[store] ?? '';
     const pool = createPool({ connectionString: url, max: 1, applicationName: 'timeout-center migrate', logger, connectionTimeoutMs: 5000 });
     try {
-      const { applied, current } = await migrateStore(pool, store, config.kinds, logger.child({ store }));
+      const { applied, current } = await migrateStore(pool, store, config.kinds, logger.child({ store }), options);
       out.migrated.push({ store, applied, current });
       logger.info({ store, applied }, applied.length ? `store ${store} migrated` : `store ${store} already up to date`);
     } catch (err) {

@@ -117,6 +117,12 @@ describe('API document', () => {
       { ...one, bizId: '' },
       { ...one, bizId: 'x'.repeat(200) },
       { ...one, bizId: 'x'.repeat(201) },
+      { ...one, bizId: 'a\u0000b' },
+      { ...one, bizId: 'a\ud800' },
+      { ...one, bizId: '\udc00\ud800' },
+      { ...one, bizId: '\ud83d\ude00'.repeat(200) },
+      { ...one, bizId: '\ud83d\ude00'.repeat(201) },
+      { ...one, kind: 'order.\u0000' },
       { ...one, kind: 'Order.Unpaid' },
       { ...one, extra: 1 },
       [one],
@@ -166,6 +172,20 @@ describe('API document', () => {
     }
   });
 
+  it('every operation lists the error answers it can give with the Error schema, 500 included', () => {
+    const error = { $ref: '#/components/schemas/Error' };
+    for (const [path, ops] of Object.entries(doc.paths)) {
+      for (const [method, op] of Object.entries(ops)) {
+        const codes = Object.keys(op.responses).filter((c) => c !== '200');
+        const expected =
+          path === '/v1/openapi.json' ? ['500'] : path === '/v1/health' ? ['500', '503'] : ['400', '401', '403', '404', '408', '413', '415', '500', '503'];
+        if (path.endsWith('/settle')) expected.push('501');
+        expect({ route: `${method} ${path}`, codes: codes.sort() }).toEqual({ route: `${method} ${path}`, codes: expected.sort() });
+        for (const c of codes) expect(op.responses[c]!.content?.['application/json'].schema, `${method} ${path} ${c}`).toEqual(error);
+      }
+    }
+  });
+
   it('each documented path parameter schema accepts exactly what the server accepts', async () => {
     const params = doc.paths['/v1/timeouts/{kind}/{bizId}/cancel']!['post']!.parameters!;
     const kindSchema = validator(doc, params.find((p) => p.name === 'kind')!.schema);
@@ -177,6 +197,9 @@ describe('API document', () => {
       ['order.unpaid', 'x'.repeat(200)],
       ['order.unpaid', 'x'.repeat(201)],
       ['order.unpaid', 'a/b'],
+      ['order.unpaid', 'a\u0000b'],
+      ['order\u0000', '1'],
+      ['order.unpaid', '\ud83d\ude00'.repeat(200)],
     ] as const) {
       const res = await app.inject({ method: 'POST', url: `/v1/timeouts/${encodeURIComponent(kind)}/${encodeURIComponent(bizId)}/cancel` });
       const says = kindSchema.safeParse(kind).success && bizSchema.safeParse(bizId).success;

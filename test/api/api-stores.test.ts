@@ -119,4 +119,18 @@ describe('HTTP API routes each call to its store', () => {
     expect(inBatch.body.error).toMatchObject({ code: 'unroutable', field: 'timeouts.1.bizId' });
     expect(await where('2030')).toEqual({ center: 0, store_a: 0, store_b: 0 });
   });
+
+  it("settles in the biz_id's store; settle again answers already_final with its outcome, not_found only for an id never scheduled", async () => {
+    await pools[1]!.query("INSERT INTO orders (id, status) VALUES (2041, 'unpaid')");
+    expect((await call('POST', '/v1/timeouts', { kind: KIND, bizId: '2041', delayMs: 0 })).status).toBe(200);
+    expect(await where('2041')).toEqual({ center: 0, store_a: 0, store_b: 1 });
+    expect((await call('POST', `/v1/timeouts/${KIND}/2041/settle`)).body).toMatchObject({ outcome: 'applied', state: 'done', result: 'applied' });
+    expect((await pools[1]!.query('SELECT status FROM orders WHERE id = 2041')).rows).toEqual([{ status: 'closed' }]);
+    const again = await call('POST', `/v1/timeouts/${KIND}/2041/settle`);
+    expect(again.status).toBe(200);
+    expect(again.body).toMatchObject({ outcome: 'already_final', state: 'done', result: 'applied' });
+    // Cancelled in its store (2001, above): final too.
+    expect((await call('POST', `/v1/timeouts/${KIND}/2001/settle`)).body).toMatchObject({ outcome: 'already_final', state: 'cancelled' });
+    expect((await call('POST', `/v1/timeouts/${KIND}/2043/settle`)).body).toMatchObject({ outcome: 'not_found' });
+  });
 });

@@ -117,6 +117,14 @@ describe('HTTP API (run --api, and timeout-center api)', () => {
     expect(got!.body).toMatchObject({ state: 'done', outcome: 'applied', attempts: 1, lastError: null });
     const shard = await pool.query<{ id: string; scan_id: string }>('SELECT id, scan_id FROM timeout_center.shards WHERE id = $1', [got!.body['shardId']]);
     expect(got!.body['scanId']).toBe(Number(shard.rows[0]!.scan_id));
+    // Settle after the scan applied it: already_final with its outcome and shard, not not_found.
+    expect((await call('POST', '/v1/timeouts/order.unpaid/201/settle')).body).toMatchObject({
+      outcome: 'already_final',
+      state: 'done',
+      result: 'applied',
+      shardId: got!.body['shardId'],
+      detail: expect.stringContaining(`applied by shard ${String(got!.body['shardId'])}`),
+    });
     // Too late: the timeout is done.
     expect((await call('POST', '/v1/timeouts/order.unpaid/201/cancel')).body).toEqual({ cancelled: false });
     expect((await call('POST', '/v1/timeouts/order.unpaid/201/reschedule', { delayMs: 1000 })).body).toEqual({ rescheduled: false });

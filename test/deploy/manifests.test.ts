@@ -108,6 +108,13 @@ describe('Dockerfile', () => {
     // The migrations are read from <app>/sql at run time (two levels above dist/db).
     expect(finalStage.some((l) => /^COPY sql\b/.test(l))).toBe(true);
   });
+
+  it('holds the text files the npm package ships (LICENSE, README, CHANGELOG), and its example tag is the package version', () => {
+    const copied = finalStage.filter((l) => /^COPY\s/.test(l) && !l.includes('--from=')).flatMap((l) => l.split(/\s+/).slice(1, -1));
+    expect(copied).toEqual(expect.arrayContaining(['LICENSE', 'README.md', 'CHANGELOG.md']));
+    const version = (JSON.parse(read('package.json')) as { version: string }).version;
+    expect([...text.matchAll(/timeout-center:(\d[\w.-]*)/g)].map((m) => m[1])).toEqual([version, version]);
+  });
 });
 
 describe('docker-compose.yml', () => {
@@ -201,6 +208,11 @@ describe('docker-compose.yml', () => {
 describe('Kubernetes manifests (deploy/k8s, kustomize)', () => {
   const dir = join(ROOT, 'deploy/k8s');
   const kustomization = yamlFile('deploy/k8s/kustomization.yaml');
+
+  it('deploys the image of the package version', () => {
+    const version = (JSON.parse(read('package.json')) as { version: string }).version;
+    expect(kustomization['images']).toEqual([{ name: 'timeout-center', newName: 'timeout-center', newTag: version }]);
+  });
 
   function rawDocs(): Doc[] {
     return (kustomization['resources'] as string[]).flatMap((file) => {

@@ -141,7 +141,7 @@ describe('payment racing the close', () => {
       try {
         while (running) {
           const { rows } = await c.query<{ w: number; p: number }>(
-            `SELECT count(*) FILTER (WHERE application_name = 'timeout-center worker')::int AS w,
+            `SELECT count(*) FILTER (WHERE application_name ~ '^timeout-center(/[^ ]+)? worker$')::int AS w,
                     count(*) FILTER (WHERE application_name = 'payer')::int AS p
                FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'`,
           );

@@ -82,7 +82,7 @@ describe('PostgreSQL faults', () => {
       async () => {
         const { rows } = await s!.pool.query<{ pid: number; ok: boolean }>(
           `SELECT pid, pg_terminate_backend(pid) AS ok FROM pg_stat_activity
-            WHERE datname = current_database() AND application_name = 'timeout-center worker'
+            WHERE datname = current_database() AND application_name ~ '^timeout-center(/[^ ]+)? worker$'
               AND state = 'idle in transaction' AND now() - state_change > interval '100 milliseconds'`,
         );
         terminated.push(...rows.filter((r) => r.ok).map((r) => r.pid));
@@ -122,7 +122,7 @@ describe('PostgreSQL faults', () => {
     while (Date.now() < until) {
       const { rows } = await s.pool.query<{ ok: boolean }>(
         `SELECT pg_terminate_backend(pid) AS ok FROM pg_stat_activity
-          WHERE datname = current_database() AND application_name LIKE 'timeout-center %' AND random() < 0.3`,
+          WHERE datname = current_database() AND application_name LIKE 'timeout-center%' AND random() < 0.3`,
       );
       terminated += rows.filter((r) => r.ok).length;
       await sleep(150);

@@ -95,6 +95,24 @@ describe('inserting timeouts', () => {
     expect(await count()).toBe(0);
   });
 
+  it('schedule(), cancel() and reschedule() refuse strings PostgreSQL cannot store (NUL, lone surrogates, a payload too deep) before touching the database', async () => {
+    const one = { kind: 'order.unpaid', bizId: '1', delayMs: 5 };
+    for (const bad of ['a\u0000b', 'a\ud800', '\udc00']) {
+      await expect(schedule(pool, { ...one, bizId: bad })).rejects.toThrow(TimeoutInputError);
+      await expect(schedule(pool, { ...one, kind: bad })).rejects.toThrow(TimeoutInputError);
+      await expect(schedule(pool, { ...one, payload: { lines: [{ sku: bad }] } })).rejects.toThrow(
+        /payload\.lines\.0\.sku holds a character PostgreSQL cannot store/,
+      );
+      await expect(schedule(pool, { ...one, payload: { [bad]: 1 } })).rejects.toThrow(/payload has a key that holds/);
+      await expect(cancel(pool, 'order.unpaid', bad)).rejects.toThrow(TimeoutInputError);
+      await expect(reschedule(pool, 'order.unpaid', bad, { delayMs: 5 })).rejects.toThrow(TimeoutInputError);
+    }
+    let deep: unknown = 1;
+    for (let i = 0; i < 10_000; i += 1) deep = [deep];
+    await expect(schedule(pool, { ...one, payload: deep })).rejects.toThrow(/nested deeper than 64 levels/);
+    expect(await count()).toBe(0);
+  });
+
   it('schedule() is idempotent per live (kind, bizId); cancel and reschedule work inside a transaction', async () => {
     const client = await pool.connect();
     try {
@@ -210,7 +228,7 @@ describe('the CLI', () => {
 
   it('says which server is unreachable and how to fix it', async () => {
     const port = await freePort();
-    // Unavailable, nothing done: exit 3 (docs/operations.md "Exit codes").
+    // Unavailable, nothing done: exit 3 (docs/reference/cli.md "Exit codes").
     const noPg = await runCli(['coordinator'], { ...env, DATABASE_URL: `postgres://postgres:secret@127.0.0.1:${port}/x` });
     expect(noPg.code).toBe(3);
     expect(noPg.stderr).toMatch(new RegExp(`cannot reach PostgreSQL at postgres://postgres:\\*\\*\\*@127.0.0.1:${port}/x: .*ECONNREFUSED.*DATABASE_URL`));

@@ -2,7 +2,7 @@
 // A claim locks the rows it takes only until its COMMIT and reads the ids other shards hold with
 // its statement's snapshot, so a claim running beside another could lock rows the other had just
 // committed and had to give them back: in a 50,000 burst a shard kept 586 of its 5,000 rows and
-// the rest waited 80-90 ms for another plan (docs/benchmarks.md, "The sixth pass").
+// the rest waited 80-90 ms for another plan (measured with npm run bench:external -- --profile).
 //   1. A second claim of the same kind and target waits for the first one's COMMIT, then takes
 //      its full limit, none of the first one's rows, and gives nothing back.
 //   2. A claim of another target does not wait.

@@ -6,6 +6,7 @@
 import net from 'node:net';
 import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { VERSION } from '../../src/version.js';
 import { CLOSE_SQL, createOrdersSchema, writeConfig } from '../helpers/orders.js';
 import { killAll, runCli, spawnCli, type CliProcess } from '../helpers/processes.js';
 import { createTestDatabase, testKeyPrefix, TEST_REDIS_URL, type TestDatabase } from '../helpers/services.js';
@@ -136,7 +137,14 @@ describe('metrics and health endpoints (real processes)', () => {
     }
     const l = await get(ports.leader, '/readyz');
     expect(l.status).toBe(200);
-    expect(JSON.parse(l.body)).toMatchObject({ status: 'ready', postgres: { ok: true }, redis: { ok: true }, coordinator: { ok: true, leader: true } });
+    expect(JSON.parse(l.body)).toMatchObject({
+      status: 'ready',
+      postgres: { ok: true },
+      redis: { ok: true },
+      coordinator: { ok: true, leader: true },
+      // the schema still runs this version (docs/upgrading.md)
+      schema: { ok: true, version: VERSION, state: 'current' },
+    });
     const s = await get(ports.standby, '/readyz');
     expect(s.status).toBe(200); // a standby is ready: it takes over when the leader goes
     expect(JSON.parse(s.body)).toMatchObject({ status: 'ready', coordinator: { ok: true, leader: false } });
@@ -169,6 +177,7 @@ describe('metrics and health endpoints (real processes)', () => {
     expect(metric(w, 'tc_shard_duration_seconds_count', { kind: 'order.unpaid' })).toBe(doneShards[0].n);
     expect(metric(w, 'tc_worker_busy_slots')).toBe(0);
     expect(w).toMatch(/^tc_process_process_resident_memory_bytes\{role="worker"\} \d+/m);
+    expect(w).toMatch(new RegExp(`^tc_build_info\\{version="${VERSION.replace(/\./g, '\\.')}",schema="\\d+",role="worker"\\} 1$`, 'm'));
 
     // The leader: leadership, claims, scans and their durations, backlog and lag, in flight.
     let l = (await get(ports.leader, '/metrics')).body;

@@ -1,7 +1,7 @@
 // The operator verbs as real processes against a real database that a real coordinator + worker
 // (`timeout-center run`) has worked on: status, scans, shards, failed, retry, cancel, with --json
 // and as tables; bad arguments exit 2 with one clear line and change nothing; every verb takes
-// -c/--config the same way, and exits by the one table of docs/operations.md "Exit codes"
+// -c/--config the same way, and exits by the one table of docs/reference/cli.md "Exit codes"
 // (issue 31 point 4); migrate ends with a summary per database.
 import { execFile } from 'node:child_process';
 import pg from 'pg';
@@ -417,7 +417,7 @@ describe('operator CLI against a real database', () => {
     expect(lines.filter((l) => l.startsWith('{')).map((l) => (JSON.parse(l) as { msg: string }).msg)).toContain('database already up to date');
     const summary = lines.slice(lines.findIndex((l) => l.startsWith('migrate: ')));
     expect(summary[0]).toBe('migrate: done, 1 database');
-    expect(summary.join('\n')).toMatch(/^DATABASE +ROLE +MIGRATIONS +VERSION +URL$/m);
+    expect(summary.join('\n')).toMatch(/^DATABASE +ROLE +MIGRATIONS +VERSION +RUNS CODE +URL$/m);
     expect(summary.join('\n')).toMatch(/^center +center +none: already up to date +\d+ +postgres:\/\//m);
     expect(summary.join('\n')).toMatch(/^Kinds registered: order\.unpaid, order\.unshipped$/m);
     expect(summary.some((l) => l.startsWith('{'))).toBe(false);

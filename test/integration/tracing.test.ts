@@ -14,6 +14,7 @@ import { loadConfig } from '../../src/config.js';
 import { createLogger } from '../../src/observability/logger.js';
 import { tracingConfigured, withRequestSpan } from '../../src/observability/tracing.js';
 import { startTracing, type Tracing } from '../../src/observability/tracing-sdk.js';
+import { VERSION } from '../../src/version.js';
 import { startRuntime, type Runtime } from '../../src/runtime.js';
 import { schedule, TimeoutInputError } from '../../src/schedule.js';
 import { settle } from '../../src/settle/settle.js';
@@ -105,6 +106,9 @@ describe('tracing', () => {
       for (let id = 1; id <= 40; id += 1) await schedule(pool, { kind: 'order.unpaid', bizId: id, delayMs: 3000 });
     });
     expect(request!.traceId).toBe(callerTrace);
+    // The spans' resource names the package's version (src/version.ts, from package.json).
+    const served = exporter.getFinishedSpans().find((s) => s.spanContext().spanId === request!.spanId);
+    expect(served?.resource.attributes['service.version']).toBe(VERSION);
     // Outside any span: nothing stored. An explicit traceparent is kept as given; a bad one refused.
     for (let id = 41; id <= 45; id += 1) await schedule(pool, { kind: 'order.unpaid', bizId: id, delayMs: 3000 });
     const given = '00-11111111111111111111111111111111-2222222222222222-01';

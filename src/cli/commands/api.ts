@@ -11,6 +11,9 @@ import type { ApiServer } from '../../api/server.js';
 import { ApiTokenConfigError, resolveApiTokens, TokenTable } from '../../api/tokens.js';
 import { databaseSilenceMs, loadConfig, type LoadedConfig } from '../../config.js';
 import { assertMigrated } from '../../db/migrate.js';
+import { ProcessRegistry } from '../../release/process-registry.js';
+import type { SchemaContractError } from '../../release/schema-contract.js';
+import { EXIT } from '../exit-codes.js';
 import { createPool } from '../../db/pool.js';
 import { createLogger, type Logger } from '../../observability/logger.js';
 import { checkPostgres } from '../../db/reachability.js';
@@ -33,6 +36,9 @@ export interface ServeApiInput {
   logger: Logger;
   /** Settle-on-read; the product's settle() (src/settle/) unless a caller gives another. */
   settle?: SettleFn | undefined;
+  /** The `api` command: the process in timeout_center.processes, and what to do when the schema
+   *  changes under it to one this version may not run on. (With --api, the runtime registers.) */
+  onIncompatibleSchema?: (err: SchemaContractError) => void;
 }
 
 /** The API's settle: the Settler (src/settle/settler.ts) on the database that holds the timeout
@@ -42,7 +48,7 @@ export interface ServeApiInput {
 function settleWith(settler: Settler): SettleFn {
   return async (db, kind, bizId) => {
     const r = await settler.settleIn(db, kind, bizId);
-    return { outcome: r.outcome, detail: r.detail, state: r.state, shardId: r.shardId };
+    return { outcome: r.outcome, detail: r.detail, state: r.state, result: r.result, shardId: r.shardId };
   };
 }
 
@@ -76,7 +82,9 @@ export async function serveApi(input: ServeApiInput): Promise<ApiServer> {
     return pool;
   };
   let settler: Settler | undefined;
+  let registry: ProcessRegistry | undefined;
   const closePools = async () => {
+    await registry?.stop().catch(() => undefined);
     await settler?.close().catch(() => undefined);
     await Promise.all(pools.map((p) => p.end().catch(() => undefined)));
   };
@@ -84,6 +92,10 @@ export async function serveApi(input: ServeApiInput): Promise<ApiServer> {
     const center = open(config.databaseUrl);
     await checkPostgres(center, config.databaseUrl);
     await assertMigrated(center);
+    if (input.onIncompatibleSchema) {
+      registry = new ProcessRegistry({ pool: center, role: 'api', logger, onIncompatible: input.onIncompatibleSchema });
+      await registry.start();
+    }
     const stores: Record<string, pg.Pool> = {};
     for (const store of storeLayout(config.kinds).keys()) {
       const url = config.businessDatabaseUrls[store];
@@ -163,7 +175,15 @@ export function registerApi(program: Command): void {
       await tracing.start();
       let server: ApiServer;
       try {
-        server = await serveApi({ config, port: opts.port, host: opts.host, allowUnauthenticated: Boolean(opts.allowUnauthenticated), logger });
+        server = await serveApi({
+          config,
+          port: opts.port,
+          host: opts.host,
+          allowUnauthenticated: Boolean(opts.allowUnauthenticated),
+          logger,
+          // Migrated past what this version runs: stop serving and exit 3.
+          onIncompatibleSchema: () => void server.close().finally(() => process.exit(EXIT.unavailable)),
+        });
       } catch (err) {
         await tracing.stop();
         throw err;

@@ -6,6 +6,9 @@
 import { CommanderError, Option, type Command } from 'commander';
 import { parseConfig, readConfigFile, resolveBusinessDatabaseUrls, type Config, type LoadedConfig } from '../../config.js';
 import { assertMigrated } from '../../db/migrate.js';
+import { ProcessRegistry } from '../../release/process-registry.js';
+import type { SchemaContractError } from '../../release/schema-contract.js';
+import { EXIT } from '../exit-codes.js';
 import { createPool } from '../../db/pool.js';
 import { createLogger, type Logger } from '../../observability/logger.js';
 import { checkPostgres } from '../../db/reachability.js';
@@ -48,6 +51,9 @@ export interface StartConsoleInput extends ConsoleFlags {
   /** The config's kinds and business database URLs: with kinds stored beside their orders, the
    *  console reads and acts in each store too. */
   config?: Pick<LoadedConfig, 'kinds' | 'businessDatabaseUrls'> | undefined;
+  /** The `console` command: the process in timeout_center.processes, and what to do when the
+   *  schema changes under it to one this version may not run on. */
+  onIncompatibleSchema?: (err: SchemaContractError) => void;
 }
 
 /** The stores of the config (none: undefined), their pools opened on first use. */
@@ -77,9 +83,14 @@ export async function serveConsole(input: StartConsoleInput): Promise<ConsoleSer
   }
   const pool = createPool({ connectionString: input.databaseUrl, max: 4, applicationName: 'timeout-center console', logger: input.logger });
   let stores: ReturnType<typeof storeDirectory>;
+  let registry: ProcessRegistry | undefined;
   try {
     await checkPostgres(pool, input.databaseUrl);
     await assertMigrated(pool);
+    if (input.onIncompatibleSchema) {
+      registry = new ProcessRegistry({ pool, role: 'console', logger: input.logger, onIncompatible: input.onIncompatibleSchema });
+      await registry.start();
+    }
     stores = storeDirectory(input);
     // Loaded here, not at the top: the other verbs start without the console's server modules.
     const { startConsole } = await import('../../console/server.js');
@@ -88,11 +99,13 @@ export async function serveConsole(input: StartConsoleInput): Promise<ConsoleSer
       ...server,
       close: async () => {
         await server.close();
+        await registry?.stop();
         await stores?.directory.close();
         await pool.end();
       },
     };
   } catch (err) {
+    await registry?.stop().catch(() => undefined);
     await stores?.directory.close();
     await pool.end();
     if (err instanceof ConsoleConfigError) throw new CommanderError(2, 'tc.console', err.message);
@@ -196,6 +209,8 @@ export function registerConsole(program: Command): void {
         allowUnauthenticated: Boolean(opts.allowUnauthenticated),
         lagSlaSeconds: lagSlaMs / 1000,
         logger,
+        // Migrated past what this version runs: stop serving and exit 3.
+        onIncompatibleSchema: () => void server.close().finally(() => process.exit(EXIT.unavailable)),
       });
       await new Promise<void>((resolve) => {
         const stop = () => {

@@ -7,7 +7,7 @@
 import { describeLayout } from '../../db/citus-layout.js';
 import { ConfigError, loadConfig, type LoadedConfig } from '../../config.js';
 import { syncKinds } from '../../db/kinds.js';
-import { migrate } from '../../db/migrate.js';
+import { DEFAULT_LOCK_TIMEOUT_MS, migrate, type MigrateOptions } from '../../db/migrate.js';
 import { createPool } from '../../db/pool.js';
 import { syncRoutes } from '../../db/routes.js';
 import { syncTargets } from '../../db/targets.js';
@@ -19,11 +19,19 @@ import { CENTER } from '../../stores/store-directory.js';
 import { prepareBusinessDatabases, redactDbUrl } from '../../worker/business-db.js';
 import { partial } from '../exit-codes.js';
 import { jsonOption, print, printJson, table } from './common.js';
-import type { Command } from 'commander';
+import { CommanderError, Option, type Command } from 'commander';
 
-interface MigrateOptions {
+function lockTimeout(value: string): number {
+  const n = Number(value);
+  if (!/^\d+$/.test(value.trim()) || n < 10 || n > 60_000) throw new CommanderError(2, 'tc.input', `--lock-timeout must be 10..60000 (ms), got "${value}"`);
+  return n;
+}
+
+interface MigrateCommandOptions {
   config?: string;
   schemaOnly?: boolean;
+  force?: boolean;
+  lockTimeout?: number;
   json?: boolean;
   /** true: --logs, false: --no-logs, undefined: on when stdout is not a terminal (and not --json). */
   logs?: boolean;
@@ -39,6 +47,8 @@ export interface DatabaseMigrated {
   applied: string[];
   /** The schema version it is at now (store and center); null when not reached. */
   version: number | null;
+  /** The oldest timeout-center version that may run on it now (store and center). */
+  oldestCode?: string;
   error?: string;
   unsetVariable?: string;
 }
@@ -51,10 +61,19 @@ export function registerMigrate(program: Command): void {
         'prepare each business database; ends with a summary per database',
     )
     .option('--schema-only', 'apply migrations to DATABASE_URL only; do not read a config or register kinds')
+    .addOption(
+      new Option('--lock-timeout <ms>', 'longest one step waits for a lock before it backs off and tries again (the hot path never queues behind it longer)')
+        .argParser((v) => lockTimeout(v))
+        .default(DEFAULT_LOCK_TIMEOUT_MS),
+    )
+    .option(
+      '--force',
+      'apply a migration that live older processes cannot run beside (they stop on the new schema: upgrade them first; docs/upgrading.md "Breaking migrations")',
+    )
     .addOption(jsonOption())
     .option('--logs', 'also print the JSON log line of each step (default: when stdout is not a terminal)')
     .option('--no-logs', 'never print the JSON log lines, only the summary')
-    .action(async (opts: MigrateOptions) => {
+    .action(async (opts: MigrateCommandOptions) => {
       const logsOn = opts.logs ?? (!process.stdout.isTTY && !opts.json);
       // Written synchronously, so that the summary comes after the last log line.
       const logger = createLogger(logsOn ? (process.env['LOG_LEVEL'] === 'debug' ? 'debug' : 'info') : 'silent', {}, { sync: true });
@@ -68,11 +87,12 @@ export function registerMigrate(program: Command): void {
       }
       if (!url)
         throw new ConfigError('(environment)', ['DATABASE_URL is not set: set it to the center database URL (e.g. postgres://postgres@127.0.0.1:5432/app)']);
+      const migrateOptions: MigrateOptions = { force: opts.force === true, lockTimeoutMs: opts.lockTimeout ?? DEFAULT_LOCK_TIMEOUT_MS };
       const pool = createPool({ connectionString: url, max: 2, applicationName: 'timeout-center migrate', logger });
       const rows: DatabaseMigrated[] = [];
       try {
         await checkPostgres(pool, url); // the center does not answer: nothing done, exit 3
-        const result = await migrate(pool, logger);
+        const result = await migrate(pool, logger, undefined, migrateOptions);
         if (config) {
           await syncKinds(pool, config.kinds);
           await syncRoutes(pool, config.kinds);
@@ -82,11 +102,19 @@ export function registerMigrate(program: Command): void {
           { applied: result.applied, version: result.current, layout: describeLayout(result.layout), kinds: config ? Object.keys(config.kinds) : undefined },
           result.applied.length ? 'database migrated' : 'database already up to date',
         );
-        rows.push({ database: CENTER, role: 'center', url: redactDbUrl(url), ok: true, applied: result.applied, version: result.current });
+        rows.push({
+          database: CENTER,
+          role: 'center',
+          url: redactDbUrl(url),
+          ok: true,
+          applied: result.applied,
+          version: result.current,
+          oldestCode: result.oldestCode,
+        });
       } finally {
         await pool.end();
       }
-      if (config) rows.push(...(await storesAndBusinessDatabases(config, logger)));
+      if (config) rows.push(...(await storesAndBusinessDatabases(config, logger, migrateOptions)));
       const failed = rows.filter((r) => !r.ok);
       if (failed.length > 0) partial();
       if (opts.json) {
@@ -97,11 +125,11 @@ export function registerMigrate(program: Command): void {
     });
 }
 
-async function storesAndBusinessDatabases(config: LoadedConfig, logger: ReturnType<typeof createLogger>): Promise<DatabaseMigrated[]> {
+async function storesAndBusinessDatabases(config: LoadedConfig, logger: ReturnType<typeof createLogger>, options: MigrateOptions): Promise<DatabaseMigrated[]> {
   const rows: DatabaseMigrated[] = [];
   // The schema in each store (kinds stored beside their orders), then the marker table in each
   // business database; one that cannot be reached is named, the others are done.
-  const stores = await migrateStores(config, logger);
+  const stores = await migrateStores(config, logger, options);
   const storeNames = new Set(storeLayout(config.kinds).keys());
   for (const store of storeNames) {
     const done = stores.migrated.find((m) => m.store === store);
@@ -184,6 +212,7 @@ export function describe(rows: DatabaseMigrated[], config: LoadedConfig | undefi
         max: 100,
       },
       { header: 'version', value: (r) => r.version },
+      { header: 'runs code', value: (r) => (r.oldestCode ? `${r.oldestCode} and later` : '') },
       { header: 'url', value: (r) => r.url, max: 60 },
     ]),
   );

@@ -4,6 +4,10 @@
 // rest of the fleet is still shown. The rendering is status.ts's list of sections.
 import { reachedHost } from '../../db/reached-hosts.js';
 import type pg from 'pg';
+import semver from 'semver';
+import { PRE_RELEASE_CODE } from '../../db/migrations.js';
+import { describeProcess, liveProcesses, type LiveProcess } from '../../release/fleet.js';
+import { readSchemaContract, type SchemaContract } from '../../release/schema-contract.js';
 import { citusNodes, describeLayout, readLayout } from '../../db/citus-layout.js';
 import { sql, type Kysely } from 'kysely';
 import type { LoadedConfig } from '../../config.js';
@@ -57,6 +61,18 @@ export interface DatabaseFigures {
   targets?: TargetControls[];
   /** The database's layout (src/db/citus-layout.ts): plain, or Citus with its worker nodes. */
   layout?: LayoutStatus;
+  /** The schema contract and the live processes with their versions (src/release/). */
+  release?: ReleaseStatus;
+}
+
+export interface ReleaseStatus {
+  contract: SchemaContract | null;
+  processes: LiveProcess[];
+}
+
+async function releaseStatus(pool: pg.Pool): Promise<ReleaseStatus> {
+  const [contract, processes] = await Promise.all([readSchemaContract(pool), liveProcesses(pool)]);
+  return { contract, processes };
 }
 
 export interface LayoutStatus {
@@ -90,7 +106,7 @@ export type DatabaseAnswer = PerStore<DatabaseFigures> & { kinds: string[] | und
 export interface Problem {
   /** `center`, a store, or undefined for the fleet (Redis). */
   store?: string;
-  topic: 'unreachable' | 'unset' | 'redis' | 'no-worker' | 'lag' | 'no-leader' | 'breaker';
+  topic: 'unreachable' | 'unset' | 'redis' | 'no-worker' | 'lag' | 'no-leader' | 'breaker' | 'version';
   message: string;
 }
 
@@ -110,7 +126,7 @@ export interface Fleet {
 async function readDatabase(d: StoreDatabase, scans: number): Promise<DatabaseFigures> {
   const db: Kysely<Database> = d.db;
   const center = d.store === CENTER;
-  const [now, backlog, lease, workers, failed, scanRows, breakers, controls, targets, layout] = await Promise.all([
+  const [now, backlog, lease, workers, failed, scanRows, breakers, controls, targets, layout, release] = await Promise.all([
     sql<{ now: Date }>`SELECT now() AS now`.execute(db),
     db
       .selectFrom('timeout_center.backlog')
@@ -145,6 +161,7 @@ async function readDatabase(d: StoreDatabase, scans: number): Promise<DatabaseFi
     center ? listKindControls(d.pool) : Promise.resolve(undefined),
     center ? listTargetControls(d.pool) : Promise.resolve(undefined),
     layoutStatus(d.pool),
+    releaseStatus(d.pool),
   ]);
   const reached = reachedHost(d.pool);
   return {
@@ -174,6 +191,7 @@ async function readDatabase(d: StoreDatabase, scans: number): Promise<DatabaseFi
     postgres: reached ? { host: reached.host ?? null, target: reached.target } : null,
     ...(controls ? { controls } : {}),
     ...(targets ? { targets } : {}),
+    release,
   };
 }
 
@@ -253,6 +271,18 @@ export function problemsOf(fleet: Fleet): Problem[] {
           topic: 'lag',
           message: `${where(fleet, d.store)}: ${b.kind} is late: its oldest due timeout waits ${Math.round(b.oldestLagSeconds)} s (SLA ${fleet.lagSlaSeconds} s); check its leader and workers below`,
         });
+      }
+    }
+    const contract = f.release?.contract;
+    if (contract) {
+      for (const p of f.release?.processes ?? []) {
+        if (semver.lt(p.version ?? PRE_RELEASE_CODE, contract.oldestCode)) {
+          out.push({
+            store: d.store,
+            topic: 'version',
+            message: `${where(fleet, d.store)}: ${describeProcess(p)} is older than the schema allows (timeout-center ${contract.oldestCode} or newer): upgrade or stop it`,
+          });
+        }
       }
     }
     for (const b of f.breakers) {

@@ -26,6 +26,7 @@ import { partial } from '../exit-codes.js';
 import { LIVE_WINDOW_S } from '../../operations/overview.js';
 import { CENTER } from '../../stores/store-directory.js';
 import { readFleet, type DatabaseAnswer, type DatabaseFigures, type Fleet, type ScanRow } from './status-read.js';
+import { VERSION } from '../../version.js';
 
 export { LIVE_WINDOW_S };
 export type { ScanRow };
@@ -419,6 +420,45 @@ const layoutSection: StatusSection = {
   },
 };
 
+// The schema contract and the versions that run (docs/upgrading.md).
+const versionsSection: StatusSection = {
+  name: 'versions',
+  text(fleet) {
+    const out: string[] = [];
+    for (const d of fleet.databases) {
+      const r = d.ok ? d.value.release : undefined;
+      if (!r) continue;
+      const prefix = fleet.multi ? `${d.store}: ` : '';
+      const c = r.contract;
+      out.push(
+        c
+          ? `${prefix}Schema: migration ${String(c.schemaVersion).padStart(4, '0')}${c.migratedBy ? ` (migrated by ${c.migratedBy})` : ''}, runs timeout-center ${c.oldestCode} and later; this status is ${VERSION}`
+          : `${prefix}Schema: missing`,
+      );
+      if (r.processes.length > 0) {
+        const versions = new Set(r.processes.map((p) => p.version ?? 'before 1.0.0'));
+        out.push(`  Live processes: ${r.processes.length}${versions.size > 1 ? ` running ${versions.size} versions (an upgrade in progress?)` : ''}`);
+        out.push(
+          indent(
+            table(r.processes, [
+              { header: 'role', value: (p) => p.role, max: 48 },
+              { header: 'version', value: (p) => p.version ?? 'before 1.0.0' },
+              { header: 'host', value: (p) => p.host },
+              { header: 'pid', value: (p) => (p.source === 'connections' ? `${p.connections} conn.` : p.pid) },
+            ]),
+          ),
+        );
+      }
+    }
+    return out.length ? out.join('\n') : undefined;
+  },
+  json(fleet) {
+    const center = fleet.databases.find((d) => d.store === CENTER);
+    const r = center?.ok ? center.value.release : undefined;
+    return { version: VERSION, schema: r?.contract ?? null, processes: r?.processes ?? [] };
+  },
+};
+
 export const SECTIONS: StatusSection[] = [
   fleetSection,
   postgresSection,
@@ -427,6 +467,7 @@ export const SECTIONS: StatusSection[] = [
   leaderSection,
   redisSection,
   layoutSection,
+  versionsSection,
   workersSection,
   failedSection,
   breakersSection,
