@@ -12,12 +12,11 @@
 // What it cannot see: statements inside a DO block or a function that a statement calls (a DO
 // block is refused for that reason; a SELECT of a function that runs DDL is not detected).
 import { parse, type ParseResult, type RawStmt } from 'libpg-query';
+import semver from 'semver';
+import { parseMigration, PRE_RELEASE_CODE, splitStatements } from '../../src/db/migrations.js';
 
 /** 0023 is the last migration of the code before 1.0.0; the rules hold from 0024 on. */
 export const LAST_BEFORE_1_0 = 23;
-
-/** The version of the code before 1.0.0: the oldest-code floor until a migration raises it. */
-export const FIRST_OLDEST_CODE = '0.1.0';
 
 export type RuleId =
   | 'index-concurrently'
@@ -152,15 +151,27 @@ export interface Directives {
   problems: { line: number; text: string; problem: string; safe: string }[];
 }
 
-const SEMVER = /^\d+\.\d+\.\d+$/;
 const OBJECT = /^[a-z_][a-z0-9_]*\.[a-z_][a-z0-9_]*(\.[a-z_][a-z0-9_]*)?$/;
 
-/** The header directives: `-- tc:...` lines of the file's leading comment block. */
-export function readDirectives(sql: string): Directives {
+/**
+ * The `-- tc:...` directives. no-transaction and oldest-code are read by the runner's own
+ * parseMigration (src/db/migrations.ts), so the checker judges the file as the runner will run it;
+ * what the runner would take silently (an unknown, misspelt or indented directive, one below the
+ * leading comment block) is reported here.
+ */
+export function readDirectives(file: string, sql: string): Directives {
   const out: Directives = { noTransaction: false, unreadSince: [], problems: [] };
-  const lines = sql.split('\n');
+  try {
+    const runner = parseMigration(file.split('/').at(-1)!, sql);
+    out.noTransaction = !runner.transactional;
+    if (runner.oldestCode !== undefined) out.oldestCode = runner.oldestCode;
+  } catch (err) {
+    // The runner refuses the file (an oldest-code that is not a version): so does the checker.
+    out.noTransaction = /^--\s*tc:no-transaction\s*$/m.test(sql);
+    out.problems.push({ line: 1, text: file, problem: `the runner refuses it: ${(err as Error).message}`, safe: 'write the version as X.Y.Z' });
+  }
   let inHeader = true;
-  lines.forEach((raw, i) => {
+  sql.split('\n').forEach((raw, i) => {
     const line = raw.trim();
     if (inHeader && line !== '' && !line.startsWith('--')) inHeader = false;
     const m = /^--\s*tc:(\S*)\s*(.*)$/.exec(line);
@@ -170,31 +181,26 @@ export function readDirectives(sql: string): Directives {
     if (!inHeader) {
       out.problems.push({
         ...at,
-        problem: 'a tc: directive below the first statement is ignored by the runner',
+        problem: 'a tc: directive below the first statement, where a reader of the file does not look for it',
         safe: 'move it into the comment block at the top of the file',
       });
       return;
     }
     const args = rest.split(/\s+/).filter(Boolean);
-    if (name === 'no-transaction' && args.length === 0) out.noTransaction = true;
-    else if (name === 'oldest-code' && args.length === 1 && SEMVER.test(args[0]!)) out.oldestCode = args[0]!;
-    else if (name === 'unread-since' && args.length === 2 && SEMVER.test(args[0]!) && OBJECT.test(args[1]!))
+    const atLineStart = raw.startsWith('--');
+    if (atLineStart && name === 'no-transaction' && args.length === 0) return;
+    if (atLineStart && name === 'oldest-code' && args.length === 1 && semver.valid(args[0]!) !== null) return;
+    if (atLineStart && name === 'unread-since' && args.length === 2 && semver.valid(args[0]!) !== null && OBJECT.test(args[1]!)) {
       out.unreadSince.push({ version: args[0]!, object: args[1]!, line: i + 1 });
-    else
-      out.problems.push({
-        ...at,
-        problem: `unknown or malformed directive tc:${name}${rest ? ` ${rest}` : ''}`,
-        safe: 'the directives are `-- tc:no-transaction`, `-- tc:oldest-code X.Y.Z` and `-- tc:unread-since X.Y.Z schema.table[.column]` (docs/writing-migrations.md)',
-      });
+      return;
+    }
+    out.problems.push({
+      ...at,
+      problem: `${atLineStart ? 'unknown or malformed' : 'indented (the runner reads a directive only at the start of a line)'} directive tc:${name}${rest ? ` ${rest}` : ''}`,
+      safe: 'the directives are `-- tc:no-transaction`, `-- tc:oldest-code X.Y.Z` and `-- tc:unread-since X.Y.Z schema.table[.column]`, each alone on its line, from its first column (docs/writing-migrations.md)',
+    });
   });
   return out;
-}
-
-export function compareVersions(a: string, b: string): number {
-  const pa = a.split('.').map(Number);
-  const pb = b.split('.').map(Number);
-  for (let i = 0; i < 3; i += 1) if (pa[i] !== pb[i]) return (pa[i] ?? 0) - (pb[i] ?? 0);
-  return 0;
 }
 
 // Positions ------------------------------------------------------------------------------------
@@ -220,14 +226,6 @@ class Source {
     }
     return { text, line: skipped.split('\n').length };
   }
-}
-
-/** The runner's split of a `-- tc:no-transaction` file: on a `;` at the end of a line. */
-export function splitLikeRunner(sql: string): string[] {
-  return sql
-    .split(/;[ \t]*\r?\n|;[ \t]*$/)
-    .map((s) => s.replace(/--[^\n]*/g, '').trim())
-    .filter((s) => s !== '');
 }
 
 // The checker -----------------------------------------------------------------------------------
@@ -328,7 +326,7 @@ function versionOf(file: string): number {
  */
 export async function checkMigrations(files: MigrationSource[], options: { judgeAbove?: number } = {}): Promise<RuleViolation[]> {
   const judgeAbove = options.judgeAbove ?? LAST_BEFORE_1_0;
-  const known: Knowledge = { tables: new Set(), checks: new Map(), oldestCode: FIRST_OLDEST_CODE };
+  const known: Knowledge = { tables: new Set(), checks: new Map(), oldestCode: PRE_RELEASE_CODE };
   const violations: RuleViolation[] = [];
   const sorted = [...files].sort((a, b) => versionOf(a.file) - versionOf(b.file));
   for (const f of sorted) {
@@ -352,7 +350,7 @@ function parsed(sql: string): Promise<ParseResult> {
 
 async function checkOne(f: MigrationSource, known: Knowledge): Promise<RuleViolation[]> {
   const out: RuleViolation[] = [];
-  const directives = readDirectives(f.sql);
+  const directives = readDirectives(f.file, f.sql);
   const source = new Source(f.sql);
   const state: FileState = {
     file: f.file,
@@ -368,7 +366,7 @@ async function checkOne(f: MigrationSource, known: Knowledge): Promise<RuleViola
   for (const p of directives.problems) {
     out.push({ file: f.file, line: p.line, statement: p.text, rule: 'directive', problem: p.problem, safe: p.safe });
   }
-  if (directives.oldestCode && compareVersions(directives.oldestCode, known.oldestCode) > 0) known.oldestCode = directives.oldestCode;
+  if (directives.oldestCode && semver.gt(directives.oldestCode, known.oldestCode)) known.oldestCode = directives.oldestCode;
 
   let tree: ParseResult;
   try {
@@ -399,7 +397,7 @@ async function checkOne(f: MigrationSource, known: Knowledge): Promise<RuleViola
   }
 
   if (directives.noTransaction) {
-    const pieces = splitLikeRunner(f.sql);
+    const pieces = splitStatements(f.sql);
     if (pieces.length !== stmts.length) {
       out.push({
         file: f.file,
@@ -643,7 +641,7 @@ function contract(object: string, verb: string, st: FileState, known: Knowledge,
     return;
   }
   st.usedUnread.add(object);
-  if (compareVersions(known.oldestCode, d.version) < 0) {
+  if (semver.lt(known.oldestCode, d.version)) {
     flag(
       'drop-or-rename',
       `-- tc:unread-since ${d.version} ${object}: code older than ${d.version} still reads it, and the oldest code allowed on the schema is ${known.oldestCode}`,

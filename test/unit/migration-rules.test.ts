@@ -6,7 +6,7 @@ import { readdirSync, readFileSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 import { describe, expect, it } from 'vitest';
 import { MIGRATIONS_DIR } from '../../src/db/migrate.js';
-import { LAST_BEFORE_1_0, RULES, checkMigrations, formatViolation, splitLikeRunner, type MigrationSource, type RuleId } from '../helpers/migration-rules.js';
+import { LAST_BEFORE_1_0, RULES, checkMigrations, formatViolation, type MigrationSource, type RuleId } from '../helpers/migration-rules.js';
 
 const real: MigrationSource[] = readdirSync(MIGRATIONS_DIR)
   .filter((f) => /^\d{4}_[\w-]+\.sql$/.test(f))
@@ -126,7 +126,13 @@ BEGIN
 END $$;
 `;
     expect(await rulesOf(functionBody)).toEqual(['no-transaction-split']);
-    expect(splitLikeRunner('-- h\nCREATE INDEX CONCURRENTLY IF NOT EXISTS a ON t (x);\n\nCREATE INDEX CONCURRENTLY IF NOT EXISTS b ON t (y);')).toHaveLength(2);
+    // A comment after the ; is fine: the runner splits there too.
+    expect(
+      await rulesOf(`-- tc:no-transaction
+CREATE INDEX CONCURRENTLY IF NOT EXISTS a ON timeout_center.timeouts (created_at); -- by schedule time
+CREATE INDEX CONCURRENTLY IF NOT EXISTS b ON timeout_center.timeouts (finished_at);
+`),
+    ).toEqual([]);
   });
 
   it('constraint-not-valid: a CHECK or FOREIGN KEY validated while writes wait', async () => {
@@ -315,7 +321,10 @@ INSERT INTO timeout_center.history SELECT id, kind FROM timeout_center.done_time
   it('directive: an unknown, misplaced or unused tc: directive', async () => {
     // A misspelled no-transaction would run the file in one transaction: named, not ignored.
     expect(await rulesOf('-- tc:no-transactions\nSELECT 1;\n')).toEqual(['directive']);
-    expect(await rulesOf('-- tc:oldest-code 1.1\nSELECT 1;\n')).toEqual(['directive']);
+    expect(await rulesOf('-- tc:oldest-code 1.1\nSELECT 1;\n')).toEqual(['directive', 'directive']);
+    expect(await rulesOf('-- tc:oldest-code 1.1.0 please\nSELECT 1;\n')).toEqual(['directive']);
+    // Indented, the runner does not see it: the file would run in one transaction.
+    expect(await rulesOf('--\n  -- tc:no-transaction\nSELECT 1;\n')).toEqual(['directive']);
     expect(await rulesOf('SELECT 1;\n-- tc:no-transaction\nSELECT 2;\n')).toEqual(['directive']);
     expect(await rulesOf('-- tc:unread-since 1.0.0 timeout_center.timeouts.payload\nSELECT 1;\n')).toEqual(['directive']);
   });
