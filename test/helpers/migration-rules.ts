@@ -13,7 +13,7 @@
 // block is refused for that reason; a SELECT of a function that runs DDL is not detected).
 import { parse, type ParseResult, type RawStmt } from 'libpg-query';
 import semver from 'semver';
-import { parseMigration, PRE_RELEASE_CODE, splitStatements } from '../../src/db/migrations.js';
+import { parseMigration, PRE_RELEASE_CODE, splitStatements } from '../../src/db/migrations.ts';
 
 /** 0023 is the last migration of the code before 1.0.0; the rules hold from 0024 on. */
 export const LAST_BEFORE_1_0 = 23;
