@@ -3,7 +3,7 @@
 //                             CONCURRENTLY cannot run in one); every statement must be idempotent
 //   -- tc:oldest-code X.Y.Z   the oldest timeout-center version that still runs on the schema once
 //                             this migration is applied (a breaking change raises it)
-// docs/upgrading.md states the rules a migration follows; test/unit/migration-rules.test.ts
+// docs/writing-migrations.md states the rules a migration follows; test/unit/migration-rules.test.ts
 // checks them with PostgreSQL's parser.
 import { readdirSync, readFileSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
