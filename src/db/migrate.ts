@@ -101,7 +101,15 @@ export async function migrate(pool: pg.Pool, logger: Logger, dir = MIGRATIONS_DI
     );
   });
   try {
-    await client.query('SELECT pg_advisory_lock($1)', [MIGRATION_LOCK_KEY.toString()]);
+    // Polled, not waited for in one statement: a session waiting in pg_advisory_lock() holds a
+    // snapshot, and CREATE INDEX CONCURRENTLY in the session holding the lock (a
+    // `-- tc:no-transaction` migration) waits for every older snapshot to go: the two would wait
+    // on each other (five processes migrating at once hung).
+    for (;;) {
+      const { rows } = await client.query<{ locked: boolean }>('SELECT pg_try_advisory_lock($1) AS locked', [MIGRATION_LOCK_KEY.toString()]);
+      if (rows[0]?.locked) break;
+      await new Promise((resolve) => setTimeout(resolve, 100));
+    }
     try {
       await bootstrap(client);
       const { rows } = await client.query<{ version: number }>('SELECT version FROM timeout_center.migrations');
