@@ -192,6 +192,8 @@ export async function applyRoles(client: pg.PoolClient | pg.Client, where: Datab
           `SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_attribute WHERE attrelid = 'timeout_center.timeouts'::regclass AND attname = 'bucket' AND NOT attisdropped) AS ok`,
         );
         if (rows[0]?.ok) await client.query(`GRANT INSERT (bucket) ON timeout_center.timeouts TO ${ROLES.writer}`);
+        // schedule() and the generator read the layout to name the bucket.
+        await client.query(`GRANT SELECT ON timeout_center.layout TO ${ROLES.writer}`);
       }
       if (where === 'store' && ours.has(ROLES.engine) && ours.has(ROLES.operator)) {
         // A store's audit_log is an outbox (sql/0015): its rows are deleted once copied to the center's.
