@@ -13,7 +13,8 @@ import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { ROLES, ROLE_MARK } from '../../src/db/roles.js';
 import { killAll, runCli } from '../helpers/processes.js';
-import { ADMIN_DATABASE_URL, uniqueName } from '../helpers/services.js';
+import { ADMIN_DATABASE_URL, createTestDatabase, TEST_REDIS_URL, testKeyPrefix, uniqueName } from '../helpers/services.js';
+import { CLOSE_SQL, createOrdersSchema, writeConfig } from '../helpers/orders.js';
 import { startPostgres, type PostgresServer } from '../helpers/servers.js';
 import { KIND, report, Scenario } from '../faults/harness.js';
 import { paymentRace } from '../docs/payment-race.js';
@@ -451,5 +452,53 @@ describe('the SECURITY DEFINER functions a writer reaches', () => {
     }
     expect(await s.count(`SELECT count(*) AS n FROM orders`)).toBe(before);
     expect(await s.count(`SELECT epoch AS n FROM timeout_center.coordinator_lease`)).toBe(epoch);
+  });
+});
+
+describe('writer in a store (README section 3c): section 3 as written, in the order own database', () => {
+  it('the insert check (store_identity, kind_stores) runs for the writer; an insert into the wrong store is refused naming the right one', async () => {
+    const stores = await Promise.all(['orders_0', 'orders_1'].map((n) => createTestDatabase(`roles_${n}`, { empty: true })));
+    const storePools = stores.map((d) => new pg.Pool({ connectionString: d.url, max: 2 }));
+    pools.push(...storePools);
+    const center = await createTestDatabase('roles_center');
+    try {
+      await Promise.all(storePools.map((p) => createOrdersSchema(p)));
+      const configPath = writeConfig({
+        redisKeyPrefix: testKeyPrefix('roles-stores'),
+        kinds: {
+          [KIND]: {
+            store: 'beside',
+            handler: { type: 'sql', sql: CLOSE_SQL, route: { by: 'modulo', databases: ['orders_0', 'orders_1'] } },
+          },
+        },
+        businessDatabases: { orders_0: { url: stores[0]!.url }, orders_1: { url: stores[1]!.url } },
+      });
+      const migrated = await runCli(['migrate', '--config', configPath, '--no-logs'], { DATABASE_URL: center.url, REDIS_URL: TEST_REDIS_URL }, 60_000);
+      expect(migrated.code, migrated.stderr).toBe(0);
+      expect(migrated.stderr).toBe('');
+      const w = await login('store_writer', ROLES.writer);
+      const asWriter = stores.map((d) => {
+        const u = new URL(d.url);
+        u.username = w.name;
+        const p = new pg.Pool({ connectionString: u.toString(), max: 1 });
+        pools.push(p);
+        return p;
+      });
+      for (const p of storePools) await p.query(`GRANT SELECT, INSERT, UPDATE ON orders TO ${w.name}; GRANT INSERT ON order_transitions TO ${w.name}`);
+      // Order 42 belongs in orders_0 (42 mod 2): section 3 as written there.
+      await run(asWriter[0]!, namedBlock('create').text);
+      const paid = await run(asWriter[0]!, namedBlock('pay').text);
+      expect(paid[statements(namedBlock('pay').text).findIndex((st) => /^UPDATE orders\b/.test(st))]!.rowCount).toBe(1);
+      expect((await storePools[0]!.query(`SELECT state FROM timeout_center.timeouts WHERE biz_id = '42'`)).rows).toEqual([{ state: 'cancelled' }]);
+      // Order 43 belongs in orders_1: refused in orders_0 by the check, not by a permission.
+      await expect(run(asWriter[0]!, forOrder(namedBlock('create').text, 43))).rejects.toThrow(/belongs in store orders_1, not in store orders_0/);
+      await run(asWriter[1]!, forOrder(namedBlock('create').text, 43));
+      // The store's engine tables are the writer's no more than the center's.
+      await refused(asWriter[0]!, 'SELECT * FROM timeout_center.shards');
+      await refused(asWriter[0]!, 'SELECT * FROM timeout_center.store_identity');
+    } finally {
+      await Promise.all(storePools.map((p) => p.end().catch(() => {})));
+      await Promise.all([...stores, center].map((d) => d.drop()));
+    }
   });
 });
