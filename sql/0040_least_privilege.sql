@@ -75,3 +75,36 @@ LANGUAGE sql STABLE AS $$
     FROM pg_catalog.unnest(pg_catalog.enum_range(NULL::timeout_center.kind)) AS e
    WHERE timeout_center.writer_may(e::text)
 $$;
+
+-- Row-level security on timeouts is on only while writer_kinds limits someone: every role that is
+-- not the table's owner pays for it, and a policy, even a constant true one, keeps PostgreSQL from
+-- using a caller's own condition on kind (enum equality is not leakproof) as an index condition:
+-- the claim of a login holding timeout_center_engine walked the whole table (docs/roles.md). So it
+-- is switched on by the first row of writer_kinds and off by the last (the trigger below), and
+-- only where the policies are there (src/db/roles.ts creates them once the four roles exist); a
+-- deployment that limits writers gives its engine login BYPASSRLS (`migrate` says so).
+CREATE FUNCTION timeout_center.apply_writer_kinds() RETURNS void
+LANGUAGE plpgsql AS $$
+DECLARE
+  want boolean := EXISTS (SELECT 1 FROM timeout_center.writer_kinds)
+              AND (SELECT pg_catalog.count(*) FROM pg_catalog.pg_policy p
+                    WHERE p.polrelid OPERATOR(pg_catalog.=) 'timeout_center.timeouts'::pg_catalog.regclass
+                      AND p.polname OPERATOR(pg_catalog.~~) 'timeouts\_%') OPERATOR(pg_catalog.>=) 5;
+  have boolean := (SELECT c.relrowsecurity FROM pg_catalog.pg_class c WHERE c.oid OPERATOR(pg_catalog.=) 'timeout_center.timeouts'::pg_catalog.regclass);
+BEGIN
+  IF want AND NOT have THEN
+    EXECUTE 'ALTER TABLE timeout_center.timeouts ENABLE ROW LEVEL SECURITY';
+  ELSIF have AND NOT want THEN
+    EXECUTE 'ALTER TABLE timeout_center.timeouts DISABLE ROW LEVEL SECURITY';
+  END IF;
+END $$;
+
+CREATE FUNCTION timeout_center.writer_kinds_changed() RETURNS trigger
+LANGUAGE plpgsql AS $$
+BEGIN
+  PERFORM timeout_center.apply_writer_kinds();
+  RETURN NULL;
+END $$;
+
+CREATE TRIGGER writer_kinds_changed AFTER INSERT OR DELETE OR TRUNCATE ON timeout_center.writer_kinds
+  FOR EACH STATEMENT EXECUTE FUNCTION timeout_center.writer_kinds_changed();

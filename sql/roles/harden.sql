@@ -10,6 +10,9 @@ ALTER FUNCTION timeout_center.timeouts_in_their_store() SECURITY DEFINER SET sea
 ALTER FUNCTION timeout_center.refuse_held_change() SECURITY DEFINER SET search_path = pg_catalog, pg_temp;
 ALTER FUNCTION timeout_center.writer_may(text) SECURITY DEFINER SET search_path = pg_catalog, pg_temp;
 ALTER FUNCTION timeout_center.writable_kinds() SECURITY DEFINER SET search_path = pg_catalog, pg_temp;
+-- A DBA's row in writer_kinds switches row-level security on timeouts on (ALTER TABLE: owner only).
+ALTER FUNCTION timeout_center.apply_writer_kinds() SECURITY DEFINER SET search_path = pg_catalog, pg_temp;
+ALTER FUNCTION timeout_center.writer_kinds_changed() SECURITY DEFINER SET search_path = pg_catalog, pg_temp;
 -- A process's start writes the config's kinds and rules (syncKinds, syncRoutes): a new kind adds
 -- its enum label, a changed rule recompiles the stamp trigger, DDL that only the owner may run.
 ALTER FUNCTION timeout_center.kinds_keep_labels() SECURITY DEFINER SET search_path = pg_catalog, pg_temp;

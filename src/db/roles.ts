@@ -46,7 +46,7 @@ export interface RolesOutcome {
   created: string[];
   /** Roles that are ours and were granted their privileges in this database. */
   granted: string[];
-  /** Row-level security of timeouts (writers limited to their kinds) is on in this database. */
+  /** Row-level security of timeouts is on in this database (writers limited to kinds: writer_kinds has rows). */
   rowSecurity: boolean;
   problems: RolesProblem[];
 }
@@ -128,9 +128,9 @@ async function grantFunctions(client: pg.PoolClient | pg.Client, ours: Set<strin
   }
 }
 
-/** Row-level security of timeouts: each missing policy created, then enabled (once: an ALTER TABLE
- *  takes a short exclusive lock, so it is not repeated). */
-async function rowSecurity(client: pg.PoolClient | pg.Client): Promise<void> {
+/** Row-level security of timeouts: each missing policy created; switched on while writer_kinds has a
+ *  row (an ALTER TABLE takes a short exclusive lock: only when it changes). True when on. */
+async function rowSecurity(client: pg.PoolClient | pg.Client, out: RolesOutcome): Promise<boolean> {
   const { rows } = await client.query<{ policyname: string }>(
     `SELECT policyname::text FROM pg_catalog.pg_policies WHERE schemaname = 'timeout_center' AND tablename = 'timeouts'`,
   );
@@ -148,10 +148,28 @@ async function rowSecurity(client: pg.PoolClient | pg.Client): Promise<void> {
     const name = /^CREATE POLICY (\w+)/.exec(statement)?.[1];
     if (name && !have.has(name)) await client.query(statement);
   }
+  // On while writer_kinds has a row (sql/0040's apply_writer_kinds, also run by its trigger).
+  await client.query('SELECT timeout_center.apply_writer_kinds()');
   const { rows: on } = await client.query<{ on: boolean }>(
     `SELECT relrowsecurity AS on FROM pg_catalog.pg_class WHERE oid = 'timeout_center.timeouts'::regclass`,
   );
-  if (!on[0]?.on) await client.query('ALTER TABLE timeout_center.timeouts ENABLE ROW LEVEL SECURITY');
+  if (!on[0]?.on) return false;
+  // Every login holding the engine role pays for the policies unless it bypasses them: its claim
+  // would lose its index (docs/roles.md). BYPASSRLS is an attribute of the login, and only a
+  // superuser gives it.
+  const { rows: slow } = await client.query<{ rolname: string }>(
+    `SELECT r.rolname::text AS rolname FROM pg_catalog.pg_roles r
+      WHERE r.rolcanlogin AND NOT r.rolbypassrls AND NOT r.rolsuper AND pg_catalog.pg_has_role(r.oid, $1, 'MEMBER')
+        AND r.oid <> (SELECT c.relowner FROM pg_catalog.pg_class c WHERE c.oid = 'timeout_center.timeouts'::regclass)`,
+    [ROLES.engine],
+  );
+  for (const r of slow)
+    out.problems.push({
+      role: r.rolname,
+      problem: `writers are limited to kinds (timeout_center.writer_kinds), so row-level security is on for timeouts, and ${r.rolname} (timeout_center_engine) does not bypass it: its claims cannot use the kind index`,
+      sql: `ALTER ROLE ${r.rolname} BYPASSRLS;   -- as a superuser`,
+    });
+  return true;
 }
 
 /**
@@ -198,8 +216,7 @@ export async function applyRoles(client: pg.PoolClient | pg.Client, where: Datab
       // runs the policies on the worker nodes, where writer_kinds (a table of the coordinator) is
       // not; writers are not limited to kinds there yet (docs/roles.md, "On Citus").
       if (!citus && ALL_ROLES.every((r) => ours.has(r))) {
-        await rowSecurity(client);
-        out.rowSecurity = true;
+        out.rowSecurity = await rowSecurity(client, out);
       }
     }
     await client.query('COMMIT');
