@@ -12,10 +12,10 @@
 import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { ROLES, ROLE_MARK } from '../../src/db/roles.js';
-import { killAll, runCli } from '../helpers/processes.js';
+import { killAll, runCli, spawnCli } from '../helpers/processes.js';
 import { ADMIN_DATABASE_URL, createTestDatabase, TEST_REDIS_URL, testKeyPrefix, uniqueName } from '../helpers/services.js';
 import { CLOSE_SQL, createOrdersSchema, writeConfig } from '../helpers/orders.js';
-import { startPostgres, type PostgresServer } from '../helpers/servers.js';
+import { freePort, startPostgres, type PostgresServer } from '../helpers/servers.js';
 import { KIND, report, Scenario } from '../faults/harness.js';
 import { paymentRace } from '../docs/payment-race.js';
 import { forOrder, namedBlock, statements } from '../docs/readme-blocks.js';
@@ -283,6 +283,47 @@ describe('writer: a business service', () => {
     const errors = [...workers, coordinator].flatMap((p) => p.lines.filter((l) => /permission denied/i.test(JSON.stringify(l))));
     expect(errors).toEqual([]);
     await s.stopAll();
+  }, 180_000);
+});
+
+describe('run with the API and the console, as the engine', () => {
+  it('drains a burst, schedules over the API, pauses from the console (audited under the engine login)', async () => {
+    const engine = await login('engine_run', ROLES.engine);
+    await s.pool.query(`GRANT SELECT, UPDATE ON orders TO ${engine.name}; GRANT INSERT ON order_transitions TO ${engine.name}`);
+    const [apiPort, consolePort] = [await freePort(), await freePort()];
+    const run = spawnCli('run --api --console', ['run', '-c', s.configPath, '--api', String(apiPort), '--console', String(consolePort)], {
+      ...s.env(),
+      DATABASE_URL: engine.url,
+      TC_CONSOLE_USER: 'ops',
+      TC_CONSOLE_PASSWORD: 'roles-test-pw',
+    });
+    try {
+      await Promise.all([run.waitForMsg('api listening', 60_000), run.waitForMsg('console listening', 60_000), run.waitForMsg('worker started', 60_000)]);
+      const appliedBefore = await s.count(`SELECT count(*) AS n FROM timeout_center.all_timeouts WHERE state = 'done' AND result = 'applied'`);
+      await s.seed(300, { from: 960_001, dueInMs: 500 });
+      const scheduled = await fetch(`http://127.0.0.1:${apiPort}/v1/timeouts`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json' },
+        body: JSON.stringify({ kind: KIND, bizId: '969999', delayMs: 3_600_000 }),
+      });
+      expect(scheduled.status).toBeLessThan(300);
+      const inv = await s.expectInvariants(60_000);
+      expect(inv.applied - appliedBefore).toBe(300);
+      const auth = `Basic ${Buffer.from('ops:roles-test-pw').toString('base64')}`;
+      expect((await fetch(`http://127.0.0.1:${consolePort}/kinds`, { headers: { authorization: auth } })).status).toBe(200);
+      const paused = await fetch(`http://127.0.0.1:${consolePort}/api/kinds/${KIND}/pause`, {
+        method: 'POST',
+        headers: { authorization: auth, 'content-type': 'application/json' },
+        body: '{}',
+      });
+      expect(paused.status).toBe(200);
+      const { rows } = await s.pool.query(`SELECT action, db_user FROM timeout_center.audit_log ORDER BY id DESC LIMIT 1`);
+      expect(rows[0]).toEqual({ action: 'pause', db_user: engine.name });
+      await s.pool.query(`UPDATE timeout_center.kinds SET paused = false, controls_source = 'config' WHERE kind = $1`, [KIND]);
+      expect(run.lines.filter((l) => /permission denied/i.test(JSON.stringify(l)))).toEqual([]);
+    } finally {
+      await run.stop();
+    }
   }, 180_000);
 });
 
