@@ -2,7 +2,12 @@
 // `migrate` keeps (writer, reader, operator, engine) do their job, and nothing more.
 //   - the writer runs README section 3's SQL as written (the roles block first, with its own role
 //     name), the payment race as written against a fleet, settle; it is refused everything else;
-//   - the engine runs a coordinator and workers under a burst with payers: the four invariants;
+//   - the engine runs a coordinator and workers under a burst with payers (the four invariants), and
+//     `run --api --console` (a burst drains, the API schedules, the console's pause is audited);
+//   - the generator (`timeout-center generate`) runs as a writer; section 3 runs as a writer in a
+//     store, where the insert check reads what a writer may not;
+//   - migrate on a server without the roles, as a login without CREATEROLE, with a name taken:
+//     the schema migrated, the SQL for a DBA printed, the grants once it ran;
 //   - the reader reads the views and writes nothing; the operator's CLI verbs work and are audited
 //     under its login (audit_log.db_user);
 //   - a writer limited to some kinds (writer_kinds) neither sees nor touches another kind;
