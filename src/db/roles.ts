@@ -203,7 +203,7 @@ export async function applyRoles(client: pg.PoolClient | pg.Client, where: Datab
       for (const kind of Object.keys(ROLES) as RoleKind[]) {
         const role = ROLES[kind];
         if (!ours.has(role)) continue;
-        await client.query(ROLES_SQL(kind === 'writer' && citus ? 'writer-citus.sql' : `${kind}.sql`));
+        await client.query(ROLES_SQL(kind === 'writer' && citus ? 'writer_citus.sql' : `${kind}.sql`));
         out.granted.push(role);
       }
       if (where === 'store' && ours.has(ROLES.engine) && ours.has(ROLES.operator)) {
