@@ -13,6 +13,7 @@ import { parse as parseYaml, parseAllDocuments } from 'yaml';
 import { beforeAll, describe, expect, it } from 'vitest';
 import { parseConfig } from '../../src/config.js';
 import { Metrics } from '../../src/observability/metrics.js';
+import { ROLE_MARK, ROLES } from '../../src/db/roles.js';
 import { requireTools, toolCommand } from '../helpers/system-tools.js';
 
 const ROOT = fileURLToPath(new URL('../../', import.meta.url));
@@ -176,6 +177,22 @@ describe('docker-compose.yml', () => {
     expect(cliHelp('generate')).toContain(`(default: "order.unpaid")`);
   });
 
+  it('runs each process with the least role it needs: the logins the init step creates (docs/roles.md)', () => {
+    const userOf = (name: string) => new URL(services[name]!['environment']['DATABASE_URL'] as string).username;
+    expect(userOf('migrate')).toBe('postgres'); // the schema's owner
+    for (const name of ['coordinator-1', 'coordinator-2', 'worker', 'console']) expect(userOf(name), name).toBe('tc_engine');
+    expect(userOf('generator')).toBe('tc_shop');
+    const initdb = (services['postgres']!['volumes'] as string[]).find((v) => v.endsWith(':/docker-entrypoint-initdb.d:ro'))!.split(':')[0]!;
+    const roles = read(`${initdb}/20-roles.sql`);
+    expect(roles).toMatch(/GRANT timeout_center_engine TO tc_engine;/);
+    expect(roles).toMatch(/GRANT timeout_center_writer TO tc_shop;/);
+    // The group roles are marked as migrate marks them, so that migrate keeps them.
+    for (const role of Object.values(ROLES)) {
+      expect(roles).toContain(`CREATE ROLE ${role} NOLOGIN;`);
+      expect(roles).toContain(`COMMENT ON ROLE ${role} IS '${ROLE_MARK}';`);
+    }
+  });
+
   it('renders with the compose CLI', (ctx) => {
     // Checked in the test, not at collection: under CI only this test fails, the file-level ones run.
     const compose = requireTools('docker-compose');
@@ -260,7 +277,10 @@ describe('Kubernetes manifests (deploy/k8s, kustomize)', () => {
         expectCliCommand(c['args'] as string[], where);
         const env = new Map((c['env'] as Doc[]).map((e) => [e['name'] as string, e]));
         for (const key of ['DATABASE_URL', 'REDIS_URL']) {
-          expect(env.get(key)?.['valueFrom']?.['secretKeyRef'], `${where}: ${key} from the Secret`).toEqual({ name: 'timeout-center-connections', key });
+          // Least privilege (docs/roles.md): only the migrate Job holds the schema owner's URL, from a
+          // Secret of its own; every other pod connects as the engine's login.
+          const secret = owner['kind'] === 'Job' && key === 'DATABASE_URL' ? 'timeout-center-migrate' : 'timeout-center-connections';
+          expect(env.get(key)?.['valueFrom']?.['secretKeyRef'], `${where}: ${key} from the Secret`).toEqual({ name: secret, key });
         }
         // The config file comes from the generated ConfigMap.
         const configPath = env.get('TIMEOUT_CENTER_CONFIG')?.['value'] as string;

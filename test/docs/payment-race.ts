@@ -34,9 +34,14 @@ export async function paymentRace(
   s: Scenario,
   workers: CliProcess[],
   payText: string,
-  opts: { n: number; spreadMs: number; /** pay every payEvery-th order (default 2) */ payEvery?: number },
+  opts: {
+    n: number;
+    spreadMs: number;
+    /** pay every payEvery-th order (default 2) */ payEvery?: number;
+    /** the payers' connection (default the scenario's): e.g. a login holding the writer role only */ payerUrl?: string;
+  },
 ): Promise<RaceFigures> {
-  const payers = new pg.Pool({ connectionString: s.databaseUrl, max: 16, application_name: 'payer' });
+  const payers = new pg.Pool({ connectionString: opts.payerUrl ?? s.databaseUrl, max: 16, application_name: 'payer' });
   payers.on('error', () => {});
   const steps = statements(payText);
   const payerErrors: Record<string, number> = {};

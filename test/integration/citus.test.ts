@@ -114,6 +114,38 @@ describe.skipIf(tools.skip)(tools.title('Citus: the layout, the README blocks an
     await s.pool.query(`DELETE FROM timeout_center.timeouts; DELETE FROM timeout_center.done_timeouts; DELETE FROM orders; DELETE FROM order_transitions`);
   }, 60_000);
 
+  it("the README's Citus blocks as a login holding the writer role only (docs/roles.md); refused the rest", async () => {
+    // migrate applied the roles and grants on the Citus layout (no column privileges there).
+    const again = await runCli(['migrate', '--config', s.configPath, '--no-logs'], s.env());
+    expect(again.stderr).toBe('');
+    const name = `tc_citus_writer_${process.pid}`;
+    // The README's roles block, with a name of this run's (roles belong to the cluster).
+    await s.pool.query(namedBlock('roles').text.replace(/\borders_service\b/g, name));
+    await s.pool.query(`GRANT INSERT ON order_transitions TO ${name}`);
+    const w = new pg.Pool({ connectionString: Object.assign(new URL(s.databaseUrl), { username: name }).toString(), max: 1 });
+    try {
+      const create = namedBlock('citus-create').text;
+      const pay = namedBlock('citus-pay').text;
+      const resched = namedBlock('citus-reschedule').text;
+      const runAs = async (text: string) => {
+        const r = (await w.query(text)) as unknown as pg.QueryResult | pg.QueryResult[];
+        return Array.isArray(r) ? r : [r];
+      };
+      await runAs(forOrder(create, 142));
+      const payment = (results: pg.QueryResult[]) => results[statements(pay).findIndex((st) => /^UPDATE orders\b/i.test(st))]!;
+      expect(payment(await runAs(forOrder(pay, 142))).rowCount).toBe(1);
+      expect((await s.pool.query(`SELECT state FROM timeout_center.all_timeouts WHERE biz_id = '142'`)).rows).toEqual([{ state: 'cancelled' }]);
+      await runAs(forOrder(create, 144));
+      expect((await runAs(forOrder(resched, 144)))[0]!.rowCount).toBe(1);
+      for (const sql of ['SELECT * FROM timeout_center.shards', 'SELECT * FROM timeout_center.done_timeouts', 'UPDATE timeout_center.kinds SET paused = true'])
+        await expect(w.query(sql), sql).rejects.toMatchObject({ code: '42501' });
+    } finally {
+      await w.end();
+      await s.pool.query(`DELETE FROM timeout_center.timeouts; DELETE FROM timeout_center.done_timeouts; DELETE FROM orders; DELETE FROM order_transitions`);
+      await s.pool.query(`DROP OWNED BY ${name}; DROP ROLE ${name}`).catch(() => {});
+    }
+  }, 60_000);
+
   it('schedule(), cancel(), reschedule() and a coordinator with two workers: every due order closed once, I1-I4', async () => {
     // schedule() etc. pick the Citus statements from the layout (one bucket each: a router query).
     await s.pool.query(`INSERT INTO orders (id, status) SELECT g, 'unpaid' FROM generate_series(100001, 100100) g`);

@@ -52,19 +52,28 @@ export function registerGenerate(program: Command): void {
       const logger = createLogger(process.env['LOG_LEVEL'] === 'debug' ? 'debug' : 'info', { role: 'generator' });
       const pool = createPool({ connectionString: opts.databaseUrl, max: 2, applicationName: 'timeout-center generate', logger });
       await checkPostgres(pool, opts.databaseUrl);
-      const { rows: kinds } = await pool.query('SELECT 1 FROM timeout_center.kinds WHERE kind = $1', [opts.kind]).catch((err: Error) => {
-        throw new CommanderError(2, 'tc.schema', `cannot read timeout_center.kinds (${err.message}): run \`timeout-center migrate\` first`);
-      });
-      if (kinds.length === 0) {
+      // The kind enum, not the kinds table: the generator runs as a writer (docs/roles.md), which
+      // may not read the center's tables.
+      const { rows: kinds } = await pool
+        .query<{ registered: boolean }>('SELECT $1 = ANY (enum_range(NULL::timeout_center.kind)::text[]) AS registered', [opts.kind])
+        .catch((err: Error) => {
+          throw new CommanderError(2, 'tc.schema', `cannot read the kinds of timeout_center (${err.message}): run \`timeout-center migrate\` first`);
+        });
+      if (!kinds[0]?.registered) {
         throw new CommanderError(
           2,
           'tc.input',
           `kind "${opts.kind}" is not registered: declare it in the config and run \`timeout-center migrate --config ...\``,
         );
       }
-      await pool.query(`CREATE TABLE IF NOT EXISTS orders (id bigint PRIMARY KEY, status text NOT NULL, closed_at timestamptz);
-        CREATE SEQUENCE IF NOT EXISTS orders_generator_seq;
-        SELECT setval('orders_generator_seq', greatest((SELECT max(id) FROM orders), (SELECT last_value FROM orders_generator_seq), 1))`);
+      // Created when missing; a deployment's init step creates them and grants them to the
+      // generator's login, which may not create tables (deploy/, docs/roles.md).
+      const { rows: missing } = await pool.query<{ orders: boolean; seq: boolean }>(
+        `SELECT to_regclass('orders') IS NULL AS orders, to_regclass('orders_generator_seq') IS NULL AS seq`,
+      );
+      if (missing[0]?.orders) await pool.query('CREATE TABLE IF NOT EXISTS orders (id bigint PRIMARY KEY, status text NOT NULL, closed_at timestamptz)');
+      if (missing[0]?.seq) await pool.query('CREATE SEQUENCE IF NOT EXISTS orders_generator_seq');
+      await pool.query(`SELECT setval('orders_generator_seq', greatest((SELECT max(id) FROM orders), (SELECT last_value FROM orders_generator_seq), 1))`);
 
       const citus = (await layoutOf(pool)).name === 'citus';
       const ordersHaveBucket =

@@ -8,6 +8,7 @@ import { describeLayout } from '../../db/citus-layout.js';
 import { ConfigError, loadConfig, type LoadedConfig } from '../../config.js';
 import { syncKinds } from '../../db/kinds.js';
 import { DEFAULT_LOCK_TIMEOUT_MS, migrate, type MigrateOptions } from '../../db/migrate.js';
+import { applyRolesEverywhere } from '../../db/roles-step.js';
 import { createPool } from '../../db/pool.js';
 import { syncRoutes } from '../../db/routes.js';
 import { syncTargets } from '../../db/targets.js';
@@ -115,6 +116,7 @@ export function registerMigrate(program: Command): void {
         await pool.end();
       }
       if (config) rows.push(...(await storesAndBusinessDatabases(config, logger, migrateOptions)));
+      await applyRolesEverywhere(url, config, logger); // the group roles and their grants (docs/roles.md)
       const failed = rows.filter((r) => !r.ok);
       if (failed.length > 0) partial();
       if (opts.json) {
