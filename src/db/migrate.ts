@@ -64,6 +64,12 @@ export async function migrate(pool: pg.Pool, logger: Logger, dir = MIGRATIONS_DI
       }
       for (const m of migrations) {
         if (done.has(m.version)) continue;
+        if (NO_TRANSACTION.test(m.sql)) {
+          await applyOutsideTransaction(client, m);
+          applied.push(m.name);
+          logger.info({ migration: m.name }, 'applied migration');
+          continue;
+        }
         await client.query('BEGIN');
         try {
           await client.query(m.sql);
@@ -87,6 +93,41 @@ export async function migrate(pool: pg.Pool, logger: Logger, dir = MIGRATIONS_DI
   } finally {
     client.release();
   }
+}
+
+/** `-- tc:no-transaction` in a migration's leading comments (docs: /work/notes/migrations.md): its
+ *  statements run one by one outside a transaction (CREATE INDEX CONCURRENTLY cannot run in one),
+ *  each idempotent, and the migration is recorded after the last. */
+const NO_TRANSACTION = /^(?:--[^\n]*\n|\s*\n)*?--\s*tc:no-transaction\b/;
+const CONCURRENT_INDEX = /CREATE\s+(?:UNIQUE\s+)?INDEX\s+CONCURRENTLY\s+IF\s+NOT\s+EXISTS\s+(\w+)/i;
+
+async function applyOutsideTransaction(client: pg.PoolClient, m: Migration): Promise<void> {
+  const statements = m.sql
+    .split(/;[ \t]*(?:\n|$)/)
+    .map((s) => s.replace(/^(?:\s*--[^\n]*\n)+/, '').trim())
+    .filter((s) => s.length > 0);
+  for (const statement of statements) {
+    try {
+      // An index left INVALID by a build that died half way is dropped and built again (IF NOT
+      // EXISTS would keep it, unused and still written).
+      const index = CONCURRENT_INDEX.exec(statement)?.[1];
+      if (index) {
+        const { rows } = await client.query<{ invalid: boolean }>(
+          `SELECT NOT i.indisvalid AS invalid FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid
+            JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = 'timeout_center' AND c.relname = $1`,
+          [index],
+        );
+        if (rows[0]?.invalid) await client.query(`DROP INDEX CONCURRENTLY IF EXISTS timeout_center.${index}`);
+      }
+      await client.query(statement);
+    } catch (err) {
+      throw new Error(
+        `migration ${m.name} failed at "${statement.slice(0, 80)}...": ${(err as Error).message}; its statements are idempotent: run migrate again`,
+        { cause: err },
+      );
+    }
+  }
+  await client.query('INSERT INTO timeout_center.migrations (version, name) VALUES ($1, $2)', [m.version, m.name]);
 }
 
 /** Throws a clear error when the schema is missing or behind this build. */
