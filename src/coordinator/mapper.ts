@@ -63,13 +63,15 @@ export interface MapperDeps {
   coordinatorId: string;
   /** The store this leader maps (`center`: the center's database), for the metrics. */
   store: string;
+  /** Claim floors shared with the lag monitor (default: the mapper's own). */
+  floors?: ClaimFloors;
 }
 
 export class Mapper {
   /** What the map remembers between ticks; reset on every change of leadership. */
   readonly memory: PlanMemory;
   /** Per kind, where counts and claims read the due index from (sql/0030). */
-  readonly floors = new ClaimFloors();
+  readonly floors: ClaimFloors;
   private readonly kinds: string[];
   private readonly maxShardSize: number;
   private readonly cfg: CoordinatorConfig;
@@ -78,6 +80,7 @@ export class Mapper {
     this.kinds = Object.keys(deps.config.kinds);
     this.maxShardSize = Math.max(...Object.values(deps.config.kinds).map((k) => k.shardSize));
     this.cfg = deps.config.coordinator;
+    this.floors = deps.floors ?? new ClaimFloors();
     this.memory = new PlanMemory((kind) => deps.config.kinds[kind]?.shardSize ?? Infinity);
   }
 
