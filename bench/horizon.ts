@@ -30,9 +30,10 @@
 //   --variants <v,...>   center, store, ref (default center,store)
 //   --ref <checkout>     the build run as variant ref
 //   --out <file>         the raw JSON (default docs/bench/horizon-<date>.json)
+//   --report <file>      print the table of a raw JSON written earlier, and run nothing
 //   --help               this text
 import { execFileSync, spawn, type ChildProcess } from 'node:child_process';
-import { existsSync, mkdtempSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
 import { loadavg, tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { parseArgs } from 'node:util';
@@ -54,6 +55,7 @@ const { values: args } = parseArgs({
     variants: { type: 'string' },
     ref: { type: 'string' },
     out: { type: 'string' },
+    report: { type: 'string' },
     help: { type: 'boolean', short: 'h', default: false },
   },
   strict: true,
@@ -359,24 +361,28 @@ function gitCommit(): string {
   }
 }
 
-/** The printed table: one line per window and variant, then the bursts. */
+/** The printed table: one line per window and variant, then the bursts. Samples come in rounds,
+ *  one per variant; a window runs from one round to the next. */
 export function report(raw: {
   samples: Sample[];
   lateness: Record<string, WindowLateness[]>;
   bursts: BurstResult[];
   correctness: Record<string, { ok: boolean; problems: string[] }>;
-  meta: { window: number };
+  meta: { window: number; variants: string[] };
 }): string {
   const lines: string[] = [];
   lines.push('window (s)   variant  snapshot  lateness p50/p99 (ms)  dead rows  live rows  heap/indexes (MB)  load');
-  const windows = [...new Set(raw.samples.map((s) => s.t))].sort((a, b) => a - b);
-  for (let i = 0; i + 1 < windows.length; i++) {
-    const from = windows[i]!;
+  const n = raw.meta.variants.length;
+  const rounds: Sample[][] = [];
+  for (let i = 0; i + n <= raw.samples.length; i += n) rounds.push(raw.samples.slice(i, i + n));
+  for (let i = 1; i < rounds.length; i++) {
+    const from = rounds[i - 1]![0]!.t;
+    const to = rounds[i]![0]!.t;
     const w = Math.round(from / raw.meta.window);
-    for (const s of raw.samples.filter((x) => x.t === windows[i + 1])) {
+    for (const s of rounds[i]!) {
       const l = raw.lateness[s.variant]?.find((x) => x.window === w);
       lines.push(
-        `${String(from).padStart(5)}-${String(windows[i + 1]).padEnd(5)}  ${s.variant.padEnd(7)}  ${(s.snapshot ? 'held' : '').padEnd(8)}  ${(l ? `${l.p50.toFixed(0)}/${l.p99.toFixed(0)}` : '-').padStart(21)}  ${String(s.dead).padStart(9)}  ${String(s.live).padStart(9)}  ${`${mb(s.heapBytes)}/${mb(s.indexBytes)}`.padStart(17)}  ${s.load1.toFixed(2)}`,
+        `${String(from).padStart(5)}-${String(to).padEnd(5)}  ${s.variant.padEnd(7)}  ${(rounds[i - 1]!.find((x) => x.variant === s.variant)?.snapshot ? 'held' : '').padEnd(8)}  ${(l ? `${l.p50.toFixed(0)}/${l.p99.toFixed(0)}` : '-').padStart(21)}  ${String(s.dead).padStart(9)}  ${String(s.live).padStart(9)}  ${`${mb(s.heapBytes)}/${mb(s.indexBytes)}`.padStart(17)}  ${s.load1.toFixed(2)}`,
       );
     }
   }
@@ -389,6 +395,11 @@ export function report(raw: {
   lines.push('');
   for (const [v, c] of Object.entries(raw.correctness)) lines.push(`${v}: ${c.ok ? 'correct' : c.problems.join('; ')}`);
   return lines.join('\n');
+}
+
+if (args.report) {
+  process.stdout.write(report(JSON.parse(readFileSync(args.report, 'utf8'))) + '\n');
+  process.exit(0);
 }
 
 main().then(
