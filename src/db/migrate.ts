@@ -48,7 +48,15 @@ export async function migrate(pool: pg.Pool, logger: Logger, dir = MIGRATIONS_DI
   const client = await pool.connect();
   const applied: string[] = [];
   try {
-    await client.query('SELECT pg_advisory_lock($1)', [MIGRATION_LOCK_KEY.toString()]);
+    // Polled, not waited for in one statement: a session waiting in pg_advisory_lock() holds a
+    // snapshot, and CREATE INDEX CONCURRENTLY in the session holding the lock (a
+    // tc:no-transaction migration) waits for every older snapshot to go: the two would wait on
+    // each other.
+    for (;;) {
+      const { rows } = await client.query<{ locked: boolean }>('SELECT pg_try_advisory_lock($1) AS locked', [MIGRATION_LOCK_KEY.toString()]);
+      if (rows[0]!.locked) break;
+      await new Promise((resolve) => setTimeout(resolve, 100));
+    }
     try {
       await client.query(`CREATE SCHEMA IF NOT EXISTS timeout_center;
         CREATE TABLE IF NOT EXISTS timeout_center.migrations (
