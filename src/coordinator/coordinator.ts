@@ -32,6 +32,8 @@ import { TickLoop } from './tick-loop.js';
 import { withSpan } from '../observability/tracing.js';
 import { horizonLimits } from '../operations/vacuum-horizon.js';
 import { UnservedKinds } from './unserved-kinds.js';
+import { ClaimFloors } from './claim-floors.js';
+import { Reindexer } from '../retention/reindexer.js';
 
 export interface CoordinatorDeps {
   config: LoadedConfig;
@@ -76,7 +78,9 @@ export class Coordinator extends BaseService {
     // Standby until elected: the store's series exist from the start.
     metrics.leader.set({ store }, 0);
     metrics.epoch.set({ store }, 0);
-    this.lag = new LagMonitor(pool, alerter, metrics, config.alerts, config.coordinator.lagCheckIntervalMs, store);
+    // Per kind, where the map's counts, the lag check and the shards' claims read the due index from.
+    const floors = new ClaimFloors();
+    this.lag = new LagMonitor(pool, alerter, metrics, config.alerts, config.coordinator.lagCheckIntervalMs, store, floors);
     this.recovery = new Recovery({
       pool,
       channel,
@@ -89,7 +93,19 @@ export class Coordinator extends BaseService {
       kinds: Object.keys(config.kinds),
     });
     const unserved = new UnservedKinds(alerter, logger);
-    this.mapper = new Mapper({ config, pool, flow: this.flow, dispatcher, lag: this.lag, unserved, metrics, logger, coordinatorId: deps.coordinatorId, store });
+    this.mapper = new Mapper({
+      config,
+      pool,
+      flow: this.flow,
+      dispatcher,
+      lag: this.lag,
+      unserved,
+      metrics,
+      logger,
+      coordinatorId: deps.coordinatorId,
+      store,
+      floors,
+    });
     this.reducer = new Reducer({ pool, alerter, metrics, logger, consecutiveFailed: config.alerts.consecutiveFailedScans });
     this.loop = new TickLoop({
       schedule: config.coordinator.schedule,
@@ -108,10 +124,11 @@ export class Coordinator extends BaseService {
       limits: horizonLimits(config.alerts),
       everyMs: config.coordinator.horizonCheckIntervalMs,
     });
+    const reindexer = new Reindexer({ pool, logger });
     this.duties = new LeaderGated({
       leadership,
       logger,
-      group: new ServiceGroup('leader duties', [this.loop, retention, horizon], logger),
+      group: new ServiceGroup('leader duties', [this.loop, retention, horizon, reindexer], logger),
       onElected: (epoch) => {
         this.prepared = false;
         metrics.leader.set({ store }, 1);

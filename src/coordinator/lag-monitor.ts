@@ -9,6 +9,7 @@ import type { AlertsConfig } from '../config.js';
 import type { Metrics } from '../observability/metrics.js';
 import { deferredUntil, lagCheckDue } from './lag-schedule.js';
 import { sql } from '../db/queries.js';
+import { ClaimFloors } from './claim-floors.js';
 
 export class LagMonitor {
   private lastCheckAt = 0;
@@ -23,6 +24,8 @@ export class LagMonitor {
     private readonly intervalMs: number,
     /** The store this monitor's leader leads (`center` for the center's database). */
     private readonly store: string = 'center',
+    /** The map's claim floors (claim-floors.ts): the count of due rows reads from them. */
+    private readonly floors: ClaimFloors = new ClaimFloors(),
   ) {}
 
   /** Kinds whose backlog and lag series this monitor set last. */
@@ -47,7 +50,7 @@ export class LagMonitor {
     if (!lagCheckDue(now, this.lastCheckAt, this.notBefore, this.intervalMs)) return;
     this.lastCheckAt = now;
     const { rows } = await this.pool.query<{ kind: string; pending_due: number; in_flight: number; lag_s: number; paused: boolean }>(
-      sql('coordinator/backlog'),
+      sql('coordinator/backlog', { floors: this.floors.param() }),
     );
     this.clearOwn();
     let worst: (typeof rows)[number] | undefined;

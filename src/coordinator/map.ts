@@ -42,6 +42,9 @@ export async function planScan(
     notBefore?: Date;
     /** A shard running under a worker gone this long covers nothing (worker.goneAfterMs). */
     goneAfterMs: number;
+    /** Claim floors, {"kind": floor} as JSON (claim-floors.ts; not read on the Citus layout).
+     *  None: every count reads the due index from its start. */
+    floors?: string;
   },
 ): Promise<PlannedScan | undefined> {
   type Row = {
@@ -71,6 +74,7 @@ export async function planScan(
         targetBudget: JSON.stringify(args.targetBudget),
         notBefore: args.notBefore ?? null,
         goneAfterMs: args.goneAfterMs,
+        ...(citus ? {} : { floors: args.floors ?? '{}' }),
       }),
     ),
   );
@@ -105,14 +109,13 @@ export async function planScan(
  *  from this count instead of counting the flood while the first shards wait. */
 export async function countAhead(
   pool: pg.Pool,
-  args: { kinds: string[]; cutoff: Date; maxRows: number },
+  args: { kinds: string[]; cutoff: Date; maxRows: number; floors?: string },
 ): Promise<Map<string, { uncovered: number; complete: boolean }>> {
+  const { kinds, cutoff, maxRows, floors = '{}' } = args;
   const { rows } = await pool.query<{ kind: string; uncovered: string; complete: boolean }>(
-    sql((await layoutOf(pool)).name === 'citus' ? 'citus/coordinator/count_ahead' : 'coordinator/count_ahead', {
-      kinds: args.kinds,
-      cutoff: args.cutoff,
-      maxRows: args.maxRows,
-    }),
+    (await layoutOf(pool)).name === 'citus'
+      ? sql('citus/coordinator/count_ahead', { kinds, cutoff, maxRows })
+      : sql('coordinator/count_ahead', { kinds, cutoff, maxRows, floors }),
   );
   return new Map(rows.map((r) => [r.kind, { uncovered: Number(r.uncovered), complete: r.complete }]));
 }

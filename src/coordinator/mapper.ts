@@ -15,6 +15,7 @@ import type { ControlsColumn, LeaderFlow, TargetControlsColumn } from '../flow/l
 import type { Metrics } from '../observability/metrics.js';
 import type { Dispatcher } from './dispatch.js';
 import type { LagMonitor } from './lag-monitor.js';
+import { ClaimFloors, type FloorsRow } from './claim-floors.js';
 import { countAhead, planScan, type PlannedScan } from './map.js';
 import { creditParam, PlanMemory } from './plan-memory.js';
 import type { UnservedKinds } from './unserved-kinds.js';
@@ -39,7 +40,7 @@ function untilDue(dueAt: Date, now: Date): number {
   return dueAt.getTime() - now.getTime() + 1;
 }
 
-interface Clock {
+interface Clock extends FloorsRow {
   now: Date;
   latest_due: Date | null;
   next_after: Date | null;
@@ -62,11 +63,15 @@ export interface MapperDeps {
   coordinatorId: string;
   /** The store this leader maps (`center`: the center's database), for the metrics. */
   store: string;
+  /** Claim floors shared with the lag monitor (default: the mapper's own). */
+  floors?: ClaimFloors;
 }
 
 export class Mapper {
   /** What the map remembers between ticks; reset on every change of leadership. */
   readonly memory: PlanMemory;
+  /** Per kind, where counts and claims read the due index from (sql/0030). */
+  readonly floors: ClaimFloors;
   private readonly kinds: string[];
   private readonly maxShardSize: number;
   private readonly cfg: CoordinatorConfig;
@@ -75,6 +80,7 @@ export class Mapper {
     this.kinds = Object.keys(deps.config.kinds);
     this.maxShardSize = Math.max(...Object.values(deps.config.kinds).map((k) => k.shardSize));
     this.cfg = deps.config.coordinator;
+    this.floors = deps.floors ?? new ClaimFloors();
     this.memory = new PlanMemory((kind) => deps.config.kinds[kind]?.shardSize ?? Infinity);
   }
 
@@ -83,8 +89,9 @@ export class Mapper {
     const { pool, flow: leaderFlow, dispatcher, metrics, logger } = this.deps;
     const cfg = this.cfg;
     const recheckMs = (await layoutOf(pool)).name === 'citus' ? CITUS_BACKPRESSURE_RECHECK_MS : BACKPRESSURE_RECHECK_MS;
-    const { rows } = await pool.query<Clock>(await nextDueStatement(pool, this.kinds));
+    const { rows } = await pool.query<Clock>(await nextDueStatement(pool, this.kinds, this.floors));
     const clock = rows[0]!;
+    this.floors.update(clock);
     const clockReadAt = Date.now();
     this.deps.unserved.update(clock.unserved);
     const flow = leaderFlow.tick(clock.controls, clock.now.getTime(), clock.target_controls);
@@ -119,6 +126,7 @@ export class Mapper {
         rateBudget: flow.rateBudget,
         targetBudget: flow.targetBudget,
         goneAfterMs: this.deps.config.worker.goneAfterMs,
+        floors: this.floors.param(),
       });
       this.memory.afterPlan(planned, credit, now, room);
       // The plan of a flood counted ahead became due at this instant: nothing of it is late yet.
@@ -167,6 +175,7 @@ export class Mapper {
       kinds: this.kinds,
       cutoff: new Date(cutoff),
       maxRows: room * Math.max(this.maxShardSize, MAX_ADAPTIVE_SHARD),
+      floors: this.floors.param(),
     });
     this.memory.countedAhead(cutoff, counts);
     if (counts.size > 0) {
@@ -204,6 +213,7 @@ export class Mapper {
       targetBudget: {},
       notBefore: new Date(cutoff),
       goneAfterMs: this.deps.config.worker.goneAfterMs,
+      floors: this.floors.param(),
     });
     if (!planned) return;
     this.memory.plannedAheadOf(cutoff, planned, credit);
@@ -225,8 +235,8 @@ export class Mapper {
 
 /** next_due.sql; on the Citus layout its per-kind probes first (citus/due_probe.sql, one per kind,
  *  side by side), then its Citus form with what they found. */
-async function nextDueStatement(pool: pg.Pool, kinds: string[]): Promise<BoundStatement> {
-  if ((await layoutOf(pool)).name !== 'citus') return sql('coordinator/next_due', { kinds });
+async function nextDueStatement(pool: pg.Pool, kinds: string[], floors: ClaimFloors): Promise<BoundStatement> {
+  if ((await layoutOf(pool)).name !== 'citus') return sql('coordinator/next_due', { kinds, ...floors.inputs() });
   const found = await Promise.all(
     kinds.map(async (kind) => {
       const { rows } = await pool.query<{ latest: Date | null; next_after: Date | null }>(sql('citus/coordinator/due_probe', { kind }));

@@ -8,7 +8,9 @@
 -- and paces those plans itself), and not routed over several business databases (counted per
 -- database at every plan).
 --   $1 kinds (text[])   $2 cutoff: the due instant (timestamptz)   $3 max rows counted per kind
--- @params kinds: string[], cutoff: Date, maxRows: number
+--   $4 claim floors: {"kind": floor} (jsonb, next_due.sql; a kind missing: from the start): the
+--      count seeks the due index from the kind's floor, past the rows already claimed
+-- @params kinds: string[], cutoff: Date, maxRows: number, floors: string
 -- Returns per kind with something due by the cutoff: uncovered rows, and whether the count saw
 -- the last due row (complete).
 SELECT k.kind,
@@ -22,6 +24,7 @@ SELECT k.kind,
  CROSS JOIN LATERAL (SELECT count(*) AS n
                        FROM (SELECT 1 FROM timeout_center.timeouts t
                               WHERE t.kind = k.kind::timeout_center.kind AND t.state = 'pending' AND t.available_at <= $2
+                                AND t.available_at >= coalesce(($4::jsonb ->> k.kind)::timestamptz, '-infinity')
                               ORDER BY t.available_at
                               LIMIT coalesce(l.capacity, 0) + $3) d) cnt
  WHERE k.kind = ANY ($1::text[])

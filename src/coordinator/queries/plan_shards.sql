@@ -20,8 +20,12 @@
 --      count ahead (sql/0011); workers claim no earlier than it
 --   $11 gone after (ms): a shard running under a worker gone this long (no heartbeat, or
 --      stopped: timeout_center.worker_gone, sql/0018) covers nothing; the reaper hands it on
+--   $12 claim floors: {"kind": floor} (jsonb, next_due.sql; a kind missing: from the start): the
+--      counts seek the due index from the kind's floor, and each new shard carries its kind's
+--      floor (shards.claim_floor, sql/0030), which its claim seeks from
 -- @params cutoff: Date, kinds: string[], maxShards: number, maxRows: number, epoch: number, coordinatorId: string,
--- @params credit: string, rateBudget: string, targetBudget: string, notBefore: Date | null, goneAfterMs: number
+-- @params credit: string, rateBudget: string, targetBudget: string, notBefore: Date | null, goneAfterMs: number,
+-- @params floors: string
 -- Shards carry a target (a business database name, or NULL): the map counts per (kind, target),
 -- so one shard's handler runs against exactly one database (sql/0005_business_databases.sql).
 -- Flow control (pause, cap, rate) is per kind, over all of its targets; and a rate limit per
@@ -98,6 +102,7 @@ WITH live_target AS (
                                 (SELECT count(*)
                                    FROM (SELECT 1 FROM timeout_center.timeouts t
                                           WHERE t.kind = f.kind::timeout_center.kind AND t.state = 'pending' AND t.available_at <= $1
+                                            AND t.available_at >= coalesce(($12::jsonb ->> f.kind)::timestamptz, '-infinity')
                                           ORDER BY t.available_at
                                           LIMIT coalesce(l.capacity, 0) + $4) d)
                               END AS n) cnt
@@ -120,6 +125,7 @@ WITH live_target AS (
                                  FROM (SELECT 1 FROM timeout_center.timeouts t
                                         WHERE t.kind = f.kind::timeout_center.kind AND t.target = tg.target
                                           AND t.state = 'pending' AND t.available_at <= $1
+                                          AND t.available_at >= coalesce(($12::jsonb ->> f.kind)::timestamptz, '-infinity')
                                         ORDER BY t.available_at
                                         LIMIT coalesce((SELECT l2.capacity FROM live_target l2 WHERE l2.kind = f.kind AND l2.target = tg.target), 0) + $4) d) AS n
                          FROM (SELECT DISTINCT x AS target FROM unnest(r.databases || '{-unroutable}'::text[]) x) tg) c
@@ -235,8 +241,9 @@ WITH live_target AS (
    WHERE EXISTS (SELECT 1 FROM planned)
   RETURNING id
 ), new_shards AS (
-  INSERT INTO timeout_center.shards (scan_id, kind, target, seq, size, claim_limit, published_at, publish_count, not_before)
-  SELECT (SELECT id FROM new_scan), p.kind, p.target, row_number() OVER (ORDER BY p.turn, p.kind, p.target) - 1, 0, p.claim_limit, now(), 1, $10::timestamptz
+  INSERT INTO timeout_center.shards (scan_id, kind, target, seq, size, claim_limit, published_at, publish_count, not_before, claim_floor)
+  SELECT (SELECT id FROM new_scan), p.kind, p.target, row_number() OVER (ORDER BY p.turn, p.kind, p.target) - 1, 0, p.claim_limit, now(), 1, $10::timestamptz,
+         ($12::jsonb ->> p.kind)::timestamptz
     FROM planned p
   RETURNING id, scan_id, kind, target, claim_limit
 )

@@ -1,0 +1,67 @@
+// Claim floors (sql/0030; docs/architecture.md "The claim floor"): per kind, the available_at
+// from which the map's counts and the shards' claims read the due index, instead of its start.
+// While an old snapshot anywhere in the cluster keeps the rows already claimed from being
+// vacuumed, their index entries stay in front of the live ones, and a walk from the start fetches
+// each of them, at every claim of every shard, for as long as the snapshot lives.
+//
+// next_due.sql computes the new floors at every tick from the previous ones and from the marks
+// kept here; this object carries them from tick to tick. A floor stays a safe lower bound once
+// computed (a row written pending after it is either at or above it, or written late and found by
+// the next tick), so nothing here is reset with leadership: a new leader starts with no floor (the
+// first tick reads each kind's due index from its start once) only because it is a new process.
+/** next_due.sql's claim-floor inputs ($2 floors, $3 marks), as jsonb text. */
+export interface NextDueInputs {
+  floors: string;
+  marks: string;
+}
+
+/** Marks kept at most: one per tick, dropped once a newer one is older than every running
+ *  transaction. While a long writing transaction runs, the oldest mark is kept and the others
+ *  thinned (fewer marks only make a floor lower: never unsafe). */
+const MAX_MARKS = 64;
+
+export interface FloorsRow {
+  /** {"kind": floor}, each a timestamptz as text (kept as text: no rounding to milliseconds) */
+  floors?: Record<string, string> | null;
+  mark_at?: string | null;
+  mark_xid?: string | null;
+  /** pg_snapshot_xmin of the statement's snapshot (xid8 as text) */
+  xmin?: string | null;
+}
+
+export class ClaimFloors {
+  private floors: Record<string, string> = {};
+  private marks: { at: string; xid: string }[] = [];
+
+  /** next_due.sql's $2 and $3. */
+  inputs(): NextDueInputs {
+    return { floors: JSON.stringify(this.floors), marks: JSON.stringify(this.marks) };
+  }
+
+  /** plan_shards.sql's $12, count_ahead.sql's $4: {"kind": floor}. */
+  param(): string {
+    return JSON.stringify(this.floors);
+  }
+
+  /** The floor of a kind (text), or undefined: from the start. */
+  floorOf(kind: string): string | undefined {
+    return this.floors[kind];
+  }
+
+  /** Takes next_due.sql's result (nothing on the Citus layout, whose claims read no floor). */
+  update(row: FloorsRow): void {
+    if (row.floors) this.floors = { ...row.floors };
+    if (row.xmin) {
+      const xmin = BigInt(row.xmin);
+      // The newest mark older than every running transaction is the one the next tick compares
+      // with: the ones before it are no longer needed.
+      let newest = -1;
+      for (let i = 0; i < this.marks.length; i++) if (BigInt(this.marks[i]!.xid) <= xmin) newest = i;
+      if (newest > 0) this.marks = this.marks.slice(newest);
+    }
+    if (row.mark_at && row.mark_xid) {
+      this.marks.push({ at: row.mark_at, xid: row.mark_xid });
+      if (this.marks.length > MAX_MARKS) this.marks.splice(1, 1);
+    }
+  }
+}

@@ -1,0 +1,133 @@
+// Claim floors (sql/0030, issue 45): while an old snapshot is held, the rows already claimed stay
+// in the due index in front of the live ones; a claim seeks past them from its shard's floor
+// instead of walking them. And nothing is skipped for good: a row that becomes visible or pending
+// below a floor (a writer that commits late, a due time in the past, a reschedule to the past) is
+// claimed at a later tick.
+import pg from 'pg';
+import { afterAll, beforeAll, expect, it } from 'vitest';
+import { sql } from '../../src/db/queries.js';
+import { createOrdersSchema, CLOSE_SQL, writeConfig } from '../helpers/orders.js';
+import { runCli, spawnCli, type CliProcess } from '../helpers/processes.js';
+import { tearDown } from '../helpers/teardown.js';
+import { createTestDatabase, testKeyPrefix, TEST_REDIS_URL, type TestDatabase } from '../helpers/services.js';
+
+const KIND = 'order.unpaid';
+let db: TestDatabase;
+let pool: pg.Pool;
+let env: Record<string, string>;
+let runner: CliProcess | undefined;
+
+beforeAll(async () => {
+  db = await createTestDatabase('claim_floor');
+  pool = new pg.Pool({ connectionString: db.url, max: 4 });
+  await createOrdersSchema(pool);
+  const config = writeConfig({
+    redisKeyPrefix: testKeyPrefix('claim-floor'),
+    kinds: { [KIND]: { handler: { type: 'sql', sql: CLOSE_SQL } } },
+  });
+  env = { DATABASE_URL: db.url, REDIS_URL: TEST_REDIS_URL, TIMEOUT_CENTER_CONFIG: config };
+  expect((await runCli(['migrate'], env)).code).toBe(0);
+});
+
+afterAll(async () => {
+  await runner?.stop();
+  await tearDown({ pool, db });
+});
+
+/** Orders [from, to], unpaid, each with its timeout due `dueSql` (an SQL expression). */
+async function write(client: pg.Pool | pg.PoolClient, from: number, to: number, dueSql: string): Promise<void> {
+  await client.query(
+    `WITH o AS (INSERT INTO orders (id, status) SELECT i, 'unpaid' FROM generate_series($1::bigint, $2::bigint) i RETURNING id)
+     INSERT INTO timeout_center.timeouts (kind, biz_id, due_at) SELECT $3, id::text, ${dueSql} FROM o`,
+    [from, to, KIND],
+  );
+}
+
+async function waitClosed(ids: number[], ms: number): Promise<number> {
+  const deadline = Date.now() + ms;
+  for (;;) {
+    const { rows } = await pool.query<{ n: number }>("SELECT count(*)::int AS n FROM orders WHERE id = ANY($1) AND status <> 'closed'", [ids]);
+    if (rows[0]!.n === 0 || Date.now() > deadline) return rows[0]!.n;
+    await new Promise((r) => setTimeout(r, 100));
+  }
+}
+
+it('claims seek past the rows a held snapshot keeps, and skip nothing for good', { timeout: 120_000 }, async () => {
+  runner = spawnCli('run', ['run'], env);
+  await runner.waitForMsg('became leader', 20_000);
+  // An old snapshot, held from here on: nothing the center deletes after this can be vacuumed.
+  const holder = new pg.Client({ connectionString: db.url });
+  await holder.connect();
+  await holder.query('BEGIN ISOLATION LEVEL REPEATABLE READ');
+  await holder.query('SELECT 1 FROM orders LIMIT 1');
+  try {
+    // 60,000 timeouts claimed and moved to the history: dead, and not removable.
+    await write(pool, 1, 60_000, 'now()');
+    expect(await waitClosed([60_000], 60_000)).toBe(0);
+    await pool.query('VACUUM timeout_center.timeouts'); // removes nothing under the snapshot
+
+    // A trickle keeps the floors moving while the cases below are written.
+    let trickle = 100_000;
+    let trickling = true;
+    const trickler = (async () => {
+      while (trickling) {
+        await write(pool, trickle, trickle, "now() + interval '200 ms'");
+        trickle += 1;
+        await new Promise((r) => setTimeout(r, 100));
+      }
+    })();
+    // (a) A writer whose transaction commits seconds after it wrote a row due at once.
+    const slow = await pool.connect();
+    await slow.query('BEGIN');
+    await write(slow, 200_001, 200_001, "clock_timestamp() + interval '100 ms'");
+    await new Promise((r) => setTimeout(r, 3000));
+    await slow.query('COMMIT');
+    slow.release();
+    // (b) A due time an hour in the past. (c) A timeout due in a day, rescheduled to the past.
+    await write(pool, 200_002, 200_002, "now() - interval '1 hour'");
+    await write(pool, 200_003, 200_003, "now() + interval '1 day'");
+    await pool.query("UPDATE timeout_center.timeouts SET due_at = now() - interval '5 minutes' WHERE biz_id = '200003'");
+    // (d) due_at = now() (the transaction's start) in a transaction that wrote it 2 s later.
+    const late = await pool.connect();
+    await late.query('BEGIN');
+    await late.query('SELECT pg_sleep(2)');
+    await write(late, 200_004, 200_004, 'now()');
+    await late.query('COMMIT');
+    late.release();
+    expect(await waitClosed([200_001, 200_002, 200_003, 200_004], 20_000)).toBe(0);
+    trickling = false;
+    await trickler;
+
+    // The claim of a shard the coordinator wrote now, against 500 pending rows behind the 60,000
+    // dead ones: its index scan starts at the shard's floor.
+    await runner.stop();
+    runner = undefined;
+    await write(pool, 300_001, 300_500, 'now()');
+    const { rows: shard } = await pool.query<{ id: number; claim_floor: Date | null }>(
+      'SELECT id, claim_floor FROM timeout_center.shards ORDER BY id DESC LIMIT 1',
+    );
+    expect(shard[0]!.claim_floor).not.toBeNull();
+    const claim = sql('worker/claim', { shardId: shard[0]!.id, kind: KIND, claimLimit: 500, batch: false });
+    const client = await pool.connect();
+    try {
+      await client.query('BEGIN');
+      const { rows } = await client.query({ ...claim, text: `EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) ${claim.text}` });
+      await client.query('ROLLBACK');
+      const scans: { rows: number; buffers: number }[] = [];
+      const walk = (node: Record<string, unknown>) => {
+        if (node['Index Name'] === 'timeouts_due_by_kind')
+          scans.push({ rows: node['Actual Rows'] as number, buffers: (node['Shared Hit Blocks'] as number) + (node['Shared Read Blocks'] as number) });
+        for (const child of (node['Plans'] as Record<string, unknown>[] | undefined) ?? []) walk(child);
+      };
+      walk((rows[0]['QUERY PLAN'] as { Plan: Record<string, unknown> }[])[0]!.Plan);
+      expect(scans).toHaveLength(1);
+      expect(scans[0]!.rows).toBe(500);
+      // From the start, past 60,000 dead entries: some 900 buffers; from the floor: a few dozen.
+      expect(scans[0]!.buffers).toBeLessThan(100);
+    } finally {
+      client.release();
+    }
+  } finally {
+    await holder.end();
+  }
+});

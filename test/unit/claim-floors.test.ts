@@ -1,0 +1,42 @@
+import { describe, expect, it } from 'vitest';
+import { ClaimFloors } from '../../src/coordinator/claim-floors.js';
+
+describe('claim floors between ticks', () => {
+  it('starts with no floor and no mark: the first tick reads every kind from its start', () => {
+    const f = new ClaimFloors();
+    expect(f.inputs()).toEqual({ floors: '{}', marks: '[]' });
+    expect(f.param()).toBe('{}');
+  });
+
+  it("keeps next_due's floors as text (no rounding to milliseconds) and its marks", () => {
+    const f = new ClaimFloors();
+    f.update({ floors: { 'order.unpaid': '2026-11-28 16:00:00.123456+00' }, mark_at: '2026-11-28 16:00:01.5+00', mark_xid: '100', xmin: '90' });
+    expect(JSON.parse(f.param())).toEqual({ 'order.unpaid': '2026-11-28 16:00:00.123456+00' });
+    expect(JSON.parse(f.inputs().marks)).toEqual([{ at: '2026-11-28 16:00:01.5+00', xid: '100' }]);
+  });
+
+  it('drops the marks older than the newest one every running transaction began after', () => {
+    const f = new ClaimFloors();
+    for (let i = 1; i <= 5; i++) f.update({ mark_at: `t${i}`, mark_xid: String(i * 10), xmin: '1' });
+    f.update({ xmin: '35' }); // marks 10, 20, 30 are older than every running transaction: 30 is the one to keep
+    expect(JSON.parse(f.inputs().marks).map((m: { xid: string }) => m.xid)).toEqual(['30', '40', '50']);
+    f.update({ xmin: '18446744073709551615' }); // xid8 beyond 2^53: compared as BigInt
+    expect(JSON.parse(f.inputs().marks).map((m: { xid: string }) => m.xid)).toEqual(['50']);
+  });
+
+  it('keeps at most 64 marks, the oldest among them, while a long writer holds the horizon', () => {
+    const f = new ClaimFloors();
+    for (let i = 1; i <= 200; i++) f.update({ mark_at: `t${i}`, mark_xid: String(i), xmin: '1' });
+    const xids = JSON.parse(f.inputs().marks).map((m: { xid: string }) => Number(m.xid));
+    expect(xids).toHaveLength(64);
+    expect(xids[0]).toBe(1);
+    expect(xids.at(-1)).toBe(200);
+  });
+
+  it('on the Citus layout (no floors returned) stays as it was', () => {
+    const f = new ClaimFloors();
+    f.update({ floors: { k: 'x' } });
+    f.update({});
+    expect(f.floorOf('k')).toBe('x');
+  });
+});
