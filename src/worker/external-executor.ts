@@ -11,9 +11,10 @@
 //     transaction, PREPAREd before the business COMMIT (two-phase.ts; prepared-resolver.ts finishes
 //     what a stopped worker leaves prepared, by the marker). A run that backs out hands the shard
 //     to the commit-first run of the same attempt.
-// The steps, in the order a run takes them: external/claim.ts, external/business-run.ts (with
-// external/commit-first-apply.ts and external/center-lock.ts on the commit-first path),
-// external/record.ts; the center's layout picks their statements once (external/center-forms.ts).
+// The steps, in the order a run takes them, each a module that holds both protocols' forms of it:
+// external/claim.ts, external/apply.ts (with the fence, external/center-lock.ts, on the
+// commit-first path), external/record.ts; the center's layout picks the commit-first claim and
+// record statements once (external/center-forms.ts).
 // Batch-level failures (failures.ts) retry the whole shard later behind a circuit breaker per kind
 // and target (breakers.ts); row-level failures are split and isolated inside the business
 // transaction, in savepoints (batch-isolation.ts). docs/architecture.md draws the protocol.

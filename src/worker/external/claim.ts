@@ -1,15 +1,16 @@
 // Step 1 of an external run, the claim, and what it hands on (Claimed). The commit-first claim in
-// the form of each layout (claimPlain, claimInBucket: center-forms.ts picks one), and the statement
-// both protocols claim with (claimStatement: external_claim.sql commit first,
+// the form of each layout (claimPlain, claimInBucket: center-forms.ts picks one) and the two-phase
+// claim (claimTwoPhase), each with its statement (claimStatement: external_claim.sql commit first,
 // external_two_phase_claim.sql in two phases), oldest or newest rows first.
 import type pg from 'pg';
 import { isConnectionError } from '../../db/pool.js';
 import { compose, sql, statementValues } from '../../db/queries.js';
-import { AS_TEXT, literalOf, parseJsonbArray, parseTextArray, withLiteral } from '../../db/pg-text.js';
+import { AS_TEXT, literalOf, parseIntArray, parseJsonbArray, parseTextArray, withLiteral } from '../../db/pg-text.js';
 import { bindLiterals } from '../bind-literals.js';
 import type { ShardItem } from '../handler-contract.js';
 import type { ExternalTarget } from '../handlers.js';
 import type { Lease } from '../lease.js';
+import type { Lateness } from '../outcome.js';
 import { NEWEST_FIRST } from '../sql-handler.js';
 
 /** external_claim.sql for every other shard of a flood mapped ahead (take_lease.sql from_newest):
@@ -148,4 +149,57 @@ export async function claimInBucket(pool: pg.Pool, lease: Lease, external: Exter
   } finally {
     client.release(broken);
   }
+}
+
+/** external_two_phase_claim.sql's row, as text (AS_TEXT). */
+interface TwoPhaseClaimRow {
+  target: string | null;
+  biz_ids: string;
+  /** a tid[] literal, passed back to external_two_phase_move.sql as it came */
+  ctids: string;
+  payloads: string | null;
+  trace_parents: string | null;
+  lateness_ms: string;
+  lateness_n: string;
+  measured_ms: string;
+  at_ms: string;
+}
+
+/** A two-phase run's claim: the rows locked in the run's open center transaction. */
+export interface TwoPhaseClaim {
+  claimed: Claimed;
+  /** The locked rows' tid[] literal, passed back to external_two_phase_move.sql as it came. */
+  ctids: string;
+  /** How many of the rows a commit-first claim committed a hold on meanwhile (the run backs out). */
+  overlapping: number;
+  /** The rows' lateness measured by the claim at measuredMs, PostgreSQL's clock at the claim's end
+   *  (atMs) and this node's then (atNodeMs, performance.now()): the run moves it on to its commit. */
+  lateness: Lateness;
+  measuredMs: number;
+  atMs: number;
+  atNodeMs: number;
+}
+
+/** Step 1 in two phases, in the center transaction `center` that the run keeps open: the claim
+ *  (external_two_phase_claim.sql: the rows locked, nothing written), then the overlap check
+ *  (external_two_phase_overlap.sql), one round trip. No claim lock (external_claim_lock.sql): the
+ *  rows stay locked until the run ends, so the claims beside it pass them by; only a hold a
+ *  commit-first claim committed meanwhile can overlap, and the overlap check finds it. */
+export async function claimTwoPhase(center: pg.PoolClient, lease: Lease, external: ExternalTarget): Promise<TwoPhaseClaim | undefined> {
+  const move = claimStatement('two-phase', lease, external);
+  const overlap = bindLiterals(sql('worker/external_two_phase_overlap', { shardId: lease.id, kind: lease.kind }));
+  const results = (await center.query({ text: `${move}; ${overlap}`, types: AS_TEXT })) as unknown as pg.QueryResult[];
+  const atNodeMs = performance.now();
+  const row = (results[0] as pg.QueryResult<TwoPhaseClaimRow>).rows[0];
+  const overlapping = Number((results[1] as pg.QueryResult<{ overlap: string }>).rows[0]!.overlap);
+  if (!row) return undefined;
+  return {
+    claimed: claimedRows(row.target, true, row, new Set()),
+    ctids: row.ctids,
+    overlapping,
+    lateness: { seconds: parseIntArray(row.lateness_ms).map((ms) => ms / 1000), times: parseIntArray(row.lateness_n) },
+    measuredMs: Number(row.measured_ms),
+    atMs: Number(row.at_ms),
+    atNodeMs,
+  };
 }

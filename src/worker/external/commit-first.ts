@@ -4,7 +4,7 @@
 //   1. claim (claim.ts): due rows of the shard's kind and target held by the shard, committed; a
 //      re-run takes back only the rows it holds and never claims fresh ones (and splits them when
 //      one of them may kill workers: split.ts);
-//   2. apply (commit-first-apply.ts): in the target's own transaction, first the marker row
+//   2. apply (apply.ts): in the target's own transaction, first the marker row
 //      (timeout_center.markers there, keyed by shard id: every other run of the shard waits or
 //      fails on that key), then the handler, then the marker's outcome; an HTTP handler posts once;
 //   3. commit, fenced (center-lock.ts): the center's transaction takes the shard's row lock with
@@ -25,10 +25,9 @@ import { describeError, isBatchLevel, UnknownOutcomeError } from '../failures.js
 import { BatchFailure } from '../handler-contract.js';
 import type { Lease } from '../lease.js';
 import { recordOutcome } from '../outcome.js';
-import { underBreaker } from './business-run.js';
 import type { CenterForms } from './center-forms.js';
 import { UNROUTABLE, type Claimed } from './claim.js';
-import { applyCommitFirst, type Decision, type Lost } from './commit-first-apply.js';
+import { applyCommitFirst, underBreaker, type Decision, type Lost } from './apply.js';
 import type { ExternalContext, ExternalHandler, ExternalOutcome } from './context.js';
 import { record, type BatchRetry } from './record.js';
 import { mayHoldKiller, splitHeld } from './split.js';

@@ -1,8 +1,10 @@
-// Step 4 of a commit-first run, the record: the run's outcome written in the center under its lease
-// (done / skipped / failed, the shard's counts), in the fenced transaction of step 3 when there is
-// one (center-lock.ts), else in a transaction of its own, retried over a short loss of the center.
-// In the form of each layout: recordPlain (external_record.sql, one statement) and recordInBucket
-// (Citus: three); center-forms.ts picks one.
+// The record, the last step of an external run in the center. Commit first (step 4): the run's
+// outcome written under its lease (done / skipped / failed, the shard's counts), in the fenced
+// transaction of step 3 when there is one (center-lock.ts), else in a transaction of its own,
+// retried over a short loss of the center; in the form of each layout, recordPlain
+// (external_record.sql, one statement) or recordInBucket (Citus: three), which center-forms.ts
+// picks. Two phases (step 3 there): recordTwoPhase, in the run's open center transaction, before
+// its PREPARE.
 import type pg from 'pg';
 import type { Logger } from 'pino';
 import { isConnectionError, isRetryableConflict } from '../../db/pool.js';
@@ -183,4 +185,19 @@ export async function recordInBucket(db: pg.Pool | pg.PoolClient, lease: Lease, 
   } finally {
     own?.release(broken);
   }
+}
+
+/** Step 3 of a two-phase run, in its open center transaction before the PREPARE: the locked rows
+ *  moved to done_timeouts, applied or skipped as the handler said, and the shard done
+ *  (external_two_phase_move.sql). Undefined when the shard's row is not under this run's lease. */
+export async function recordTwoPhase(
+  center: pg.PoolClient,
+  lease: Lease,
+  ctids: string,
+  applied: string[],
+): Promise<(ShardCounts & { moved: number }) | undefined> {
+  const { rows } = await center.query<ShardCounts & { moved: number }>(
+    sql('worker/external_two_phase_move', { shardId: lease.id, leaseToken: lease.lease_token, ctids, applied }),
+  );
+  return rows[0];
 }

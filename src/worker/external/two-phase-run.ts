@@ -2,13 +2,14 @@
  * A first run in two phases, when its handler runs in a business database: each timeout is
  * written once in the center, by one transaction that locks it and then moves it to the history
  * with its result, PREPAREd before the business COMMIT and committed after it (../two-phase.ts):
- *   1. claim, center: the shard's row under the lease (external_two_phase_begin.sql), the claim
- *      (external_two_phase_claim.sql: locked, nothing written; no claim lock), then a check that no
- *      commit-first claim holds any of the rows (external_two_phase_overlap.sql); kept open;
- *   2. apply, business: marker (its lease token only), handler, under the kind's time limit, kept
- *      open (business-run.ts, shared with the commit-first run);
- *   3. record, center: the locked rows moved to done_timeouts, applied or skipped as the handler
- *      said, the shard done (external_two_phase_move.sql), then PREPARE TRANSACTION;
+ *   1. claim, center (claim.ts): the shard's row under the lease (external_two_phase_begin.sql),
+ *      the claim (external_two_phase_claim.sql: locked, nothing written; no claim lock), then a
+ *      check that no commit-first claim holds any of the rows (external_two_phase_overlap.sql);
+ *      kept open;
+ *   2. apply, business (apply.ts, whose pieces the commit-first run shares): marker (its lease
+ *      token only), handler, under the kind's time limit, kept open;
+ *   3. record, center (record.ts): the locked rows moved to done_timeouts, applied or skipped as
+ *      the handler said, the shard done (external_two_phase_move.sql), then PREPARE TRANSACTION;
  *   4. business COMMIT, then COMMIT PREPARED, then the marker is deleted.
  * A run that dies before 3's PREPARE leaves nothing (both transactions roll back; the shard runs
  * again after its lease, commit first). One that dies after it leaves a prepared transaction,
@@ -27,21 +28,19 @@ import type pg from 'pg';
 import type { Logger } from 'pino';
 import { isConnectionError, isRetryableConflict, pgErrorCode } from '../../db/pool.js';
 import { sql } from '../../db/queries.js';
-import { AS_TEXT, parseIntArray } from '../../db/pg-text.js';
+import { AS_TEXT } from '../../db/pg-text.js';
 import { failpoint } from '../../failpoints.js';
 import { addLinksToActive, withSpan } from '../../observability/tracing.js';
 import { bindLiterals } from '../bind-literals.js';
-import { forgetMarker, insertMarker, isMarkerConflict, type Marker } from '../business-db.js';
+import { forgetMarker } from '../business-db.js';
 import { describeError, isBatchLevel } from '../failures.js';
-import { BatchFailure, HandlerTimeoutError } from '../handler-contract.js';
-import type { ResolvedHandler } from '../handlers.js';
 import type { Lease } from '../lease.js';
 import { latenessAt, recordOutcome, type ShardCounts } from '../outcome.js';
-import { withTimeLimit } from '../time-limit.js';
 import { finishPrepared, gidLiteral, isPrepareRefused, resolvePrepared, twoPhaseId } from '../two-phase.js';
-import { abandon, applyHandler, connectTarget, failedInTarget, TIME_LIMIT_GRACE_MS, underBreaker, type TargetConnection } from './business-run.js';
-import { claimedRows, claimStatement, targetDatabase, UNROUTABLE, type Claimed } from './claim.js';
+import { applyUncommitted, MarkerInTheWay, underBreaker, type UncommittedRun } from './apply.js';
+import { claimTwoPhase, targetDatabase, UNROUTABLE } from './claim.js';
 import type { ExternalContext, ExternalHandler, ExternalOutcome } from './context.js';
+import { recordTwoPhase } from './record.js';
 
 /** How long past its kind's time limit a two-phase run's transactions may sit idle before their
  *  server ends them: a frozen worker's locks go then, and a payer's cancel with them. */
@@ -54,33 +53,6 @@ const TWO_PHASE_IDLE_MS = 5000;
 export interface CommitFirst {
   batchFailure?: unknown;
   preparedOff?: boolean;
-}
-
-/** external_two_phase_claim.sql's row, as text (AS_TEXT). */
-interface TwoPhaseClaimRow {
-  target: string | null;
-  biz_ids: string;
-  /** a tid[] literal, passed back to external_two_phase_move.sql as it came */
-  ctids: string;
-  payloads: string | null;
-  trace_parents: string | null;
-  lateness_ms: string;
-  lateness_n: string;
-  measured_ms: string;
-  at_ms: string;
-}
-
-/** A two-phase run's business transaction, open after its handler (applyUncommitted). */
-interface UncommittedRun {
-  client: pg.PoolClient;
-  marker: Marker;
-  release: (destroy: Error | boolean) => void;
-}
-
-/** A two-phase run found a marker of the shard in the target (or one held there): the
- *  commit-first run reads it. */
-class MarkerInTheWay extends BatchFailure {
-  override name = 'MarkerInTheWay';
 }
 
 /** Whether the commit-first run resolves a two-phase run's batch failure by running at once
@@ -116,19 +88,9 @@ export async function runTwoPhase(ctx: ExternalContext, lease: Lease, handler: E
       return { status: 'not-ours', reason: `lease on shard ${lease.id} was lost before its claim` };
     }
     if (ours.two_phase !== 't') return await backOut();
-    const claim = await withSpan('tc.claim', { 'tc.claim.form': 'external-two-phase' }, async () => {
-      // No claim lock (external_claim_lock.sql): the rows stay locked until the run ends, so the
-      // claims beside it pass them by; only a hold a commit-first claim committed meanwhile can
-      // overlap, and the overlap check finds it (then the run backs out).
-      const move = claimStatement('two-phase', lease, ext);
-      const overlap = bindLiterals(sql('worker/external_two_phase_overlap', { shardId: lease.id, kind: lease.kind }));
-      const results = (await center.query({ text: `${move}; ${overlap}`, types: AS_TEXT })) as unknown as pg.QueryResult[];
-      const row = (results[0] as pg.QueryResult<TwoPhaseClaimRow>).rows[0];
-      const overlapping = Number((results[1] as pg.QueryResult<{ overlap: string }>).rows[0]!.overlap);
-      return row ? { row, overlapping, atNodeMs: performance.now() } : undefined;
-    });
+    const claim = await withSpan('tc.claim', { 'tc.claim.form': 'external-two-phase' }, () => claimTwoPhase(center, lease, ext));
     if (!claim) return await backOut();
-    const claimed = claimedRows(claim.row.target, true, claim.row, new Set());
+    const { claimed } = claim;
     const database = targetDatabase(ext, claimed.target);
     // A row another shard held first (a commit-first claim committed meanwhile), a target the
     // rule cannot place, or nothing due: the commit-first run knows what to do with each.
@@ -160,17 +122,7 @@ export async function runTwoPhase(ctx: ExternalContext, lease: Lease, handler: E
     let counts: ShardCounts | undefined;
     const gid = twoPhaseId({ shardId: lease.id, leaseToken: lease.lease_token, database });
     try {
-      const moved = await withSpan('tc.record', {}, async () => {
-        const { rows } = await center.query<ShardCounts & { moved: number }>(
-          sql('worker/external_two_phase_move', {
-            shardId: lease.id,
-            leaseToken: lease.lease_token,
-            ctids: claim.row.ctids,
-            applied: business.marker.applied,
-          }),
-        );
-        return rows[0];
-      });
+      const moved = await withSpan('tc.record', {}, () => recordTwoPhase(center, lease, claim.ctids, business.marker.applied));
       if (!moved) throw new Error(`shard ${lease.id}: its record found no lease although the run holds its row`);
       const { moved: n, ...recorded } = moved;
       if (n !== claimed.items.length) {
@@ -223,15 +175,8 @@ export async function runTwoPhase(ctx: ExternalContext, lease: Lease, handler: E
     await forgetMarker(where, lease.id, log);
     // The rows closed at the business COMMIT: their lateness, measured by the claim, moved on to
     // the database clock at the claim's end plus the time since (the COMMIT PREPARED is done).
-    const measured = { seconds: parseIntArray(claim.row.lateness_ms).map((ms) => ms / 1000), times: parseIntArray(claim.row.lateness_n) };
-    const at = Number(claim.row.at_ms) + (performance.now() - claim.atNodeMs);
-    recordOutcome(
-      ctx.metrics,
-      { store: 'center', kind: lease.kind },
-      counts,
-      performance.now() - started,
-      latenessAt(measured, Number(claim.row.measured_ms), at),
-    );
+    const at = claim.atMs + (performance.now() - claim.atNodeMs);
+    recordOutcome(ctx.metrics, { store: 'center', kind: lease.kind }, counts, performance.now() - started, latenessAt(claim.lateness, claim.measuredMs, at));
     return { status: 'done', ...counts };
   } catch (err) {
     // An open center transaction ends with its session (the server rolls it back); a prepared
@@ -240,52 +185,6 @@ export async function runTwoPhase(ctx: ExternalContext, lease: Lease, handler: E
     throw err;
   } finally {
     center.release(destroyCenter);
-  }
-}
-
-/**
- * Step 2 of a two-phase run: marker and handler in the business database, under the kind's time
- * limit, left open for the center's PREPARE. Throws batch-level failures, after rolling the
- * transaction back (a connection the limit cut is destroyed).
- */
-async function applyUncommitted(where: pg.Pool, lease: Lease, handler: ResolvedHandler, claimed: Claimed, idleMs: number): Promise<UncommittedRun> {
-  const target: TargetConnection = await connectTarget(where);
-  const { client, release } = target;
-  const limit = handler.config.timeLimitMs;
-  const work = async (signal: AbortSignal): Promise<Marker> => {
-    await client.query(`BEGIN; SET LOCAL statement_timeout = ${Math.floor(limit)}; SET LOCAL idle_in_transaction_session_timeout = ${idleMs}`);
-    // The marker of a two-phase run is read for its lease token only (../two-phase.ts
-    // resolvePrepared: committed or not); no run ever records from it (a committed one is
-    // committed in the center too, by the run or the resolver), so it names no rows and its
-    // outcome is not written (the commit-first marker carries both: a re-run records from it).
-    try {
-      await insertMarker(client, lease.id, lease.lease_token, []);
-    } catch (err) {
-      // A first run finds no marker; one there (or held) is for the commit-first run to read.
-      if (isMarkerConflict(err) || pgErrorCode(err) === '57014' || pgErrorCode(err) === '55P03')
-        throw new MarkerInTheWay(`shard ${lease.id} has a marker in the target already`, undefined, { cause: err });
-      throw err;
-    }
-    const outcome = await applyHandler(client, lease, handler, claimed.items, signal);
-    if (signal.aborted) throw signal.reason;
-    return { ...outcome, ran: claimed.bizIds };
-  };
-  try {
-    const marker = await withTimeLimit<Marker>(
-      {
-        what: `handler of ${handler.kind}`,
-        limitMs: limit,
-        graceMs: TIME_LIMIT_GRACE_MS,
-        // The handler may still hold the connection: destroy it (its transaction rolls back).
-        onExpire: () => release(new Error('handler time limit: connection destroyed')),
-      },
-      work,
-    );
-    return { client, marker, release };
-  } catch (err) {
-    await abandon(target, err);
-    if (isBatchLevel(err) || err instanceof HandlerTimeoutError) throw err;
-    throw failedInTarget(lease, err);
   }
 }
 
