@@ -146,6 +146,14 @@ export async function deleteMarker(pool: pg.Pool, shardId: number): Promise<void
   await pool.query(sql('worker/marker_delete', { shardId }));
 }
 
+/** deleteMarker after a run's record, best effort: a marker of a recorded shard is never read
+ *  again, so a failure is only logged. */
+export async function forgetMarker(pool: pg.Pool, shardId: number, log: Logger): Promise<void> {
+  await deleteMarker(pool, shardId).catch((err: unknown) =>
+    log.warn({ err }, 'could not delete the marker of a recorded shard (harmless: it is never read again)'),
+  );
+}
+
 export interface PrepareResult {
   prepared: string[];
   unreachable: { name: string; url: string; error: string }[];
