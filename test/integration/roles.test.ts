@@ -386,7 +386,16 @@ describe('reader and operator', () => {
       `INSERT INTO orders (id, status) VALUES (910001, 'unpaid'), (910002, 'unpaid');
        INSERT INTO timeout_center.timeouts (kind, biz_id, due_at) VALUES ('order.unpaid', '910001', now() + interval '1 hour'), ('order.unpaid', '910002', now() + interval '1 hour')`,
     );
+    // A failed timeout for retry (failed as a worker leaves it, written here by the owner).
+    await s.pool.query(
+      `INSERT INTO orders (id, status) VALUES (910003, 'unpaid');
+       INSERT INTO timeout_center.timeouts (kind, biz_id, due_at) VALUES ('order.unpaid', '910003', now() + interval '1 hour');
+       UPDATE timeout_center.timeouts SET state = 'failed', attempts = 3, finished_at = now(), last_error = 'poison' WHERE kind = 'order.unpaid' AND biz_id = '910003'`,
+    );
     const verbs: string[][] = [
+      ['retry', '--kind', KIND, '--actor', 'alice'],
+      ['purge', '--dry-run'],
+      ['purge', '--done-after', '1s', '--scans-after', '1s', '--actor', 'alice'],
       ['pause', KIND, '--actor', 'alice'],
       ['limit', KIND, '--max-running-shards', '4', '--rate', '2000', '--actor', 'alice'],
       ['limit', KIND, '--reset', '--actor', 'alice'],
@@ -404,7 +413,7 @@ describe('reader and operator', () => {
     const { rows } = await s.pool.query<{ action: string; actor: string; db_user: string }>(
       `SELECT action, actor, db_user FROM timeout_center.audit_log WHERE actor = 'alice' ORDER BY id`,
     );
-    expect(rows.map((r) => r.action)).toEqual(expect.arrayContaining(['pause', 'limit', 'resume', 'cancel']));
+    expect(rows.map((r) => r.action)).toEqual(expect.arrayContaining(['retry', 'purge', 'pause', 'limit', 'resume', 'cancel']));
     for (const r of rows) expect(r.db_user).toBe(operator.name);
     // It may add audit rows, never rewrite or remove them, nor stamp another login on them.
     await refused(operator.pool, `UPDATE timeout_center.audit_log SET actor = 'bob'`);
