@@ -20,12 +20,23 @@ const ROOT = fileURLToPath(new URL('../../', import.meta.url));
 
 /** Why the previous release cannot be built here (no git, or a clone without its commit), or undefined. */
 export function previousReleaseMissing(): string | undefined {
+  const has = () => {
+    try {
+      execFileSync('git', ['-C', ROOT, 'cat-file', '-e', `${PREVIOUS_RELEASE.commit}^{commit}`], { stdio: 'ignore' });
+      return true;
+    } catch {
+      return false;
+    }
+  };
+  if (has()) return undefined;
+  // A shallow clone: its origin may still have the commit.
   try {
-    execFileSync('git', ['-C', ROOT, 'cat-file', '-e', `${PREVIOUS_RELEASE.commit}^{commit}`], { stdio: 'ignore' });
-    return undefined;
+    execFileSync('git', ['-C', ROOT, 'fetch', '--quiet', 'origin', PREVIOUS_RELEASE.commit], { stdio: 'ignore', timeout: 60_000 });
   } catch {
-    return `the previous release's commit ${PREVIOUS_RELEASE.commit.slice(0, 7)} is not in this checkout's git history (a shallow clone, or no .git): clone the repository with its history to run the upgrade tests`;
+    // no origin, or it does not have it either
   }
+  if (has()) return undefined;
+  return `the previous release's commit ${PREVIOUS_RELEASE.commit.slice(0, 7)} is not in this checkout's git history, nor at its origin (a shallow clone, or no .git): clone the repository with its history to run the upgrade tests`;
 }
 
 /** Builds it once (git archive of its commit, this checkout's node_modules, its own build) and
