@@ -6,8 +6,7 @@ import type pg from 'pg';
 import type { Database } from '../db/schema.js';
 import { listAudit } from '../operations/audit.js';
 import { kindNames, kindSettings, listKindControls, listTargetControls } from '../operations/actions.js';
-import { readSchemaContract } from '../release/schema-contract.js';
-import { liveProcesses } from '../release/fleet.js';
+import { readRelease } from '../release/fleet.js';
 import { VERSION } from '../version.js';
 import { kindBacklog, lastHour, leader, liveWorkers, openBreakers, type MinutePoint } from '../operations/overview.js';
 import { getScan, listScans } from '../operations/scans.js';
@@ -105,7 +104,7 @@ export function pageRoutes({ pool, lagSlaSeconds, horizon, stores }: RouteDeps):
     {
       path: /^(?:\/|\/overview)?$/,
       async read(_r, ctx) {
-        const [backlog, lead, workers, hour, breakers, warnings, storeFigures, storeHorizon, contract, processes] = await Promise.all([
+        const [backlog, lead, workers, hour, breakers, warnings, storeFigures, storeHorizon, releaseNow] = await Promise.all([
           kindBacklog(pool),
           leader(pool),
           liveWorkers(pool),
@@ -114,10 +113,9 @@ export function pageRoutes({ pool, lagSlaSeconds, horizon, stores }: RouteDeps):
           collectWarnings(pool, { lagSlaSeconds, horizon }),
           storesFigures(),
           storesHorizonWarnings(),
-          readSchemaContract(pool),
-          liveProcesses(pool),
+          readRelease(pool),
         ]);
-        const release = { console: VERSION, contract, processes };
+        const release = { console: VERSION, ...releaseNow };
         const d = {
           backlog,
           leader: lead,

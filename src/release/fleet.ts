@@ -4,7 +4,7 @@
 // whose application_name has no version (`timeout-center worker`, where 1.0.0 and later say
 // `timeout-center/1.0.0 worker`). `migrate` reads it before a step that raises the schema's
 // oldest code; `status` and the console show it.
-import type { Db } from './schema-contract.js';
+import { readSchemaContract, type Db, type SchemaContract } from './schema-contract.js';
 
 export interface LiveProcess {
   /** coordinator, worker, all (run), api, console; for a connection before 1.0.0, its application_name. */
@@ -62,4 +62,16 @@ export function describeProcess(p: LiveProcess): string {
   const version = p.version ?? 'before 1.0.0';
   if (p.source === 'connections') return `${p.connections} connection(s) named "${p.role}" from ${p.host} (${version})`;
   return `${p.role} ${version} on ${p.host} pid ${p.pid}`;
+}
+
+/** What `status` and the console show of a database's release: its schema contract and the
+ *  processes live on it. */
+export interface ReleaseStatus {
+  contract: SchemaContract | null;
+  processes: LiveProcess[];
+}
+
+export async function readRelease(db: Db): Promise<ReleaseStatus> {
+  const [contract, processes] = await Promise.all([readSchemaContract(db), liveProcesses(db)]);
+  return { contract, processes };
 }

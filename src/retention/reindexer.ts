@@ -16,7 +16,7 @@ import type pg from 'pg';
 import type { Logger } from 'pino';
 import { sql } from '../db/queries.js';
 import { layoutOf } from '../db/citus-layout.js';
-import { BaseService } from '../service.js';
+import { BaseService, periodic, type Service } from '../service.js';
 
 /** How often the leader looks at the indexes' sizes. */
 export const REINDEX_CHECK_MS = 60_000;
@@ -70,33 +70,27 @@ export async function reindexBloated(pool: pg.Pool, logger: Logger): Promise<Rei
 }
 
 /** The periodic check: a duty of the leading coordinator (started on election, stopped on
- *  deposition), as retention is. */
+ *  deposition), as retention is; the timer is the services' own periodic(). */
 export class Reindexer extends BaseService {
   readonly name = 'reindexer';
-  private timer: NodeJS.Timeout | undefined;
-  private running: Promise<void> | undefined;
-  private stopping = false;
+  private readonly timer: Service;
 
   constructor(private readonly deps: { pool: pg.Pool; logger: Logger; intervalMs?: number }) {
     super();
+    this.timer = periodic(
+      'reindexer',
+      deps.intervalMs ?? REINDEX_CHECK_MS,
+      () => this.runOnce().then(() => undefined),
+      () => {},
+    );
   }
 
-  protected async onStart(): Promise<void> {
-    this.stopping = false;
-    this.schedule();
+  protected onStart(): Promise<void> {
+    return this.timer.start();
   }
 
-  private schedule(): void {
-    if (this.stopping) return;
-    this.timer = setTimeout(() => {
-      this.running = this.runOnce()
-        .then(() => undefined)
-        .finally(() => {
-          this.running = undefined;
-          this.schedule();
-        });
-    }, this.deps.intervalMs ?? REINDEX_CHECK_MS);
-    this.timer.unref();
+  protected onStop(): Promise<void> {
+    return this.timer.stop();
   }
 
   /** One check. Errors are logged; the next check tries again. */
@@ -110,11 +104,5 @@ export class Reindexer extends BaseService {
       logger.warn({ err }, 'reindexer: a rebuild failed; the next check retries (an index it left invalid is dropped first)');
       return undefined;
     }
-  }
-
-  protected async onStop(): Promise<void> {
-    this.stopping = true;
-    if (this.timer) clearTimeout(this.timer);
-    await this.running?.catch(() => {});
   }
 }

@@ -10,6 +10,7 @@ import { VERSION } from '../../src/version.js';
 import { CLOSE_SQL, createOrdersSchema, writeConfig } from '../helpers/orders.js';
 import { killAll, runCli, spawnCli, type CliProcess } from '../helpers/processes.js';
 import { createTestDatabase, testKeyPrefix, TEST_REDIS_URL, type TestDatabase } from '../helpers/services.js';
+import { metric } from '../helpers/metrics-text.js';
 
 /** Forwards 127.0.0.1:<port> to a target; stop() drops every connection and stops listening. */
 class TcpProxy {
@@ -51,18 +52,6 @@ async function get(port: number, path: string): Promise<{ status: number; body: 
   const started = Date.now();
   const res = await fetch(`http://127.0.0.1:${port}${path}`, { signal: AbortSignal.timeout(10_000) });
   return { status: res.status, body: await res.text(), ms: Date.now() - started };
-}
-
-/** Value of one sample, e.g. metric('tc_leader', {}) or metric('tc_timeouts_total', { kind: 'x', outcome: 'applied' }). */
-function metric(text: string, name: string, labels: Record<string, string> = {}): number | undefined {
-  for (const line of text.split('\n')) {
-    if (!line.startsWith(`${name}{`) && !line.startsWith(`${name} `)) continue;
-    const m = /^[^{ ]+(?:\{([^}]*)\})? (\S+)$/.exec(line);
-    if (!m) continue;
-    const have = Object.fromEntries([...(m[1] ?? '').matchAll(/(\w+)="([^"]*)"/g)].map((x) => [x[1], x[2]]));
-    if (Object.entries(labels).every(([k, v]) => have[k] === v)) return Number(m[2]);
-  }
-  return undefined;
 }
 
 const portOf = async (p: CliProcess) => Number((await p.waitForMsg('serving /metrics, /healthz, /readyz', 30_000))['port']);

@@ -17,18 +17,7 @@ import { writeConfig } from '../helpers/orders.js';
 import { CLI, killAll, runCli, spawnCli, type CliProcess } from '../helpers/processes.js';
 import { startPostgres, type PostgresServer } from '../helpers/servers.js';
 import { testKeyPrefix, TEST_REDIS_URL, uniqueName } from '../helpers/services.js';
-
-/** The value of the first sample of `name` whose labels include `labels`. */
-function metric(text: string, name: string, labels: Record<string, string> = {}): number | undefined {
-  for (const line of text.split('\n')) {
-    if (!line.startsWith(`${name}{`) && !line.startsWith(`${name} `)) continue;
-    const m = /^[^{ ]+(?:\{([^}]*)\})? (\S+)$/.exec(line);
-    if (!m) continue;
-    const have = Object.fromEntries([...(m[1] ?? '').matchAll(/(\w+)="([^"]*)"/g)].map((x) => [x[1], x[2]]));
-    if (Object.entries(labels).every(([k, v]) => have[k] === v)) return Number(m[2]);
-  }
-  return undefined;
-}
+import { metric } from '../helpers/metrics-text.js';
 
 async function until<T>(what: string, fn: () => Promise<T | undefined>, timeoutMs = 20_000): Promise<T> {
   const deadline = Date.now() + timeoutMs;

@@ -6,8 +6,7 @@ import { reachedHost } from '../../db/reached-hosts.js';
 import type pg from 'pg';
 import semver from 'semver';
 import { PRE_RELEASE_CODE } from '../../db/migrations.js';
-import { describeProcess, liveProcesses, type LiveProcess } from '../../release/fleet.js';
-import { readSchemaContract, type SchemaContract } from '../../release/schema-contract.js';
+import { describeProcess, readRelease, type ReleaseStatus } from '../../release/fleet.js';
 import { citusNodes, describeLayout, readLayout } from '../../db/citus-layout.js';
 import { sql, type Kysely } from 'kysely';
 import type { LoadedConfig } from '../../config.js';
@@ -78,16 +77,6 @@ export interface DatabaseFigures {
   horizon: HorizonReading;
   /** The schema contract and the live processes with their versions (src/release/). */
   release?: ReleaseStatus;
-}
-
-export interface ReleaseStatus {
-  contract: SchemaContract | null;
-  processes: LiveProcess[];
-}
-
-async function releaseStatus(pool: pg.Pool): Promise<ReleaseStatus> {
-  const [contract, processes] = await Promise.all([readSchemaContract(pool), liveProcesses(pool)]);
-  return { contract, processes };
 }
 
 export interface LayoutStatus {
@@ -182,7 +171,7 @@ async function readDatabase(d: StoreDatabase, scans: number): Promise<DatabaseFi
     center ? listTargetControls(d.pool) : Promise.resolve(undefined),
     layoutStatus(d.pool),
     readHorizon(d.pool),
-    releaseStatus(d.pool),
+    readRelease(d.pool),
   ]);
   const reached = reachedHost(d.pool);
   return {
