@@ -1,5 +1,7 @@
-// Claim floors (sql/0030; docs/architecture.md "The claim floor"): per kind, the available_at
-// from which the map's counts and the shards' claims read the due index, instead of its start.
+// Claim floors (sql/0030, sql/0032; docs/architecture.md "The claim floor"): per kind, the key
+// (available_at, id) from which the map's counts and the shards' claims read the due index, instead
+// of its start. A key, not a time: a flood's rows share one due instant, and a floor must pass the
+// ones already claimed within it.
 // While an old snapshot anywhere in the cluster keeps the rows already claimed from being
 // vacuumed, their index entries stay in front of the live ones, and a walk from the start fetches
 // each of them, at every claim of every shard, for as long as the snapshot lives.
@@ -13,6 +15,8 @@
 export interface NextDueInputs {
   floors: string;
   marks: string;
+  /** next_due.sql's $4 */
+  shardsFrom: number;
 }
 
 /** Marks kept at most: one per tick, dropped once a newer one is older than every running
@@ -20,37 +24,61 @@ export interface NextDueInputs {
  *  thinned (fewer marks only make a floor lower: never unsafe). */
 const MAX_MARKS = 64;
 
+/** A floor: [available_at as text (no rounding to milliseconds), id as text (a bigint)]. */
+export type FloorKey = [string, string];
+
 export interface FloorsRow {
-  /** {"kind": floor}, each a timestamptz as text (kept as text: no rounding to milliseconds) */
-  floors?: Record<string, string> | null;
+  /** {"kind": [available_at, id]} */
+  floors?: Record<string, FloorKey> | null;
   mark_at?: string | null;
   mark_xid?: string | null;
   /** pg_snapshot_xmin of the statement's snapshot (xid8 as text) */
   xmin?: string | null;
+  /** the oldest shard id in flight (bigint as text; sql/0033) */
+  in_flight_from?: string | null;
 }
 
 export class ClaimFloors {
-  private floors: Record<string, string> = {};
+  private floors: Record<string, FloorKey> = {};
   private marks: { at: string; xid: string }[] = [];
+  /** The oldest shard in flight at the last tick: the shards in flight are read from it (sql/0033).
+   *  A shard enters flight only when written, with a higher id, or from running back to queued. */
+  private inFlightFrom = 0;
 
   /** next_due.sql's $2 and $3. */
   inputs(): NextDueInputs {
-    return { floors: JSON.stringify(this.floors), marks: JSON.stringify(this.marks) };
+    return { floors: JSON.stringify(this.floors), marks: JSON.stringify(this.marks), shardsFrom: this.inFlightFrom };
   }
 
-  /** plan_shards.sql's $12, count_ahead.sql's $4: {"kind": floor}. */
+  /** plan_shards.sql's $13, count_ahead.sql's $5: the oldest shard id in flight. */
+  shardsFrom(): number {
+    return this.inFlightFrom;
+  }
+
+  /** plan_shards.sql's $12, count_ahead.sql's $4, backlog.sql's $1: {"kind": [available_at, id]}. */
   param(): string {
     return JSON.stringify(this.floors);
   }
 
-  /** The floor of a kind (text), or undefined: from the start. */
-  floorOf(kind: string): string | undefined {
+  /** The floor of a kind, or undefined: from the start. */
+  floorOf(kind: string): FloorKey | undefined {
     return this.floors[kind];
+  }
+
+  /** Forgets every floor and mark: the next tick reads each kind's due index (and the shards in
+   *  flight) from its start once.
+   *  After a failed tick: the database may have failed over to a standby that had not received
+   *  the last claims, whose rows are pending again below a floor computed on the old primary. */
+  reset(): void {
+    this.floors = {};
+    this.marks = [];
+    this.inFlightFrom = 0;
   }
 
   /** Takes next_due.sql's result (nothing on the Citus layout, whose claims read no floor). */
   update(row: FloorsRow): void {
     if (row.floors) this.floors = { ...row.floors };
+    if (row.in_flight_from) this.inFlightFrom = Number(row.in_flight_from);
     if (row.xmin) {
       const xmin = BigInt(row.xmin);
       // The newest mark older than every running transaction is the one the next tick compares

@@ -42,9 +42,11 @@ export async function planScan(
     notBefore?: Date;
     /** A shard running under a worker gone this long covers nothing (worker.goneAfterMs). */
     goneAfterMs: number;
-    /** Claim floors, {"kind": floor} as JSON (claim-floors.ts; not read on the Citus layout).
-     *  None: every count reads the due index from its start. */
+    /** Claim floors, {"kind": [available_at, id]} as JSON (claim-floors.ts; not read on the
+     *  Citus layout). None: every count reads the due index from its start. */
     floors?: string;
+    /** The oldest shard id in flight (claim-floors.ts; 0: from the first). */
+    shardsFrom?: number;
   },
 ): Promise<PlannedScan | undefined> {
   type Row = {
@@ -74,7 +76,7 @@ export async function planScan(
         targetBudget: JSON.stringify(args.targetBudget),
         notBefore: args.notBefore ?? null,
         goneAfterMs: args.goneAfterMs,
-        ...(citus ? {} : { floors: args.floors ?? '{}' }),
+        ...(citus ? {} : { floors: args.floors ?? '{}', shardsFrom: args.shardsFrom ?? 0 }),
       }),
     ),
   );
@@ -109,13 +111,13 @@ export async function planScan(
  *  from this count instead of counting the flood while the first shards wait. */
 export async function countAhead(
   pool: pg.Pool,
-  args: { kinds: string[]; cutoff: Date; maxRows: number; floors?: string },
+  args: { kinds: string[]; cutoff: Date; maxRows: number; floors?: string; shardsFrom?: number },
 ): Promise<Map<string, { uncovered: number; complete: boolean }>> {
-  const { kinds, cutoff, maxRows, floors = '{}' } = args;
+  const { kinds, cutoff, maxRows, floors = '{}', shardsFrom = 0 } = args;
   const { rows } = await pool.query<{ kind: string; uncovered: string; complete: boolean }>(
     (await layoutOf(pool)).name === 'citus'
       ? sql('citus/coordinator/count_ahead', { kinds, cutoff, maxRows })
-      : sql('coordinator/count_ahead', { kinds, cutoff, maxRows, floors }),
+      : sql('coordinator/count_ahead', { kinds, cutoff, maxRows, floors, shardsFrom }),
   );
   return new Map(rows.map((r) => [r.kind, { uncovered: Number(r.uncovered), complete: r.complete }]));
 }

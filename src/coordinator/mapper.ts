@@ -86,6 +86,17 @@ export class Mapper {
 
   /** One map step under `epoch`; returns how long to sleep (undefined: until cron). */
   async map(epoch: number): Promise<number | undefined> {
+    try {
+      return await this.step(epoch);
+    } catch (err) {
+      // A failed step may be the database failing over: a standby promoted without the last
+      // claims has their rows pending again below the floors computed on the old primary.
+      this.floors.reset();
+      throw err;
+    }
+  }
+
+  private async step(epoch: number): Promise<number | undefined> {
     const { pool, flow: leaderFlow, dispatcher, metrics, logger } = this.deps;
     const cfg = this.cfg;
     const recheckMs = (await layoutOf(pool)).name === 'citus' ? CITUS_BACKPRESSURE_RECHECK_MS : BACKPRESSURE_RECHECK_MS;
@@ -127,6 +138,7 @@ export class Mapper {
         targetBudget: flow.targetBudget,
         goneAfterMs: this.deps.config.worker.goneAfterMs,
         floors: this.floors.param(),
+        shardsFrom: this.floors.shardsFrom(),
       });
       this.memory.afterPlan(planned, credit, now, room);
       // The plan of a flood counted ahead became due at this instant: nothing of it is late yet.
@@ -176,6 +188,7 @@ export class Mapper {
       cutoff: new Date(cutoff),
       maxRows: room * Math.max(this.maxShardSize, MAX_ADAPTIVE_SHARD),
       floors: this.floors.param(),
+      shardsFrom: this.floors.shardsFrom(),
     });
     this.memory.countedAhead(cutoff, counts);
     if (counts.size > 0) {
@@ -214,6 +227,7 @@ export class Mapper {
       notBefore: new Date(cutoff),
       goneAfterMs: this.deps.config.worker.goneAfterMs,
       floors: this.floors.param(),
+      shardsFrom: this.floors.shardsFrom(),
     });
     if (!planned) return;
     this.memory.plannedAheadOf(cutoff, planned, credit);

@@ -12,10 +12,14 @@ import { isConnectionError } from '../db/pool.js';
 import { compose, sql, statement } from '../db/queries.js';
 import { layoutOf, PLAIN, type Layout } from '../db/citus-layout.js';
 
-/** Newest due first, among the rows due by the flood's instant (the shard's not_before): the
- *  claimOrder slot of claim.sql and external_claim.sql. */
+/** Newest due first, among the rows due by the flood's instant (the shard's not_before), from the
+ *  shard's ceiling when the coordinator has set one (the newest key still pending when it last
+ *  looked: sql/0032), past the flood's newest rows already claimed: the claimOrder slot of
+ *  claim.sql and external_claim.sql. */
 export const NEWEST_FIRST =
-  '     AND d.available_at <= (SELECT s.not_before FROM timeout_center.shards s WHERE s.id = $1)\n' + '   ORDER BY d.available_at DESC';
+  '     AND (d.available_at, d.id) <= ((SELECT coalesce(s.claim_ceiling, s.not_before) FROM timeout_center.shards s WHERE s.id = $1),\n' +
+  '                                    (SELECT coalesce(s.claim_ceiling_id, 9223372036854775807) FROM timeout_center.shards s WHERE s.id = $1))\n' +
+  '   ORDER BY d.available_at DESC';
 
 /**
  * claim.sql composed from its two declared slots (`-- @slot` in the file; the build fails if

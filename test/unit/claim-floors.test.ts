@@ -4,14 +4,21 @@ import { ClaimFloors } from '../../src/coordinator/claim-floors.js';
 describe('claim floors between ticks', () => {
   it('starts with no floor and no mark: the first tick reads every kind from its start', () => {
     const f = new ClaimFloors();
-    expect(f.inputs()).toEqual({ floors: '{}', marks: '[]' });
+    expect(f.inputs()).toEqual({ floors: '{}', marks: '[]', shardsFrom: 0 });
     expect(f.param()).toBe('{}');
   });
 
-  it("keeps next_due's floors as text (no rounding to milliseconds) and its marks", () => {
+  it("keeps next_due's floors as keys of text (no rounding to milliseconds), its marks and the oldest shard in flight", () => {
     const f = new ClaimFloors();
-    f.update({ floors: { 'order.unpaid': '2026-11-28 16:00:00.123456+00' }, mark_at: '2026-11-28 16:00:01.5+00', mark_xid: '100', xmin: '90' });
-    expect(JSON.parse(f.param())).toEqual({ 'order.unpaid': '2026-11-28 16:00:00.123456+00' });
+    f.update({
+      floors: { 'order.unpaid': ['2026-11-28 16:00:00.123456+00', '9007199254740993'] },
+      mark_at: '2026-11-28 16:00:01.5+00',
+      mark_xid: '100',
+      xmin: '90',
+      in_flight_from: '42',
+    });
+    expect(JSON.parse(f.param())).toEqual({ 'order.unpaid': ['2026-11-28 16:00:00.123456+00', '9007199254740993'] });
+    expect(f.shardsFrom()).toBe(42);
     expect(JSON.parse(f.inputs().marks)).toEqual([{ at: '2026-11-28 16:00:01.5+00', xid: '100' }]);
   });
 
@@ -35,8 +42,15 @@ describe('claim floors between ticks', () => {
 
   it('on the Citus layout (no floors returned) stays as it was', () => {
     const f = new ClaimFloors();
-    f.update({ floors: { k: 'x' } });
+    f.update({ floors: { k: ['x', '1'] } });
     f.update({});
-    expect(f.floorOf('k')).toBe('x');
+    expect(f.floorOf('k')).toEqual(['x', '1']);
+  });
+
+  it('forgets floors, marks and the shards in flight after a failed tick (a failover may have lost claims)', () => {
+    const f = new ClaimFloors();
+    f.update({ floors: { k: ['x', '1'] }, mark_at: 't', mark_xid: '5', xmin: '1', in_flight_from: '7' });
+    f.reset();
+    expect(f.inputs()).toEqual({ floors: '{}', marks: '[]', shardsFrom: 0 });
   });
 });

@@ -8,9 +8,10 @@
 -- and paces those plans itself), and not routed over several business databases (counted per
 -- database at every plan).
 --   $1 kinds (text[])   $2 cutoff: the due instant (timestamptz)   $3 max rows counted per kind
---   $4 claim floors: {"kind": floor} (jsonb, next_due.sql; a kind missing: from the start): the
---      count seeks the due index from the kind's floor, past the rows already claimed
--- @params kinds: string[], cutoff: Date, maxRows: number, floors: string
+--   $4 claim floors: {"kind": [available_at, id]} (jsonb, next_due.sql; a kind missing: from the
+--      start): the count seeks the due index from the kind's floor, past the rows already claimed
+--   $5 the oldest shard id in flight (next_due.sql's in_flight_from, sql/0033)
+-- @params kinds: string[], cutoff: Date, maxRows: number, floors: string, shardsFrom: number
 -- Returns per kind with something due by the cutoff: uncovered rows, and whether the count saw
 -- the last due row (complete).
 SELECT k.kind,
@@ -20,12 +21,13 @@ SELECT k.kind,
   LEFT JOIN timeout_center.kind_routes r ON r.kind = k.kind
   LEFT JOIN LATERAL (SELECT sum(sh.claim_limit)::bigint AS capacity
                        FROM timeout_center.shards sh
-                      WHERE sh.kind = k.kind AND sh.state IN ('queued', 'running')) l ON true
+                      WHERE sh.kind = k.kind AND sh.state IN ('queued', 'running') AND sh.id >= $5) l ON true
  CROSS JOIN LATERAL (SELECT count(*) AS n
                        FROM (SELECT 1 FROM timeout_center.timeouts t
                               WHERE t.kind = k.kind::timeout_center.kind AND t.state = 'pending' AND t.available_at <= $2
-                                AND t.available_at >= coalesce(($4::jsonb ->> k.kind)::timestamptz, '-infinity')
-                              ORDER BY t.available_at
+                                AND (t.available_at, t.id) >= (coalesce(($4::jsonb -> k.kind ->> 0)::timestamptz, '-infinity'),
+                                                               coalesce(($4::jsonb -> k.kind ->> 1)::bigint, 0))
+                              ORDER BY t.available_at, t.id
                               LIMIT coalesce(l.capacity, 0) + $3) d) cnt
  WHERE k.kind = ANY ($1::text[])
    AND NOT k.paused AND k.max_running_shards IS NULL AND k.rate_limit IS NULL

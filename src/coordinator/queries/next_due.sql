@@ -6,19 +6,35 @@
 -- flood's rows from its oldest on, which shards are claiming (locked) or have just taken (dead
 -- until vacuum), at every tick of the flood.
 --   $1 kinds this coordinator serves (text[])
---   $2 claim floors: {"kind": floor} from the previous tick (jsonb; a kind missing: from the start)
+--   $2 claim floors: {"kind": [available_at, id]} from the previous tick (jsonb; a kind missing:
+--      from the start)
 --   $3 marks: [{"at": clock, "xid": transaction id}, ...] returned by earlier ticks (jsonb)
--- @params kinds: string[], floors: string, marks: string
+--   $4 the oldest shard id in flight at an earlier tick (0: count from the first): the shards
+--      queued or running are counted from it (shards_in_flight_by_id, sql/0033)
+-- @params kinds: string[], floors: string, marks: string, shardsFrom: number
 -- Claim floors (sql/0030; docs/architecture.md "The claim floor"): per kind, the due index is
 -- read from the kind's floor on, never from its start: while an old snapshot anywhere in the
 -- cluster keeps the rows already claimed from being vacuumed, their index entries stay in front of
 -- the live ones, and a walk from the start fetches each. The new floor of a kind is the least of:
--- its oldest pending row from the previous floor on (the only walk past dead entries: those
--- claimed since the previous tick); its oldest pending row written late (timeouts_written_late);
--- and a second before the latest mark taken before every transaction running now began writing
--- (none yet: no floor). Every probe below reads from the new floors; they are returned (floors)
--- with this tick's mark (mark_at, mark_xid: the clock, then this statement's new transaction id,
--- in that order) and the horizon it was compared with (xmin), for the next tick.
+-- the key (available_at, id) of its oldest pending row from the previous floor on (the only walk
+-- past dead entries: those claimed since the previous tick, within one due instant too: sql/0032);
+-- its oldest pending row written late (timeouts_written_late), from that row's instant; and a
+-- second before the latest mark taken before every transaction running now began writing (none
+-- yet: no floor), from that instant. Every probe below reads from the new floors; they are
+-- returned (floors) with this tick's mark (mark_at, mark_xid: the clock, then this statement's new
+-- transaction id, in that order) and the horizon it was compared with (xmin), for the next tick.
+-- refreshed (sql/0032): the shards in flight that have not claimed yet (their rows not locked by
+-- a run: SKIP LOCKED) take the new floor when it is above theirs, so a flood mapped ahead in one
+-- plan claims from where the claims before it ended, not from the floor of its plan; those a
+-- flood claims newest first (take_lease.sql from_newest: not_before set, odd seq) take a ceiling,
+-- the newest pending key due by their instant, walked down from the lowest ceiling any of them
+-- has. A floor computed at any tick is a safe lower bound for any later claim (docs/architecture.md
+-- "The claim floor"), and a ceiling only narrows a newest-first claim (what it leaves is claimed
+-- oldest first). A row version per shard refreshed, only when its key moves.
+-- in_flight counts from $4 (the oldest shard in flight at an earlier tick; in_flight_from returns
+-- this tick's): shards only enter flight when written (a new, higher id) or go back from running
+-- to queued, so the shards below it are final, and their row versions left in the index under an
+-- old snapshot are not walked.
 -- Flow control (sql/0006): a paused kind is left out of latest_due / next_after (nothing of it is
 -- due for the map), and its queued shards are left out of in_flight (they wait for the resume
 -- and must not take the room of other kinds). So are the queued shards of a kind no live worker
@@ -35,23 +51,67 @@ WITH horizon AS MATERIALIZED (
   SELECT max(m.at) AS at
     FROM jsonb_to_recordset($3::jsonb) AS m (at timestamptz, xid text)
    WHERE m.xid::xid8 <= pg_snapshot_xmin(pg_current_snapshot())
-), floors AS MATERIALIZED (
-  SELECT k.kind,
-         least((SELECT t.available_at FROM timeout_center.timeouts t
-                 WHERE t.kind = k.kind::timeout_center.kind AND t.state = 'pending'
-                   AND t.available_at >= coalesce(($2::jsonb ->> k.kind)::timestamptz, '-infinity')
-                 ORDER BY t.available_at LIMIT 1),
-               (SELECT t.available_at FROM timeout_center.timeouts t
-                 WHERE t.kind = k.kind::timeout_center.kind AND t.state = 'pending' AND t.written_late
-                 ORDER BY t.available_at LIMIT 1),
-               coalesce((SELECT h.at - interval '1 second' FROM horizon h), '-infinity')) AS floor
+), walked AS MATERIALIZED (
+  -- per kind: its oldest pending key from the previous floor on, its oldest pending instant written
+  -- late, and the marks' bound
+  SELECT k.kind, w.available_at AS walk_at, w.id AS walk_id,
+         (SELECT t.available_at FROM timeout_center.timeouts t
+           WHERE t.kind = k.kind::timeout_center.kind AND t.state = 'pending' AND t.written_late
+           ORDER BY t.available_at LIMIT 1) AS late_at,
+         coalesce((SELECT h.at - interval '1 second' FROM horizon h), '-infinity') AS bound_at
     FROM unnest($1::text[]) AS k (kind)
+    LEFT JOIN LATERAL (SELECT t.available_at, t.id FROM timeout_center.timeouts t
+                        WHERE t.kind = k.kind::timeout_center.kind AND t.state = 'pending'
+                          AND (t.available_at, t.id) >= (coalesce(($2::jsonb -> k.kind ->> 0)::timestamptz, '-infinity'),
+                                                         coalesce(($2::jsonb -> k.kind ->> 1)::bigint, 0))
+                        ORDER BY t.available_at, t.id LIMIT 1) w ON true
+), floors AS MATERIALIZED (
+  -- the least of the three keys; the last two are whole instants (id 0), so the walked row's id
+  -- counts only when its instant is below both
+  SELECT w.kind, least(w.walk_at, w.late_at, w.bound_at) AS floor,
+         CASE WHEN w.walk_at < w.bound_at AND w.walk_at < coalesce(w.late_at, 'infinity') THEN w.walk_id ELSE 0 END AS floor_id
+    FROM walked w
+), ceilings AS MATERIALIZED (
+  -- per kind and flood instant with a newest-first shard waiting: the newest pending key due by it,
+  -- walked down from the lowest ceiling those shards have (or the instant)
+  SELECT w.kind, w.not_before, c.at, c.id
+    FROM (SELECT DISTINCT ON (sh.kind, sh.not_before) sh.kind, sh.not_before,
+                 coalesce(sh.claim_ceiling, sh.not_before) AS top_at, coalesce(sh.claim_ceiling_id, 9223372036854775807) AS top_id
+            FROM timeout_center.shards sh
+           WHERE sh.state IN ('queued', 'running') AND sh.id >= $4 AND sh.not_before IS NOT NULL AND sh.seq % 2 = 1
+             AND sh.claim_attempt = 0 AND sh.kind = ANY ($1::text[])
+           ORDER BY sh.kind, sh.not_before, coalesce(sh.claim_ceiling, sh.not_before), coalesce(sh.claim_ceiling_id, 9223372036854775807)) w
+    JOIN floors f ON f.kind = w.kind
+   CROSS JOIN LATERAL (SELECT t.available_at AS at, t.id FROM timeout_center.timeouts t
+                        WHERE t.kind = w.kind::timeout_center.kind AND t.state = 'pending'
+                          AND (t.available_at, t.id) <= (w.top_at, w.top_id) AND (t.available_at, t.id) >= (f.floor, f.floor_id)
+                        ORDER BY t.available_at DESC, t.id DESC LIMIT 1) c
+), refresh AS MATERIALIZED (
+  -- the shards in flight that have not claimed, whose floor or ceiling moves
+  SELECT s.id, r.floor_moves, f.floor, f.floor_id, c.at AS ceiling, c.id AS ceiling_id
+    FROM timeout_center.shards s
+    JOIN floors f ON f.kind = s.kind
+    LEFT JOIN ceilings c ON c.kind = s.kind AND c.not_before = s.not_before AND s.seq % 2 = 1
+   CROSS JOIN LATERAL (SELECT (f.floor, f.floor_id) > (coalesce(s.claim_floor, '-infinity'), coalesce(s.claim_floor_id, 0)) AS floor_moves) r
+   WHERE s.state IN ('queued', 'running') AND s.id >= $4 AND s.claim_attempt = 0 AND s.kind = ANY ($1::text[])
+     AND (r.floor_moves OR (c.at, c.id) < (coalesce(s.claim_ceiling, 'infinity'), coalesce(s.claim_ceiling_id, 9223372036854775807)))
+     FOR UPDATE OF s SKIP LOCKED
+), refreshed AS (
+  UPDATE timeout_center.shards sh
+     SET claim_floor = CASE WHEN r.floor_moves THEN r.floor ELSE sh.claim_floor END,
+         claim_floor_id = CASE WHEN r.floor_moves THEN r.floor_id ELSE sh.claim_floor_id END,
+         claim_ceiling = coalesce(r.ceiling, sh.claim_ceiling),
+         claim_ceiling_id = coalesce(r.ceiling_id, sh.claim_ceiling_id)
+    FROM refresh r
+   WHERE sh.id = r.id
+  RETURNING sh.id
 ), mark AS MATERIALIZED (
   -- the clock first, then a new transaction id (the subquery is read before the outer list)
   SELECT c.at, pg_current_xact_id()::text AS xid FROM (SELECT clock_timestamp() AS at OFFSET 0) c
 )
 SELECT now() AS now,
-       (SELECT jsonb_object_agg(f.kind, f.floor) FROM floors f) AS floors,
+       (SELECT jsonb_object_agg(f.kind, jsonb_build_array(f.floor, f.floor_id::text)) FROM floors f) AS floors,
+       (SELECT count(*) FROM refreshed)::int AS refreshed,
        (SELECT m.at FROM mark m)::text AS mark_at, (SELECT m.xid FROM mark m) AS mark_xid,
        pg_snapshot_xmin(pg_current_snapshot())::text AS xmin,
        (SELECT max(d.available_at)
@@ -67,8 +127,11 @@ SELECT now() AS now,
          CROSS JOIN LATERAL (SELECT t.available_at FROM timeout_center.timeouts t
                               WHERE t.kind = kc.kind::timeout_center.kind AND t.state = 'pending' AND t.available_at > now()
                               ORDER BY t.available_at LIMIT 1) d) AS next_after,
+       -- with nothing in flight, the next shard written (a higher id than any now)
+       coalesce((SELECT min(sh.id) FROM timeout_center.shards sh WHERE sh.state IN ('queued', 'running') AND sh.id >= $4),
+                (SELECT max(sh.id) + 1 FROM timeout_center.shards sh), $4)::text AS in_flight_from,
        (SELECT count(*) FROM timeout_center.shards sh
-         WHERE sh.state IN ('queued', 'running')
+         WHERE sh.state IN ('queued', 'running') AND sh.id >= $4
            AND NOT (sh.state = 'queued' AND EXISTS (SELECT 1 FROM timeout_center.kinds kc WHERE kc.kind = sh.kind AND kc.paused))
            AND NOT (sh.state = 'queued' AND NOT EXISTS (SELECT 1 FROM timeout_center.live_workers w WHERE sh.kind = ANY (w.kinds))))::int AS in_flight,
        (SELECT coalesce(jsonb_object_agg(kc.kind, jsonb_build_array(kc.paused, kc.max_running_shards, kc.rate_limit,

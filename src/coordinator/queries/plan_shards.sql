@@ -20,12 +20,15 @@
 --      count ahead (sql/0011); workers claim no earlier than it
 --   $11 gone after (ms): a shard running under a worker gone this long (no heartbeat, or
 --      stopped: timeout_center.worker_gone, sql/0018) covers nothing; the reaper hands it on
---   $12 claim floors: {"kind": floor} (jsonb, next_due.sql; a kind missing: from the start): the
---      counts seek the due index from the kind's floor, and each new shard carries its kind's
---      floor (shards.claim_floor, sql/0030), which its claim seeks from
+--   $12 claim floors: {"kind": [available_at, id]} (jsonb, next_due.sql; a kind missing: from the
+--      start): the counts seek the due index from the kind's floor, and each new shard carries its
+--      kind's floor (shards.claim_floor and claim_floor_id, sql/0030 and 0032), which its claim
+--      seeks from
+--   $13 the oldest shard id in flight (next_due.sql's in_flight_from): the shards in flight are
+--      read from it (sql/0033)
 -- @params cutoff: Date, kinds: string[], maxShards: number, maxRows: number, epoch: number, coordinatorId: string,
 -- @params credit: string, rateBudget: string, targetBudget: string, notBefore: Date | null, goneAfterMs: number,
--- @params floors: string
+-- @params floors: string, shardsFrom: number
 -- Shards carry a target (a business database name, or NULL): the map counts per (kind, target),
 -- so one shard's handler runs against exactly one database (sql/0005_business_databases.sql).
 -- Flow control (pause, cap, rate) is per kind, over all of its targets; and a rate limit per
@@ -40,7 +43,7 @@ WITH live_target AS (
   -- (its rows are due now, and it claims nothing until the reaper hands it on).
   SELECT sh.kind, sh.target, sum(sh.claim_limit)::bigint AS capacity, count(*)::int AS shards
     FROM timeout_center.shards sh
-   WHERE sh.state IN ('queued', 'running')
+   WHERE sh.state IN ('queued', 'running') AND sh.id >= $13
      AND NOT (sh.state = 'running' AND timeout_center.worker_gone(sh.owner, $11))
    GROUP BY sh.kind, sh.target
 ), live AS (
@@ -81,7 +84,7 @@ WITH live_target AS (
     FROM timeout_center.targets tg
     LEFT JOIN LATERAL (SELECT sum(sh.claim_limit)::bigint AS capacity
                          FROM timeout_center.shards sh
-                        WHERE sh.target = tg.target AND sh.state IN ('queued', 'running')
+                        WHERE sh.target = tg.target AND sh.state IN ('queued', 'running') AND sh.id >= $13
                           AND NOT (sh.state = 'queued' AND EXISTS (SELECT 1 FROM timeout_center.kinds kc WHERE kc.kind = sh.kind AND kc.paused))) tl ON true
    WHERE tg.rate_limit IS NOT NULL
 ), need AS MATERIALIZED (
@@ -102,8 +105,9 @@ WITH live_target AS (
                                 (SELECT count(*)
                                    FROM (SELECT 1 FROM timeout_center.timeouts t
                                           WHERE t.kind = f.kind::timeout_center.kind AND t.state = 'pending' AND t.available_at <= $1
-                                            AND t.available_at >= coalesce(($12::jsonb ->> f.kind)::timestamptz, '-infinity')
-                                          ORDER BY t.available_at
+                                            AND (t.available_at, t.id) >= (coalesce(($12::jsonb -> f.kind ->> 0)::timestamptz, '-infinity'),
+                                                                           coalesce(($12::jsonb -> f.kind ->> 1)::bigint, 0))
+                                          ORDER BY t.available_at, t.id
                                           LIMIT coalesce(l.capacity, 0) + $4) d)
                               END AS n) cnt
    WHERE coalesce(f.shard_room, 1) > 0 AND coalesce(f.row_room, 1) > 0
@@ -125,7 +129,7 @@ WITH live_target AS (
                                  FROM (SELECT 1 FROM timeout_center.timeouts t
                                         WHERE t.kind = f.kind::timeout_center.kind AND t.target = tg.target
                                           AND t.state = 'pending' AND t.available_at <= $1
-                                          AND t.available_at >= coalesce(($12::jsonb ->> f.kind)::timestamptz, '-infinity')
+                                          AND t.available_at >= coalesce(($12::jsonb -> f.kind ->> 0)::timestamptz, '-infinity')
                                         ORDER BY t.available_at
                                         LIMIT coalesce((SELECT l2.capacity FROM live_target l2 WHERE l2.kind = f.kind AND l2.target = tg.target), 0) + $4) d) AS n
                          FROM (SELECT DISTINCT x AS target FROM unnest(r.databases || '{-unroutable}'::text[]) x) tg) c
@@ -241,9 +245,9 @@ WITH live_target AS (
    WHERE EXISTS (SELECT 1 FROM planned)
   RETURNING id
 ), new_shards AS (
-  INSERT INTO timeout_center.shards (scan_id, kind, target, seq, size, claim_limit, published_at, publish_count, not_before, claim_floor)
+  INSERT INTO timeout_center.shards (scan_id, kind, target, seq, size, claim_limit, published_at, publish_count, not_before, claim_floor, claim_floor_id)
   SELECT (SELECT id FROM new_scan), p.kind, p.target, row_number() OVER (ORDER BY p.turn, p.kind, p.target) - 1, 0, p.claim_limit, now(), 1, $10::timestamptz,
-         ($12::jsonb ->> p.kind)::timestamptz
+         ($12::jsonb -> p.kind ->> 0)::timestamptz, ($12::jsonb -> p.kind ->> 1)::bigint
     FROM planned p
   RETURNING id, scan_id, kind, target, claim_limit
 )
