@@ -174,7 +174,7 @@ SELECT (SELECT count(*) FROM due)::int AS n`,
   },
   {
     name: 'ours-pk-due',
-    what: 'ours-update with only the primary key and timeouts_due_by_kind',
+    what: 'ours-update with only the primary key and timeouts_due_by_key',
     setup: async (pool) => {
       await ours(pool);
       for (const i of ['timeouts_purgeable', 'timeouts_one_live_per_biz', 'timeouts_in_flight', 'timeouts_failed', 'timeouts_failed_by_shard']) {

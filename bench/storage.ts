@@ -131,8 +131,8 @@ const VARIANTS: Variant[] = [
   { name: 'as-migrated', what: 'timeout_center.timeouts as the migrations leave it (sql/0017: kind an enum, columns in alignment order)', ddl: '', table: T },
   {
     name: 'as-migrated-ff100',
-    what: 'as-migrated + timeouts_due_by_kind and timeouts_one_live_per_biz at fillfactor 100',
-    ddl: FF100(['timeouts_due_by_kind', 'timeouts_one_live_per_biz']),
+    what: 'as-migrated + timeouts_due_by_key and timeouts_one_live_per_biz at fillfactor 100',
+    ddl: FF100(['timeouts_due_by_key', 'timeouts_one_live_per_biz']),
     table: T,
   },
   { name: 'text-kind', what: "before sql/0017: kind text, columns in 0001's order (the 243 B of record until then)", before0017: true, ddl: '', table: T },

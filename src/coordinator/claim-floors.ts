@@ -1,4 +1,4 @@
-// Claim floors (sql/0030, sql/0032; docs/architecture.md "The claim floor"): per kind, the key
+// Claim floors (sql/0030, sql/0041; docs/architecture.md "The claim floor"): per kind, the key
 // (available_at, id) from which the map's counts and the shards' claims read the due index, instead
 // of its start. A key, not a time: a flood's rows share one due instant, and a floor must pass the
 // ones already claimed within it.
@@ -15,8 +15,9 @@
 export interface NextDueInputs {
   floors: string;
   marks: string;
-  /** next_due.sql's $4 */
+  /** next_due.sql's $4 and $5 */
   shardsFrom: number;
+  scansFrom: number;
 }
 
 /** Marks kept at most: one per tick, dropped once a newer one is older than every running
@@ -34,23 +35,38 @@ export interface FloorsRow {
   mark_xid?: string | null;
   /** pg_snapshot_xmin of the statement's snapshot (xid8 as text) */
   xmin?: string | null;
-  /** the oldest shard id in flight (bigint as text; sql/0033) */
+  /** the oldest shard id in flight (bigint as text; sql/0042) */
   in_flight_from?: string | null;
+  /** the oldest scan id not reduced (bigint as text) */
+  open_scans_from?: string | null;
 }
 
 export class ClaimFloors {
   private floors: Record<string, FloorKey> = {};
   private marks: { at: string; xid: string }[] = [];
-  /** The oldest shard in flight at the last tick: the shards in flight are read from it (sql/0033).
+  /** The oldest shard in flight at the last tick: the shards in flight are read from it (sql/0042).
    *  A shard enters flight only when written, with a higher id, or from running back to queued. */
   private inFlightFrom = 0;
+  /** The oldest scan not reduced at the last tick: the reduce and the reaper read scans from it
+   *  (a scan enters mapped only when written, with a higher id, or from mapping). */
+  private openScansFrom = 0;
 
   /** next_due.sql's $2 and $3. */
   inputs(): NextDueInputs {
-    return { floors: JSON.stringify(this.floors), marks: JSON.stringify(this.marks), shardsFrom: this.inFlightFrom };
+    return { floors: JSON.stringify(this.floors), marks: JSON.stringify(this.marks), shardsFrom: this.inFlightFrom, scansFrom: this.openScansFrom };
   }
 
-  /** plan_shards.sql's $13, count_ahead.sql's $5: the oldest shard id in flight. */
+  /** reduce.sql's $2, close_orphan_scans.sql's $2: the oldest scan id not reduced. */
+  scansFrom(): number {
+    return this.openScansFrom;
+  }
+
+  /** plan_shards.sql's $12 and $13, count_ahead.sql's $4 and $5. */
+  planInputs(): { floors: string; shardsFrom: number } {
+    return { floors: this.param(), shardsFrom: this.inFlightFrom };
+  }
+
+  /** The reaper's statements: the oldest shard id in flight. */
   shardsFrom(): number {
     return this.inFlightFrom;
   }
@@ -73,12 +89,14 @@ export class ClaimFloors {
     this.floors = {};
     this.marks = [];
     this.inFlightFrom = 0;
+    this.openScansFrom = 0;
   }
 
   /** Takes next_due.sql's result (nothing on the Citus layout, whose claims read no floor). */
   update(row: FloorsRow): void {
     if (row.floors) this.floors = { ...row.floors };
     if (row.in_flight_from) this.inFlightFrom = Number(row.in_flight_from);
+    if (row.open_scans_from) this.openScansFrom = Number(row.open_scans_from);
     if (row.xmin) {
       const xmin = BigInt(row.xmin);
       // The newest mark older than every running transaction is the one the next tick compares

@@ -91,6 +91,7 @@ export class Coordinator extends BaseService {
       republishAfterMs: config.coordinator.republishAfterMs,
       goneAfterMs: config.worker.goneAfterMs,
       kinds: Object.keys(config.kinds),
+      floors,
     });
     const unserved = new UnservedKinds(alerter, logger);
     this.mapper = new Mapper({
@@ -106,7 +107,7 @@ export class Coordinator extends BaseService {
       store,
       floors,
     });
-    this.reducer = new Reducer({ pool, alerter, metrics, logger, consecutiveFailed: config.alerts.consecutiveFailedScans });
+    this.reducer = new Reducer({ pool, alerter, metrics, logger, consecutiveFailed: config.alerts.consecutiveFailedScans, floors });
     this.loop = new TickLoop({
       schedule: config.coordinator.schedule,
       minTickIntervalMs: config.coordinator.minTickIntervalMs,

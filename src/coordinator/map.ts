@@ -3,9 +3,10 @@
 // claim limit, and the worker that runs it claims that many due rows of its kind (see
 // worker/queries/claim.sql), so every timeout is written once on its way to done.
 import type pg from 'pg';
-import { sql } from '../db/queries.js';
+import { sql, type BoundStatement } from '../db/queries.js';
 import { layoutOf } from '../db/citus-layout.js';
 import type { ShardMessage } from '../transport/channel.js';
+import type { ClaimFloors } from './claim-floors.js';
 import { fencedTransaction } from './fence.js';
 
 export interface PlannedScan {
@@ -120,4 +121,17 @@ export async function countAhead(
       : sql('coordinator/count_ahead', { kinds, cutoff, maxRows, floors, shardsFrom }),
   );
   return new Map(rows.map((r) => [r.kind, { uncovered: Number(r.uncovered), complete: r.complete }]));
+}
+
+/** next_due.sql; on the Citus layout its per-kind probes first (citus/due_probe.sql, one per kind,
+ *  side by side), then its Citus form with what they found. */
+export async function nextDueStatement(pool: pg.Pool, kinds: string[], floors: ClaimFloors): Promise<BoundStatement> {
+  if ((await layoutOf(pool)).name !== 'citus') return sql('coordinator/next_due', { kinds, ...floors.inputs() });
+  const found = await Promise.all(
+    kinds.map(async (kind) => {
+      const { rows } = await pool.query<{ latest: Date | null; next_after: Date | null }>(sql('citus/coordinator/due_probe', { kind }));
+      return [kind, [rows[0]?.latest ?? null, rows[0]?.next_after ?? null]] as const;
+    }),
+  );
+  return sql('citus/coordinator/next_due', { kinds, probes: JSON.stringify(Object.fromEntries(found)) });
 }

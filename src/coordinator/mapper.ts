@@ -8,7 +8,6 @@
 import type pg from 'pg';
 import type { Logger } from 'pino';
 import type { CoordinatorConfig, LoadedConfig } from '../config.js';
-import { sql, type BoundStatement } from '../db/queries.js';
 import { layoutOf } from '../db/citus-layout.js';
 import { failpoint } from '../failpoints.js';
 import type { ControlsColumn, LeaderFlow, TargetControlsColumn } from '../flow/leader-flow.js';
@@ -16,7 +15,7 @@ import type { Metrics } from '../observability/metrics.js';
 import type { Dispatcher } from './dispatch.js';
 import type { LagMonitor } from './lag-monitor.js';
 import { ClaimFloors, type FloorsRow } from './claim-floors.js';
-import { countAhead, planScan, type PlannedScan } from './map.js';
+import { countAhead, nextDueStatement, planScan, type PlannedScan } from './map.js';
 import { creditParam, PlanMemory } from './plan-memory.js';
 import type { UnservedKinds } from './unserved-kinds.js';
 import { setActiveAttributes } from '../observability/tracing.js';
@@ -137,8 +136,7 @@ export class Mapper {
         rateBudget: flow.rateBudget,
         targetBudget: flow.targetBudget,
         goneAfterMs: this.deps.config.worker.goneAfterMs,
-        floors: this.floors.param(),
-        shardsFrom: this.floors.shardsFrom(),
+        ...this.floors.planInputs(),
       });
       this.memory.afterPlan(planned, credit, now, room);
       // The plan of a flood counted ahead became due at this instant: nothing of it is late yet.
@@ -187,8 +185,7 @@ export class Mapper {
       kinds: this.kinds,
       cutoff: new Date(cutoff),
       maxRows: room * Math.max(this.maxShardSize, MAX_ADAPTIVE_SHARD),
-      floors: this.floors.param(),
-      shardsFrom: this.floors.shardsFrom(),
+      ...this.floors.planInputs(),
     });
     this.memory.countedAhead(cutoff, counts);
     if (counts.size > 0) {
@@ -226,8 +223,7 @@ export class Mapper {
       targetBudget: {},
       notBefore: new Date(cutoff),
       goneAfterMs: this.deps.config.worker.goneAfterMs,
-      floors: this.floors.param(),
-      shardsFrom: this.floors.shardsFrom(),
+      ...this.floors.planInputs(),
     });
     if (!planned) return;
     this.memory.plannedAheadOf(cutoff, planned, credit);
@@ -245,17 +241,4 @@ export class Mapper {
       'scan mapped ahead of its due instant',
     );
   }
-}
-
-/** next_due.sql; on the Citus layout its per-kind probes first (citus/due_probe.sql, one per kind,
- *  side by side), then its Citus form with what they found. */
-async function nextDueStatement(pool: pg.Pool, kinds: string[], floors: ClaimFloors): Promise<BoundStatement> {
-  if ((await layoutOf(pool)).name !== 'citus') return sql('coordinator/next_due', { kinds, ...floors.inputs() });
-  const found = await Promise.all(
-    kinds.map(async (kind) => {
-      const { rows } = await pool.query<{ latest: Date | null; next_after: Date | null }>(sql('citus/coordinator/due_probe', { kind }));
-      return [kind, [rows[0]?.latest ?? null, rows[0]?.next_after ?? null]] as const;
-    }),
-  );
-  return sql('citus/coordinator/next_due', { kinds, probes: JSON.stringify(Object.fromEntries(found)) });
 }

@@ -18,6 +18,10 @@ export interface ReapOptions {
   /** Shards whose deliveries sat with a gone worker (recovery.ts released them in Redis): those
    *  still queued are published again now. */
   unpublish: number[];
+  /** The oldest shard in flight and scan not reduced at the last tick (claim-floors.ts): the
+   *  statements read from them, not from every version an old snapshot keeps. */
+  shardsFrom: number;
+  scansFrom: number;
 }
 
 export interface ReapResult {
@@ -40,23 +44,28 @@ export async function reap(pool: pg.Pool, epoch: number, options: ReapOptions): 
     // A gone worker's read-ahead deliveries and leases first, so that the steps below hand its
     // shards on in this same reap.
     if (options.unpublish.length > 0) await client.query(sql('coordinator/unpublish_shards', { shardIds: options.unpublish }));
-    const expired = await client.query(sql('coordinator/expire_gone', { goneAfterMs: options.goneAfterMs, maxShards: BATCH }));
+    const expired = await client.query(sql('coordinator/expire_gone', { goneAfterMs: options.goneAfterMs, maxShards: BATCH, shardsFrom: options.shardsFrom }));
     type Abandoned = { id: number; kind: string; scan_id: number; failed_count: number };
     // On Citus only when a shard is doomed (any_doomed.sql: its UPDATE of the pinned rows would go
     // to every shard, with two-phase commit on every worker node, at every reap).
     const doomed = !citus || (await client.query<{ doomed: boolean }>(sql('citus/coordinator/any_doomed'))).rows[0]!.doomed;
     const abandoned = doomed
-      ? await client.query<Abandoned>(sql(citus ? 'citus/coordinator/abandon_shards' : 'coordinator/abandon_shards', { maxShards: BATCH }))
+      ? await client.query<Abandoned>(
+          citus
+            ? sql('citus/coordinator/abandon_shards', { maxShards: BATCH })
+            : sql('coordinator/abandon_shards', { maxShards: BATCH, shardsFrom: options.shardsFrom }),
+        )
       : { rows: [] as Abandoned[] };
-    const requeued = await client.query<ShardRow>(sql('coordinator/requeue_expired', { maxShards: BATCH }));
+    const requeued = await client.query<ShardRow>(sql('coordinator/requeue_expired', { maxShards: BATCH, shardsFrom: options.shardsFrom }));
     const stale = await client.query<ShardRow>(
       sql('coordinator/republish_queued', {
         republishAfterMs: options.republishAfterMs,
         all: options.channelLost,
         maxShards: options.channelLost ? 100_000 : BATCH,
+        shardsFrom: options.shardsFrom,
       }),
     );
-    const orphans = await client.query(sql('coordinator/close_orphan_scans', { epoch }));
+    const orphans = await client.query(sql('coordinator/close_orphan_scans', { epoch, scansFrom: options.scansFrom }));
     return {
       republish: [...requeued.rows.map(toMessage), ...stale.rows.map(toMessage)],
       abandoned: abandoned.rows.map((r) => ({ shardId: r.id, kind: r.kind, scanId: r.scan_id, failed: r.failed_count })),

@@ -12,6 +12,7 @@ import type { Metrics } from '../observability/metrics.js';
 import type { ShardChannel } from '../transport/channel.js';
 import type { Dispatcher } from './dispatch.js';
 import { sql } from '../db/queries.js';
+import type { ClaimFloors } from './claim-floors.js';
 import { reap } from './reaper.js';
 
 const REAP_EVERY_MS = 1000;
@@ -28,6 +29,8 @@ export interface RecoveryDeps {
   goneAfterMs: number;
   /** The kinds whose streams this leader recovers. */
   kinds: string[];
+  /** The map's floors: the oldest shard in flight and scan not reduced, which the reap reads from. */
+  floors?: ClaimFloors;
 }
 
 export class Recovery {
@@ -54,6 +57,8 @@ export class Recovery {
         channelLost,
         goneAfterMs: this.deps.goneAfterMs,
         unpublish: released.shardIds,
+        shardsFrom: this.deps.floors?.shardsFrom() ?? 0,
+        scansFrom: this.deps.floors?.scansFrom() ?? 0,
       });
       if (released.workers.length > 0 || reaped.takenOver > 0) {
         logger.warn(

@@ -15,9 +15,10 @@ export interface ReducedScan {
   duration_s: number;
 }
 
-export async function reduceScans(pool: pg.Pool, epoch: number): Promise<ReducedScan[]> {
+/** scansFrom: the oldest scan not reduced at the last tick (claim-floors.ts; 0: from the first). */
+export async function reduceScans(pool: pg.Pool, epoch: number, scansFrom = 0): Promise<ReducedScan[]> {
   return fencedTransaction(pool, epoch, async (client) => {
-    const { rows } = await client.query<ReducedScan>(sql('coordinator/reduce', { maxScans: 500 }));
+    const { rows } = await client.query<ReducedScan>(sql('coordinator/reduce', { maxScans: 500, scansFrom }));
     return rows;
   });
 }

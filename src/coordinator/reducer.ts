@@ -5,6 +5,7 @@ import type pg from 'pg';
 import type { Logger } from 'pino';
 import type { Alerter } from '../alerts/alerter.js';
 import type { Metrics } from '../observability/metrics.js';
+import type { ClaimFloors } from './claim-floors.js';
 import { consecutiveFailedScans, reduceScans, type ReducedScan } from './reduce.js';
 
 export interface ReducerDeps {
@@ -14,13 +15,15 @@ export interface ReducerDeps {
   logger: Logger;
   /** alerts.consecutiveFailedScans */
   consecutiveFailed: number;
+  /** The map's floors: the oldest scan not reduced, which the reduce reads from. */
+  floors?: ClaimFloors;
 }
 
 export class Reducer {
   constructor(private readonly deps: ReducerDeps) {}
 
   async reduce(epoch: number): Promise<ReducedScan[]> {
-    const reduced = await reduceScans(this.deps.pool, epoch);
+    const reduced = await reduceScans(this.deps.pool, epoch, this.deps.floors?.scansFrom() ?? 0);
     await this.report(reduced);
     return reduced;
   }

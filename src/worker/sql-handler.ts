@@ -14,7 +14,7 @@ import { layoutOf, PLAIN, type Layout } from '../db/citus-layout.js';
 
 /** Newest due first, among the rows due by the flood's instant (the shard's not_before), from the
  *  shard's ceiling when the coordinator has set one (the newest key still pending when it last
- *  looked: sql/0032), past the flood's newest rows already claimed: the claimOrder slot of
+ *  looked: sql/0041), past the flood's newest rows already claimed: the claimOrder slot of
  *  claim.sql and external_claim.sql. */
 export const NEWEST_FIRST =
   '     AND (d.available_at, d.id) <= ((SELECT coalesce(s.claim_ceiling, s.not_before) FROM timeout_center.shards s WHERE s.id = $1),\n' +

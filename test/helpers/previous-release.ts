@@ -1,7 +1,7 @@
 // The previous release, built from its commit beside this checkout, for the upgrade tests
 // (test/upgrade/): its CLI runs the fleet that the current code upgrades, or rolls back to.
-// Until 1.0.0 is published the previous release is the main that 1.0.0 started from. The build is
-// kept in .scratch/ (ignored by git) and reused while the commit stays the same.
+// The previous release is 1.0.0, the commit that landed as it. The build is kept in .scratch/
+// (ignored by git) and reused while the commit stays the same.
 import { execFileSync } from 'node:child_process';
 import { existsSync, mkdirSync, rmSync, symlinkSync } from 'node:fs';
 import { join } from 'node:path';
@@ -9,11 +9,11 @@ import { fileURLToPath } from 'node:url';
 
 export const PREVIOUS_RELEASE = {
   /** What the docs call it (docs/upgrading.md). */
-  name: '0.1.0 (main before 1.0.0)',
-  version: '0.1.0',
-  commit: 'b72da3c6bb156bd5200c1ca9415afc69bfe8387c',
+  name: '1.0.0',
+  version: '1.0.0',
+  commit: '2b278f2cff20ac98b811b8f366b8a8704262a631',
   /** Its newest migration. */
-  schemaVersion: 23,
+  schemaVersion: 40,
 };
 
 const ROOT = fileURLToPath(new URL('../../', import.meta.url));

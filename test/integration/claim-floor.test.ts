@@ -98,11 +98,14 @@ it('claims seek past the rows a held snapshot keeps, and skip nothing for good',
     trickling = false;
     await trickler;
 
-    // The claim of a shard the coordinator wrote now, against 500 pending rows behind the 60,000
-    // dead ones: its index scan starts at the shard's floor.
+    // The claim of a shard the coordinator wrote now, against pending rows behind the 60,000 dead
+    // ones: its index scan starts at the shard's floor.
     await runner.stop();
     runner = undefined;
-    await write(pool, 300_001, 300_500, 'now()');
+    // 5,000 due, a claim of 500 of them (a claim limit below what is due, as in production; a
+    // claim of every due row of a tiny table may be planned as a scan of the table instead, which
+    // the planner cannot tell reads the dead rows too: docs/vacuum-horizon.md "Known limits").
+    await write(pool, 300_001, 305_000, 'now()');
     // Statistics, as autovacuum keeps them: on a table never analyzed the planner guesses one row
     // for every path and may take any index of the kind, then sort.
     await pool.query('ANALYZE timeout_center.timeouts');

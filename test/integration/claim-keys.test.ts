@@ -1,4 +1,4 @@
-// Claim floors as keys (sql/0032, issue 45): a flood's rows share one due instant, so a floor that
+// Claim floors as keys (sql/0041, issue 45): a flood's rows share one due instant, so a floor that
 // is a time cannot pass the ones already claimed while the flood drains, and under an old snapshot
 // held elsewhere every claim walked them (dead, not removable). The floor is a key (available_at,
 // id); the shards waiting take each tick's floor, and those claiming newest first a ceiling, so a

@@ -204,11 +204,13 @@ describe('flow control statements, session by session', () => {
       await b.query('COMMIT');
       // The refused shard is held: queued, unpublished, and left alone by the reaper while the cap is full.
       expect((await pool.query(sql('worker/hold_shard', { shardId: s2 }))).rows).toEqual([{ id: String(s2), kind: 'lock.test' }]);
-      expect((await pool.query(sql('coordinator/republish_queued', { republishAfterMs: 30_000, all: false, maxShards: 100 }))).rows).toEqual([]);
+      expect((await pool.query(sql('coordinator/republish_queued', { republishAfterMs: 30_000, all: false, maxShards: 100, shardsFrom: 0 }))).rows).toEqual([]);
       // The running one finishes: the held one is published at the next reap.
       await pool.query(`UPDATE timeout_center.shards SET state = 'done', finished_at = now() WHERE id = $1`, [s1]);
       expect(
-        (await pool.query(sql('coordinator/republish_queued', { republishAfterMs: 30_000, all: false, maxShards: 100 }))).rows.map((r) => Number(r.id)),
+        (await pool.query(sql('coordinator/republish_queued', { republishAfterMs: 30_000, all: false, maxShards: 100, shardsFrom: 0 }))).rows.map((r) =>
+          Number(r.id),
+        ),
       ).toEqual([s2]);
     } finally {
       a.release();
@@ -226,12 +228,14 @@ describe('flow control statements, session by session', () => {
     // Even "the channel lost everything" does not publish a held shard, nor write it again.
     const xmin = async () => (await pool.query(`SELECT xmin::text AS x, published_at, publish_count FROM timeout_center.shards WHERE id = $1`, [s])).rows[0];
     const before = await xmin();
-    expect((await pool.query(sql('coordinator/republish_queued', { republishAfterMs: 0, all: true, maxShards: 100 }))).rows).toEqual([]);
+    expect((await pool.query(sql('coordinator/republish_queued', { republishAfterMs: 0, all: true, maxShards: 100, shardsFrom: 0 }))).rows).toEqual([]);
     expect(await xmin()).toEqual(before);
     expect(before).toMatchObject({ published_at: null, publish_count: 1 });
     await pool.query(`UPDATE timeout_center.kinds SET paused = false WHERE kind = 'lock.test'`);
     expect(
-      (await pool.query(sql('coordinator/republish_queued', { republishAfterMs: 30_000, all: false, maxShards: 100 }))).rows.map((r) => Number(r.id)),
+      (await pool.query(sql('coordinator/republish_queued', { republishAfterMs: 30_000, all: false, maxShards: 100, shardsFrom: 0 }))).rows.map((r) =>
+        Number(r.id),
+      ),
     ).toContain(s);
     expect((await pool.query(sql('worker/take_lease', { shardId: s, workerId: 'worker-a', leaseMs: 30_000 }))).rowCount).toBe(1);
   });

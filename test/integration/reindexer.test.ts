@@ -34,7 +34,7 @@ it('rebuilds the indexes a backlog left bloated, once no snapshot is old', { tim
   );
   await pool.query('DELETE FROM timeout_center.timeouts WHERE biz_id::bigint <= 300000');
   await pool.query('VACUUM ANALYZE timeout_center.timeouts');
-  const before = await size('timeouts_due_by_kind');
+  const before = await size('timeouts_due_by_key');
   expect(before).toBeGreaterThan(8 * 1024 * 1024);
 
   // A snapshot older than REINDEX_QUIET_S: nothing is rebuilt.
@@ -47,8 +47,8 @@ it('rebuilds the indexes a backlog left bloated, once no snapshot is old', { tim
   await holder.end();
 
   const result = await reindexBloated(pool, logger);
-  expect(result.rebuilt.map((r) => r.index)).toEqual(expect.arrayContaining(['timeouts_due_by_kind', 'timeouts_one_live_per_biz']));
-  expect(await size('timeouts_due_by_kind')).toBeLessThan(256 * 1024);
+  expect(result.rebuilt.map((r) => r.index)).toEqual(expect.arrayContaining(['timeouts_due_by_key', 'timeouts_one_live_per_biz']));
+  expect(await size('timeouts_due_by_key')).toBeLessThan(256 * 1024);
   // Nothing left behind, the 100 live rows still found through the rebuilt index.
   const { rows } = await pool.query<{ n: number }>(
     "SELECT count(*)::int AS n FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid WHERE i.indrelid = 'timeout_center.timeouts'::regclass AND NOT i.indisvalid",

@@ -4,7 +4,7 @@ import { ClaimFloors } from '../../src/coordinator/claim-floors.js';
 describe('claim floors between ticks', () => {
   it('starts with no floor and no mark: the first tick reads every kind from its start', () => {
     const f = new ClaimFloors();
-    expect(f.inputs()).toEqual({ floors: '{}', marks: '[]', shardsFrom: 0 });
+    expect(f.inputs()).toEqual({ floors: '{}', marks: '[]', shardsFrom: 0, scansFrom: 0 });
     expect(f.param()).toBe('{}');
   });
 
@@ -51,6 +51,6 @@ describe('claim floors between ticks', () => {
     const f = new ClaimFloors();
     f.update({ floors: { k: ['x', '1'] }, mark_at: 't', mark_xid: '5', xmin: '1', in_flight_from: '7' });
     f.reset();
-    expect(f.inputs()).toEqual({ floors: '{}', marks: '[]', shardsFrom: 0 });
+    expect(f.inputs()).toEqual({ floors: '{}', marks: '[]', shardsFrom: 0, scansFrom: 0 });
   });
 });

@@ -50,13 +50,15 @@ describe('claim.sql composition', () => {
     const newestLines = newest.split('\n');
     const at = oldest.split('\n').indexOf(ORDER_LINE);
     expect(at).toBeGreaterThan(0);
-    // The order line becomes two lines: the instant's bound, then the descending order.
-    expect(newestLines.slice(at, at + 2)).toEqual([
-      '     AND d.available_at <= (SELECT s.not_before FROM timeout_center.shards s WHERE s.id = $1)',
+    // The order line becomes three lines: the bound (the shard's ceiling, else the flood's instant:
+    // sql/0041), then the descending order.
+    expect(newestLines.slice(at, at + 3)).toEqual([
+      '     AND (d.available_at, d.id) <= ((SELECT coalesce(s.claim_ceiling, s.not_before) FROM timeout_center.shards s WHERE s.id = $1),',
+      '                                    (SELECT coalesce(s.claim_ceiling_id, 9223372036854775807) FROM timeout_center.shards s WHERE s.id = $1))',
       '   ORDER BY d.available_at DESC',
     ]);
-    expect([...newestLines.slice(0, at), ORDER_LINE, ...newestLines.slice(at + 2)].join('\n')).toBe(oldest);
-    expect(composeClaim({ claimOrder: 'newest' }).replace(newestLines.slice(at, at + 2).join('\n'), ORDER_LINE)).toBe(plain);
+    expect([...newestLines.slice(0, at), ORDER_LINE, ...newestLines.slice(at + 3)].join('\n')).toBe(oldest);
+    expect(composeClaim({ claimOrder: 'newest' }).replace(newestLines.slice(at, at + 3).join('\n'), ORDER_LINE)).toBe(plain);
   });
 
   it('knows the slots at compile time', () => {

@@ -5,12 +5,13 @@
 -- external shard's are also the pending ones its claim holds (shards.held_ids, sql/0020): its
 -- run may have applied them in the business database.
 --   $1 max shards
--- @params maxShards: number
+--   $2 the oldest shard id in flight (claim-floors.ts; sql/0042): the shards below it are final
+-- @params maxShards: number, shardsFrom: number
 -- Returns the failed shards (id, kind, scan_id, failed_count).
 WITH doomed AS (
   SELECT sh.id, sh.attempts, sh.held_ids
     FROM timeout_center.shards sh JOIN timeout_center.kinds k ON k.kind = sh.kind
-   WHERE sh.state = 'running' AND sh.lease_expires_at < now() AND sh.attempts >= k.max_attempts
+   WHERE sh.state = 'running' AND sh.lease_expires_at < now() AND sh.attempts >= k.max_attempts AND sh.id >= $2
    ORDER BY sh.id
    LIMIT $1
      FOR UPDATE OF sh SKIP LOCKED

@@ -4,7 +4,8 @@
 -- its shards by one statement (plan_shards.sql), so none is left 'mapping'; reduce then totals it
 -- from its shards as for any scan.
 --   $1 current epoch
--- @params epoch: number
+--   $2 the oldest scan not reduced (claim-floors.ts): the scans below it are reduced
+-- @params epoch: number, scansFrom: number
 UPDATE timeout_center.scans SET state = 'mapped', mapped_at = now()
- WHERE state = 'mapping' AND epoch < $1
+ WHERE state = 'mapping' AND epoch < $1 AND id >= $2
 RETURNING id

@@ -10,7 +10,7 @@
 --   $1 kinds (text[])   $2 cutoff: the due instant (timestamptz)   $3 max rows counted per kind
 --   $4 claim floors: {"kind": [available_at, id]} (jsonb, next_due.sql; a kind missing: from the
 --      start): the count seeks the due index from the kind's floor, past the rows already claimed
---   $5 the oldest shard id in flight (next_due.sql's in_flight_from, sql/0033)
+--   $5 the oldest shard id in flight (next_due.sql's in_flight_from, sql/0042)
 -- @params kinds: string[], cutoff: Date, maxRows: number, floors: string, shardsFrom: number
 -- Returns per kind with something due by the cutoff: uncovered rows, and whether the count saw
 -- the last due row (complete).

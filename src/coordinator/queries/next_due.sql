@@ -10,20 +10,21 @@
 --      from the start)
 --   $3 marks: [{"at": clock, "xid": transaction id}, ...] returned by earlier ticks (jsonb)
 --   $4 the oldest shard id in flight at an earlier tick (0: count from the first): the shards
---      queued or running are counted from it (shards_in_flight_by_id, sql/0033)
--- @params kinds: string[], floors: string, marks: string, shardsFrom: number
+--      queued or running are counted from it (shards_in_flight_by_id, sql/0042)
+--   $5 the oldest scan not reduced at an earlier tick (0: from the first)
+-- @params kinds: string[], floors: string, marks: string, shardsFrom: number, scansFrom: number
 -- Claim floors (sql/0030; docs/architecture.md "The claim floor"): per kind, the due index is
 -- read from the kind's floor on, never from its start: while an old snapshot anywhere in the
 -- cluster keeps the rows already claimed from being vacuumed, their index entries stay in front of
 -- the live ones, and a walk from the start fetches each. The new floor of a kind is the least of:
 -- the key (available_at, id) of its oldest pending row from the previous floor on (the only walk
--- past dead entries: those claimed since the previous tick, within one due instant too: sql/0032);
+-- past dead entries: those claimed since the previous tick, within one due instant too: sql/0041);
 -- its oldest pending row written late (timeouts_written_late), from that row's instant; and a
 -- second before the latest mark taken before every transaction running now began writing (none
 -- yet: no floor), from that instant. Every probe below reads from the new floors; they are
 -- returned (floors) with this tick's mark (mark_at, mark_xid: the clock, then this statement's new
 -- transaction id, in that order) and the horizon it was compared with (xmin), for the next tick.
--- refreshed (sql/0032): the shards in flight that have not claimed yet (their rows not locked by
+-- refreshed (sql/0041): the shards in flight that have not claimed yet (their rows not locked by
 -- a run: SKIP LOCKED) take the new floor when it is above theirs, so a flood mapped ahead in one
 -- plan claims from where the claims before it ended, not from the floor of its plan; those a
 -- flood claims newest first (take_lease.sql from_newest: not_before set, odd seq) take a ceiling,
@@ -34,7 +35,8 @@
 -- in_flight counts from $4 (the oldest shard in flight at an earlier tick; in_flight_from returns
 -- this tick's): shards only enter flight when written (a new, higher id) or go back from running
 -- to queued, so the shards below it are final, and their row versions left in the index under an
--- old snapshot are not walked.
+-- old snapshot are not walked. open_scans_from: the same for scans (the reduce and the reaper
+-- read from both).
 -- Flow control (sql/0006): a paused kind is left out of latest_due / next_after (nothing of it is
 -- due for the map), and its queued shards are left out of in_flight (they wait for the resume
 -- and must not take the room of other kinds). So are the queued shards of a kind no live worker
@@ -130,6 +132,9 @@ SELECT now() AS now,
        -- with nothing in flight, the next shard written (a higher id than any now)
        coalesce((SELECT min(sh.id) FROM timeout_center.shards sh WHERE sh.state IN ('queued', 'running') AND sh.id >= $4),
                 (SELECT max(sh.id) + 1 FROM timeout_center.shards sh), $4)::text AS in_flight_from,
+       -- the same for the scans not reduced (reduce.sql, close_orphan_scans.sql: scans_open)
+       coalesce((SELECT min(sc.id) FROM timeout_center.scans sc WHERE sc.state <> 'reduced' AND sc.id >= $5),
+                (SELECT max(sc.id) + 1 FROM timeout_center.scans sc), $5)::text AS open_scans_from,
        (SELECT count(*) FROM timeout_center.shards sh
          WHERE sh.state IN ('queued', 'running') AND sh.id >= $4
            AND NOT (sh.state = 'queued' AND EXISTS (SELECT 1 FROM timeout_center.kinds kc WHERE kc.kind = sh.kind AND kc.paused))

@@ -22,10 +22,10 @@
 --      stopped: timeout_center.worker_gone, sql/0018) covers nothing; the reaper hands it on
 --   $12 claim floors: {"kind": [available_at, id]} (jsonb, next_due.sql; a kind missing: from the
 --      start): the counts seek the due index from the kind's floor, and each new shard carries its
---      kind's floor (shards.claim_floor and claim_floor_id, sql/0030 and 0032), which its claim
+--      kind's floor (shards.claim_floor and claim_floor_id, sql/0030 and 0041), which its claim
 --      seeks from
 --   $13 the oldest shard id in flight (next_due.sql's in_flight_from): the shards in flight are
---      read from it (sql/0033)
+--      read from it (sql/0042)
 -- @params cutoff: Date, kinds: string[], maxShards: number, maxRows: number, epoch: number, coordinatorId: string,
 -- @params credit: string, rateBudget: string, targetBudget: string, notBefore: Date | null, goneAfterMs: number,
 -- @params floors: string, shardsFrom: number

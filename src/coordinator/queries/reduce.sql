@@ -1,12 +1,16 @@
 -- reduce: every mapped scan whose shards are all final gets its totals, exactly once: the
 -- state moves mapped -> reduced in this one conditional UPDATE.
 --   $1 max scans
--- @params maxScans: number
+--   $2 the oldest scan not reduced at an earlier tick (claim-floors.ts; 0 from the first): a scan
+--      enters mapped only when written (a new, higher id) or from mapping, so the scans below it
+--      are reduced, and the versions they left in scans_open under an old snapshot held elsewhere
+--      are not walked at every tick
+-- @params maxScans: number, scansFrom: number
 -- claimed is the sum of what the scan's shards claimed (workers claim their rows).
 -- Returns the reduced scans with totals.
 WITH ready AS (
   SELECT s.id FROM timeout_center.scans s
-   WHERE s.state = 'mapped'
+   WHERE s.state = 'mapped' AND s.id >= $2
      AND NOT EXISTS (SELECT 1 FROM timeout_center.shards sh
                       WHERE sh.scan_id = s.id AND sh.state IN ('queued', 'running'))
    ORDER BY s.id

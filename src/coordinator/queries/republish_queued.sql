@@ -2,7 +2,8 @@
 -- the coordinator died before publishing), or every queued shard when $2 is true (the channel
 -- lost its data).
 --   $1 republish-after (ms)   $2 all (boolean)   $3 max shards
--- @params republishAfterMs: number, all: boolean, maxShards: number
+--   $4 the oldest shard id in flight (claim-floors.ts; sql/0042): the shards below it are final
+-- @params republishAfterMs: number, all: boolean, maxShards: number, shardsFrom: number
 -- Flow control (sql/0006): a shard whose kind is paused, or has max_running_shards running, is
 -- held: not published (a worker would only hand it back) but marked unpublished, so that the
 -- first reap after the kind may run it again publishes it. Held shards already unpublished are
@@ -15,8 +16,8 @@ WITH chosen AS (
    CROSS JOIN LATERAL (
          SELECT k.paused OR (k.max_running_shards IS NOT NULL
                              AND (SELECT count(*) FROM timeout_center.shards r
-                                   WHERE r.kind = sh.kind AND r.state = 'running') >= k.max_running_shards) AS held) h
-   WHERE sh.state = 'queued'
+                                   WHERE r.kind = sh.kind AND r.state = 'running' AND r.id >= $4) >= k.max_running_shards) AS held) h
+   WHERE sh.state = 'queued' AND sh.id >= $4
      AND ($2 OR sh.published_at IS NULL OR sh.published_at < now() - $1 * interval '1 millisecond')
      AND NOT (h.held AND sh.published_at IS NULL)
    ORDER BY sh.id

@@ -1,4 +1,4 @@
--- 0033_claim_key_indexes: the indexes 0032's keys seek on (issue 45).
+-- 0042_claim_key_indexes: the indexes 0041's keys seek on (issue 45).
 --   - timeouts_due_by_key: the due index with the id after the due time, so that a claim floor
 --     (available_at, id) seeks into one due instant's rows. It replaces timeouts_due_by_kind
 --     (kind, available_at), whose every query it serves in the same order; dropped once the new
