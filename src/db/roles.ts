@@ -127,9 +127,9 @@ async function grantFunctions(client: pg.PoolClient | pg.Client, ours: Set<strin
     [[...HELPERS, 'settle', ...HISTORY_RETENTION]],
   );
   for (const { fn, name } of rows) {
-    const to = (
-      name === 'settle' ? SETTLERS.map((k) => ROLES[k]) : HISTORY_RETENTION.includes(name) ? RETAINERS.map((k) => ROLES[k]) : ALL_ROLES
-    ).filter((r) => ours.has(r));
+    const to = (name === 'settle' ? SETTLERS.map((k) => ROLES[k]) : HISTORY_RETENTION.includes(name) ? RETAINERS.map((k) => ROLES[k]) : ALL_ROLES).filter((r) =>
+      ours.has(r),
+    );
     if (to.length > 0) await client.query(`GRANT EXECUTE ON FUNCTION ${fn} TO ${to.join(', ')}`);
   }
 }

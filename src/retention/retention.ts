@@ -79,7 +79,8 @@ export async function purge(pool: pg.Pool, options: PurgeOptions, hooks: PurgeHo
   // Then scans, whose shards cascade.
   // On the Citus layout the cancelled ones go bucket by bucket (citus/retention/purge_timeouts.sql).
   const layout = await layoutOf(pool);
-  const partitioned = layout.name === 'plain' && (await pool.query<{ partitioned: boolean }>(sql('retention/history_partitioned'))).rows[0]?.partitioned === true;
+  const partitioned =
+    layout.name === 'plain' && (await pool.query<{ partitioned: boolean }>(sql('retention/history_partitioned'))).rows[0]?.partitioned === true;
   if (partitioned && !stop()) await rotate(pool, options, result, hooks);
   const batches = [
     () =>

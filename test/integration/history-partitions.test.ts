@@ -206,6 +206,8 @@ describe('the history partitioned by day', () => {
     }
     const r = await purge(pool, { doneAfterMs: 3 * DAY, scansAfterMs: 3 * DAY, batchSize: 5000, scanBatchSize: 1000 });
     expect(r.partitionsDropped).toBe(1);
-    expect(Number((await pool.query(`SELECT count(*) AS n FROM timeout_center.done_timeouts WHERE finished_at < now() - interval '4 days'`)).rows[0].n)).toBe(0);
+    expect(Number((await pool.query(`SELECT count(*) AS n FROM timeout_center.done_timeouts WHERE finished_at < now() - interval '4 days'`)).rows[0].n)).toBe(
+      0,
+    );
   });
 });
