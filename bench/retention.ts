@@ -30,6 +30,18 @@
 //   minutes-reuse  the same after the reuse setup (ranges whose space was freed and refilled hold
 //                  old and new times, so the BRIN index selects them for every cutoff)
 //   minutes-reuse-held  the same with a held snapshot
+//   (these load the history right after migrate: into the table from before the partitioning of
+//   sql/0051, which retention deletes by batch as before; they measure deleting)
+// Partitioned by day (sql/0050, 0051: what retention does once the days have their partitions):
+// the empty table from before the partitioning is dropped, a partition is made for each of the
+// --days full UTC days before today and the days ahead, and --rows/--days rows loaded into each:
+//   days           one run keeping --keep-days full days: the older days' partitions dropped
+//   days-held      the same with a held snapshot that has not read the history
+//   days-held-reader  the same with a held snapshot that has read it (a pg_dump, a report on
+//                  the history): its ACCESS SHARE lock stands in the way of the DETACH, which
+//                  waits the retention's lock_timeout and is left to the next run
+//   days-minutes   --minute-runs runs at the service's cadence with no day to drop yet (what
+//                  1,439 of the day's 1,440 runs cost)
 //
 //   --rows <n>           history rows (default 3,000,000)
 //   --days <n>           days they span (default 3)
@@ -87,7 +99,19 @@ const o = positiveCounts(TOOL, args, {
   rounds: 1,
   'minute-runs': 10,
 });
-const SCENARIOS = ['free', 'held', 'reuse', 'reuse-held', 'minutes', 'minutes-reuse', 'minutes-reuse-held'] as const;
+const SCENARIOS = [
+  'free',
+  'held',
+  'reuse',
+  'reuse-held',
+  'minutes',
+  'minutes-reuse',
+  'minutes-reuse-held',
+  'days',
+  'days-held',
+  'days-held-reader',
+  'days-minutes',
+] as const;
 type Scenario = (typeof SCENARIOS)[number];
 const scenarios = args.scenarios.split(',').map((s) => s.trim()) as Scenario[];
 for (const s of scenarios) if (!SCENARIOS.includes(s)) failUsage(TOOL, `unknown scenario ${s}; known: ${SCENARIOS.join(', ')}`);
@@ -204,12 +228,18 @@ const walSince = async (pool: pg.Pool, from: string) =>
   Number((await pool.query<{ b: string }>('SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), $1::pg_lsn)::int8 AS b', [from])).rows[0]!.b);
 const dbNow = async (pool: pg.Pool) => (await pool.query<{ t: Date }>('SELECT clock_timestamp() AS t')).rows[0]!.t;
 
+/** The history's figures, summed over its partitions when it has them. */
 async function tableFigures(pool: pg.Pool) {
   const { rows } = await pool.query(
-    `SELECT pg_relation_size('timeout_center.done_timeouts')::int8 AS heap_bytes,
-            pg_relation_size('timeout_center.done_timeouts_finished')::int8 AS brin_bytes,
-            n_live_tup::int8 AS live, n_dead_tup::int8 AS dead, autovacuum_count::int AS autovacuums
-       FROM pg_stat_user_tables WHERE relid = 'timeout_center.done_timeouts'::regclass`,
+    `WITH t AS (SELECT relid FROM pg_partition_tree('timeout_center.done_timeouts') WHERE isleaf
+                UNION ALL SELECT 'timeout_center.done_timeouts'::regclass WHERE NOT EXISTS (SELECT 1 FROM pg_partition_tree('timeout_center.done_timeouts'))),
+          i AS (SELECT relid FROM pg_partition_tree('timeout_center.done_timeouts_finished') WHERE isleaf
+                UNION ALL SELECT 'timeout_center.done_timeouts_finished'::regclass WHERE NOT EXISTS (SELECT 1 FROM pg_partition_tree('timeout_center.done_timeouts_finished')))
+     SELECT (SELECT coalesce(sum(pg_relation_size(relid)), 0) FROM t)::int8 AS heap_bytes,
+            (SELECT coalesce(sum(pg_relation_size(relid)), 0) FROM i)::int8 AS brin_bytes,
+            coalesce(sum(s.n_live_tup), 0)::int8 AS live, coalesce(sum(s.n_dead_tup), 0)::int8 AS dead,
+            coalesce(sum(s.autovacuum_count), 0)::int AS autovacuums, (SELECT count(*) FROM t)::int AS partitions
+       FROM t JOIN pg_stat_user_tables s ON s.relid = t.relid`,
   );
   const r = rows[0] as Record<string, string | number>;
   return Object.fromEntries(Object.entries(r).map(([k, v]) => [k, Number(v)]));
@@ -223,10 +253,30 @@ async function runScenario(server: Awaited<ReturnType<typeof startBenchServer>>,
     await migrate(pool, pino({ level: 'silent' }));
     await pool.query(`INSERT INTO timeout_center.kinds (kind) VALUES ($1) ON CONFLICT DO NOTHING`, [KIND]);
     const loadStarted = performance.now();
-    await loadHistory(pool, 1, o.rows, o.days * DAY_MS, 0);
-    const reuse = scenario.includes('reuse');
-    const minutes = scenario.startsWith('minutes');
+    const days = scenario.startsWith('days');
     let keepMs = o['keep-days'] * DAY_MS;
+    if (days) {
+      // Days after the partitioning: the old table (empty here) aged out and dropped, each full
+      // day before today in its own partition, --rows spread evenly over them.
+      const old = (
+        await pool.query<{ n: string }>(`SELECT c.relname AS n FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid
+                                                      WHERE i.inhparent = 'timeout_center.done_timeouts'::regclass AND c.relname LIKE 'done\\_timeouts\\_before\\_%'`)
+      ).rows[0]!.n;
+      await pool.query(`ALTER TABLE timeout_center.done_timeouts DETACH PARTITION timeout_center.${old}`);
+      await pool.query(`DROP TABLE timeout_center.${old}`);
+      await pool.query(`SELECT timeout_center.add_history_partition((now() AT TIME ZONE 'UTC')::date + d) FROM generate_series(-$1::int, 3) d`, [o.days]);
+      const today = (
+        await pool.query<{ ms: number }>(
+          `SELECT (extract(epoch FROM now() - date_trunc('day', now() AT TIME ZONE 'UTC') AT TIME ZONE 'UTC') * 1000)::float8 AS ms`,
+        )
+      ).rows[0]!.ms;
+      await loadHistory(pool, 1, o.rows, today + o.days * DAY_MS, today + 1000);
+      // Keep --keep-days full days before today: the cutoff a second past that day boundary (in
+      // the minutes runs, minutes before it: no day to drop yet).
+      keepMs = today + o['keep-days'] * DAY_MS + (scenario === 'days-minutes' ? (o['minute-runs'] + 1) * 60_000 : -1000);
+    } else await loadHistory(pool, 1, o.rows, o.days * DAY_MS, 0);
+    const reuse = scenario.includes('reuse');
+    const minutes = scenario.startsWith('minutes') || scenario === 'days-minutes';
     if (reuse) {
       // The first purge, then the space it freed made reusable, then the next day written.
       await pool.query('VACUUM ANALYZE timeout_center.done_timeouts');
@@ -245,11 +295,13 @@ async function runScenario(server: Awaited<ReturnType<typeof startBenchServer>>,
     const before = await tableFigures(pool);
     log(`${scenario} round ${round}: loaded (${loadMs} ms), ${JSON.stringify(before)}`);
 
-    const held = scenario.endsWith('held');
+    const held = scenario.endsWith('held') || scenario === 'days-held-reader';
     if (held) {
       await holder.connect();
       await holder.query('BEGIN ISOLATION LEVEL REPEATABLE READ');
       await holder.query('SELECT count(*) FROM timeout_center.kinds');
+      if (scenario === 'days-held-reader')
+        await holder.query("SELECT count(*) FROM timeout_center.done_timeouts WHERE finished_at > now() - interval '1 minute'");
     }
     const hot = hotPath(db.url, o.rate);
     const baseFrom = await dbNow(pool);
@@ -262,6 +314,7 @@ async function runScenario(server: Awaited<ReturnType<typeof startBenchServer>>,
     let last = performance.now();
     const deadline = performance.now() + o['max-purge-s'] * 1000;
     const runs: { ms: number; rows: number }[] = [];
+    const partitions = { dropped: 0, droppedRows: 0, skipped: 0, skippedDetail: [] as string[] };
     const purgeOnce = (doneAfterMs: number) =>
       purge(
         pool,
@@ -274,12 +327,21 @@ async function runScenario(server: Awaited<ReturnType<typeof startBenchServer>>,
             batches.push({ ms: Math.round(now - last), rows: n });
             last = now;
           },
+          onPartition: (action, _name, rows, detail) => {
+            if (action === 'dropped') {
+              partitions.dropped += 1;
+              partitions.droppedRows += rows;
+            } else if (action === 'skipped') {
+              partitions.skipped += 1;
+              if (detail) partitions.skippedDetail.push(detail);
+            }
+          },
         },
       );
     let result = { timeouts: 0, ms: 0 };
     if (minutes) {
       // The oldest rows left are keepMs + 1 day old (reuse: the first purge took the first day).
-      const oldest = reuse ? keepMs + DAY_MS : o.days * DAY_MS;
+      const oldest = days ? keepMs : reuse ? keepMs + DAY_MS : o.days * DAY_MS;
       for (let i = 1; i <= o['minute-runs']; i += 1) {
         last = performance.now();
         const r = await purgeOnce(oldest - i * 60_000);
@@ -314,6 +376,7 @@ async function runScenario(server: Awaited<ReturnType<typeof startBenchServer>>,
         lastTenthBatchMs: avg(batches.slice(-tenth)),
         batchMs: batches.map((b) => b.ms),
         ...(minutes ? { runs } : {}),
+        ...(days ? { partitions } : {}),
         walBytes: purgeWal,
         walBytesNetOfHotPath: Math.round(purgeWal - hotWalPerS * purgeS),
         walBytesPerRow: result.timeouts ? Math.round((purgeWal - hotWalPerS * purgeS) / result.timeouts) : null,
@@ -323,6 +386,7 @@ async function runScenario(server: Awaited<ReturnType<typeof startBenchServer>>,
       load1: loadavg()[0],
     };
     if (minutes) log(`${scenario}: runs (ms/rows) ${runs.map((r) => `${r.ms}/${r.rows}`).join(' ')}`);
+    if (days) log(`${scenario}: partitions ${JSON.stringify(partitions)}`);
     log(
       `${scenario}: purged ${result.timeouts} in ${result.ms} ms (${batches.length} batches, first tenth ${out.purge.firstTenthBatchMs} ms, last tenth ${out.purge.lastTenthBatchMs} ms), WAL ${(purgeWal / 1048576).toFixed(0)} MB; hot p50/p99 ${baseline.p50}/${baseline.p99} -> ${during.p50}/${during.p99} ms`,
     );

@@ -22,4 +22,8 @@ ALTER FUNCTION timeout_center.restamp_targets() SECURITY DEFINER SET search_path
 -- caller's temporary table never stands in for the orders (a schema a caller may create objects in
 -- must not be public: PostgreSQL 15 and later revoke CREATE on it from PUBLIC).
 ALTER FUNCTION timeout_center.settle(text, text, integer) SECURITY DEFINER SET search_path = pg_catalog, public, pg_temp;
+-- Retention of the history (sql/0050): partitions are created, attached, detached and dropped
+-- by the table's owner only; the engine's coordinator and an operator's purge call these two.
+ALTER FUNCTION timeout_center.rotate_history(timestamptz, integer, integer) SECURITY DEFINER SET search_path = pg_catalog, pg_temp;
+ALTER FUNCTION timeout_center.purge_history(timestamptz, integer) SECURITY DEFINER SET search_path = pg_catalog, pg_temp;
 REVOKE ALL ON ALL FUNCTIONS IN SCHEMA timeout_center FROM PUBLIC;

@@ -29,6 +29,10 @@ const ROLES_SQL = (file: string) => readFileSync(fileURLToPath(new URL(`../../sq
 /** Functions any of the four roles may call: pure helpers that views, policies and the triggers a
  *  writer fires call (function privileges are the caller's, in a view too). */
 const HELPERS = ['route_target', 'target_of', 'store_of', 'routes_to', 'kind_or_null', 'current_actor', 'writer_may', 'writable_kinds', 'bucket_of'];
+/** The history's retention (sql/0050): run by the engine's coordinator and by an operator's
+ *  `purge`; with the owner's rights (partitions are the table owner's to create and drop). */
+const HISTORY_RETENTION = ['rotate_history', 'purge_history'];
+const RETAINERS: RoleKind[] = ['engine', 'operator'];
 /** Who may call settle (sql/0021, 0040): it runs with its owner's rights. */
 const SETTLERS: RoleKind[] = ['writer', 'operator', 'engine'];
 
@@ -120,10 +124,12 @@ async function grantFunctions(client: pg.PoolClient | pg.Client, ours: Set<strin
     `SELECT p.oid::regprocedure::text AS fn, p.proname::text AS name
        FROM pg_catalog.pg_proc p JOIN pg_catalog.pg_namespace n ON n.oid = p.pronamespace
       WHERE n.nspname = 'timeout_center' AND p.proname = ANY ($1::text[]) AND p.prokind = 'f'`,
-    [[...HELPERS, 'settle']],
+    [[...HELPERS, 'settle', ...HISTORY_RETENTION]],
   );
   for (const { fn, name } of rows) {
-    const to = (name === 'settle' ? SETTLERS.map((k) => ROLES[k]) : ALL_ROLES).filter((r) => ours.has(r));
+    const to = (name === 'settle' ? SETTLERS.map((k) => ROLES[k]) : HISTORY_RETENTION.includes(name) ? RETAINERS.map((k) => ROLES[k]) : ALL_ROLES).filter((r) =>
+      ours.has(r),
+    );
     if (to.length > 0) await client.query(`GRANT EXECUTE ON FUNCTION ${fn} TO ${to.join(', ')}`);
   }
 }

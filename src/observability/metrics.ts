@@ -122,6 +122,12 @@ export class Metrics {
     labelNames: ['table'] as const,
     registers: [this.registry],
   });
+  readonly historyPartitions = new Counter({
+    name: 'tc_history_partitions_total',
+    help: 'Daily partitions of the history (done_timeouts) retention created, dropped, or left to its next run (skipped: a lock it did not get)',
+    labelNames: ['action'] as const,
+    registers: [this.registry],
+  });
 
   // The vacuum horizon of each database the center uses (docs/vacuum-horizon.md), exported by the
   // leader of that database (the center's leader: the center and each business database that is not

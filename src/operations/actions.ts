@@ -40,6 +40,7 @@ export async function purgeAudited(pool: pg.Pool, options: PurgeOptions, actor: 
       doneAfterMs: options.doneAfterMs,
       scansAfterMs: options.scansAfterMs,
       deleted: { timeouts: result.timeouts, scans: result.scans, workers: result.workers },
+      ...(result.partitionsDropped > 0 ? { droppedPartitions: result.partitionsDropped, droppedRows: result.droppedRows } : {}),
     },
   });
   return result;

@@ -26,9 +26,21 @@ describe('retention', () => {
   let env: Record<string, string>;
   let configPath: string;
 
-  const size = async (rel: string) => Number((await pool.query(`SELECT pg_total_relation_size($1)::int8 AS b`, [rel])).rows[0].b);
+  // Summed over the partitions of a partitioned table (the history, sql/0051): its parent holds nothing
+  // (pg_partition_tree lists no row for a plain table).
+  const size = async (rel: string) =>
+    Number(
+      (
+        await pool.query(`SELECT coalesce((SELECT sum(pg_total_relation_size(relid)) FROM pg_partition_tree($1)), pg_total_relation_size($1))::int8 AS b`, [
+          rel,
+        ])
+      ).rows[0].b,
+    );
   const count = async (sql: string) => Number((await pool.query(sql)).rows[0].n);
-  const heap = async (rel: string) => Number((await pool.query(`SELECT pg_relation_size($1)::int8 AS b`, [rel])).rows[0].b);
+  const heap = async (rel: string) =>
+    Number(
+      (await pool.query(`SELECT coalesce((SELECT sum(pg_relation_size(relid)) FROM pg_partition_tree($1)), pg_relation_size($1))::int8 AS b`, [rel])).rows[0].b,
+    );
   const mb = (b: number) => `${(b / 1024 / 1024).toFixed(1)} MB`;
 
   beforeAll(async () => {

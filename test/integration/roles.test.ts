@@ -326,6 +326,16 @@ describe('run with the API and the console, as the engine', () => {
       expect(rows[0]).toEqual({ action: 'pause', db_user: engine.name });
       await s.pool.query(`UPDATE timeout_center.kinds SET paused = false, controls_source = 'config' WHERE kind = $1`, [KIND]);
       expect(run.lines.filter((l) => /permission denied/i.test(JSON.stringify(l)))).toEqual([]);
+      // Retention as the engine (the coordinator's): the history's partitions are the table
+      // owner's to create and drop, reached through its SECURITY DEFINER functions (sql/0050).
+      const { rows: rotated } = await engine.pool.query(`SELECT * FROM timeout_center.rotate_history(now() - interval '7 days', 3, 100)`);
+      expect(rotated.filter((r: { action: string }) => r.action === 'skipped')).toEqual([]);
+      await expect(engine.pool.query(`SELECT timeout_center.purge_history(now() - interval '7 days', 100)`)).resolves.toBeDefined();
+      const { rows: owners } = await s.pool.query(
+        `SELECT DISTINCT pg_get_userbyid(c.relowner) AS owner FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid
+          WHERE i.inhparent = 'timeout_center.done_timeouts'::regclass`,
+      );
+      expect(owners.map((r: { owner: string }) => r.owner)).not.toContain(engine.name);
     } finally {
       await run.stop();
     }
@@ -375,6 +385,8 @@ describe('reader and operator', () => {
       "INSERT INTO timeout_center.audit_log (actor, action) VALUES ('x', 'forged')",
       'DELETE FROM timeout_center.done_timeouts',
       "SELECT * FROM timeout_center.settle('order.unpaid', '1')",
+      "SELECT * FROM timeout_center.rotate_history(now() + interval '30 days', 3, 100)",
+      'SELECT timeout_center.purge_history(now(), 100)',
     ])
       await refused(reader.pool, sql);
   });

@@ -117,7 +117,10 @@ export function registerPurge(program: Command): void {
               const result = r.value;
               const rate = result.ms > 0 ? Math.round((result.timeouts / result.ms) * 1000) : 0;
               print(
-                `${label(r.store)}deleted ${result.timeouts} timeouts, ${result.scans} scans (with their shards) and ${result.workers} stopped workers ` +
+                (result.partitionsDropped > 0
+                  ? `${label(r.store)}dropped ${result.partitionsDropped} day(s) of history (about ${result.droppedRows} timeouts); `
+                  : '') +
+                  `${label(r.store)}deleted ${result.timeouts} timeouts, ${result.scans} scans (with their shards) and ${result.workers} stopped workers ` +
                   `in ${result.batches} batches, ${formatSeconds(result.ms / 1000)}${result.timeouts > 0 ? ` (${rate} timeouts/s)` : ''}${stop ? '; interrupted' : ''}` +
                   (result.auditInCenter ? '' : "; audited in the store (the center's database did not answer: its leader copies the record later)"),
               );
