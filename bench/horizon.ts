@@ -10,16 +10,24 @@
 // orders / (last close's commit - due instant)) is reported.
 //
 // The bench starts its own PostgreSQL (bench/lib/server.ts: durable commits, autovacuum as
-// shipped, track_commit_timestamp on). Each variant gets its own database(s) on it and one
-// `timeout-center run` process (coordinator + worker, the product's defaults); variants run side
-// by side, on the same server, in the same seconds, so they share the box's load:
+// shipped, track_commit_timestamp on; max_prepared_transactions 64, as bench:external's center
+// and docker-compose.yml, so that `external` runs in two phases). Each variant gets its own
+// database(s) on it and one `timeout-center run` process (coordinator + worker, the product's
+// defaults); variants run side by side, on the same server, in the same seconds, so they share
+// the box's load:
 //   center    the kind's timeouts in the center's database with its orders (same-database path)
 //   store     the kind stored beside its orders (`store: beside`, `handler.database`): its
 //             timeouts and orders in a store database, the center holding none
+//   external  the external path (bench:external's setup): the kind's timeouts in the center's
+//             database, its orders in a business database on the same server (`businessDatabases`,
+//             `handler.database`); the stream schedules first, then writes the orders
 //   ref       `center` run by another build (--ref <checkout>: its dist/cli/main.js), e.g. the
 //             code before the claim floors, for an A/B in one run
 // The snapshot is held in each database holding timeouts (a snapshot in another database of the
-// cluster does not hold back a table's vacuum; a replication slot does, cluster-wide).
+// cluster does not hold back a table's vacuum; a replication slot does, cluster-wide); for
+// `external` a second one is held in the business database, which keeps the orders' (and the
+// marker table's) dead versions. Its lateness is read in the business database, where the orders
+// are; its dead rows and sizes are the center's timeouts table, as for the others.
 //
 //   --duration <s>       the stream's length (default 900)
 //   --rate <per s>       timeouts per second (default 2000), due --delay s after insert (default 1)
@@ -27,7 +35,7 @@
 //   --bursts <s,...>     seconds at which a burst falls due (default 60,540,840; none: -)
 //   --burst-n <n>        timeouts per burst (default 200,000)
 //   --window <s>         window length (default 30)
-//   --variants <v,...>   center, store, ref (default center,store)
+//   --variants <v,...>   center, store, external, ref (default center,store)
 //   --ref <checkout>     the build run as variant ref
 //   --out <file>         the raw JSON (default docs/bench/horizon-<date>.json)
 //   --report <file>      print the table of a raw JSON written earlier, and run nothing
@@ -40,7 +48,7 @@ import { parseArgs } from 'node:util';
 import pg from 'pg';
 import { startBenchServer, type BenchServer } from './lib/server.ts';
 import { TEST_REDIS_URL, testKeyPrefix } from '../test/helpers/services.ts';
-import { CLOSE_MANY_SQL, KIND, ORDERS_DDL, correctness, sleep } from './lib/orders.ts';
+import { CLOSE_MANY_SQL, KIND, ORDERS_DDL, UNFINISHED_SQL, correctness, insertOrders, sleep, type Correctness } from './lib/orders.ts';
 import { printUsage } from './lib/usage.ts';
 
 const { values: args } = parseArgs({
@@ -77,17 +85,22 @@ const VARIANTS = (args.variants ?? 'center,store').split(',').map((s) => s.trim(
 const BURST_LEAD = 20;
 const ROOT = new URL('..', import.meta.url).pathname;
 const CLI = join(ROOT, 'dist/cli/main.js');
-type VariantName = 'center' | 'store' | 'ref';
-for (const v of VARIANTS) if (!['center', 'store', 'ref'].includes(v)) throw new Error(`--variants takes center, store, ref; got ${v}`);
+const VARIANT_NAMES = ['center', 'store', 'external', 'ref'] as const;
+type VariantName = (typeof VARIANT_NAMES)[number];
+for (const v of VARIANTS) if (!VARIANT_NAMES.includes(v)) throw new Error(`--variants takes ${VARIANT_NAMES.join(', ')}; got ${v}`);
 if (VARIANTS.includes('ref') && !args.ref) throw new Error('--variants ref needs --ref <checkout> (a build: its dist/cli/main.js)');
 
 interface Variant {
   name: VariantName;
-  /** where the orders and the kind's timeouts are */
+  /** where the kind's timeouts are */
   pool: pg.Pool;
   url: string;
+  /** where the orders are: the same pool and URL but for `external` */
+  orders: pg.Pool;
+  ordersUrl: string;
   child?: ChildProcess;
-  holder?: pg.Client;
+  /** the snapshots held now: one per database of the variant */
+  holders: pg.Client[];
   /** steady orders written: ids 1..next-1 */
   next: number;
 }
@@ -121,28 +134,43 @@ function runCli(cli: string, argv: string[], env: NodeJS.ProcessEnv): Promise<vo
 
 const burstBase = (b: number) => 1_000_000_000 + b * 10_000_000;
 
-/** Orders [from, to] (every 10th paid), each with its timeout due at `due`, in one statement. */
-async function write(pool: pg.Pool, from: number, to: number, due: Date): Promise<void> {
-  await pool.query(
-    `WITH o AS (INSERT INTO orders (id, status, due_at)
-                SELECT i, CASE WHEN i % 10 = 0 THEN 'paid' ELSE 'unpaid' END, $3 FROM generate_series($1::bigint, $2::bigint) i RETURNING id)
-     INSERT INTO timeout_center.timeouts (kind, biz_id, due_at) SELECT $4, id::text, $3 FROM o`,
-    [from, to, due, KIND],
-  );
+/** Orders [from, to] (every 10th paid), each with its timeout due at `due`: in one statement where
+ *  both live in one database, else the timeouts first, then the orders (DESIGN "Scheduling from
+ *  elsewhere"). */
+async function write(timeouts: pg.Pool, orders: pg.Pool, from: number, to: number, due: Date): Promise<void> {
+  if (timeouts === orders) {
+    await timeouts.query(
+      `WITH o AS (INSERT INTO orders (id, status, due_at)
+                  SELECT i, CASE WHEN i % 10 = 0 THEN 'paid' ELSE 'unpaid' END, $3 FROM generate_series($1::bigint, $2::bigint) i RETURNING id)
+       INSERT INTO timeout_center.timeouts (kind, biz_id, due_at) SELECT $4, id::text, $3 FROM o`,
+      [from, to, due, KIND],
+    );
+    return;
+  }
+  await timeouts.query(`INSERT INTO timeout_center.timeouts (kind, biz_id, due_at) SELECT $4, i::text, $3 FROM generate_series($1::bigint, $2::bigint) i`, [
+    from,
+    to,
+    due,
+    KIND,
+  ]);
+  await insertOrders(orders, from, to, due);
 }
 
 async function setUp(server: BenchServer, name: VariantName): Promise<Variant> {
   const center = await server.createDatabase(`horizon_${name}`);
-  const store = name === 'store' ? await server.createDatabase(`horizon_${name}_s0`) : undefined;
-  const url = store?.url ?? center.url;
+  // store: the kind's timeouts and orders in s0; external: its orders alone in b0
+  const db = name === 'store' ? 's0' : 'b0';
+  const other = name === 'store' || name === 'external' ? await server.createDatabase(`horizon_${name}_${db}`) : undefined;
+  const url = name === 'store' ? other!.url : center.url;
+  const ordersUrl = other?.url ?? center.url;
   const pool = quiet(url);
-  await pool.query(ORDERS_DDL);
+  const orders = ordersUrl === url ? pool : quiet(ordersUrl);
+  await orders.query(ORDERS_DDL);
+  const handler = { type: 'sql', sql: CLOSE_MANY_SQL, ...(other ? { database: db } : {}) };
   const config = {
     redisKeyPrefix: testKeyPrefix(`bench-horizon-${name}`),
-    ...(store ? { businessDatabases: { s0: { url: store.url } } } : {}),
-    kinds: {
-      [KIND]: store ? { store: 'beside', handler: { type: 'sql', sql: CLOSE_MANY_SQL, database: 's0' } } : { handler: { type: 'sql', sql: CLOSE_MANY_SQL } },
-    },
+    ...(other ? { businessDatabases: { [db]: { url: other.url } } } : {}),
+    kinds: { [KIND]: name === 'store' ? { store: 'beside', handler } : { handler } },
     alerts: { lagSlaMs: 3_600_000 },
     logLevel: 'warn',
   };
@@ -153,9 +181,9 @@ async function setUp(server: BenchServer, name: VariantName): Promise<Variant> {
   const env = { ...process.env, DATABASE_URL: center.url, REDIS_URL: TEST_REDIS_URL };
   await runCli(cli, ['migrate', '--config', configPath], env);
   const child = spawn(process.execPath, [cli, 'run', '--config', configPath], { env, stdio: ['ignore', 'ignore', 'inherit'] });
-  const v: Variant = { name, pool, url, child, next: 1 };
+  const v: Variant = { name, pool, url, orders, ordersUrl, child, holders: [], next: 1 };
   // Warm-up: a few orders due now, drained (leader elected, worker up).
-  await write(pool, 900_000_000, 900_000_029, new Date(Date.now() - 1000));
+  await write(pool, orders, 900_000_000, 900_000_029, new Date(Date.now() - 1000));
   const began = Date.now();
   while ((await pool.query<{ n: number }>("SELECT count(*)::int AS n FROM timeout_center.timeouts WHERE state = 'pending'")).rows[0]!.n > 0) {
     if (Date.now() - began > 60_000) throw new Error(`${name}: warm-up not drained after 60 s`);
@@ -174,7 +202,7 @@ async function sample(v: Variant, t: number): Promise<Sample> {
   return {
     t,
     variant: v.name,
-    snapshot: v.holder !== undefined,
+    snapshot: v.holders.length > 0,
     live: r.live,
     dead: r.dead,
     heapBytes: r.heap,
@@ -194,7 +222,7 @@ interface WindowLateness {
 
 /** Lateness (ms) of the stream's orders (not the bursts'), by the window their due time falls in. */
 async function windowLateness(v: Variant, t0: Date): Promise<WindowLateness[]> {
-  const { rows } = await v.pool.query<WindowLateness>(
+  const { rows } = await v.orders.query<WindowLateness>(
     `SELECT w AS window, count(*)::int AS n,
             percentile_cont(0.5) WITHIN GROUP (ORDER BY l)::float8 AS p50,
             percentile_cont(0.99) WITHIN GROUP (ORDER BY l)::float8 AS p99, max(l)::float8 AS max
@@ -219,7 +247,7 @@ interface BurstResult {
 }
 
 async function burstResult(v: Variant, b: number, at: number, due: Date, snapshot: boolean): Promise<BurstResult> {
-  const { rows } = await v.pool.query<{ unpaid: number; closed: number; last: number; p99: number }>(
+  const { rows } = await v.orders.query<{ unpaid: number; closed: number; last: number; p99: number }>(
     `SELECT count(*) FILTER (WHERE id % 10 <> 0)::int AS unpaid, count(*) FILTER (WHERE status = 'closed')::int AS closed,
             extract(epoch FROM max(pg_xact_commit_timestamp(xmin)) FILTER (WHERE status = 'closed') - $3::timestamptz)::float8 AS last,
             (percentile_cont(0.99) WITHIN GROUP (ORDER BY extract(epoch FROM pg_xact_commit_timestamp(xmin) - due_at)) FILTER (WHERE status = 'closed') * 1000)::float8 AS p99
@@ -233,7 +261,7 @@ async function burstResult(v: Variant, b: number, at: number, due: Date, snapsho
 const mb = (b: number) => (b / 1024 / 1024).toFixed(0);
 
 async function main(): Promise<void> {
-  const server = await startBenchServer({ walWarmupBytes: 0 });
+  const server = await startBenchServer({ walWarmupBytes: 0, settings: { max_prepared_transactions: '64' } });
   const variants: Variant[] = [];
   const samples: Sample[] = [];
   const bursts: { b: number; at: number; due: Date; snapshot: boolean }[] = [];
@@ -264,22 +292,27 @@ async function main(): Promise<void> {
     while (elapsed() < DURATION) {
       const t = elapsed();
       // the snapshot: begun, one row read (the snapshot is taken), then nothing until released
-      if (t >= SNAP_FROM && t < SNAP_TO && !variants[0]!.holder) {
+      if (t >= SNAP_FROM && t < SNAP_TO && variants[0]!.holders.length === 0) {
         for (const v of variants) {
-          const c = new pg.Client({ connectionString: v.url, application_name: 'tc-bench snapshot' });
-          c.on('error', () => {});
-          await c.connect();
-          await c.query('BEGIN ISOLATION LEVEL REPEATABLE READ');
-          await c.query('SELECT id FROM orders LIMIT 1');
-          v.holder = c;
+          for (const url of new Set([v.url, v.ordersUrl])) {
+            const c = new pg.Client({ connectionString: url, application_name: 'tc-bench snapshot' });
+            c.on('error', () => {});
+            await c.connect();
+            await c.query('BEGIN ISOLATION LEVEL REPEATABLE READ');
+            // one row read: the snapshot is taken (the center of `external` has no orders table)
+            await c.query(url === v.ordersUrl ? 'SELECT id FROM orders LIMIT 1' : 'SELECT kind FROM timeout_center.kinds LIMIT 1');
+            v.holders.push(c);
+          }
         }
         process.stderr.write(`${t.toFixed(0)} s  snapshot taken\n`);
       }
-      if (t >= SNAP_TO && variants[0]!.holder) {
+      if (t >= SNAP_TO && variants[0]!.holders.length > 0) {
         for (const v of variants) {
-          await v.holder!.query('COMMIT').catch(() => {});
-          await v.holder!.end().catch(() => {});
-          v.holder = undefined;
+          for (const c of v.holders) {
+            await c.query('COMMIT').catch(() => {});
+            await c.end().catch(() => {});
+          }
+          v.holders = [];
         }
         process.stderr.write(`${t.toFixed(0)} s  snapshot released\n`);
       }
@@ -290,14 +323,15 @@ async function main(): Promise<void> {
         process.stderr.write(`${t.toFixed(0)} s  writing burst ${b + 1} (${BURST_N}, due at ${at} s)\n`);
         for (const v of variants) {
           const p = quiet(v.url, 1);
-          burstWrites.push(write(p, burstBase(b), burstBase(b) + BURST_N - 1, due).finally(() => p.end()));
+          const o = v.ordersUrl === v.url ? p : quiet(v.ordersUrl, 1);
+          burstWrites.push(write(p, o, burstBase(b), burstBase(b) + BURST_N - 1, due).finally(() => Promise.all([p.end(), o !== p && o.end()])));
         }
       }
       const target = Math.floor(RATE * t);
       await Promise.all(
         variants.map(async (v) => {
           if (target >= v.next) {
-            await write(v.pool, v.next, target, new Date(Date.now() + DELAY * 1000));
+            await write(v.pool, v.orders, v.next, target, new Date(Date.now() + DELAY * 1000));
             v.next = target + 1;
           }
         }),
@@ -305,7 +339,7 @@ async function main(): Promise<void> {
       await sleep(100 - ((Date.now() - start) % 100));
     }
     await Promise.all(burstWrites);
-    for (const v of variants) if (v.holder) await v.holder.end().catch(() => {});
+    for (const v of variants) for (const c of v.holders.splice(0)) await c.end().catch(() => {});
     // drained: every timeout final
     const deadline = Date.now() + 300_000;
     for (const v of variants) {
@@ -322,7 +356,7 @@ async function main(): Promise<void> {
     const burstResults = (await Promise.all(variants.flatMap((v) => bursts.map((b) => burstResult(v, b.b, b.at, b.due, b.snapshot))))).sort(
       (a, b) => a.at - b.at || a.variant.localeCompare(b.variant),
     );
-    const checks = Object.fromEntries(await Promise.all(variants.map(async (v) => [v.name, await correctness(v.pool, 'ours')] as const)));
+    const checks = Object.fromEntries(await Promise.all(variants.map(async (v) => [v.name, await check(v)] as const)));
     const meta = {
       date: new Date().toISOString(),
       commit: gitCommit(),
@@ -345,12 +379,24 @@ async function main(): Promise<void> {
   } finally {
     for (const v of variants) {
       v.child?.kill('SIGTERM');
-      await v.holder?.end().catch(() => {});
+      for (const c of v.holders) await c.end().catch(() => {});
       await v.pool.end().catch(() => {});
+      if (v.orders !== v.pool) await v.orders.end().catch(() => {});
     }
     await sleep(1000);
     await server.stop();
   }
+}
+
+/** The orders closed exactly once, paid ones untouched, in the orders' database; every due timeout
+ *  final, in the timeouts' database. */
+async function check(v: Variant): Promise<Correctness> {
+  const c = await correctness(v.orders, undefined);
+  const n = (await v.pool.query<{ n: number }>(UNFINISHED_SQL.ours)).rows[0]!.n;
+  c.timeoutsNotFinal = n;
+  if (n > 0) c.problems.unshift(`${n} due timeouts not final`);
+  c.ok = c.problems.length === 0;
+  return c;
 }
 
 function gitCommit(): string {
@@ -371,7 +417,7 @@ export function report(raw: {
   meta: { window: number; variants: string[] };
 }): string {
   const lines: string[] = [];
-  lines.push('window (s)   variant  snapshot  lateness p50/p99 (ms)  dead rows  live rows  heap/indexes (MB)  load');
+  lines.push('window (s)   variant   snapshot  lateness p50/p99 (ms)  dead rows  live rows  heap/indexes (MB)  load');
   const n = raw.meta.variants.length;
   const rounds: Sample[][] = [];
   for (let i = 0; i + n <= raw.samples.length; i += n) rounds.push(raw.samples.slice(i, i + n));
@@ -382,15 +428,15 @@ export function report(raw: {
     for (const s of rounds[i]!) {
       const l = raw.lateness[s.variant]?.find((x) => x.window === w);
       lines.push(
-        `${String(from).padStart(5)}-${String(to).padEnd(5)}  ${s.variant.padEnd(7)}  ${(rounds[i - 1]!.find((x) => x.variant === s.variant)?.snapshot ? 'held' : '').padEnd(8)}  ${(l ? `${l.p50.toFixed(0)}/${l.p99.toFixed(0)}` : '-').padStart(21)}  ${String(s.dead).padStart(9)}  ${String(s.live).padStart(9)}  ${`${mb(s.heapBytes)}/${mb(s.indexBytes)}`.padStart(17)}  ${s.load1.toFixed(2)}`,
+        `${String(from).padStart(5)}-${String(to).padEnd(5)}  ${s.variant.padEnd(8)}  ${(rounds[i - 1]!.find((x) => x.variant === s.variant)?.snapshot ? 'held' : '').padEnd(8)}  ${(l ? `${l.p50.toFixed(0)}/${l.p99.toFixed(0)}` : '-').padStart(21)}  ${String(s.dead).padStart(9)}  ${String(s.live).padStart(9)}  ${`${mb(s.heapBytes)}/${mb(s.indexBytes)}`.padStart(17)}  ${s.load1.toFixed(2)}`,
       );
     }
   }
   lines.push('');
-  lines.push('burst due at (s)  variant  snapshot  drained in (s)  per second  lateness p99 (ms)');
+  lines.push('burst due at (s)  variant   snapshot  drained in (s)  per second  lateness p99 (ms)');
   for (const b of raw.bursts)
     lines.push(
-      `${String(b.at).padStart(16)}  ${b.variant.padEnd(7)}  ${(b.snapshot ? 'held' : '').padEnd(8)}  ${b.seconds.toFixed(2).padStart(14)}  ${Math.round(b.perSecond).toString().padStart(10)}  ${b.p99Ms.toFixed(0).padStart(17)}`,
+      `${String(b.at).padStart(16)}  ${b.variant.padEnd(8)}  ${(b.snapshot ? 'held' : '').padEnd(8)}  ${b.seconds.toFixed(2).padStart(14)}  ${Math.round(b.perSecond).toString().padStart(10)}  ${b.p99Ms.toFixed(0).padStart(17)}`,
     );
   lines.push('');
   for (const [v, c] of Object.entries(raw.correctness)) lines.push(`${v}: ${c.ok ? 'correct' : c.problems.join('; ')}`);

@@ -52,6 +52,7 @@ const REPORTED = [
   'track_commit_timestamp',
   'autovacuum',
   'max_connections',
+  'max_prepared_transactions',
 ];
 
 export interface BenchServer {
@@ -171,8 +172,10 @@ function databases(adminUrl: string, hasStatStatements: boolean): BenchServer['c
   };
 }
 
-/** walWarmupBytes: WAL to write before the first run (see warmWal; 0 for a smoke run). */
-export async function startBenchServer(options: { walWarmupBytes?: number } = {}): Promise<BenchServer> {
+/** walWarmupBytes: WAL to write before the first run (see warmWal; 0 for a smoke run); settings:
+ *  over BENCH_PG_SETTINGS, for the instance the bench starts (not applied to BENCH_DATABASE_URL's,
+ *  whose own settings are reported). */
+export async function startBenchServer(options: { walWarmupBytes?: number; settings?: Record<string, string> } = {}): Promise<BenchServer> {
   const external = process.env['BENCH_DATABASE_URL'];
   if (external) {
     const { settings, hasStatStatements } = await readSettings(external);
@@ -192,7 +195,12 @@ export async function startBenchServer(options: { walWarmupBytes?: number } = {}
   const data = join(dir, 'data');
   const asPostgres = (cmd: string, args: string[]) => run('runuser', ['-u', 'postgres', '--', join(bin, cmd), ...args], { timeout: 120_000 });
   await asPostgres('initdb', ['-D', data, '-A', 'trust', '-U', 'postgres']);
-  const opts = [`-p ${port}`, `-k ${dir}`, '-c listen_addresses=127.0.0.1', ...Object.entries(BENCH_PG_SETTINGS).map(([k, v]) => `-c ${k}=${v}`)].join(' ');
+  const opts = [
+    `-p ${port}`,
+    `-k ${dir}`,
+    '-c listen_addresses=127.0.0.1',
+    ...Object.entries({ ...BENCH_PG_SETTINGS, ...options.settings }).map(([k, v]) => `-c ${k}=${v}`),
+  ].join(' ');
   const pgCtl = (...args: string[]) => asPostgres('pg_ctl', ['-D', data, '-l', join(dir, 'server.log'), '-o', opts, ...args]);
   await pgCtl('-w', 'start');
   const adminUrl = `postgres://postgres@127.0.0.1:${port}/postgres`;
