@@ -52,8 +52,8 @@ WITH ours AS MATERIALIZED (
 ), fresh AS MATERIALIZED (
   SELECT d.id, d.biz_id, d.payload, d.due_at, d.trace_parent FROM timeout_center.timeouts d
    WHERE d.kind = $2::timeout_center.kind AND d.state = 'pending' AND d.available_at <= statement_timestamp()
-     AND (d.available_at, d.id) >= ((SELECT coalesce(s.claim_floor, '-infinity') FROM timeout_center.shards s WHERE s.id = $1),
-                                    (SELECT coalesce(s.claim_floor_id, 0) FROM timeout_center.shards s WHERE s.id = $1)) -- the shard's claim floor (sql/0030, 0041)
+     AND (d.available_at, d.id) >= (coalesce((SELECT s.claim_floor FROM timeout_center.shards s WHERE s.id = $1), '-infinity'),
+                                    coalesce((SELECT s.claim_floor_id FROM timeout_center.shards s WHERE s.id = $1), 0)) -- the shard's claim floor (sql/0030, 0041)
      -- the row's target, stamped when it was written (sql/0020): a routed claim walks its own
      -- target's due rows on timeouts_due_by_target and never reads another target's
      AND (NOT $5::boolean OR d.target = (SELECT target FROM ours))

@@ -36,8 +36,8 @@ WITH ours AS MATERIALIZED (
 ), fresh AS MATERIALIZED (
   SELECT d.id, d.ctid, d.biz_id, d.payload, d.due_at, d.trace_parent FROM timeout_center.timeouts d
    WHERE d.kind = $2::timeout_center.kind AND d.state = 'pending' AND d.available_at <= statement_timestamp()
-     AND (d.available_at, d.id) >= ((SELECT coalesce(s.claim_floor, '-infinity') FROM timeout_center.shards s WHERE s.id = $1),
-                                    (SELECT coalesce(s.claim_floor_id, 0) FROM timeout_center.shards s WHERE s.id = $1)) -- the shard's claim floor (sql/0030, 0041)
+     AND (d.available_at, d.id) >= (coalesce((SELECT s.claim_floor FROM timeout_center.shards s WHERE s.id = $1), '-infinity'),
+                                    coalesce((SELECT s.claim_floor_id FROM timeout_center.shards s WHERE s.id = $1), 0)) -- the shard's claim floor (sql/0030, 0041)
      AND (NOT $5::boolean OR d.target = (SELECT target FROM ours))
      AND d.id NOT IN (SELECT b.id FROM busy b)
      AND EXISTS (SELECT 1 FROM ours)
