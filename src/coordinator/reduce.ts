@@ -15,11 +15,10 @@ export interface ReducedScan {
   duration_s: number;
 }
 
-/** scansFrom, shardsFrom: the oldest scan not reduced and shard in flight at the last tick
- *  (claim-floors.ts; 0: from the first). */
-export async function reduceScans(pool: pg.Pool, epoch: number, scansFrom = 0, shardsFrom = 0): Promise<ReducedScan[]> {
+/** scansFrom: the oldest scan not reduced at the last tick (claim-floors.ts; 0: from the first). */
+export async function reduceScans(pool: pg.Pool, epoch: number, scansFrom = 0): Promise<ReducedScan[]> {
   return fencedTransaction(pool, epoch, async (client) => {
-    const { rows } = await client.query<ReducedScan>(sql('coordinator/reduce', { maxScans: 500, scansFrom, shardsFrom }));
+    const { rows } = await client.query<ReducedScan>(sql('coordinator/reduce', { maxScans: 500, scansFrom }));
     return rows;
   });
 }

@@ -23,7 +23,7 @@ export class Reducer {
   constructor(private readonly deps: ReducerDeps) {}
 
   async reduce(epoch: number): Promise<ReducedScan[]> {
-    const reduced = await reduceScans(this.deps.pool, epoch, this.deps.floors?.scansFrom() ?? 0, this.deps.floors?.shardsFrom() ?? 0);
+    const reduced = await reduceScans(this.deps.pool, epoch, this.deps.floors?.scansFrom() ?? 0);
     await this.report(reduced);
     return reduced;
   }

@@ -5,17 +5,14 @@
 --      enters mapped only when written (a new, higher id) or from mapping, so the scans below it
 --      are reduced, and the versions they left in scans_open under an old snapshot held elsewhere
 --      are not walked at every tick
---   $3 the oldest shard in flight at an earlier tick (the same for shards: the planner looks for a
---      scan's shards in flight on shards_in_flight_by_id, which under an old snapshot holds a
---      version of every shard since it was taken)
--- @params maxScans: number, scansFrom: number, shardsFrom: number
+-- @params maxScans: number, scansFrom: number
 -- claimed is the sum of what the scan's shards claimed (workers claim their rows).
 -- Returns the reduced scans with totals.
 WITH ready AS (
   SELECT s.id FROM timeout_center.scans s
    WHERE s.state = 'mapped' AND s.id >= $2
      AND NOT EXISTS (SELECT 1 FROM timeout_center.shards sh
-                      WHERE sh.scan_id = s.id AND sh.state IN ('queued', 'running') AND sh.id >= $3)
+                      WHERE sh.scan_id = s.id AND sh.state IN ('queued', 'running'))
    ORDER BY s.id
    LIMIT $1
      FOR UPDATE SKIP LOCKED
