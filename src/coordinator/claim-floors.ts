@@ -11,6 +11,10 @@
 // computed (a row written pending after it is either at or above it, or written late and found by
 // the next tick), so nothing here is reset with leadership: a new leader starts with no floor (the
 // first tick reads each kind's due index from its start once) only because it is a new process.
+// On one server only: a standby promoted without the primary's last commits has rows pending
+// again, and scans open again, below what was computed on the primary, and the pool reaches it
+// without an error (its idle sessions to the dead primary end quietly). next_due.sql returns the
+// server it ran on and takes the one the inputs were computed on; on another, it leaves them out.
 /** next_due.sql's claim-floor inputs ($2 floors, $3 marks), as jsonb text. */
 export interface NextDueInputs {
   floors: string;
@@ -18,6 +22,8 @@ export interface NextDueInputs {
   /** next_due.sql's $4 and $5 */
   shardsFrom: number;
   scansFrom: number;
+  /** next_due.sql's $6: the server the others were computed on */
+  server: string;
 }
 
 /** Marks kept at most: one per tick, dropped once a newer one is older than every running
@@ -39,6 +45,8 @@ export interface FloorsRow {
   in_flight_from?: string | null;
   /** the oldest scan id not reduced (bigint as text) */
   open_scans_from?: string | null;
+  /** the server this tick ran on (its postmaster's start and address) */
+  server?: string | null;
 }
 
 export class ClaimFloors {
@@ -50,10 +58,18 @@ export class ClaimFloors {
   /** The oldest scan not reduced at the last tick: the reduce and the reaper read scans from it
    *  (a scan enters mapped only when written, with a higher id, or from mapping). */
   private openScansFrom = 0;
+  /** The server all of the above were computed on: next_due.sql leaves them out on another one. */
+  private server = '';
 
   /** next_due.sql's $2 and $3. */
   inputs(): NextDueInputs {
-    return { floors: JSON.stringify(this.floors), marks: JSON.stringify(this.marks), shardsFrom: this.inFlightFrom, scansFrom: this.openScansFrom };
+    return {
+      floors: JSON.stringify(this.floors),
+      marks: JSON.stringify(this.marks),
+      shardsFrom: this.inFlightFrom,
+      scansFrom: this.openScansFrom,
+      server: this.server,
+    };
   }
 
   /** reduce.sql's $2, close_orphan_scans.sql's $2: the oldest scan id not reduced. */
@@ -90,10 +106,16 @@ export class ClaimFloors {
     this.marks = [];
     this.inFlightFrom = 0;
     this.openScansFrom = 0;
+    this.server = '';
   }
 
   /** Takes next_due.sql's result (nothing on the Citus layout, whose claims read no floor). */
   update(row: FloorsRow): void {
+    if (row.server !== undefined && row.server !== null && row.server !== this.server) {
+      // computed on another server than the last tick's: next_due.sql left out every input
+      this.reset();
+      this.server = row.server;
+    }
     if (row.floors) this.floors = { ...row.floors };
     if (row.in_flight_from) this.inFlightFrom = Number(row.in_flight_from);
     if (row.open_scans_from) this.openScansFrom = Number(row.open_scans_from);

@@ -4,7 +4,7 @@ import { ClaimFloors } from '../../src/coordinator/claim-floors.js';
 describe('claim floors between ticks', () => {
   it('starts with no floor and no mark: the first tick reads every kind from its start', () => {
     const f = new ClaimFloors();
-    expect(f.inputs()).toEqual({ floors: '{}', marks: '[]', shardsFrom: 0, scansFrom: 0 });
+    expect(f.inputs()).toEqual({ floors: '{}', marks: '[]', shardsFrom: 0, scansFrom: 0, server: '' });
     expect(f.param()).toBe('{}');
   });
 
@@ -51,6 +51,20 @@ describe('claim floors between ticks', () => {
     const f = new ClaimFloors();
     f.update({ floors: { k: ['x', '1'] }, mark_at: 't', mark_xid: '5', xmin: '1', in_flight_from: '7' });
     f.reset();
-    expect(f.inputs()).toEqual({ floors: '{}', marks: '[]', shardsFrom: 0, scansFrom: 0 });
+    expect(f.inputs()).toEqual({ floors: '{}', marks: '[]', shardsFrom: 0, scansFrom: 0, server: '' });
+  });
+
+  it('drops what was computed on another server: next_due ran on a new primary (or a restarted one), which left the inputs out', () => {
+    const f = new ClaimFloors();
+    f.update({ server: 'A', floors: { k: ['x', '9'] }, mark_at: 't1', mark_xid: '500', xmin: '1', in_flight_from: '70', open_scans_from: '30' });
+    expect(f.inputs().server).toBe('A');
+    f.update({ server: 'B', floors: { k: ['w', '1'] }, mark_at: 't2', mark_xid: '400', xmin: '1', in_flight_from: '3' });
+    expect(f.inputs()).toEqual({
+      floors: JSON.stringify({ k: ['w', '1'] }),
+      marks: JSON.stringify([{ at: 't2', xid: '400' }]),
+      shardsFrom: 3,
+      scansFrom: 0,
+      server: 'B',
+    });
   });
 });

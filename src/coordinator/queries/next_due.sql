@@ -12,7 +12,11 @@
 --   $4 the oldest shard id in flight at an earlier tick (0: count from the first): the shards
 --      queued or running are counted from it (shards_in_flight_by_id, sql/0042)
 --   $5 the oldest scan not reduced at an earlier tick (0: from the first)
--- @params kinds: string[], floors: string, marks: string, shardsFrom: number, scansFrom: number
+--   $6 the server $2-$5 were computed on (the column server of an earlier tick; '': none). They
+--      hold only there: a standby promoted without the primary's last commits has rows pending
+--      again, and scans not reduced, below them, and its transaction ids are not the marks'. On
+--      another server (or the same one restarted) they are left out, as on a first tick.
+-- @params kinds: string[], floors: string, marks: string, shardsFrom: number, scansFrom: number, server: string
 -- Claim floors (sql/0030; docs/architecture.md "The claim floor"): per kind, the due index is
 -- read from the kind's floor on, never from its start: while an old snapshot anywhere in the
 -- cluster keeps the rows already claimed from being vacuumed, their index entries stay in front of
@@ -49,9 +53,16 @@
 -- target_controls (sql/0009): {"target": [rate_limit, has_due]} for every rate-limited business
 -- database; has_due: some unpaused served kind routed to it has a timeout due (for a kind routed
 -- over several databases this cannot say which: the bucket may then save up its burst cap).
-WITH horizon AS MATERIALIZED (
+WITH server AS MATERIALIZED (
+  -- this server, as long as it runs: its postmaster's start and its address
+  SELECT pg_postmaster_start_time()::text || coalesce(' ' || host(inet_server_addr()) || ':' || inet_server_port()::text, '') AS server
+), inputs AS MATERIALIZED (
+  SELECT CASE WHEN same THEN $2::jsonb ELSE '{}' END AS floors, CASE WHEN same THEN $3::jsonb ELSE '[]' END AS marks,
+         CASE WHEN same THEN $4::bigint ELSE 0 END AS shards_from, CASE WHEN same THEN $5::bigint ELSE 0 END AS scans_from
+    FROM (SELECT s.server = $6::text AS same FROM server s) x
+), horizon AS MATERIALIZED (
   SELECT max(m.at) AS at
-    FROM jsonb_to_recordset($3::jsonb) AS m (at timestamptz, xid text)
+    FROM jsonb_to_recordset((SELECT i.marks FROM inputs i)) AS m (at timestamptz, xid text)
    WHERE m.xid::xid8 <= pg_snapshot_xmin(pg_current_snapshot())
 ), walked AS MATERIALIZED (
   -- per kind: its oldest pending key from the previous floor on, its oldest pending instant written
@@ -64,8 +75,8 @@ WITH horizon AS MATERIALIZED (
     FROM unnest($1::text[]) AS k (kind)
     LEFT JOIN LATERAL (SELECT t.available_at, t.id FROM timeout_center.timeouts t
                         WHERE t.kind = k.kind::timeout_center.kind AND t.state = 'pending'
-                          AND (t.available_at, t.id) >= (coalesce(($2::jsonb -> k.kind ->> 0)::timestamptz, '-infinity'),
-                                                         coalesce(($2::jsonb -> k.kind ->> 1)::bigint, 0))
+                          AND (t.available_at, t.id) >= (coalesce(((SELECT i.floors FROM inputs i) -> k.kind ->> 0)::timestamptz, '-infinity'),
+                                                         coalesce(((SELECT i.floors FROM inputs i) -> k.kind ->> 1)::bigint, 0))
                         ORDER BY t.available_at, t.id LIMIT 1) w ON true
 ), floors AS MATERIALIZED (
   -- the least of the three keys; the last two are whole instants (id 0), so the walked row's id
@@ -80,7 +91,7 @@ WITH horizon AS MATERIALIZED (
     FROM (SELECT DISTINCT ON (sh.kind, sh.not_before) sh.kind, sh.not_before,
                  coalesce(sh.claim_ceiling, sh.not_before) AS top_at, coalesce(sh.claim_ceiling_id, 9223372036854775807) AS top_id
             FROM timeout_center.shards sh
-           WHERE sh.state IN ('queued', 'running') AND sh.id >= $4 AND sh.not_before IS NOT NULL AND sh.seq % 2 = 1
+           WHERE sh.state IN ('queued', 'running') AND sh.id >= (SELECT i.shards_from FROM inputs i) AND sh.not_before IS NOT NULL AND sh.seq % 2 = 1
              AND sh.claim_attempt = 0 AND sh.kind = ANY ($1::text[])
            ORDER BY sh.kind, sh.not_before, coalesce(sh.claim_ceiling, sh.not_before), coalesce(sh.claim_ceiling_id, 9223372036854775807)) w
     JOIN floors f ON f.kind = w.kind
@@ -95,7 +106,7 @@ WITH horizon AS MATERIALIZED (
     JOIN floors f ON f.kind = s.kind
     LEFT JOIN ceilings c ON c.kind = s.kind AND c.not_before = s.not_before AND s.seq % 2 = 1
    CROSS JOIN LATERAL (SELECT (f.floor, f.floor_id) > (coalesce(s.claim_floor, '-infinity'), coalesce(s.claim_floor_id, 0)) AS floor_moves) r
-   WHERE s.state IN ('queued', 'running') AND s.id >= $4 AND s.claim_attempt = 0 AND s.kind = ANY ($1::text[])
+   WHERE s.state IN ('queued', 'running') AND s.id >= (SELECT i.shards_from FROM inputs i) AND s.claim_attempt = 0 AND s.kind = ANY ($1::text[])
      AND (r.floor_moves OR (c.at, c.id) < (coalesce(s.claim_ceiling, 'infinity'), coalesce(s.claim_ceiling_id, 9223372036854775807)))
      FOR UPDATE OF s SKIP LOCKED
 ), refreshed AS (
@@ -111,7 +122,7 @@ WITH horizon AS MATERIALIZED (
   -- the clock first, then a new transaction id (the subquery is read before the outer list)
   SELECT c.at, pg_current_xact_id()::text AS xid FROM (SELECT clock_timestamp() AS at OFFSET 0) c
 )
-SELECT now() AS now,
+SELECT now() AS now, (SELECT s.server FROM server s) AS server,
        (SELECT jsonb_object_agg(f.kind, jsonb_build_array(f.floor, f.floor_id::text)) FROM floors f) AS floors,
        (SELECT count(*) FROM refreshed)::int AS refreshed,
        (SELECT m.at FROM mark m)::text AS mark_at, (SELECT m.xid FROM mark m) AS mark_xid,
@@ -130,13 +141,13 @@ SELECT now() AS now,
                               WHERE t.kind = kc.kind::timeout_center.kind AND t.state = 'pending' AND t.available_at > now()
                               ORDER BY t.available_at LIMIT 1) d) AS next_after,
        -- with nothing in flight, the next shard written (a higher id than any now)
-       coalesce((SELECT min(sh.id) FROM timeout_center.shards sh WHERE sh.state IN ('queued', 'running') AND sh.id >= $4),
-                (SELECT max(sh.id) + 1 FROM timeout_center.shards sh), $4)::text AS in_flight_from,
+       coalesce((SELECT min(sh.id) FROM timeout_center.shards sh WHERE sh.state IN ('queued', 'running') AND sh.id >= (SELECT i.shards_from FROM inputs i)),
+                (SELECT max(sh.id) + 1 FROM timeout_center.shards sh), (SELECT i.shards_from FROM inputs i))::text AS in_flight_from,
        -- the same for the scans not reduced (reduce.sql, close_orphan_scans.sql: scans_open)
-       coalesce((SELECT min(sc.id) FROM timeout_center.scans sc WHERE sc.state <> 'reduced' AND sc.id >= $5),
-                (SELECT max(sc.id) + 1 FROM timeout_center.scans sc), $5)::text AS open_scans_from,
+       coalesce((SELECT min(sc.id) FROM timeout_center.scans sc WHERE sc.state <> 'reduced' AND sc.id >= (SELECT i.scans_from FROM inputs i)),
+                (SELECT max(sc.id) + 1 FROM timeout_center.scans sc), (SELECT i.scans_from FROM inputs i))::text AS open_scans_from,
        (SELECT count(*) FROM timeout_center.shards sh
-         WHERE sh.state IN ('queued', 'running') AND sh.id >= $4
+         WHERE sh.state IN ('queued', 'running') AND sh.id >= (SELECT i.shards_from FROM inputs i)
            AND NOT (sh.state = 'queued' AND EXISTS (SELECT 1 FROM timeout_center.kinds kc WHERE kc.kind = sh.kind AND kc.paused))
            AND NOT (sh.state = 'queued' AND NOT EXISTS (SELECT 1 FROM timeout_center.live_workers w WHERE sh.kind = ANY (w.kinds))))::int AS in_flight,
        (SELECT coalesce(jsonb_object_agg(kc.kind, jsonb_build_array(kc.paused, kc.max_running_shards, kc.rate_limit,
