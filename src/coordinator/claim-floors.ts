@@ -77,6 +77,11 @@ export class ClaimFloors {
     return this.openScansFrom;
   }
 
+  /** reduce.sql's $2-$4: the oldest scan not reduced and shard in flight, and their server. */
+  reduceBounds(): { scansFrom: number; shardsFrom: number; server: string } {
+    return { scansFrom: this.openScansFrom, shardsFrom: this.inFlightFrom, server: this.server };
+  }
+
   /** plan_shards.sql's $12 and $13, count_ahead.sql's $4 and $5. */
   planInputs(): { floors: string; shardsFrom: number } {
     return { floors: this.param(), shardsFrom: this.inFlightFrom };

@@ -15,10 +15,18 @@ export interface ReducedScan {
   duration_s: number;
 }
 
-/** scansFrom: the oldest scan not reduced at the last tick (claim-floors.ts; 0: from the first). */
-export async function reduceScans(pool: pg.Pool, epoch: number, scansFrom = 0): Promise<ReducedScan[]> {
+export interface ReduceBounds {
+  scansFrom: number;
+  shardsFrom: number;
+  server: string;
+}
+const NO_BOUNDS: ReduceBounds = { scansFrom: 0, shardsFrom: 0, server: '' };
+
+/** bounds: the oldest scan not reduced and shard in flight at the last tick, and the server they
+ *  were computed on (claim-floors.ts; none: from the first). */
+export async function reduceScans(pool: pg.Pool, epoch: number, bounds: ReduceBounds = NO_BOUNDS): Promise<ReducedScan[]> {
   return fencedTransaction(pool, epoch, async (client) => {
-    const { rows } = await client.query<ReducedScan>(sql('coordinator/reduce', { maxScans: 500, scansFrom }));
+    const { rows } = await client.query<ReducedScan>(sql('coordinator/reduce', { maxScans: 500, ...bounds }));
     return rows;
   });
 }

@@ -15,7 +15,7 @@ export interface ReducerDeps {
   logger: Logger;
   /** alerts.consecutiveFailedScans */
   consecutiveFailed: number;
-  /** The map's floors: the oldest scan not reduced, which the reduce reads from. */
+  /** The map's floors: the oldest scan not reduced and shard in flight, which the reduce reads from. */
   floors?: ClaimFloors;
 }
 
@@ -23,7 +23,7 @@ export class Reducer {
   constructor(private readonly deps: ReducerDeps) {}
 
   async reduce(epoch: number): Promise<ReducedScan[]> {
-    const reduced = await reduceScans(this.deps.pool, epoch, this.deps.floors?.scansFrom() ?? 0);
+    const reduced = await reduceScans(this.deps.pool, epoch, this.deps.floors?.reduceBounds());
     await this.report(reduced);
     return reduced;
   }

@@ -162,7 +162,7 @@ SELECT now() AS now, (SELECT s.server FROM server s) AS server,
           FROM timeout_center.kinds kc
          WHERE kc.kind = ANY ($1::text[]) AND NOT kc.paused
            AND NOT EXISTS (SELECT 1 FROM timeout_center.live_workers w WHERE kc.kind = ANY (w.kinds))
-           AND (EXISTS (SELECT 1 FROM timeout_center.shards sh WHERE sh.kind = kc.kind AND sh.state = 'queued')
+           AND (EXISTS (SELECT 1 FROM timeout_center.shards sh WHERE sh.kind = kc.kind AND sh.state = 'queued' AND sh.id >= (SELECT i.shards_from FROM inputs i))
                 OR EXISTS (SELECT 1 FROM timeout_center.timeouts t
                             WHERE t.kind = kc.kind::timeout_center.kind AND t.state = 'pending' AND t.available_at <= now()
                               AND t.available_at >= (SELECT f.floor FROM floors f WHERE f.kind = kc.kind)))) AS unserved,

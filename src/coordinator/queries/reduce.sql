@@ -5,14 +5,24 @@
 --      enters mapped only when written (a new, higher id) or from mapping, so the scans below it
 --      are reduced, and the versions they left in scans_open under an old snapshot held elsewhere
 --      are not walked at every tick
--- @params maxScans: number, scansFrom: number
+--   $3 the oldest shard in flight at an earlier tick (the same for shards: the planner looks for a
+--      scan's shards in flight on shards_in_flight_by_id, which under an old snapshot holds a
+--      version of every shard since it was taken)
+--   $4 the server $2 and $3 were computed on (next_due.sql's column server): on another one they
+--      are left out. A standby promoted without the last commits may have below them scans open
+--      again and shards back in flight, and a scan whose shards are in flight must not be reduced.
+-- @params maxScans: number, scansFrom: number, shardsFrom: number, server: string
 -- claimed is the sum of what the scan's shards claimed (workers claim their rows).
 -- Returns the reduced scans with totals.
-WITH ready AS (
+WITH inputs AS MATERIALIZED (
+  SELECT CASE WHEN same THEN $2::bigint ELSE 0 END AS scans_from, CASE WHEN same THEN $3::bigint ELSE 0 END AS shards_from
+    FROM (SELECT pg_postmaster_start_time()::text || coalesce(' ' || host(inet_server_addr()) || ':' || inet_server_port()::text, '')
+                 = $4::text AS same) x
+), ready AS (
   SELECT s.id FROM timeout_center.scans s
-   WHERE s.state = 'mapped' AND s.id >= $2
+   WHERE s.state = 'mapped' AND s.id >= (SELECT i.scans_from FROM inputs i)
      AND NOT EXISTS (SELECT 1 FROM timeout_center.shards sh
-                      WHERE sh.scan_id = s.id AND sh.state IN ('queued', 'running'))
+                      WHERE sh.scan_id = s.id AND sh.state IN ('queued', 'running') AND sh.id >= (SELECT i.shards_from FROM inputs i))
    ORDER BY s.id
    LIMIT $1
      FOR UPDATE SKIP LOCKED
