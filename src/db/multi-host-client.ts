@@ -90,19 +90,27 @@ export function engineClientClass(
         // The silence watch counts the statement out until it settles, in each of pg's forms: a
         // callback (pg-pool's own query), a promise, or a submittable (a cursor).
         const settled = this.silence?.begin();
+        const failed = (err: unknown): void => {
+          if ((err as { code?: unknown } | undefined)?.code === '25006') {
+            hooks.onStandby?.({ host: this.host, port: this.port });
+            void this.end().catch(() => {});
+          }
+        };
         const last = args.length - 1;
-        if (settled && typeof args[last] === 'function') {
+        // pool.query() passes a callback: its statements meet 25006 too (the coordinator's tick)
+        if (typeof args[last] === 'function') {
           const callback = args[last] as (...a: unknown[]) => unknown;
-          args[last] = (...a: unknown[]) => (settled(), callback(...a));
+          args[last] = (err: unknown, ...rest: unknown[]) => {
+            settled?.();
+            if (err) failed(err);
+            return callback(err, ...rest);
+          };
         }
         const r = query(...args);
         if (r instanceof Promise) {
           r.then(settled, (err: unknown) => {
             settled?.();
-            if ((err as { code?: unknown } | undefined)?.code === '25006') {
-              hooks.onStandby?.({ host: this.host, port: this.port });
-              void this.end().catch(() => {});
-            }
+            failed(err);
           });
         } else if (settled && r && typeof (r as { once?: unknown }).once === 'function') {
           (r as NodeJS.EventEmitter).once('end', settled).once('error', settled);

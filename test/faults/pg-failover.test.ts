@@ -89,6 +89,15 @@ describe('PostgreSQL failover through a multi-host connection string', () => {
       // The primary turns read-only under an open session: its next write fails with 25006, the
       // session is ended and the pool does not hand it out again.
       await pool.query('CREATE TABLE IF NOT EXISTS failover_probe (x int)');
+      // pool.query (the coordinator's tick): its session, opened while the primary is read-write
+      const warnings: string[] = [];
+      const watched = createPool({
+        connectionString: url,
+        max: 1,
+        applicationName: 'failover unit',
+        logger: pino({ level: 'warn' }, { write: (line: string) => void warnings.push(line) }),
+      });
+      await watched.query('SELECT 1');
       const client = await pool.connect();
       const pid = (await client.query<{ pid: number }>('SELECT pg_backend_pid() AS pid')).rows[0]!.pid;
       const admin = createPool({ connectionString: a.url(), max: 1, applicationName: 'admin', logger: silent });
@@ -101,6 +110,9 @@ describe('PostgreSQL failover through a multi-host connection string', () => {
       );
       expect(err?.code).toBe('25006');
       client.release();
+      await expect(watched.query('INSERT INTO failover_probe VALUES (2)')).rejects.toMatchObject({ code: '25006' });
+      expect(warnings.join(''), 'pool.query met 25006: its session is dropped, and said so').toMatch(/turned standby under this connection/);
+      await watched.end();
       // A new connection: the primary no longer qualifies (read-only), the standby neither.
       await expect(pool.query('SELECT 1')).rejects.toThrow(/no host of .* accepted a read-write session: .*ECONNREFUSED.*hot standby.*read-only/);
       await admin.query('ALTER SYSTEM RESET default_transaction_read_only');
