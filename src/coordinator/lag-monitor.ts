@@ -11,6 +11,14 @@ import { deferredUntil, lagCheckDue } from './lag-schedule.js';
 import { sql } from '../db/queries.js';
 import { ClaimFloors } from './claim-floors.js';
 
+interface BacklogRow {
+  kind: string;
+  pending_due: number;
+  in_flight: number;
+  lag_s: number;
+  paused: boolean;
+}
+
 export class LagMonitor {
   private lastCheckAt = 0;
   private notBefore = 0;
@@ -45,13 +53,24 @@ export class LagMonitor {
     this.notBefore = deferredUntil(Date.now(), untilMs, this.intervalMs);
   }
 
+  /** Each kind's backlog, one statement per kind with its floor as constants (backlog.sql says
+   *  why): the kinds with something due or in flight. */
+  private async backlog(): Promise<BacklogRow[]> {
+    const { rows: kinds } = await this.pool.query<{ kind: string }>(sql('flow/kind_names'));
+    const rows: BacklogRow[] = [];
+    for (const { kind } of kinds) {
+      const floor = this.floors.floorOf(kind);
+      const { rows: found } = await this.pool.query<BacklogRow>(sql('coordinator/backlog', { kind, floorAt: floor?.[0] ?? null, floorId: floor?.[1] ?? '0' }));
+      rows.push(...found);
+    }
+    return rows;
+  }
+
   async check(): Promise<void> {
     const now = Date.now();
     if (!lagCheckDue(now, this.lastCheckAt, this.notBefore, this.intervalMs)) return;
     this.lastCheckAt = now;
-    const { rows } = await this.pool.query<{ kind: string; pending_due: number; in_flight: number; lag_s: number; paused: boolean }>(
-      sql('coordinator/backlog', { floors: this.floors.param() }),
-    );
+    const rows = await this.backlog();
     this.clearOwn();
     let worst: (typeof rows)[number] | undefined;
     for (const r of rows) {
