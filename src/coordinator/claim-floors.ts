@@ -15,6 +15,8 @@
 // again, and scans open again, below what was computed on the primary, and the pool reaches it
 // without an error (its idle sessions to the dead primary end quietly). next_due.sql returns the
 // server it ran on and takes the one the inputs were computed on; on another, it leaves them out.
+import type { ReduceBounds } from './reduce.js';
+
 /** next_due.sql's claim-floor inputs ($2 floors, $3 marks), as jsonb text. */
 export interface NextDueInputs {
   floors: string;
@@ -78,7 +80,7 @@ export class ClaimFloors {
   }
 
   /** reduce.sql's $2-$4: the oldest scan not reduced and shard in flight, and their server. */
-  reduceBounds(): { scansFrom: number; shardsFrom: number; server: string } {
+  reduceBounds(): ReduceBounds {
     return { scansFrom: this.openScansFrom, shardsFrom: this.inFlightFrom, server: this.server };
   }
 
