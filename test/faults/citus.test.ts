@@ -43,12 +43,15 @@ async function doneByNode(s: Scenario): Promise<Record<string, number>> {
 }
 
 /** The payment race (test/docs/payment-race.ts) on a scenario: n due at once, every 25th order
- *  paid at its due instant with the README's Citus payment; I1-I4, closes = applied. */
+ *  paid at its due instant with the README's Citus payment for the layout (citus-pay, or
+ *  citus-colocated-pay with the orders colocated); I1-I4, closes = applied. */
 async function expectPaymentRace(s: Scenario, n: number): Promise<void> {
   const workers = [s.worker('worker-1'), s.worker('worker-2')];
   await Promise.all(workers.map((w) => w.waitForMsg('worker started', 60_000)));
   await s.coordinator().waitForMsg('became leader', 60_000);
-  const figures = await paymentRace(s, workers, namedBlock('citus-pay').text, { n, spreadMs: 0, payEvery: 25 });
+  // Orders colocated: the README's payment that names the bucket (one transaction on one node).
+  const pay = namedBlock(s.colocated ? 'citus-colocated-pay' : 'citus-pay').text;
+  const figures = await paymentRace(s, workers, pay, { n, spreadMs: 0, payEvery: 25 });
   report(`citus: ${n} due at once with payers at the due instant${s.colocated ? ', orders colocated' : ''}`, { ...figures });
   expect(figures.payerErrors).toEqual({});
   expect(figures.closedThenPaid).toBe(0);

@@ -593,6 +593,32 @@ describe.skipIf(tools.skip)(tools.title('Citus: the layout, the README blocks an
         open: 0,
       });
       expect(await c.count(`SELECT count(*) AS n FROM timeout_center.timeouts WHERE bucket <> timeout_center.bucket_of(biz_id)`)).toBe(0);
+
+      // The README's payment for colocated orders (citus-colocated-pay): it pays once, cancels the
+      // timeout, and each of its statements is one task on one node (a router transaction).
+      const pay = namedBlock('citus-colocated-pay').text;
+      const order = 9042;
+      await c.pool.query(`INSERT INTO orders (id, bucket, status) VALUES ($1, timeout_center.bucket_of($2), 'unpaid')`, [order, String(order)]);
+      await c.pool.query(
+        `INSERT INTO timeout_center.timeouts (kind, biz_id, due_at, bucket) VALUES ('order.unpaid', $1, now() + interval '1 hour', timeout_center.bucket_of($1))`,
+        [String(order)],
+      );
+      const paying = async () => {
+        const r = (await c.pool.query(forOrder(pay, order))) as unknown as pg.QueryResult[];
+        return r[statements(pay).findIndex((st) => /^UPDATE orders\b/i.test(st))]!.rowCount;
+      };
+      expect(await paying()).toBe(1);
+      expect(await paying()).toBe(0);
+      expect((await c.pool.query(`SELECT state FROM timeout_center.timeouts WHERE biz_id = $1`, [String(order)])).rows).toEqual([{ state: 'cancelled' }]);
+      for (const st of statements(pay).filter((x) => /^UPDATE/.test(x))) {
+        const { rows } = await c.pool.query<{ 'QUERY PLAN': string }>(`EXPLAIN ${forOrder(st, order)}`);
+        expect(rows.map((r) => r['QUERY PLAN']).join('\n'), st).toMatch(/Task Count: 1\b/);
+      }
+      // Without the bucket (the citus-pay block, for orders on the coordinator) the orders UPDATE
+      // goes to every shard, as the README says.
+      const unbucketed = statements(namedBlock('citus-pay').text).find((st) => /^UPDATE orders\b/i.test(st))!;
+      const { rows: everyShard } = await c.pool.query<{ 'QUERY PLAN': string }>(`EXPLAIN ${forOrder(unbucketed, order)}`);
+      expect(everyShard.map((r) => r['QUERY PLAN']).join('\n')).toMatch(/Task Count: 16\b/);
       await c.stopAll();
     } finally {
       await c.close();
