@@ -414,7 +414,7 @@ export function report(raw: {
   lateness: Record<string, WindowLateness[]>;
   bursts: BurstResult[];
   correctness: Record<string, { ok: boolean; problems: string[] }>;
-  meta: { window: number; variants: string[]; snapshot: [number, number] };
+  meta: { window: number; variants: string[]; snapshot: number[] };
 }): string {
   const lines: string[] = [];
   lines.push('window (s)   variant   snapshot  lateness p50/p99 (ms)  dead rows  live rows  heap/indexes (MB)  load');
@@ -430,7 +430,7 @@ export function report(raw: {
     for (const s of rounds[i]!) {
       const l = raw.lateness[s.variant]?.find((x) => x.window === w);
       lines.push(
-        `${String(from).padStart(5)}-${String(to).padEnd(5)}  ${s.variant.padEnd(8)}  ${(from >= raw.meta.snapshot[0] && to <= raw.meta.snapshot[1] ? 'held' : '').padEnd(8)}  ${(l ? `${l.p50.toFixed(0)}/${l.p99.toFixed(0)}` : '-').padStart(21)}  ${String(s.dead).padStart(9)}  ${String(s.live).padStart(9)}  ${`${mb(s.heapBytes)}/${mb(s.indexBytes)}`.padStart(17)}  ${s.load1.toFixed(2)}`,
+        `${String(from).padStart(5)}-${String(to).padEnd(5)}  ${s.variant.padEnd(8)}  ${(from >= raw.meta.snapshot[0]! && to <= raw.meta.snapshot[1]! ? 'held' : '').padEnd(8)}  ${(l ? `${l.p50.toFixed(0)}/${l.p99.toFixed(0)}` : '-').padStart(21)}  ${String(s.dead).padStart(9)}  ${String(s.live).padStart(9)}  ${`${mb(s.heapBytes)}/${mb(s.indexBytes)}`.padStart(17)}  ${s.load1.toFixed(2)}`,
       );
     }
   }
