@@ -41,15 +41,11 @@ describe('HTTP API (run --api, and timeout-center api)', () => {
     const headers: Record<string, string> = {};
     if (token) headers['authorization'] = `Bearer ${token}`;
     if (body !== undefined) headers['content-type'] = 'application/json';
-    const text0 = body === undefined ? undefined : typeof body === 'string' ? body : JSON.stringify(body);
+    const sent = body === undefined ? undefined : typeof body === 'string' ? body : JSON.stringify(body);
     // A body over the limit is answered 413 before it is all sent, and the server closes: fetch
     // then fails with EPIPE on its write, dropping the answer; node:http keeps the answer it read.
-    if (text0 !== undefined && text0.length > BODY_LIMIT) return overLimit(method, `${url}${path}`, headers, text0);
-    const res = await fetch(`${url}${path}`, {
-      method,
-      headers,
-      body: body === undefined ? undefined : typeof body === 'string' ? body : JSON.stringify(body),
-    });
+    if (sent !== undefined && sent.length > BODY_LIMIT) return overLimit(method, `${url}${path}`, headers, sent);
+    const res = await fetch(`${url}${path}`, { method, headers, body: sent });
     const text = await res.text();
     return { status: res.status, body: text ? (JSON.parse(text) as Record<string, unknown> & { error?: { code: string; field?: string } }) : {} };
   }

@@ -23,6 +23,23 @@ import { report, Scenario, waitUntil } from '../faults/harness.js';
 
 const tools = requireTools('citus');
 
+/** A README block run as written (one simple-protocol string): one result per statement. */
+async function runBlock(pool: pg.Pool, text: string): Promise<pg.QueryResult[]> {
+  const r = (await pool.query(text)) as unknown as pg.QueryResult | pg.QueryResult[];
+  return Array.isArray(r) ? r : [r];
+}
+
+/** The result of a payment block's UPDATE of orders (its row count: paid or refused). */
+function paymentOf(block: string, results: pg.QueryResult[]): pg.QueryResult {
+  return results[statements(block).findIndex((st) => /^UPDATE orders\b/i.test(st))]!;
+}
+
+/** EXPLAIN's text of a statement. */
+async function explain(pool: pg.Pool, statement: string, values?: unknown[]): Promise<string> {
+  const { rows } = await pool.query<{ 'QUERY PLAN': string }>(`EXPLAIN ${statement}`, values);
+  return rows.map((r) => r['QUERY PLAN']).join('\n');
+}
+
 describe.skipIf(tools.skip)(tools.title('Citus: the layout, the README blocks and a drain on a three-node cluster'), () => {
   let cluster: CitusCluster;
   let s: Scenario;
@@ -39,10 +56,7 @@ describe.skipIf(tools.skip)(tools.title('Citus: the layout, the README blocks an
     await stopAllServers();
   });
 
-  async function run(text: string): Promise<pg.QueryResult[]> {
-    const r = (await s.pool.query(text)) as unknown as pg.QueryResult | pg.QueryResult[];
-    return Array.isArray(r) ? r : [r];
-  }
+  const run = (text: string) => runBlock(s.pool, text);
 
   it('migrate laid timeouts and done_timeouts out colocated on the bucket, the control plane on the coordinator; status shows it', async () => {
     expect(s.citus).toBe(true);
@@ -90,7 +104,7 @@ describe.skipIf(tools.skip)(tools.title('Citus: the layout, the README blocks an
     await run(create);
     const { rows: created } = await s.pool.query(`SELECT state, available_at = due_at AS set_by_trigger FROM timeout_center.timeouts WHERE biz_id = '42'`);
     expect(created).toEqual([{ state: 'pending', set_by_trigger: true }]);
-    const payment = (results: pg.QueryResult[]) => results[statements(pay).findIndex((st) => /^UPDATE orders\b/i.test(st))]!;
+    const payment = (results: pg.QueryResult[]) => paymentOf(pay, results);
     expect(payment(await run(pay)).rowCount).toBe(1);
     expect((await s.pool.query(`SELECT state FROM timeout_center.all_timeouts WHERE biz_id = '42'`)).rows).toEqual([{ state: 'cancelled' }]);
     expect(payment(await run(pay)).rowCount).toBe(0);
@@ -99,8 +113,7 @@ describe.skipIf(tools.skip)(tools.title('Citus: the layout, the README blocks an
     expect((await run(resched))[0]!.rowCount).toBe(0); // 42 is cancelled: it does not move
     // Router queries: each statement of the blocks is one task on one node.
     for (const st of [...statements(pay).filter((x) => /^UPDATE timeout_center/.test(x)), resched.trim()]) {
-      const { rows } = await s.pool.query<{ 'QUERY PLAN': string }>(`EXPLAIN ${st}`);
-      expect(rows.map((r) => r['QUERY PLAN']).join('\n'), st).toMatch(/Task Count: 1\b/);
+      expect(await explain(s.pool, st), st).toMatch(/Task Count: 1\b/);
     }
     // The triggers run on the shards: an insert not pending is refused, a dispatched row is not cancelled.
     await expect(
@@ -127,13 +140,9 @@ describe.skipIf(tools.skip)(tools.title('Citus: the layout, the README blocks an
       const create = namedBlock('citus-create').text;
       const pay = namedBlock('citus-pay').text;
       const resched = namedBlock('citus-reschedule').text;
-      const runAs = async (text: string) => {
-        const r = (await w.query(text)) as unknown as pg.QueryResult | pg.QueryResult[];
-        return Array.isArray(r) ? r : [r];
-      };
+      const runAs = (text: string) => runBlock(w, text);
       await runAs(forOrder(create, 142));
-      const payment = (results: pg.QueryResult[]) => results[statements(pay).findIndex((st) => /^UPDATE orders\b/i.test(st))]!;
-      expect(payment(await runAs(forOrder(pay, 142))).rowCount).toBe(1);
+      expect(paymentOf(pay, await runAs(forOrder(pay, 142))).rowCount).toBe(1);
       expect((await s.pool.query(`SELECT state FROM timeout_center.all_timeouts WHERE biz_id = '142'`)).rows).toEqual([{ state: 'cancelled' }]);
       await runAs(forOrder(create, 144));
       expect((await runAs(forOrder(resched, 144)))[0]!.rowCount).toBe(1);
@@ -156,11 +165,7 @@ describe.skipIf(tools.skip)(tools.title('Citus: the layout, the README blocks an
     expect(await cancel(s.pool, 'order.unpaid', 100001)).toBe(false);
     expect(await reschedule(s.pool, 'order.unpaid', 100011, { delayMs: 3_600_000 })).toBe(true);
     const { text } = { text: compiled['citus/schedule/schedule'].text };
-    const { rows: plan } = await s.pool.query<{ 'QUERY PLAN': string }>({
-      text: `EXPLAIN ${text}`,
-      values: ['order.unpaid', '999', null, 1000, null],
-    });
-    expect(plan.map((r) => r['QUERY PLAN']).join('\n')).toMatch(/Task Count: 1\b/);
+    expect(await explain(s.pool, text, ['order.unpaid', '999', null, 1000, null])).toMatch(/Task Count: 1\b/);
 
     // Plus 5,000 inserted by SQL, due over the next 2 s.
     await s.seed(5000, { from: 1, dueInMs: 1500, spreadMs: 2000 });
@@ -503,8 +508,7 @@ describe.skipIf(tools.skip)(tools.title('Citus: the layout, the README blocks an
         .split('\n')
         .filter((l) => !l.startsWith('--'))
         .join('\n');
-      const { rows: plan } = await c.pool.query<{ 'QUERY PLAN': string }>(`EXPLAIN ${text}`);
-      const explained = plan.map((r) => r['QUERY PLAN']).join('\n');
+      const explained = await explain(c.pool, text);
       expect(explained).toMatch(/Task Count: 1\b/);
       expect(explained).toMatch(new RegExp(`port=(${cluster.workers.map((w) => w.port).join('|')})\\b`));
       expect(explained).toMatch(/Function Scan on claim_in_bucket/);
@@ -603,22 +607,15 @@ describe.skipIf(tools.skip)(tools.title('Citus: the layout, the README blocks an
         `INSERT INTO timeout_center.timeouts (kind, biz_id, due_at, bucket) VALUES ('order.unpaid', $1, now() + interval '1 hour', timeout_center.bucket_of($1))`,
         [String(order)],
       );
-      const paying = async () => {
-        const r = (await c.pool.query(forOrder(pay, order))) as unknown as pg.QueryResult[];
-        return r[statements(pay).findIndex((st) => /^UPDATE orders\b/i.test(st))]!.rowCount;
-      };
+      const paying = async () => paymentOf(pay, await runBlock(c.pool, forOrder(pay, order))).rowCount;
       expect(await paying()).toBe(1);
       expect(await paying()).toBe(0);
       expect((await c.pool.query(`SELECT state FROM timeout_center.timeouts WHERE biz_id = $1`, [String(order)])).rows).toEqual([{ state: 'cancelled' }]);
-      for (const st of statements(pay).filter((x) => /^UPDATE/.test(x))) {
-        const { rows } = await c.pool.query<{ 'QUERY PLAN': string }>(`EXPLAIN ${forOrder(st, order)}`);
-        expect(rows.map((r) => r['QUERY PLAN']).join('\n'), st).toMatch(/Task Count: 1\b/);
-      }
+      for (const st of statements(pay).filter((x) => /^UPDATE/.test(x))) expect(await explain(c.pool, forOrder(st, order)), st).toMatch(/Task Count: 1\b/);
       // Without the bucket (the citus-pay block, for orders on the coordinator) the orders UPDATE
       // goes to every shard, as the README says.
       const unbucketed = statements(namedBlock('citus-pay').text).find((st) => /^UPDATE orders\b/i.test(st))!;
-      const { rows: everyShard } = await c.pool.query<{ 'QUERY PLAN': string }>(`EXPLAIN ${forOrder(unbucketed, order)}`);
-      expect(everyShard.map((r) => r['QUERY PLAN']).join('\n')).toMatch(/Task Count: 16\b/);
+      expect(await explain(c.pool, forOrder(unbucketed, order))).toMatch(/Task Count: 16\b/);
       await c.stopAll();
     } finally {
       await c.close();
