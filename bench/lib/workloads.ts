@@ -612,7 +612,7 @@ export async function pendingScale(pending: number, ticks: number, spacingMs: nu
               pg_indexes_size('timeout_center.timeouts')::float8 AS idx`,
     );
     const sizes = rows[0]!;
-    const nextDue = sql('coordinator/next_due', { kinds: [KIND], floors: '{}', marks: '[]', shardsFrom: 0, scansFrom: 0, server: '' });
+    const nextDue = sql('coordinator/next_due', { kinds: [KIND], floors: '{}', marks: '[]', shardsFrom: 0, scansFrom: 0, server: '', lateFrom: '' });
     const ex = await pool.query({ ...nextDue, text: `EXPLAIN (ANALYZE, BUFFERS, COSTS OFF) ${nextDue.text}` });
     return {
       pending,

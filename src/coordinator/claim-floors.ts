@@ -26,6 +26,8 @@ export interface NextDueInputs {
   scansFrom: number;
   /** next_due.sql's $6: the server the others were computed on */
   server: string;
+  /** next_due.sql's $7: the xmin of the tick the floors are from ('': none) */
+  lateFrom: string;
 }
 
 /** Marks kept at most: one per tick, dropped once a newer one is older than every running
@@ -60,10 +62,13 @@ export class ClaimFloors {
   /** The oldest scan not reduced at the last tick: the reduce and the reaper read scans from it
    *  (a scan enters mapped only when written, with a higher id, or from mapping). */
   private openScansFrom = 0;
+  /** The xmin of the tick the floors are from: the next tick's late probe reads the rows written
+   *  late by transactions from it on (sql/0054); a row written before, it saw. */
+  private lateFrom = '';
   /** The server all of the above were computed on: next_due.sql leaves them out on another one. */
   private server = '';
 
-  /** next_due.sql's $2 and $3. */
+  /** next_due.sql's $2-$7. */
   inputs(): NextDueInputs {
     return {
       floors: JSON.stringify(this.floors),
@@ -71,6 +76,7 @@ export class ClaimFloors {
       shardsFrom: this.inFlightFrom,
       scansFrom: this.openScansFrom,
       server: this.server,
+      lateFrom: this.lateFrom,
     };
   }
 
@@ -113,6 +119,7 @@ export class ClaimFloors {
     this.marks = [];
     this.inFlightFrom = 0;
     this.openScansFrom = 0;
+    this.lateFrom = '';
     this.server = '';
   }
 
@@ -123,7 +130,11 @@ export class ClaimFloors {
       this.reset();
       this.server = row.server;
     }
-    if (row.floors) this.floors = { ...row.floors };
+    if (row.floors) {
+      this.floors = { ...row.floors };
+      // the floors and the snapshot they were computed in go together
+      this.lateFrom = row.xmin ?? '';
+    }
     if (row.in_flight_from) this.inFlightFrom = Number(row.in_flight_from);
     if (row.open_scans_from) this.openScansFrom = Number(row.open_scans_from);
     if (row.xmin) {

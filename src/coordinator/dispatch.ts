@@ -13,6 +13,8 @@ const MAX_UNPUBLISHED = 100_000;
 
 export class Dispatcher {
   private unpublished: ShardMessage[] = [];
+  /** Publishes refused since the last one Redis took: an outage warns once, not at every tick. */
+  private refused = 0;
 
   constructor(
     private readonly channel: ShardChannel,
@@ -47,9 +49,13 @@ export class Dispatcher {
     this.unpublished = [];
     try {
       await this.channel.publish(batch);
+      this.refused = 0;
     } catch (err) {
       this.unpublished = batch.concat(this.unpublished).slice(0, MAX_UNPUBLISHED);
-      this.logger.warn({ err, shards: batch.length }, 'could not publish shards to Redis; will retry');
+      this.refused += 1;
+      const log = { err, shards: this.unpublished.length, attempts: this.refused };
+      if (this.refused === 1) this.logger.warn(log, 'could not publish shards to Redis; will retry');
+      else this.logger.debug(log, 'could not publish shards to Redis again');
     }
   }
 }

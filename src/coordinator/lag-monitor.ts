@@ -53,14 +53,16 @@ export class LagMonitor {
     this.notBefore = deferredUntil(Date.now(), untilMs, this.intervalMs);
   }
 
-  /** Each kind's backlog, one statement per kind with its floor as constants (backlog.sql says
-   *  why): the kinds with something due or in flight. */
+  /** Each kind's backlog, one statement per kind from its floor and the shards in flight
+   *  (backlog.sql): the kinds with something due or in flight. */
   private async backlog(): Promise<BacklogRow[]> {
     const { rows: kinds } = await this.pool.query<{ kind: string }>(sql('flow/kind_names'));
     const rows: BacklogRow[] = [];
     for (const { kind } of kinds) {
       const floor = this.floors.floorOf(kind);
-      const { rows: found } = await this.pool.query<BacklogRow>(sql('coordinator/backlog', { kind, floorAt: floor?.[0] ?? null, floorId: floor?.[1] ?? '0' }));
+      const { rows: found } = await this.pool.query<BacklogRow>(
+        sql('coordinator/backlog', { kind, floorAt: floor?.[0] ?? null, floorId: floor?.[1] ?? '0', shardsFrom: this.floors.shardsFrom() }),
+      );
       rows.push(...found);
     }
     return rows;

@@ -107,8 +107,9 @@ export class TickLoop extends BaseService {
     metrics.fenced.inc();
     if (leadership.isLeader && leadership.epoch === err.currentEpoch) {
       // A tick that began under our previous term (e.g. it hung on Redis while we lost the lock
-      // and won it again) was refused: right, but no reason to give up the new term.
-      logger.warn(
+      // and won it again) was refused: right, but no reason to give up the new term. Nothing is
+      // degraded (the new term goes on; tc_fenced_writes_total counts it): info, not warn.
+      logger.info(
         { epoch: err.epoch, currentEpoch: err.currentEpoch },
         `fenced: ${err.message}; that write came from this coordinator's earlier term, it still leads under epoch ${err.currentEpoch}`,
       );

@@ -14,24 +14,31 @@ import { layoutOf, PLAIN, type Layout } from '../db/citus-layout.js';
 
 /** Newest due first, among the rows due by the flood's instant (the shard's not_before), from the
  *  shard's ceiling when the coordinator has set one (the newest key still pending when it last
- *  looked: sql/0041), past the flood's newest rows already claimed: the claimOrder slot of
- *  claim.sql and external_claim.sql. */
+ *  looked: sql/0041), past the flood's newest rows already claimed: the claimOrder slot of the
+ *  external claims and of the Citus layout's claim (claim.sql reads the same through
+ *  claim_fresh_newest: CLAIM_NEWEST_FIRST). */
 export const NEWEST_FIRST =
   '     AND (d.available_at, d.id) <= ((SELECT coalesce(s.claim_ceiling, s.not_before) FROM timeout_center.shards s WHERE s.id = $1),\n' +
   '                                    (SELECT coalesce(s.claim_ceiling_id, 9223372036854775807) FROM timeout_center.shards s WHERE s.id = $1))\n' +
   '   ORDER BY d.available_at DESC';
+
+/** claim.sql's read of fresh rows for every other shard of a flood mapped ahead: the same, newest
+ *  first from the shard's ceiling (sql/0052 claim_fresh_newest, the read NEWEST_FIRST describes,
+ *  planned by itself). */
+export const CLAIM_NEWEST_FIRST = '  SELECT f.id, f.biz_id, f.payload, f.due_at, f.trace_parent FROM timeout_center.claim_fresh_newest($1, $2, $3) f';
 
 /**
  * claim.sql composed from its two declared slots (`-- @slot` in the file; the build fails if
  * either marker is missing): `handler`, the line of the `applied` CTE that the batch form's SQL
  * handler replaces (given as the whole line, as written), and `claimOrder`, the line ordering a
  * first run's claim: 'oldest' (the file's line) or 'newest' (a flood's every other shard: the
- * newest rows due by the flood's instant first). No slot given: the plain statement, as written.
+ * newest rows due by the flood's instant first; the Citus layout's claim reads inline). No slot
+ * given: the plain statement, as written.
  */
 export function composeClaim(slots: { handler?: string; claimOrder?: 'oldest' | 'newest' }, layout: Layout = PLAIN): string {
   return compose(layout.name === 'citus' ? 'citus/worker/claim' : 'worker/claim', {
     handler: slots.handler,
-    claimOrder: slots.claimOrder === 'newest' ? NEWEST_FIRST : undefined,
+    claimOrder: slots.claimOrder === 'newest' ? (layout.name === 'citus' ? NEWEST_FIRST : CLAIM_NEWEST_FIRST) : undefined,
   });
 }
 

@@ -109,11 +109,13 @@ export interface FailoverLog {
 }
 
 /** "A handful": what a process may log about one failover (issue 31, point 3). A leader can have
- *  seven distinct things to say, each once: the node unreachable, a tick failed, it stepped down
- *  (its lock lost with the master), Redis reachable again, the shard channel's marker gone with an
- *  unreplicated write (shards republished), the reaper's recovery, ticking again. A flood is the
- *  same line over and over: no message more than MAX_FAILOVER_REPEATS times. */
-export const MAX_FAILOVER_LINES = 8;
+ *  eight distinct things to say: the node unreachable, a publish refused (once per outage:
+ *  dispatch.ts), a tick failed, it stepped down (its lock lost with the master), Redis reachable
+ *  again, the shard channel's marker gone with an unreplicated write (shards republished), the
+ *  reaper's recovery (up to twice: a pass may find shards the one before left), ticking again.
+ *  A write of its own earlier term refused after it won the lock back is info and not counted.
+ *  A flood is the same line over and over: no message more than MAX_FAILOVER_REPEATS times. */
+export const MAX_FAILOVER_LINES = 9;
 export const MAX_FAILOVER_REPEATS = 2;
 
 const REDIS_LINE = /redis/i;

@@ -124,12 +124,18 @@ describe('the history partitioned by day', () => {
   });
 
   it('retention deletes the old table by batch while it has newer rows, creates the days ahead', async () => {
+    // The bound, read before the purge: the purge's own (now() - 3 days when it runs) is at or after
+    // it. Counted against now() after the purge, a row that finished in the seconds the purge took
+    // (one every 8.6 s here) would be older than three days by then and left, rightly.
+    const { rows: bound } = await pool.query<{ at: string }>(`SELECT (now() - interval '3 days')::text AS at`);
     const r = await purge(pool, { doneAfterMs: 3 * DAY, scansAfterMs: 3 * DAY, batchSize: 5000, scanBatchSize: 1000 });
     // 100,000 rows over 10 days: the 7 oldest days' worth, about 70,000, deleted by batch.
     expect(r.timeouts).toBeGreaterThan(68_000);
     expect(r.timeouts).toBeLessThan(72_000);
     expect(r.partitionsDropped).toBe(0);
-    const left = Number((await pool.query(`SELECT count(*) AS n FROM timeout_center.done_timeouts WHERE finished_at < now() - interval '3 days'`)).rows[0].n);
+    const left = Number(
+      (await pool.query(`SELECT count(*) AS n FROM timeout_center.done_timeouts WHERE finished_at < $1::timestamptz`, [bound[0]!.at])).rows[0].n,
+    );
     expect(left).toBe(0);
   });
 

@@ -4,7 +4,7 @@ import { ClaimFloors } from '../../src/coordinator/claim-floors.js';
 describe('claim floors between ticks', () => {
   it('starts with no floor and no mark: the first tick reads every kind from its start', () => {
     const f = new ClaimFloors();
-    expect(f.inputs()).toEqual({ floors: '{}', marks: '[]', shardsFrom: 0, scansFrom: 0, server: '' });
+    expect(f.inputs()).toEqual({ floors: '{}', marks: '[]', shardsFrom: 0, scansFrom: 0, server: '', lateFrom: '' });
     expect(f.param()).toBe('{}');
   });
 
@@ -40,6 +40,16 @@ describe('claim floors between ticks', () => {
     expect(xids.at(-1)).toBe(200);
   });
 
+  it('hands the next tick the xmin of the tick its floors came from: its late probe reads the rows written late from there (sql/0054)', () => {
+    const f = new ClaimFloors();
+    f.update({ floors: { k: ['x', '1'] }, mark_at: 't1', mark_xid: '50', xmin: '45' });
+    expect(f.inputs().lateFrom).toBe('45');
+    f.update({ xmin: '60' }); // no floors: the late probe must still read from the floors' own tick
+    expect(f.inputs().lateFrom).toBe('45');
+    f.update({ floors: { k: ['y', '2'] }, mark_at: 't2', mark_xid: '70', xmin: '18446744073709551615' });
+    expect(f.inputs().lateFrom).toBe('18446744073709551615');
+  });
+
   it('on the Citus layout (no floors returned) stays as it was', () => {
     const f = new ClaimFloors();
     f.update({ floors: { k: ['x', '1'] } });
@@ -51,7 +61,7 @@ describe('claim floors between ticks', () => {
     const f = new ClaimFloors();
     f.update({ floors: { k: ['x', '1'] }, mark_at: 't', mark_xid: '5', xmin: '1', in_flight_from: '7' });
     f.reset();
-    expect(f.inputs()).toEqual({ floors: '{}', marks: '[]', shardsFrom: 0, scansFrom: 0, server: '' });
+    expect(f.inputs()).toEqual({ floors: '{}', marks: '[]', shardsFrom: 0, scansFrom: 0, server: '', lateFrom: '' });
   });
 
   it('drops what was computed on another server: next_due ran on a new primary (or a restarted one), which left the inputs out', () => {
@@ -65,6 +75,7 @@ describe('claim floors between ticks', () => {
       shardsFrom: 3,
       scansFrom: 0,
       server: 'B',
+      lateFrom: '1',
     });
   });
 });

@@ -9,7 +9,8 @@ import { composeClaim } from '../../src/worker/sql-handler.js';
 
 const plain = statement('worker/claim');
 const HANDLER_LINE = '  SELECT NULL::text WHERE false -- tc:handler (the batch form puts the SQL handler here)';
-const ORDER_LINE = "   ORDER BY d.available_at -- tc:claim-order (sql-handler.ts: the newest-first form of a flood's shard)";
+const ORDER_LINE =
+  "  SELECT f.id, f.biz_id, f.payload, f.due_at, f.trace_parent FROM timeout_center.claim_fresh_oldest($1, $2, $3) f -- tc:claim-order (sql-handler.ts: the newest-first form of a flood's shard)";
 
 /** The lines of b that differ from a's, by position (both have the same number of lines). */
 function changedLines(a: string, b: string): { index: number; from: string; to: string }[] {
@@ -50,15 +51,11 @@ describe('claim.sql composition', () => {
     const newestLines = newest.split('\n');
     const at = oldest.split('\n').indexOf(ORDER_LINE);
     expect(at).toBeGreaterThan(0);
-    // The order line becomes three lines: the bound (the shard's ceiling, else the flood's instant:
-    // sql/0041), then the descending order.
-    expect(newestLines.slice(at, at + 3)).toEqual([
-      '     AND (d.available_at, d.id) <= ((SELECT coalesce(s.claim_ceiling, s.not_before) FROM timeout_center.shards s WHERE s.id = $1),',
-      '                                    (SELECT coalesce(s.claim_ceiling_id, 9223372036854775807) FROM timeout_center.shards s WHERE s.id = $1))',
-      '   ORDER BY d.available_at DESC',
-    ]);
-    expect([...newestLines.slice(0, at), ORDER_LINE, ...newestLines.slice(at + 3)].join('\n')).toBe(oldest);
-    expect(composeClaim({ claimOrder: 'newest' }).replace(newestLines.slice(at, at + 3).join('\n'), ORDER_LINE)).toBe(plain);
+    // The read of fresh rows becomes the newest-first function's (sql/0052: from the shard's
+    // ceiling, else the flood's instant, down).
+    expect(newestLines[at]).toBe('  SELECT f.id, f.biz_id, f.payload, f.due_at, f.trace_parent FROM timeout_center.claim_fresh_newest($1, $2, $3) f');
+    expect(changedLines(oldest, newest)).toEqual([{ index: at, from: ORDER_LINE, to: newestLines[at] }]);
+    expect(composeClaim({ claimOrder: 'newest' }).replace(newestLines[at]!, ORDER_LINE)).toBe(plain);
   });
 
   it('knows the slots at compile time', () => {

@@ -2,9 +2,13 @@
 -- nothing is due), the earliest claimable time still to come (next_after: when nothing is due the
 -- coordinator sleeps until then, and when the due rows are all covered by shards in flight it
 -- wakes then rather than polling), the shards in flight, and the kinds' flow controls. One index
--- probe each way per kind on timeouts_due_by_kind, both starting at now(): neither walks past a
+-- probe each way per kind on timeouts_due_by_key, both starting at now(): neither walks past a
 -- flood's rows from its oldest on, which shards are claiming (locked) or have just taken (dead
--- until vacuum), at every tick of the flood.
+-- until vacuum), at every tick of the flood. Every read of pending timeouts goes through
+-- pending_first / pending_last (sql/0053) or pending_late_first (sql/0054): planned by themselves,
+-- they walk their index in key order whatever the row estimate (after autovacuum's pass under a
+-- held snapshot the statistics count a row or two, and an inline probe read
+-- timeouts_one_live_per_biz whole).
 --   $1 kinds this coordinator serves (text[])
 --   $2 claim floors: {"kind": [available_at, id]} from the previous tick (jsonb; a kind missing:
 --      from the start)
@@ -16,18 +20,23 @@
 --      hold only there: a standby promoted without the primary's last commits has rows pending
 --      again, and scans not reduced, below them, and its transaction ids are not the marks'. On
 --      another server (or the same one restarted) they are left out, as on a first tick.
--- @params kinds: string[], floors: string, marks: string, shardsFrom: number, scansFrom: number, server: string
+--   $7 the xmin an earlier tick returned, the one whose floors $2 are ('': none, a first tick)
+-- @params kinds: string[], floors: string, marks: string, shardsFrom: number, scansFrom: number, server: string, lateFrom: string
 -- Claim floors (sql/0030; docs/architecture.md "The claim floor"): per kind, the due index is
 -- read from the kind's floor on, never from its start: while an old snapshot anywhere in the
 -- cluster keeps the rows already claimed from being vacuumed, their index entries stay in front of
 -- the live ones, and a walk from the start fetches each. The new floor of a kind is the least of:
 -- the key (available_at, id) of its oldest pending row from the previous floor on (the only walk
 -- past dead entries: those claimed since the previous tick, within one due instant too: sql/0041);
--- its oldest pending row written late (timeouts_written_late), from that row's instant; and a
--- second before the latest mark taken before every transaction running now began writing (none
+-- its oldest pending row written late, from that row's instant; and a second before the latest mark taken before every transaction running now began writing (none
 -- yet: no floor), from that instant. Every probe below reads from the new floors; they are
 -- returned (floors) with this tick's mark (mark_at, mark_xid: the clock, then this statement's new
 -- transaction id, in that order) and the horizon it was compared with (xmin), for the next tick.
+-- The late probe (pending_late_first, sql/0054) reads only the rows written late by transactions
+-- from the previous tick's xmin ($7) on: a row that tick saw is still pending at the key it had,
+-- at or above that tick's floor, where this tick's walk starts (a write that moves it or makes it
+-- pending again is a new late row); a row it could not see was written by a transaction running
+-- then or begun since. Without $7 (a first tick, another server) it reads every row written late.
 -- refreshed (sql/0041): the shards in flight that have not claimed yet (their rows not locked by
 -- a run: SKIP LOCKED) take the new floor when it is above theirs, so a flood mapped ahead in one
 -- plan claims from where the claims before it ended, not from the floor of its plan; those a
@@ -58,7 +67,8 @@ WITH server AS MATERIALIZED (
   SELECT pg_postmaster_start_time()::text || coalesce(' ' || host(inet_server_addr()) || ':' || inet_server_port()::text, '') AS server
 ), inputs AS MATERIALIZED (
   SELECT CASE WHEN same THEN $2::jsonb ELSE '{}' END AS floors, CASE WHEN same THEN $3::jsonb ELSE '[]' END AS marks,
-         CASE WHEN same THEN $4::bigint ELSE 0 END AS shards_from, CASE WHEN same THEN $5::bigint ELSE 0 END AS scans_from
+         CASE WHEN same THEN $4::bigint ELSE 0 END AS shards_from, CASE WHEN same THEN $5::bigint ELSE 0 END AS scans_from,
+         CASE WHEN same THEN coalesce(nullif($7::text, ''), '0')::xid8 ELSE '0'::xid8 END AS late_from
     FROM (SELECT s.server = $6::text AS same FROM server s) x
 ), horizon AS MATERIALIZED (
   SELECT max(m.at) AS at
@@ -68,16 +78,12 @@ WITH server AS MATERIALIZED (
   -- per kind: its oldest pending key from the previous floor on, its oldest pending instant written
   -- late, and the marks' bound
   SELECT k.kind, w.available_at AS walk_at, w.id AS walk_id,
-         (SELECT t.available_at FROM timeout_center.timeouts t
-           WHERE t.kind = k.kind::timeout_center.kind AND t.state = 'pending' AND t.written_late
-           ORDER BY t.available_at LIMIT 1) AS late_at,
+         timeout_center.pending_late_first(k.kind::timeout_center.kind, (SELECT i.late_from FROM inputs i)) AS late_at,
          coalesce((SELECT h.at - interval '1 second' FROM horizon h), '-infinity') AS bound_at
     FROM unnest($1::text[]) AS k (kind)
-    LEFT JOIN LATERAL (SELECT t.available_at, t.id FROM timeout_center.timeouts t
-                        WHERE t.kind = k.kind::timeout_center.kind AND t.state = 'pending'
-                          AND (t.available_at, t.id) >= (coalesce(((SELECT i.floors FROM inputs i) -> k.kind ->> 0)::timestamptz, '-infinity'),
-                                                         coalesce(((SELECT i.floors FROM inputs i) -> k.kind ->> 1)::bigint, 0))
-                        ORDER BY t.available_at, t.id LIMIT 1) w ON true
+    LEFT JOIN LATERAL timeout_center.pending_first(k.kind::timeout_center.kind,
+                        coalesce(((SELECT i.floors FROM inputs i) -> k.kind ->> 0)::timestamptz, '-infinity'),
+                        coalesce(((SELECT i.floors FROM inputs i) -> k.kind ->> 1)::bigint, 0), 'infinity') w ON true
 ), floors AS MATERIALIZED (
   -- the least of the three keys; the last two are whole instants (id 0), so the walked row's id
   -- counts only when its instant is below both
@@ -95,10 +101,8 @@ WITH server AS MATERIALIZED (
              AND sh.claim_attempt = 0 AND sh.kind = ANY ($1::text[])
            ORDER BY sh.kind, sh.not_before, coalesce(sh.claim_ceiling, sh.not_before), coalesce(sh.claim_ceiling_id, 9223372036854775807)) w
     JOIN floors f ON f.kind = w.kind
-   CROSS JOIN LATERAL (SELECT t.available_at AS at, t.id FROM timeout_center.timeouts t
-                        WHERE t.kind = w.kind::timeout_center.kind AND t.state = 'pending'
-                          AND (t.available_at, t.id) <= (w.top_at, w.top_id) AND (t.available_at, t.id) >= (f.floor, f.floor_id)
-                        ORDER BY t.available_at DESC, t.id DESC LIMIT 1) c
+   CROSS JOIN LATERAL (SELECT p.available_at AS at, p.id
+                         FROM timeout_center.pending_last(w.kind::timeout_center.kind, f.floor, f.floor_id, w.top_at, w.top_id) p) c
 ), refresh AS MATERIALIZED (
   -- the shards in flight that have not claimed, whose floor or ceiling moves
   SELECT s.id, r.floor_moves, f.floor, f.floor_id, c.at AS ceiling, c.id AS ceiling_id
@@ -130,16 +134,12 @@ SELECT now() AS now, (SELECT s.server FROM server s) AS server,
        (SELECT max(d.available_at)
           FROM unnest($1::text[]) AS k (kind)
           JOIN timeout_center.kinds kc ON kc.kind = k.kind AND NOT kc.paused
-         CROSS JOIN LATERAL (SELECT t.available_at FROM timeout_center.timeouts t
-                              WHERE t.kind = kc.kind::timeout_center.kind AND t.state = 'pending' AND t.available_at <= now()
-                                AND t.available_at >= (SELECT f.floor FROM floors f WHERE f.kind = kc.kind)
-                              ORDER BY t.available_at DESC LIMIT 1) d) AS latest_due,
+         CROSS JOIN LATERAL timeout_center.pending_last(kc.kind::timeout_center.kind, (SELECT f.floor FROM floors f WHERE f.kind = kc.kind), 0,
+                                                         now(), 9223372036854775807) d) AS latest_due,
        (SELECT min(d.available_at)
           FROM unnest($1::text[]) AS k (kind)
           JOIN timeout_center.kinds kc ON kc.kind = k.kind AND NOT kc.paused
-         CROSS JOIN LATERAL (SELECT t.available_at FROM timeout_center.timeouts t
-                              WHERE t.kind = kc.kind::timeout_center.kind AND t.state = 'pending' AND t.available_at > now()
-                              ORDER BY t.available_at LIMIT 1) d) AS next_after,
+         CROSS JOIN LATERAL timeout_center.pending_first(kc.kind::timeout_center.kind, now() + interval '1 microsecond', 0, 'infinity') d) AS next_after,
        -- with nothing in flight, the next shard written (a higher id than any now)
        coalesce((SELECT min(sh.id) FROM timeout_center.shards sh WHERE sh.state IN ('queued', 'running') AND sh.id >= (SELECT i.shards_from FROM inputs i)),
                 (SELECT max(sh.id) + 1 FROM timeout_center.shards sh), (SELECT i.shards_from FROM inputs i))::text AS in_flight_from,
@@ -152,9 +152,7 @@ SELECT now() AS now, (SELECT s.server FROM server s) AS server,
            AND NOT (sh.state = 'queued' AND NOT EXISTS (SELECT 1 FROM timeout_center.live_workers w WHERE sh.kind = ANY (w.kinds))))::int AS in_flight,
        (SELECT coalesce(jsonb_object_agg(kc.kind, jsonb_build_array(kc.paused, kc.max_running_shards, kc.rate_limit,
                  CASE WHEN kc.rate_limit IS NOT NULL
-                      THEN EXISTS (SELECT 1 FROM timeout_center.timeouts t
-                                    WHERE t.kind = kc.kind::timeout_center.kind AND t.state = 'pending' AND t.available_at <= now()
-                                      AND t.available_at >= (SELECT f.floor FROM floors f WHERE f.kind = kc.kind)) END,
+                      THEN EXISTS (SELECT 1 FROM timeout_center.pending_first(kc.kind::timeout_center.kind, (SELECT f.floor FROM floors f WHERE f.kind = kc.kind), 0, now())) END,
                  EXISTS (SELECT 1 FROM timeout_center.live_workers w WHERE kc.kind = ANY (w.kinds)))), '{}')
           FROM timeout_center.kinds kc
          WHERE kc.kind = ANY ($1::text[])) AS controls,
@@ -163,15 +161,11 @@ SELECT now() AS now, (SELECT s.server FROM server s) AS server,
          WHERE kc.kind = ANY ($1::text[]) AND NOT kc.paused
            AND NOT EXISTS (SELECT 1 FROM timeout_center.live_workers w WHERE kc.kind = ANY (w.kinds))
            AND (EXISTS (SELECT 1 FROM timeout_center.shards sh WHERE sh.kind = kc.kind AND sh.state = 'queued' AND sh.id >= (SELECT i.shards_from FROM inputs i))
-                OR EXISTS (SELECT 1 FROM timeout_center.timeouts t
-                            WHERE t.kind = kc.kind::timeout_center.kind AND t.state = 'pending' AND t.available_at <= now()
-                              AND t.available_at >= (SELECT f.floor FROM floors f WHERE f.kind = kc.kind)))) AS unserved,
+                OR EXISTS (SELECT 1 FROM timeout_center.pending_first(kc.kind::timeout_center.kind, (SELECT f.floor FROM floors f WHERE f.kind = kc.kind), 0, now())))) AS unserved,
        (SELECT coalesce(jsonb_object_agg(tg.target, jsonb_build_array(tg.rate_limit,
                  EXISTS (SELECT 1 FROM timeout_center.kind_routes r
                            JOIN timeout_center.kinds kc ON kc.kind = r.kind AND NOT kc.paused
                           WHERE r.kind = ANY ($1::text[]) AND tg.target = ANY (r.databases)
-                            AND EXISTS (SELECT 1 FROM timeout_center.timeouts t
-                                         WHERE t.kind = r.kind::timeout_center.kind AND t.state = 'pending' AND t.available_at <= now()
-                                           AND t.available_at >= (SELECT f.floor FROM floors f WHERE f.kind = r.kind))))), '{}')
+                            AND EXISTS (SELECT 1 FROM timeout_center.pending_first(r.kind::timeout_center.kind, (SELECT f.floor FROM floors f WHERE f.kind = r.kind), 0, now()))))), '{}')
           FROM timeout_center.targets tg
          WHERE tg.rate_limit IS NOT NULL) AS target_controls

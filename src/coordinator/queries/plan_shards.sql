@@ -88,10 +88,11 @@ WITH live_target AS (
                           AND NOT (sh.state = 'queued' AND EXISTS (SELECT 1 FROM timeout_center.kinds kc WHERE kc.kind = sh.kind AND kc.paused))) tl ON true
    WHERE tg.rate_limit IS NOT NULL
 ), need AS MATERIALIZED (
-  -- Counted once per kind (unless the credit says), on timeouts_due_by_kind in due order (the
-  -- order workers claim in), stopping at what is already covered plus $4. A kind flow control
-  -- holds back now is not counted. A kind whose handler runs in one business database gets that
-  -- database as its shards' target.
+  -- Counted once per kind (unless the credit says), on timeouts_due_by_key in due order (the
+  -- order workers claim in; pending_count, sql/0053: that order whatever the row estimate),
+  -- stopping at what is already covered plus $4. A kind flow control holds back now is not
+  -- counted. A kind whose handler runs in one business database gets that database as its
+  -- shards' target.
   SELECT f.kind, r.databases[1] AS target, f.shard_size, f.shard_room, f.row_room, cr.credit IS NULL AS counted,
          coalesce(cr.credit, greatest(cnt.n - coalesce(l.capacity, 0), 0)) AS uncovered,
          -- complete: the count (now, or the credit's) stopped short of its bound, so it saw the
@@ -102,36 +103,30 @@ WITH live_target AS (
     LEFT JOIN timeout_center.kind_routes r ON r.kind = f.kind
    CROSS JOIN LATERAL (SELECT ($7::jsonb -> f.kind ->> 0)::bigint AS credit, ($7::jsonb -> f.kind ->> 1)::boolean AS complete) cr
    CROSS JOIN LATERAL (SELECT CASE WHEN cr.credit IS NULL THEN
-                                (SELECT count(*)
-                                   FROM (SELECT 1 FROM timeout_center.timeouts t
-                                          WHERE t.kind = f.kind::timeout_center.kind AND t.state = 'pending' AND t.available_at <= $1
-                                            AND (t.available_at, t.id) >= (coalesce(($12::jsonb -> f.kind ->> 0)::timestamptz, '-infinity'),
-                                                                           coalesce(($12::jsonb -> f.kind ->> 1)::bigint, 0))
-                                          ORDER BY t.available_at, t.id
-                                          LIMIT coalesce(l.capacity, 0) + $4) d)
-                              END AS n) cnt
+                                timeout_center.pending_count(f.kind::timeout_center.kind,
+                                                             coalesce(($12::jsonb -> f.kind ->> 0)::timestamptz, '-infinity'),
+                                                             coalesce(($12::jsonb -> f.kind ->> 1)::bigint, 0),
+                                                             $1, coalesce(l.capacity, 0) + $4)
+                              END AS n
+                       OFFSET 0) cnt -- evaluated once: pulled up, the count ran for each use of n
    WHERE coalesce(f.shard_room, 1) > 0 AND coalesce(f.row_room, 1) > 0
      AND (r.kind IS NULL OR r.route_by = 'database')
      -- [per target] a kind whose one database has no room now is not counted either
      AND NOT EXISTS (SELECT 1 FROM target_flow tf WHERE tf.target = r.databases[1] AND tf.row_room = 0)
   UNION ALL
   -- A kind routed over several business databases: its due rows counted per target, each on
-  -- timeouts_due_by_target (the target stamped on each row when it was written, sql/0020: the
-  -- count reads only that target's rows, as its claims do), less what that target's shards in
-  -- flight cover. Always counted (the credit is per kind). Each target's count stops at that
-  -- target's live capacity plus $4, so a target with a large backlog (held back by its rate
-  -- limit, or down) never hides the others' rows.
+  -- timeouts_due_by_target (pending_count_for_target, sql/0053; the target stamped on each row
+  -- when it was written, sql/0020: the count reads only that target's rows, as its claims do),
+  -- less what that target's shards in flight cover. Always counted (the credit is per kind).
+  -- Each target's count stops at that target's live capacity plus $4, so a target with a large
+  -- backlog (held back by its rate limit, or down) never hides the others' rows.
   SELECT f.kind, c.target, f.shard_size, f.shard_room, f.row_room, true, greatest(c.n - coalesce(lt.capacity, 0), 0), false
     FROM flow f
     JOIN timeout_center.kind_routes r ON r.kind = f.kind AND r.route_by <> 'database'
    CROSS JOIN LATERAL (SELECT tg.target,
-                              (SELECT count(*)
-                                 FROM (SELECT 1 FROM timeout_center.timeouts t
-                                        WHERE t.kind = f.kind::timeout_center.kind AND t.target = tg.target
-                                          AND t.state = 'pending' AND t.available_at <= $1
-                                          AND t.available_at >= coalesce(($12::jsonb -> f.kind ->> 0)::timestamptz, '-infinity')
-                                        ORDER BY t.available_at
-                                        LIMIT coalesce((SELECT l2.capacity FROM live_target l2 WHERE l2.kind = f.kind AND l2.target = tg.target), 0) + $4) d) AS n
+                              timeout_center.pending_count_for_target(f.kind::timeout_center.kind, tg.target,
+                                coalesce(($12::jsonb -> f.kind ->> 0)::timestamptz, '-infinity'), $1,
+                                coalesce((SELECT l2.capacity FROM live_target l2 WHERE l2.kind = f.kind AND l2.target = tg.target), 0) + $4) AS n
                          FROM (SELECT DISTINCT x AS target FROM unnest(r.databases || '{-unroutable}'::text[]) x) tg) c
     LEFT JOIN live_target lt ON lt.kind = f.kind AND lt.target = c.target
    WHERE coalesce(f.shard_room, 1) > 0 AND coalesce(f.row_room, 1) > 0

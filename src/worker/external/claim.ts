@@ -21,6 +21,20 @@ const NEWEST_EXTERNAL_CLAIM = compose('worker/external_claim', { claimOrder: NEW
 /** external_two_phase_claim.sql for every other shard of a flood mapped ahead: newest first. */
 const NEWEST_TWO_PHASE_CLAIM = compose('worker/external_two_phase_claim', { claimOrder: NEWEST_FIRST });
 
+/** Around an external claim, the planner's ways of reading every due row and sorting them are
+ *  off, for the claim alone: it walks the due index in order to its limit whatever the row
+ *  estimate, as claim.sql's read does in its function (sql/0052: a flood written after the last
+ *  ANALYZE was read whole, and sorted on disk, by every claim of it). These statements hold no
+ *  statement of the kind's, so the settings are set in their transaction and reset after. */
+const IN_KEY_ORDER = ['SET LOCAL enable_bitmapscan = off', 'SET LOCAL enable_seqscan = off', 'SET LOCAL enable_sort = off'];
+const PLANNER_AS_BEFORE = ['SET LOCAL enable_bitmapscan TO DEFAULT', 'SET LOCAL enable_seqscan TO DEFAULT', 'SET LOCAL enable_sort TO DEFAULT'];
+
+/** The claim between IN_KEY_ORDER and PLANNER_AS_BEFORE, as the statements of one simple query,
+ *  and where its own result is among theirs. */
+export function inKeyOrder(claim: string): { statements: string[]; at: number } {
+  return { statements: [...IN_KEY_ORDER, claim, ...PLANNER_AS_BEFORE], at: IN_KEY_ORDER.length };
+}
+
 /** A target that no business database name can be: biz_ids the routing rule cannot place. */
 export const UNROUTABLE = '-unroutable';
 
@@ -104,15 +118,17 @@ function claimedFrom(claimResult: pg.QueryResult, unholdResult: pg.QueryResult):
 }
 
 /** Step 1, commit first: claim and commit (or take back the rows a previous run of the shard
- *  holds): the claims of the kind's target one at a time (external_claim_lock.sql), the claim, and
- *  its give-back (external_unhold.sql, a snapshot of its own) in one transaction, one round trip.
- *  Undefined when the lease is no longer ours. */
+ *  holds): the claims of the kind's target one at a time (external_claim_lock.sql), the claim (in
+ *  key order: inKeyOrder), and its give-back (external_unhold.sql, a snapshot of its own) in one
+ *  transaction, one round trip. Undefined when the lease is no longer ours. */
 export async function claimPlain(pool: pg.Pool, lease: Lease, external: ExternalTarget): Promise<Claimed | undefined> {
   const claim = claimStatement('commit-first', lease, external);
   const unhold = bindLiterals(sql('worker/external_unhold', { shardId: lease.id, kind: lease.kind }));
   const lock = bindLiterals(sql('worker/external_claim_lock', { shardId: lease.id }));
-  const results = (await pool.query({ text: `BEGIN; ${lock}; ${claim}; ${unhold}; COMMIT`, types: AS_TEXT })) as unknown as pg.QueryResult[];
-  return claimedFrom(results[2]!, results[3]!);
+  const keyed = inKeyOrder(claim);
+  const statements = ['BEGIN', lock, ...keyed.statements, unhold, 'COMMIT'];
+  const results = (await pool.query({ text: statements.join('; '), types: AS_TEXT })) as unknown as pg.QueryResult[];
+  return claimedFrom(results[2 + keyed.at]!, results[2 + keyed.statements.length]!);
 }
 
 /**
@@ -181,17 +197,18 @@ export interface TwoPhaseClaim {
 }
 
 /** Step 1 in two phases, in the center transaction `center` that the run keeps open: the claim
- *  (external_two_phase_claim.sql: the rows locked, nothing written), then the overlap check
- *  (external_two_phase_overlap.sql), one round trip. No claim lock (external_claim_lock.sql): the
+ *  (external_two_phase_claim.sql: the rows locked, nothing written; in key order: inKeyOrder),
+ *  then the overlap check (external_two_phase_overlap.sql), one round trip. No claim lock (external_claim_lock.sql): the
  *  rows stay locked until the run ends, so the claims beside it pass them by; only a hold a
  *  commit-first claim committed meanwhile can overlap, and the overlap check finds it. */
 export async function claimTwoPhase(center: pg.PoolClient, lease: Lease, external: ExternalTarget): Promise<TwoPhaseClaim | undefined> {
   const move = claimStatement('two-phase', lease, external);
   const overlap = bindLiterals(sql('worker/external_two_phase_overlap', { shardId: lease.id, kind: lease.kind }));
-  const results = (await center.query({ text: `${move}; ${overlap}`, types: AS_TEXT })) as unknown as pg.QueryResult[];
+  const keyed = inKeyOrder(move);
+  const results = (await center.query({ text: [...keyed.statements, overlap].join('; '), types: AS_TEXT })) as unknown as pg.QueryResult[];
   const atNodeMs = performance.now();
-  const row = (results[0] as pg.QueryResult<TwoPhaseClaimRow>).rows[0];
-  const overlapping = Number((results[1] as pg.QueryResult<{ overlap: string }>).rows[0]!.overlap);
+  const row = (results[keyed.at] as pg.QueryResult<TwoPhaseClaimRow>).rows[0];
+  const overlapping = Number((results[keyed.statements.length] as pg.QueryResult<{ overlap: string }>).rows[0]!.overlap);
   if (!row) return undefined;
   return {
     claimed: claimedRows(row.target, true, row, new Set()),

@@ -21,6 +21,10 @@
 -- other holds locked (SKIP LOCKED): 6-10 % of the drain (bench/analysis.md, seventh pass).
 -- Rows due after the instant are left to oldest-first claims, so due order holds outside the
 -- flood.
+-- The fresh rows are read by a function (sql/0052: claim_fresh_oldest, claim_fresh_newest) so that
+-- the read is planned by itself: the due index walked in order to the limit, never a read and
+-- sort of a whole flood that the statistics had not yet seen; a batch handler in this statement
+-- keeps the planner's usual settings.
 -- The rows are locked first (pinned, fresh) and moved last (taken, moved); ARRAY(...) makes that
 -- DELETE probe the primary key for exactly those ids (with IN (...) the planner may hash-join them
 -- against a scan of the whole table). A DELETE adds no index entry to the hot table; the history
@@ -49,14 +53,8 @@ WITH pinned AS MATERIALIZED (
    WHERE p.shard_id = $1 AND p.state = 'dispatched'
      FOR UPDATE
 ), fresh AS MATERIALIZED (
-  SELECT d.id, d.biz_id, d.payload, d.due_at, d.trace_parent FROM timeout_center.timeouts d
-   WHERE d.kind = $2 AND d.state = 'pending' AND d.available_at <= statement_timestamp()
-     AND (d.available_at, d.id) >= (coalesce((SELECT s.claim_floor FROM timeout_center.shards s WHERE s.id = $1), '-infinity'),
-                                    coalesce((SELECT s.claim_floor_id FROM timeout_center.shards s WHERE s.id = $1), 0)) -- the shard's claim floor (sql/0030, 0041)
-     AND NOT EXISTS (SELECT 1 FROM timeout_center.timeouts p WHERE p.shard_id = $1 AND p.state = 'dispatched')
-   ORDER BY d.available_at -- tc:claim-order (sql-handler.ts: the newest-first form of a flood's shard)
-   LIMIT $3
-     FOR UPDATE SKIP LOCKED
+  -- the due index in key order from the shard's claim floor, whatever the row estimate (sql/0052)
+  SELECT f.id, f.biz_id, f.payload, f.due_at, f.trace_parent FROM timeout_center.claim_fresh_oldest($1, $2, $3) f -- tc:claim-order (sql-handler.ts: the newest-first form of a flood's shard)
 ), due AS MATERIALIZED (
   SELECT id, biz_id, payload, due_at, trace_parent FROM pinned UNION ALL SELECT id, biz_id, payload, due_at, trace_parent FROM fresh
 ), applied (v) AS (

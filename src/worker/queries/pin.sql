@@ -5,6 +5,11 @@
 -- exactly these rows (abandon_shards.sql): a row that kills workers cannot pass from shard to
 -- shard forever. The first run of a shard never pins (one write per timeout). No-op when the
 -- shard already holds pinned rows or the lease is no longer ours.
+-- The rows are the ones the claim's fresh part would take (claim_fresh_oldest, sql/0052): due,
+-- oldest first from the shard's claim floor, locked (SKIP LOCKED), read in key order whatever the
+-- row estimate. Read from the kind's first entry, a re-run under an old snapshot held elsewhere
+-- walked every timeout claimed since the snapshot began (60,603 entries for 500 rows in
+-- claim-floor.test.ts), at the moment a worker had just died.
 --   $1 shard id   $2 kind   $3 claim limit   $4 lease token
 -- @params shardId: number, kind: string, claimLimit: number, leaseToken: string
 -- Returns how many rows it pinned.
@@ -15,11 +20,7 @@ WITH ours AS (
 ), pinned AS (
   UPDATE timeout_center.timeouts t
      SET state = 'dispatched', shard_id = $1
-   WHERE t.id = ANY (ARRAY(SELECT d.id FROM timeout_center.timeouts d
-                   WHERE d.kind = $2 AND d.state = 'pending' AND d.available_at <= statement_timestamp()
-                   ORDER BY d.available_at
-                   LIMIT $3
-                     FOR UPDATE SKIP LOCKED))
+   WHERE t.id = ANY (ARRAY(SELECT f.id FROM timeout_center.claim_fresh_oldest($1, $2, $3) f))
      AND t.state = 'pending'
      AND EXISTS (SELECT 1 FROM ours) AND NOT EXISTS (SELECT 1 FROM held)
   RETURNING t.id
