@@ -1,7 +1,10 @@
 -- next_due: the database clock, the latest claimable time among the timeouts already due (NULL:
--- nothing is due), the earliest claimable time still to come (next_after: when nothing is due the
--- coordinator sleeps until then, and when the due rows are all covered by shards in flight it
--- wakes then rather than polling), the shards in flight, and the kinds' flow controls. One index
+-- nothing is due), the earliest claimable time still to come within a minute (next_after: when
+-- nothing is due the coordinator sleeps until then, and when the due rows are all covered by
+-- shards in flight it wakes then rather than polling; NULL: nothing within a minute, it looks
+-- again in one, the longest it ever sleeps, mapper.ts NEXT_AFTER_WITHIN_MS; the probe stops there
+-- so that it never walks the entries of rows cancelled ahead of their due time, which a held
+-- snapshot keeps), the shards in flight, and the kinds' flow controls. One index
 -- probe each way per kind on timeouts_due_by_key, both starting at now(): neither walks past a
 -- flood's rows from its oldest on, which shards are claiming (locked) or have just taken (dead
 -- until vacuum), at every tick of the flood. Every read of pending timeouts goes through
@@ -74,16 +77,20 @@ WITH server AS MATERIALIZED (
   SELECT max(m.at) AS at
     FROM jsonb_to_recordset((SELECT i.marks FROM inputs i)) AS m (at timestamptz, xid text)
    WHERE m.xid::xid8 <= pg_snapshot_xmin(pg_current_snapshot())
+), bound AS MATERIALIZED (
+  SELECT coalesce((SELECT h.at - interval '1 second' FROM horizon h), '-infinity') AS at
 ), walked AS MATERIALIZED (
   -- per kind: its oldest pending key from the previous floor on, its oldest pending instant written
-  -- late, and the marks' bound
+  -- late, and the marks' bound. The walk stops at the bound: a floor is never above it, and past
+  -- it lie only rows not yet due and, under a held snapshot, the entries of those cancelled
+  -- (a kind with nothing pending would walk every one of them at every tick)
   SELECT k.kind, w.available_at AS walk_at, w.id AS walk_id,
          timeout_center.pending_late_first(k.kind::timeout_center.kind, (SELECT i.late_from FROM inputs i)) AS late_at,
-         coalesce((SELECT h.at - interval '1 second' FROM horizon h), '-infinity') AS bound_at
+         (SELECT b.at FROM bound b) AS bound_at
     FROM unnest($1::text[]) AS k (kind)
     LEFT JOIN LATERAL timeout_center.pending_first(k.kind::timeout_center.kind,
                         coalesce(((SELECT i.floors FROM inputs i) -> k.kind ->> 0)::timestamptz, '-infinity'),
-                        coalesce(((SELECT i.floors FROM inputs i) -> k.kind ->> 1)::bigint, 0), 'infinity') w ON true
+                        coalesce(((SELECT i.floors FROM inputs i) -> k.kind ->> 1)::bigint, 0), (SELECT b.at FROM bound b)) w ON true
 ), floors AS MATERIALIZED (
   -- the least of the three keys; the last two are whole instants (id 0), so the walked row's id
   -- counts only when its instant is below both
@@ -139,7 +146,7 @@ SELECT now() AS now, (SELECT s.server FROM server s) AS server,
        (SELECT min(d.available_at)
           FROM unnest($1::text[]) AS k (kind)
           JOIN timeout_center.kinds kc ON kc.kind = k.kind AND NOT kc.paused
-         CROSS JOIN LATERAL timeout_center.pending_first(kc.kind::timeout_center.kind, now() + interval '1 microsecond', 0, 'infinity') d) AS next_after,
+         CROSS JOIN LATERAL timeout_center.pending_first(kc.kind::timeout_center.kind, now() + interval '1 microsecond', 0, now() + interval '1 minute') d) AS next_after,
        -- with nothing in flight, the next shard written (a higher id than any now)
        coalesce((SELECT min(sh.id) FROM timeout_center.shards sh WHERE sh.state IN ('queued', 'running') AND sh.id >= (SELECT i.shards_from FROM inputs i)),
                 (SELECT max(sh.id) + 1 FROM timeout_center.shards sh), (SELECT i.shards_from FROM inputs i))::text AS in_flight_from,
