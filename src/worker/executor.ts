@@ -17,12 +17,16 @@ import type { ExternalExecutor } from './external-executor.js';
 import type { ShardItem } from './handler-contract.js';
 import { HANDLER_LOCK_TIMEOUT_MS, type ResolvedHandler } from './handlers.js';
 import { splitPinned } from './isolate.js';
-import { holdShard, releaseLease, takeLease, untilClaimAt, type Lease } from './lease.js';
+import { handBack, holdShard, releaseLease, takeLease, untilClaimAt, type Lease } from './lease.js';
 import type { KeptLease, LeaseKeeper } from './lease-keeper.js';
 import { CLOCK_AFTER_COMMIT, latenessAt, recordOutcome, type Lateness, type ShardCounts, type ShardOutcome } from './outcome.js';
 import type { BatchSqlHandler, BatchStatement } from './sql-handler.js';
 import { withTimeLimit } from './time-limit.js';
 import { addLinksToActive, setActiveAttributes, startSpan, withSpan, SpanKind, type Span } from '../observability/tracing.js';
+
+/** Leases tried for one delivery while its row is found locked by another statement (each after
+ *  hold_shard.sql waited for that lock): such locks last a statement, so a second try takes it. */
+const LEASE_ATTEMPTS = 3;
 
 class LeaseLostError extends Error {
   override name = 'LeaseLostError';
@@ -119,17 +123,26 @@ export class ShardExecutor {
 
   private async runShard(shardId: number): Promise<ShardOutcome> {
     const leaseStarted = performance.now();
-    const lease = await withSpan('tc.lease', { 'tc.shard.id': shardId }, () => takeLease(this.pool, shardId, this.options.workerId, this.leaseMs));
-    const leaseMs = performance.now() - leaseStarted;
-    if (!lease) {
-      // Rare path (one more round trip): tell flow control's hold from a duplicate delivery.
-      const heldKind = await holdShard(this.pool, shardId);
-      if (heldKind) {
-        this.metrics.shards.inc({ store: this.store, kind: heldKind, outcome: 'held' });
-        return { status: 'held', reason: `kind ${heldKind} is paused or at its max running shards` };
+    const take = () => withSpan('tc.lease', { 'tc.shard.id': shardId }, () => takeLease(this.pool, shardId, this.options.workerId, this.leaseMs));
+    let lease = await take();
+    // Rare path (one more round trip): tell flow control's hold from a duplicate delivery, and
+    // both from a row another statement had locked for a moment (the coordinator's floor refresh,
+    // its reap: take_lease skips locked rows, and hold_shard waits for the lock to pass).
+    for (let attempt = 1; !lease; attempt += 1) {
+      const why = await holdShard(this.pool, shardId);
+      if (!why) return { status: 'not-ours', reason: 'shard is final or leased by another worker' };
+      if (why.held) {
+        this.metrics.shards.inc({ store: this.store, kind: why.kind, outcome: 'held' });
+        return { status: 'held', reason: `kind ${why.kind} is paused or at its max running shards` };
       }
-      return { status: 'not-ours', reason: 'shard is final or leased by another worker' };
+      if (attempt === LEASE_ATTEMPTS) {
+        // Locked at every attempt: leave it for the coordinator to publish again within a second.
+        await handBack(this.pool, [shardId]);
+        return { status: 'not-ours', reason: `shard was locked by another statement at ${LEASE_ATTEMPTS} lease attempts; handed back` };
+      }
+      lease = await take();
     }
+    const leaseMs = performance.now() - leaseStarted;
     const handler = this.handlers.get(lease.kind);
     if (!handler) {
       // This worker does not serve the kind (kinds filter): leave it for one that does.

@@ -57,11 +57,19 @@ export async function takeLease(pool: pg.Pool, shardId: number, workerId: string
   };
 }
 
-/** After takeLease found nothing: the kind of a shard that flow control holds back (it stays
- *  queued, unpublished: hold_shard.sql), or undefined for a final shard or another worker's. */
-export async function holdShard(pool: pg.Pool, shardId: number): Promise<string | undefined> {
-  const { rows } = await pool.query<{ kind: string }>(sql('worker/hold_shard', { shardId }));
-  return rows[0]?.kind;
+/** Why takeLease found nothing, for a shard still queued (hold_shard.sql): held, its kind paused
+ *  or at its cap (it stays queued, unpublished, until the coordinator publishes it again), or not
+ *  held, its row locked for a moment by another statement (lease it again). Undefined: the shard is
+ *  final or another worker's. */
+export async function holdShard(pool: pg.Pool, shardId: number): Promise<{ kind: string; held: boolean } | undefined> {
+  const { rows } = await pool.query<{ kind: string; held: boolean }>(sql('worker/hold_shard', { shardId }));
+  return rows[0];
+}
+
+/** Marks queued shards unpublished (hand_back.sql): the coordinator publishes them again at its
+ *  next reap, within a second. */
+export async function handBack(pool: pg.Pool, shardIds: number[]): Promise<void> {
+  await pool.query(sql('worker/hand_back', { shardIds }));
 }
 
 /** Gives a lease back so another worker can take the shard at once (the attempt not counted). */

@@ -203,7 +203,7 @@ describe('flow control statements, session by session', () => {
       expect((await b.query(sql('worker/take_lease', { shardId: s2, workerId: 'worker-b', leaseMs: 30_000 }))).rowCount, 'refused: 1 running, cap 1').toBe(0);
       await b.query('COMMIT');
       // The refused shard is held: queued, unpublished, and left alone by the reaper while the cap is full.
-      expect((await pool.query(sql('worker/hold_shard', { shardId: s2 }))).rows).toEqual([{ id: String(s2), kind: 'lock.test' }]);
+      expect((await pool.query(sql('worker/hold_shard', { shardId: s2 }))).rows).toEqual([{ id: String(s2), kind: 'lock.test', held: true }]);
       expect((await pool.query(sql('coordinator/republish_queued', { republishAfterMs: 30_000, all: false, maxShards: 100, shardsFrom: 0 }))).rows).toEqual([]);
       // The running one finishes: the held one is published at the next reap.
       await pool.query(`UPDATE timeout_center.shards SET state = 'done', finished_at = now() WHERE id = $1`, [s1]);
@@ -224,7 +224,7 @@ describe('flow control statements, session by session', () => {
     // Published once (by the map), then delivered to a worker while paused.
     await pool.query(`UPDATE timeout_center.shards SET published_at = now(), publish_count = 1 WHERE id = $1`, [s]);
     expect((await pool.query(sql('worker/take_lease', { shardId: s, workerId: 'worker-a', leaseMs: 30_000 }))).rowCount).toBe(0);
-    expect((await pool.query(sql('worker/hold_shard', { shardId: s }))).rowCount).toBe(1);
+    expect((await pool.query(sql('worker/hold_shard', { shardId: s }))).rows).toEqual([{ id: String(s), kind: 'lock.test', held: true }]);
     // Even "the channel lost everything" does not publish a held shard, nor write it again.
     const xmin = async () => (await pool.query(`SELECT xmin::text AS x, published_at, publish_count FROM timeout_center.shards WHERE id = $1`, [s])).rows[0];
     const before = await xmin();
