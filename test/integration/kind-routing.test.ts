@@ -20,9 +20,9 @@ function config(workerKinds?: string[]): string {
       'order.unpaid': { shardSize: 20, timeLimitMs: 2000, handler: { type: 'sql', sql: CLOSE_SQL } },
       'order.unconfirmed': { shardSize: 20, timeLimitMs: 2000, handler: { type: 'sql', sql: CONFIRM_SQL } },
     },
-    // A shard handed back is republished within a second whatever this says (hand_back.sql); long
-    // enough that a shard merely waiting its turn behind concurrency 2 on a loaded box (CI: 20 shards
-    // a kind, the last queued over 2 s) is not republished as if its message were lost.
+    // A shard given back (release_lease.sql, hand_back.sql) is republished within a second whatever
+    // this says, which is what the test watches for; long enough that a shard merely waiting its
+    // turn behind concurrency 2 on a loaded box is not republished as if its message were lost.
     coordinator: { republishAfterMs: 20_000, minTickIntervalMs: 50 },
     worker: { leaseMs: 3000, blockMs: 200, concurrency: 2, ...(workerKinds ? { kinds: workerKinds } : {}) },
   });
