@@ -18,6 +18,7 @@ import { ClaimFloors, type FloorsRow } from './claim-floors.js';
 import { countAhead, nextDueStatement, planScan, type PlannedScan } from './map.js';
 import { creditParam, PlanMemory } from './plan-memory.js';
 import type { UnservedKinds } from './unserved-kinds.js';
+import { LONGEST_SLEEP_MS } from './tick-loop.js';
 import { setActiveAttributes } from '../observability/tracing.js';
 
 const BACKPRESSURE_RECHECK_MS = 100;
@@ -29,11 +30,6 @@ const CITUS_BACKPRESSURE_RECHECK_MS = 250;
 /** With nothing in flight, the coordinator wakes this long before the next due instant to count
  *  what will be due at it (count_ahead.sql), so a flood's plan at the instant needs no count. */
 const COUNT_AHEAD_MS = 500;
-/** How far ahead next_due.sql looks for the next due time (next_after). Nothing within it: the
- *  coordinator looks again this much later, the longest tick-loop.ts ever sleeps anyway. Looking
- *  further would walk, under a held snapshot, every entry of the rows cancelled ahead of their due
- *  time at every tick. */
-const NEXT_AFTER_WITHIN_MS = 60_000;
 /** The largest adaptive shard plan_shards.sql writes (same-database SQL handlers in a flood). */
 const MAX_ADAPTIVE_SHARD = 20_000;
 
@@ -167,7 +163,10 @@ export class Mapper {
     // not wait out the recheck: the next tick sees them past the covered cutoff and plans them).
     if (due) return clock.next_after ? Math.min(recheckMs, untilDue(clock.next_after, clock.now)) : recheckMs;
     const nextDue = clock.next_after;
-    if (!nextDue) return NEXT_AFTER_WITHIN_MS;
+    // next_due.sql looks a minute ahead, the longest the loop sleeps anyway (looking further would
+    // walk, under a held snapshot, every entry of the rows cancelled ahead of their due time):
+    // nothing within it, look again then.
+    if (!nextDue) return LONGEST_SLEEP_MS;
     // Nothing is due: sleep until the next claimable time, measured on the database clock. With
     // nothing in flight, first wake COUNT_AHEAD_MS before it and count what will be due then, so
     // that a flood's first shards go out at the instant instead of after a count of the flood.

@@ -11,6 +11,9 @@ import { isRedisFailoverError } from '../transport/redis-errors.js';
 import { FencedError } from './fence.js';
 import type { Leadership } from './leadership.js';
 
+/** The longest the loop sleeps on a tick's say-so (cron's schedule still ticks meanwhile). */
+export const LONGEST_SLEEP_MS = 60_000;
+
 export interface TickLoopOptions {
   schedule: string;
   minTickIntervalMs: number;
@@ -124,7 +127,7 @@ export class TickLoop extends BaseService {
 
   private wakeIn(ms: number): void {
     if (this.wakeTimer) clearTimeout(this.wakeTimer);
-    const delay = Math.max(this.options.minTickIntervalMs, Math.min(ms, 60_000));
+    const delay = Math.max(this.options.minTickIntervalMs, Math.min(ms, LONGEST_SLEEP_MS));
     this.wakeTimer = setTimeout(() => this.requestTick(), delay);
   }
 }

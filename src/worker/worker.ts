@@ -18,6 +18,7 @@ import { Housekeeping } from './housekeeping.js';
 import { preparedResolver } from './prepared-resolver.js';
 import { maxPreparedTransactions } from './two-phase.js';
 import { noAnswer, within } from '../bounded.js';
+import { handBack as handBackShards } from './lease.js';
 import { BusyBackends, RELEASE_BOUND_MS, releaseRunning, type RunningIn } from './release-running.js';
 import type { ShardHandler } from './handler-contract.js';
 import { resolveHandlers } from './handlers.js';
@@ -381,7 +382,7 @@ export class Worker implements Service {
     const handBackIn = async (deliveries: ShardDelivery[], shardIds: number[]) => {
       const store = parseStreamName(deliveries[0]!.message.kind).store;
       const pool = store === undefined ? this.deps.pool : (await this.storeSides.get(store)).pool;
-      await pool.query(sql('worker/hand_back', { shardIds }));
+      await handBackShards(pool, shardIds);
       await this.deps.channel.ack(deliveries);
     };
     await Promise.all(

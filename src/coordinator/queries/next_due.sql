@@ -2,7 +2,7 @@
 -- nothing is due), the earliest claimable time still to come within a minute (next_after: when
 -- nothing is due the coordinator sleeps until then, and when the due rows are all covered by
 -- shards in flight it wakes then rather than polling; NULL: nothing within a minute, it looks
--- again in one, the longest it ever sleeps, mapper.ts NEXT_AFTER_WITHIN_MS; the probe stops there
+-- again in one, the longest it ever sleeps, tick-loop.ts LONGEST_SLEEP_MS; the probe stops there
 -- so that it never walks the entries of rows cancelled ahead of their due time, which a held
 -- snapshot keeps), the shards in flight, and the kinds' flow controls. One index
 -- probe each way per kind on timeouts_due_by_key, both starting at now(): neither walks past a
@@ -31,8 +31,9 @@
 -- the live ones, and a walk from the start fetches each. The new floor of a kind is the least of:
 -- the key (available_at, id) of its oldest pending row from the previous floor on (the only walk
 -- past dead entries: those claimed since the previous tick, within one due instant too: sql/0041);
--- its oldest pending row written late, from that row's instant; and a second before the latest mark taken before every transaction running now began writing (none
--- yet: no floor), from that instant. Every probe below reads from the new floors; they are
+-- its oldest pending row written late, from that row's instant; and a second before the latest
+-- mark taken before every transaction running now began writing (none yet: no floor), from that
+-- instant. Every probe below reads from the new floors; they are
 -- returned (floors) with this tick's mark (mark_at, mark_xid: the clock, then this statement's new
 -- transaction id, in that order) and the horizon it was compared with (xmin), for the next tick.
 -- The late probe (pending_late_first, sql/0054) reads only the rows written late by transactions
