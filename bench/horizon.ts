@@ -244,9 +244,11 @@ interface BurstResult {
   seconds: number;
   perSecond: number;
   p99Ms: number;
+  /** seconds from the burst's write committing to its due instant (negative: written after it was due) */
+  writtenAheadS?: number;
 }
 
-async function burstResult(v: Variant, b: number, at: number, due: Date, snapshot: boolean): Promise<BurstResult> {
+async function burstResult(v: Variant, b: number, at: number, due: Date, snapshot: boolean, writtenAt: number | undefined): Promise<BurstResult> {
   const { rows } = await v.orders.query<{ unpaid: number; closed: number; last: number; p99: number }>(
     `SELECT count(*) FILTER (WHERE id % 10 <> 0)::int AS unpaid, count(*) FILTER (WHERE status = 'closed')::int AS closed,
             extract(epoch FROM max(pg_xact_commit_timestamp(xmin)) FILTER (WHERE status = 'closed') - $3::timestamptz)::float8 AS last,
@@ -255,7 +257,8 @@ async function burstResult(v: Variant, b: number, at: number, due: Date, snapsho
     [burstBase(b), burstBase(b) + BURST_N - 1, due],
   );
   const r = rows[0]!;
-  return { variant: v.name, at, snapshot, unpaid: r.unpaid, closed: r.closed, seconds: r.last, perSecond: r.unpaid / r.last, p99Ms: r.p99 };
+  const writtenAheadS = writtenAt === undefined ? undefined : (due.getTime() - writtenAt) / 1000;
+  return { variant: v.name, at, snapshot, unpaid: r.unpaid, closed: r.closed, seconds: r.last, perSecond: r.unpaid / r.last, p99Ms: r.p99, writtenAheadS };
 }
 
 const mb = (b: number) => (b / 1024 / 1024).toFixed(0);
@@ -265,6 +268,9 @@ async function main(): Promise<void> {
   const variants: Variant[] = [];
   const samples: Sample[] = [];
   const bursts: { b: number; at: number; due: Date; snapshot: boolean }[] = [];
+  // when each burst's write committed, by variant and burst: a write still running at the due
+  // instant would count its own time as drain time
+  const writtenAt = new Map<string, number>();
   try {
     for (const name of VARIANTS) variants.push(await setUp(server, name));
     const start = Date.now();
@@ -324,7 +330,11 @@ async function main(): Promise<void> {
         for (const v of variants) {
           const p = quiet(v.url, 1);
           const o = v.ordersUrl === v.url ? p : quiet(v.ordersUrl, 1);
-          burstWrites.push(write(p, o, burstBase(b), burstBase(b) + BURST_N - 1, due).finally(() => Promise.all([p.end(), o !== p && o.end()])));
+          burstWrites.push(
+            write(p, o, burstBase(b), burstBase(b) + BURST_N - 1, due)
+              .then(() => void writtenAt.set(`${v.name}:${b}`, Date.now()))
+              .finally(() => Promise.all([p.end(), o !== p && o.end()])),
+          );
         }
       }
       const target = Math.floor(RATE * t);
@@ -353,9 +363,9 @@ async function main(): Promise<void> {
     sampling = false;
     await sampler;
     const lateness = Object.fromEntries(await Promise.all(variants.map(async (v) => [v.name, await windowLateness(v, t0)] as const)));
-    const burstResults = (await Promise.all(variants.flatMap((v) => bursts.map((b) => burstResult(v, b.b, b.at, b.due, b.snapshot))))).sort(
-      (a, b) => a.at - b.at || a.variant.localeCompare(b.variant),
-    );
+    const burstResults = (
+      await Promise.all(variants.flatMap((v) => bursts.map((b) => burstResult(v, b.b, b.at, b.due, b.snapshot, writtenAt.get(`${v.name}:${b.b}`)))))
+    ).sort((a, b) => a.at - b.at || a.variant.localeCompare(b.variant));
     const checks = Object.fromEntries(await Promise.all(variants.map(async (v) => [v.name, await check(v)] as const)));
     const meta = {
       date: new Date().toISOString(),
@@ -435,10 +445,10 @@ export function report(raw: {
     }
   }
   lines.push('');
-  lines.push('burst due at (s)  variant   snapshot  drained in (s)  per second  lateness p99 (ms)');
+  lines.push('burst due at (s)  variant   snapshot  drained in (s)  per second  lateness p99 (ms)  written (s before due)');
   for (const b of raw.bursts)
     lines.push(
-      `${String(b.at).padStart(16)}  ${b.variant.padEnd(8)}  ${(b.snapshot ? 'held' : '').padEnd(8)}  ${b.seconds.toFixed(2).padStart(14)}  ${Math.round(b.perSecond).toString().padStart(10)}  ${b.p99Ms.toFixed(0).padStart(17)}`,
+      `${String(b.at).padStart(16)}  ${b.variant.padEnd(8)}  ${(b.snapshot ? 'held' : '').padEnd(8)}  ${b.seconds.toFixed(2).padStart(14)}  ${Math.round(b.perSecond).toString().padStart(10)}  ${b.p99Ms.toFixed(0).padStart(17)}  ${(b.writtenAheadS === undefined ? '-' : b.writtenAheadS.toFixed(1)).padStart(22)}`,
     );
   lines.push('');
   for (const [v, c] of Object.entries(raw.correctness)) lines.push(`${v}: ${c.ok ? 'correct' : c.problems.join('; ')}`);

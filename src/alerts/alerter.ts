@@ -15,7 +15,8 @@ export type AlertType =
   | 'kind_served'
   | 'store_unreachable'
   | 'store_reachable'
-  | 'vacuum_horizon';
+  | 'vacuum_horizon'
+  | 'timeouts_stranded';
 
 export interface Alert {
   type: AlertType;

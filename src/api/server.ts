@@ -5,6 +5,7 @@
 // (bearer tokens scoped to kinds and verbs, tokens.ts), and one error shape (errors.ts).
 import { createServer } from 'node:http';
 import { PassThrough } from 'node:stream';
+import { finished } from 'node:stream/promises';
 import swagger from '@fastify/swagger';
 import Fastify, { LogController, type FastifyBaseLogger, type FastifyInstance, type FastifyReply, type FastifyRequest } from 'fastify';
 import { jsonSchemaTransform, jsonSchemaTransformObject, serializerCompiler, validatorCompiler } from 'fastify-type-provider-zod';
@@ -13,6 +14,7 @@ import { z } from 'zod';
 import { isLoopback } from '../console/auth.js';
 import { InputError } from '../input-error.js';
 import type { ApiBackend } from './backend.js';
+import { closeConnectionsInStages } from './close-in-stages.js';
 import { ApiError, errorBody, toErrorAnswer } from './errors.js';
 import { leanCheck, OK } from './lean-check.js';
 import { noteErrorCode, traceRequests } from './request-spans.js';
@@ -90,22 +92,38 @@ function sendError(err: unknown, req: FastifyRequest, reply: FastifyReply): Fast
   return reply.code(500).send(errorBody('internal', 'internal error (the server log has the details)'));
 }
 
+/** How far over the body limit a request is still read out before its 413 (see preParsing). */
+const DRAIN_FACTOR = 4;
+
+/** Reads a request body to its end and drops it; false if it did not end within ms (or failed). */
+async function discard(payload: NodeJS.ReadableStream, ms: number): Promise<boolean> {
+  payload.resume();
+  return finished(payload, { signal: AbortSignal.timeout(ms) }).then(
+    () => true,
+    () => false,
+  );
+}
+
 /** The Fastify app with every route, not yet listening (tests and the document generator use it
  *  with inject()/ready()). */
 export async function buildApiApp(options: ApiAppOptions): Promise<FastifyInstance> {
   const requestTimeoutMs = options.requestTimeoutMs ?? 10_000;
+  const bodyLimit = options.bodyLimitBytes ?? DEFAULT_BODY_LIMIT;
   const app = Fastify({
     loggerInstance: options.logger.child({ component: 'api' }) as FastifyBaseLogger,
     // Each request is logged once, at debug, by the onResponse hook below (never its headers).
     logController: new LogController({ disableRequestLogging: true }),
-    bodyLimit: options.bodyLimitBytes ?? DEFAULT_BODY_LIMIT,
+    bodyLimit,
     // The server's own bound on a request that never completes (a backstop behind the body timer
     // below, which answers in the API's error shape); checked every 250 ms rather than Node's 30 s.
-    serverFactory: (handler) =>
-      createServer(
+    serverFactory: (handler) => {
+      const server = createServer(
         { requestTimeout: requestTimeoutMs + 2000, headersTimeout: requestTimeoutMs + 1000, connectionsCheckingInterval: 250, keepAliveTimeout: 5000 },
         handler,
-      ),
+      );
+      closeConnectionsInStages(server, requestTimeoutMs);
+      return server;
+    },
     // A bizId is up to 200 characters, percent-encoded in the path (schemas.ts MAX_PATH_PARAM).
     routerOptions: { ignoreTrailingSlash: false, maxParamLength: MAX_PATH_PARAM },
     // A path the router refuses (one it cannot decode, or longer than maxParamLength) is answered
@@ -157,6 +175,15 @@ export async function buildApiApp(options: ApiAppOptions): Promise<FastifyInstan
   app.addHook('preParsing', async (req, reply, payload) => {
     const headers = req.headers;
     if (headers['content-length'] === undefined && headers['transfer-encoding'] === undefined) return payload;
+    const declared = Number(headers['content-length']);
+    if (declared > bodyLimit) {
+      // Answered 413 either way. Fastify's parser would answer before reading and close the
+      // connection. Read the body into the void first, up to four times the limit and within the
+      // body's time bound, so the client may keep the connection; past that, answer at once and
+      // close (in stages: close-in-stages.ts, so a client still sending reads the answer).
+      if (declared > DRAIN_FACTOR * bodyLimit || !(await discard(payload, requestTimeoutMs))) reply.header('connection', 'close');
+      throw new ApiError(413, 'body_too_large', `the request body is larger than the limit (${bodyLimit} bytes)`);
+    }
     const out = new PassThrough();
     out.on('error', () => undefined); // reported to the parser (408 below); nothing else listens after the answer
     let ended = false;

@@ -56,14 +56,15 @@ export function exitCodeOf(err: unknown): number {
   if (err instanceof ConfigError || err instanceof InputError) return EXIT.badInput;
   if (err instanceof UnreachableError || err instanceof UnavailableError || err instanceof SchemaContractError || err instanceof OlderProcessesError)
     return EXIT.unavailable;
-  if (isConnectionError(err)) return EXIT.unavailable;
+  if (isUnavailableError(err)) return EXIT.unavailable;
   return EXIT.unexpected;
 }
 
 /** Errors that mean "this database cannot answer now", as opposed to bad input or a bug:
  *  connection failures (ECONNREFUSED, ETIMEDOUT, ...) and PostgreSQL's connection, shutdown,
- *  missing-database and statement-timeout classes. */
-export function isConnectionError(err: unknown): boolean {
+ *  missing-database and statement-timeout classes. Wider than the pool's isConnectionError (which
+ *  decides what a unit of work retries): for a verb's exit code, any of these is exit 3. */
+function isUnavailableError(err: unknown): boolean {
   const e = err as { code?: unknown; message?: unknown } | null;
   if (!e || typeof e !== 'object') return false;
   if (typeof e.code === 'string') return /^E[A-Z]+$/.test(e.code) || /^(08|57|3D)/.test(e.code);

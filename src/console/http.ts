@@ -28,6 +28,10 @@ export interface ConsoleRequest {
 /** Largest request body the console takes (Fastify answers 413 beyond it). */
 export const MAX_BODY = 256 * 1024;
 
+/** How long a connection closed after an early answer (a body over the limit) still reads what
+ *  the client sends, so the client reads the answer (api/close-in-stages.ts). */
+export const CLOSE_LINGER_MS = 10_000;
+
 export function formParams(text: string): Params {
   const out: Params = {};
   for (const [k, v] of new URLSearchParams(text)) {

@@ -16,9 +16,10 @@ import type { Config } from '../config.js';
 import type { HorizonLimits } from '../operations/vacuum-horizon.js';
 import { createKysely } from '../db/kysely.js';
 import type { StoreDirectory } from '../stores/store-directory.js';
+import { closeConnectionsInStages } from '../api/close-in-stages.js';
 import { actionRoutes } from './action-routes.js';
 import { authenticate, authEnabled, Csrf, isLoopback, sameOrigin, type AuthConfig } from './auth.js';
-import { formParams, HttpError, isInputError, jsonParams, MAX_BODY, one, SECURITY_HEADERS, type Params } from './http.js';
+import { CLOSE_LINGER_MS, formParams, HttpError, isInputError, jsonParams, MAX_BODY, one, SECURITY_HEADERS, type Params } from './http.js';
 import { messagePage, type PageContext } from './pages.js';
 import { findRoute, pageRoutes } from './routes.js';
 import { ConsoleStores } from './stores.js';
@@ -79,6 +80,9 @@ export async function startConsole(options: ConsoleOptions): Promise<ConsoleServ
       return base && (url === base || url.startsWith(`${base}/`) || url.startsWith(`${base}?`)) ? url.slice(base.length) || '/' : url;
     },
   });
+  // A body over the limit is answered 413 before it is read and the connection closed: in stages,
+  // so a browser still sending it reads the answer.
+  closeConnectionsInStages(app.server, CLOSE_LINGER_MS);
   // Bodies reach the handlers as text: a form or JSON, parsed by the console's own rules (http.ts).
   app.removeAllContentTypeParsers();
   app.addContentTypeParser('*', { parseAs: 'string' }, (_req, body, done) => done(null, body));

@@ -10,6 +10,7 @@ import type { Metrics } from '../observability/metrics.js';
 import { deferredUntil, lagCheckDue } from './lag-schedule.js';
 import { sql } from '../db/queries.js';
 import { ClaimFloors } from './claim-floors.js';
+import { readStranded, STRANDED_ADVICE, type Stranded } from '../operations/stranded.js';
 
 interface BacklogRow {
   kind: string;
@@ -23,6 +24,7 @@ export class LagMonitor {
   private lastCheckAt = 0;
   private notBefore = 0;
   private lastAlertAt = 0;
+  private lastStrandedAlertAt = 0;
 
   constructor(
     private readonly pool: pg.Pool,
@@ -38,6 +40,8 @@ export class LagMonitor {
 
   /** Kinds whose backlog and lag series this monitor set last. */
   private shown = new Set<string>();
+  /** Kinds whose stranded series this monitor set last. */
+  private strandedShown = new Set<string>();
 
   /** Removes this store's backlog and lag series (other stores' leaders in this process keep theirs). */
   private clearOwn(): void {
@@ -46,6 +50,8 @@ export class LagMonitor {
       this.metrics.oldestLag.remove({ store: this.store, kind });
     }
     this.shown.clear();
+    for (const kind of this.strandedShown) this.metrics.stranded.remove({ store: this.store, kind });
+    this.strandedShown.clear();
   }
 
   /** A flood due untilMs from now was mapped ahead: check one interval past its instant. */
@@ -73,7 +79,9 @@ export class LagMonitor {
     if (!lagCheckDue(now, this.lastCheckAt, this.notBefore, this.intervalMs)) return;
     this.lastCheckAt = now;
     const rows = await this.backlog();
+    const stranded = await readStranded(this.pool);
     this.clearOwn();
+    this.reportStranded(now, stranded);
     let worst: (typeof rows)[number] | undefined;
     for (const r of rows) {
       this.shown.add(r.kind);
@@ -101,6 +109,24 @@ export class LagMonitor {
         },
       });
     }
+  }
+
+  /** Timeouts dispatched to a finished shard (stranded.sql): never applied by any run. A bug, not
+   *  load: exported per kind and alerted (at most once per lagAlertEveryMs) with what to do. */
+  private reportStranded(now: number, stranded: Stranded[]): void {
+    for (const r of stranded) {
+      this.strandedShown.add(r.kind);
+      this.metrics.stranded.set({ store: this.store, kind: r.kind }, r.count);
+    }
+    const total = stranded.reduce((n, r) => n + r.count, 0);
+    if (total === 0 || now - this.lastStrandedAlertAt < this.alerts.lagAlertEveryMs) return;
+    this.lastStrandedAlertAt = now;
+    const where = this.store === 'center' ? "the center's database" : `store ${this.store}`;
+    void this.alerter.raise({
+      type: 'timeouts_stranded',
+      message: `${total} timeouts in ${where} (${stranded.map((r) => `${r.kind}: ${r.count}`).join(', ')}) ${STRANDED_ADVICE}`,
+      details: { store: this.store, stranded: Object.fromEntries(stranded.map((r) => [r.kind, r.count])) },
+    });
   }
 
   /** Off the lead: the backlog, lag and in-flight gauges go to zero (dashboards take the max

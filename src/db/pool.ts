@@ -133,12 +133,31 @@ export function pgErrorCode(err: unknown): string | undefined {
     : undefined;
 }
 
+/** Node's codes for a socket that could not connect or broke (system errors, DNS). */
+const SOCKET_ERROR_CODES = new Set([
+  'ECONNREFUSED',
+  'ECONNRESET',
+  'ECONNABORTED',
+  'EPIPE',
+  'ETIMEDOUT',
+  'EHOSTUNREACH',
+  'EHOSTDOWN',
+  'ENETUNREACH',
+  'ENETDOWN',
+  'ENOTFOUND',
+  'EAI_AGAIN',
+]);
+
 /** Errors that say nothing about the rows: the connection or server went away. Retry the unit. */
 export function isConnectionError(err: unknown): boolean {
   const code = pgErrorCode(err);
   // 25006: a write on a server that became a standby (a failover); the session was ended
   // (multi-host-client.ts) and the next one looks for the new primary.
-  if (code) return code.startsWith('08') || code === '25006' || code === '57P01' || code === '57P02' || code === '57P03' || code === '53300';
+  // The socket's own errors (server down, connection reset, host unreachable) carry Node's code,
+  // not a SQLSTATE (EPIPE has five letters, as a SQLSTATE has: checked first).
+  if (code && SOCKET_ERROR_CODES.has(code)) return true;
+  if (code && /^[0-9A-Z]{5}$/.test(code))
+    return code.startsWith('08') || code === '25006' || code === '57P01' || code === '57P02' || code === '57P03' || code === '53300';
   const msg = err instanceof Error ? err.message : '';
   return /Connection terminated|ECONNREFUSED|ECONNRESET|EPIPE|timeout exceeded when trying to connect|Client has encountered a connection error|not queryable/i.test(
     msg,

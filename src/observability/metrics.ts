@@ -70,6 +70,12 @@ export class Metrics {
     labelNames: ['store', 'kind'] as const,
     registers: [this.registry],
   });
+  readonly stranded = new Gauge({
+    name: 'tc_timeouts_stranded',
+    help: 'Timeouts dispatched to a finished shard, which no run will apply (a bug: docs/operations.md "Stranded timeouts"), by store and kind',
+    labelNames: ['store', 'kind'] as const,
+    registers: [this.registry],
+  });
   readonly shardsInFlight = new Gauge({
     name: 'tc_shards_in_flight',
     help: 'Shards queued or running, as the leader of each store last counted',

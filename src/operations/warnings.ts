@@ -8,16 +8,18 @@
 //   do (vacuum-horizon.ts, docs/vacuum-horizon.md);
 // - lag over the SLA per kind (paused kinds marked: their lag is expected);
 // - a kind no live worker serves (its shards would wait in the stream);
-// - an open circuit breaker (issue 9's table, when it exists).
+// - an open circuit breaker (issue 9's table, when it exists);
+// - timeouts dispatched to a finished shard, which no run will apply (a bug: stranded.sql).
 import type { Queryable } from '../flow/kind-controls.js';
 import { LIVE_WINDOW_S, openBreakers } from './overview.js';
+import { readStranded, STRANDED_ADVICE } from './stranded.js';
 import { blindMessage, HORIZON_DEFAULTS, horizonMessage, horizonSeverity, readHorizon, type HorizonLimits, type HorizonReading } from './vacuum-horizon.js';
 
 export type Severity = 'warning' | 'critical';
 
 export interface Warning {
   severity: Severity;
-  topic: 'bloat' | 'autovacuum' | 'vacuum_horizon' | 'lag' | 'workers' | 'breaker';
+  topic: 'bloat' | 'autovacuum' | 'vacuum_horizon' | 'lag' | 'workers' | 'breaker' | 'stranded';
   message: string;
 }
 
@@ -108,7 +110,7 @@ export async function collectWarnings(
   db: Queryable,
   opts: { lagSlaSeconds: number; horizon?: HorizonLimits | undefined; database?: string | undefined },
 ): Promise<WarningsReport> {
-  const [rels, vac, horizon, lagging, unserved, breakers] = await Promise.all([
+  const [rels, vac, horizon, lagging, unserved, breakers, stranded] = await Promise.all([
     relations(db),
     vacuum(db),
     readHorizon(db),
@@ -126,6 +128,7 @@ export async function collectWarnings(
       [LIVE_WINDOW_S],
     ),
     openBreakers(db),
+    readStranded(db),
   ]);
   const warnings: Warning[] = [];
   for (const r of rels) {
@@ -163,6 +166,9 @@ export async function collectWarnings(
       topic: 'workers',
       message: `${u.kind}: no live worker serves this kind (none seen in the last ${LIVE_WINDOW_S} s with it in its kinds); its shards wait in the stream`,
     });
+  }
+  for (const st of stranded) {
+    warnings.push({ severity: 'critical', topic: 'stranded', message: `${st.kind}: ${st.count} timeouts ${STRANDED_ADVICE}` });
   }
   for (const b of breakers) {
     warnings.push({

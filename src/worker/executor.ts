@@ -6,7 +6,7 @@
 // isolated, so one bad row never holds back the rest of its shard.
 import type pg from 'pg';
 import type { Logger } from 'pino';
-import { isConnectionError, isRetryableConflict } from '../db/pool.js';
+import { isConnectionError, isRetryableConflict, withTransaction } from '../db/pool.js';
 import { sql, statementValues } from '../db/queries.js';
 import { AS_TEXT, parseInt8Array, parseIntArray, parseJsonbArray, parseMillisArray, parseTextArray } from '../db/pg-text.js';
 import { failpoint } from '../failpoints.js';
@@ -16,7 +16,7 @@ import { bindLiterals } from './bind-literals.js';
 import type { ExternalExecutor } from './external-executor.js';
 import type { ShardItem } from './handler-contract.js';
 import { HANDLER_LOCK_TIMEOUT_MS, type ResolvedHandler } from './handlers.js';
-import { splitPinned } from './isolate.js';
+import { pinRows, splitPinned } from './isolate.js';
 import { handBack, holdShard, releaseLease, takeLease, untilClaimAt, type Lease } from './lease.js';
 import type { KeptLease, LeaseKeeper } from './lease-keeper.js';
 import { CLOCK_AFTER_COMMIT, latenessAt, recordOutcome, type Lateness, type ShardCounts, type ShardOutcome } from './outcome.js';
@@ -172,11 +172,9 @@ export class ShardExecutor {
       // the rows that may be killing workers stay with this shard and fail with it after
       // maxAttempts. (A run that died before its claim, e.g. frozen or killed right after its
       // lease, held no row: this run is an ordinary one.)
-      const pin = { shardId: lease.id, kind: lease.kind, claimLimit: lease.claim_limit, leaseToken: lease.lease_token };
-      const { rows: pinned } = await this.pool.query<{ pinned: number }>(
-        lease.bucket === null ? sql('worker/pin', pin) : sql('citus/worker/pin', { ...pin, bucket: lease.bucket }),
-      );
-      log.warn({ attempt: lease.attempts, pinned: pinned[0]?.pinned ?? 0 }, 'shard runs again after its worker died; its rows are pinned to it');
+      const pin = { shardId: lease.id, kind: lease.kind, claimLimit: lease.claim_limit, leaseToken: lease.lease_token, bucket: lease.bucket };
+      const pinned = await withTransaction(this.pool, (client) => pinRows(client, pin));
+      log.warn({ attempt: lease.attempts, pinned }, 'shard runs again after its worker died; its rows are pinned to it');
       // Rather than apply them all again (and die again, if one of them kills workers), hand them
       // to two new shards, half each (isolate.ts).
       const split = await splitPinned(this.pool, lease.id, lease.scan_id, lease.lease_token, lease.bucket);

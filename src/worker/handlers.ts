@@ -5,9 +5,11 @@
 // handler, then the record.
 import { pathToFileURL } from 'node:url';
 import { resolve } from 'node:path';
-import type pg from 'pg';
+import pg from 'pg';
 import type { HandlerConfig, KindConfig, LoadedConfig } from '../config.js';
 import { layoutOf } from '../db/citus-layout.js';
+import { isConnectionError } from '../db/pool.js';
+import { InputError } from '../input-error.js';
 import { arrayLiteral, AS_TEXT, literalOf, parseTextArray } from '../db/pg-text.js';
 import { sqlHandlerForm, sqlParameterTypes, statementEnds, takesBucket, type BatchSqlHandler } from './sql-handler.js';
 import { postShard } from './http-handler.js';
@@ -89,18 +91,18 @@ async function codeHandler(
   const fn = registered.get(kind);
   if (fn) return fn;
   if (!config.module) {
-    throw new Error(`kinds."${kind}".handler: type code needs a module path, or register the handler in code with worker.registerHandler("${kind}", fn)`);
+    throw new InputError(`kinds."${kind}".handler: type code needs a module path, or register the handler in code with worker.registerHandler("${kind}", fn)`);
   }
   const url = pathToFileURL(resolve(baseDir, config.module)).href;
   let mod: Record<string, unknown>;
   try {
     mod = (await import(url)) as Record<string, unknown>;
   } catch (err) {
-    throw new Error(`kinds."${kind}".handler.module: cannot load ${config.module}: ${(err as Error).message}`, { cause: err });
+    throw new InputError(`kinds."${kind}".handler.module: cannot load ${config.module}: ${(err as Error).message}`, { cause: err });
   }
   const exported = mod[config.export];
   if (typeof exported !== 'function') {
-    throw new Error(`kinds."${kind}".handler: ${config.module} has no function export "${config.export}"`);
+    throw new InputError(`kinds."${kind}".handler: ${config.module} has no function export "${config.export}"`);
   }
   return exported as ShardHandler;
 }
@@ -184,11 +186,16 @@ export async function resolveHandlers(
 }
 
 /** PostgreSQL's check of a SQL handler at start (a typo fails here, with the kind's name); returns
- *  the parameter types it inferred, which the batch form needs. */
+ *  the parameter types it inferred, which the batch form needs. A statement PostgreSQL rejects is
+ *  bad input (the config's to fix); a server that stops answering is not, and goes up as it is. */
 async function checkSql(pool: pg.Pool, kind: string, sql: string): Promise<string[]> {
   try {
     return await sqlParameterTypes(pool, sql);
   } catch (err) {
-    throw new Error(`kinds."${kind}".handler.sql: PostgreSQL rejects the statement: ${(err as Error).message}`, { cause: err });
+    if (!(err instanceof pg.DatabaseError) || isConnectionError(err)) throw err;
+    throw new InputError(
+      `kinds."${kind}".handler.sql: PostgreSQL rejects the statement: ${(err as Error).message}; fix the statement in the config, or create what it names in the database the kind's timeouts are in, then start again`,
+      { cause: err },
+    );
   }
 }

@@ -9,6 +9,31 @@ import type pg from 'pg';
 import { withTransaction } from '../db/pool.js';
 import { sql } from '../db/queries.js';
 
+export interface PinInputs {
+  shardId: number;
+  kind: string;
+  claimLimit: number;
+  leaseToken: string;
+  /** The shard's bucket on the Citus layout; null otherwise. */
+  bucket: number | null;
+}
+
+/**
+ * Pins the rows a re-run will hold (pin.sql), in the caller's transaction, under the shard's row
+ * lock (lock_shard.sql): while it holds, no other run can lease the shard (take_lease.sql skips a
+ * locked row) nor the reaper requeue it, so the pin commits under the lease it checked. pin.sql
+ * alone checked the lease when it began: one that finished past the lease (seconds, while a
+ * failover promoted the standby) left its rows dispatched to a shard the next run had finished
+ * meanwhile, never applied. Returns how many rows it pinned; 0 when the lease is no longer ours.
+ */
+export async function pinRows(client: pg.ClientBase, pin: PinInputs): Promise<number> {
+  const { rowCount } = await client.query(sql('worker/lock_shard', { shardId: pin.shardId, leaseToken: pin.leaseToken }));
+  if (rowCount === 0) return 0;
+  const { bucket, ...inputs } = pin;
+  const { rows } = await client.query<{ pinned: number }>(bucket === null ? sql('worker/pin', inputs) : sql('citus/worker/pin', { ...inputs, bucket }));
+  return rows[0]?.pinned ?? 0;
+}
+
 export interface SplitShard {
   id: number;
   claimLimit: number;

@@ -1,9 +1,12 @@
 // A verb that reads or writes the database starts without the engine: no Redis client, no HTTP
-// server, no metrics or tracing SDK, no circuit breaker (src/cli/main.ts loads the runtime, the
+// server, no metrics or tracing SDK, no circuit breaker (src/cli/program.ts loads the runtime, the
 // console, the API and the demo inside their actions; src/db/reachability.ts stands apart from
 // runtime.ts). Each of these once came in through one static import and cost every `status` at
 // 3 a.m. a quarter of a second.
 import { execFile } from 'node:child_process';
+import { mkdtempSync, readdirSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { promisify } from 'node:util';
 import { describe, expect, it } from 'vitest';
@@ -27,4 +30,17 @@ describe('CLI start-up', () => {
       expect(loaded.filter((p) => ENGINE_ONLY.includes(p))).toEqual([]);
     });
   }
+
+  it("keeps V8's compile cache, so a start after the first compiles nothing again", async () => {
+    // Node puts it in os.tmpdir() (TMPDIR) unless NODE_COMPILE_CACHE names a directory.
+    const tmp = mkdtempSync(join(tmpdir(), 'tc-compile-cache-'));
+    try {
+      const env = { ...process.env, TMPDIR: tmp, NODE_COMPILE_CACHE: undefined, NODE_DISABLE_COMPILE_CACHE: undefined };
+      await promisify(execFile)(process.execPath, [CLI, '--help'], { env });
+      const cached = readdirSync(join(tmp, 'node-compile-cache'), { recursive: true });
+      expect(cached.length).toBeGreaterThan(0);
+    } finally {
+      rmSync(tmp, { recursive: true, force: true });
+    }
+  });
 });

@@ -160,7 +160,7 @@ describe.skipIf(tools.skip)(tools.title('PostgreSQL failover by pg_auto_failover
       [KIND, BIZ_N],
     );
     const fault = await failOverMidDrain(f, ordersUrl, orders);
-    await drained(centerPool);
+    await drained(centerPool, procs);
     for (const p of procs) expect(p.alive, `${p.name} survived (stderr: ${p.stderr.slice(-500)})`).toBe(true);
     const truth = await businessTruth(orders, centerPool, fault.payments.acknowledged);
     // A marker is deleted after the center recorded its shard, best effort: one whose delete met
@@ -207,7 +207,7 @@ describe.skipIf(tools.skip)(tools.title('PostgreSQL failover by pg_auto_failover
       [KIND, BIZ_N],
     );
     const fault = await failOverMidDrain(f, storeUrl, store);
-    await drained(store);
+    await drained(store, procs);
     for (const p of procs) expect(p.alive, `${p.name} survived (stderr: ${p.stderr.slice(-500)})`).toBe(true);
     const truth = await businessTruth(store, store, fault.payments.acknowledged);
     const gaps = await closeGaps(store, fault.at, fault.answeringAt);
@@ -300,9 +300,10 @@ async function failOverMidDrain(f: Formation, url: string, orders: pg.Pool) {
   return { at, answeringAt, payments };
 }
 
-/** Every timeout final and every scan reduced, in the database that holds them. */
-async function drained(history: pg.Pool): Promise<void> {
-  await waitUntil(
+/** Every timeout final and every scan reduced, in the database that holds them. On a timeout,
+ *  the error says what was left and what each process logged last. */
+async function drained(history: pg.Pool, procs: CliProcess[]): Promise<void> {
+  const waiting = waitUntil(
     'every timeout final and every scan reduced',
     async () =>
       Number(
@@ -316,6 +317,28 @@ async function drained(history: pg.Pool): Promise<void> {
     90_000,
     250,
   );
+  await waiting.catch(async (e: Error) => {
+    const count = (sql: string) =>
+      history
+        .query<{ state: string; n: number }>(sql)
+        .then((r) => JSON.stringify(r.rows))
+        .catch((q: Error) => `(could not read: ${q.message})`);
+    const left = [
+      `timeouts ${await count(`SELECT state::text, count(*)::int AS n FROM timeout_center.all_timeouts WHERE state NOT IN ('done', 'cancelled', 'failed') GROUP BY 1`)}`,
+      `scans ${await count(`SELECT state::text, count(*)::int AS n FROM timeout_center.scans WHERE state <> 'reduced' GROUP BY 1`)}`,
+      `shards ${await count(`SELECT state::text, count(*)::int AS n FROM timeout_center.shards GROUP BY 1`)}`,
+    ].join('; ');
+    const logs = procs
+      .map(
+        (p) =>
+          `${p.name} alive=${p.alive}: ${p.lines
+            .slice(-12)
+            .map((l) => JSON.stringify(l))
+            .join('\n  ')}`,
+      )
+      .join('\n');
+    throw new Error(`${e.message}\nleft: ${left}\n${logs}`);
+  });
 }
 
 /** I1-I4 and history = business truth: no order closed twice or after payment; the history's

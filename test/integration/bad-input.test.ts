@@ -3,7 +3,7 @@
 import { mkdtempSync, writeFileSync } from 'node:fs';
 import net from 'node:net';
 import { tmpdir } from 'node:os';
-import { join } from 'node:path';
+import { dirname, join } from 'node:path';
 import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { cancel, reschedule, schedule, TimeoutInputError, UnknownKindError } from '../../src/schedule.js';
@@ -222,8 +222,29 @@ describe('the CLI', () => {
       kinds: { 'order.unpaid': { handler: { type: 'sql', sql: 'UPDATE orderz SET status = 1 WHERE id = ANY($1) RETURNING id' } } },
     });
     const r = await runCli(['worker'], { ...env, TIMEOUT_CENTER_CONFIG: path });
-    expect(r.code).not.toBe(0);
+    // Bad input (exit 2), not a bug (4): the line says what to fix.
+    expect(r.code, r.stderr).toBe(2);
     expect(r.stderr).toMatch(/kinds\."order\.unpaid"\.handler\.sql: PostgreSQL rejects the statement: relation "orderz" does not exist/);
+    expect(r.stderr).toMatch(/fix the statement in the config, or create what it names/);
+    expect(r.stderr).not.toMatch(/unexpected error/);
+  });
+
+  it('rejects a code handler whose module cannot be loaded or lacks its export, naming the kind, exit 2', async () => {
+    const missing = writeConfig({
+      redisKeyPrefix: testKeyPrefix('badcode'),
+      kinds: { 'order.unpaid': { handler: { type: 'code', module: './no-such-handler.js' } } },
+    });
+    const r = await runCli(['worker'], { ...env, TIMEOUT_CENTER_CONFIG: missing });
+    expect(r.code, r.stderr).toBe(2);
+    expect(r.stderr).toMatch(/kinds\."order\.unpaid"\.handler\.module: cannot load \.\/no-such-handler\.js/);
+    const noExport = writeConfig({
+      redisKeyPrefix: testKeyPrefix('badcode'),
+      kinds: { 'order.unpaid': { handler: { type: 'code', module: './handler.mjs', export: 'closeOrders' } } },
+    });
+    writeFileSync(join(dirname(noExport), 'handler.mjs'), 'export const other = 1;\n');
+    const e = await runCli(['worker'], { ...env, TIMEOUT_CENTER_CONFIG: noExport });
+    expect(e.code, e.stderr).toBe(2);
+    expect(e.stderr).toMatch(/kinds\."order\.unpaid"\.handler: \.\/handler\.mjs has no function export "closeOrders"/);
   });
 
   it('says which server is unreachable and how to fix it', async () => {

@@ -15,6 +15,7 @@ import { listKindControls, type KindControls } from '../../flow/kind-controls.js
 import { listTargetControls, type TargetControls } from '../../flow/target-controls.js';
 import { createLogger } from '../../observability/logger.js';
 import { LIVE_WINDOW_S, openBreakers, type OpenBreaker } from '../../operations/overview.js';
+import { readStranded, STRANDED_ADVICE, type Stranded } from '../../operations/stranded.js';
 import { CENTER, StoreDirectory, type PerStore, type StoreDatabase } from '../../stores/store-directory.js';
 import type { RedisProbe } from '../../transport/redis-probe.js';
 import { createPool } from '../../db/pool.js';
@@ -65,6 +66,8 @@ export interface DatabaseFigures {
   workers: WorkerRow[];
   scans: ScanRow[];
   breakers: OpenBreaker[];
+  /** Timeouts dispatched to a finished shard, per kind: no run will apply them (stranded.sql). */
+  stranded: Stranded[];
   /** The host this read reached and the hosts its connection string names (a multi-host string:
    *  the primary now; db/reached-hosts.ts). */
   postgres: { host: string | null; target: string } | null;
@@ -110,7 +113,7 @@ export type DatabaseAnswer = PerStore<DatabaseFigures> & { kinds: string[] | und
 export interface Problem {
   /** `center`, a store, or undefined for the fleet (Redis). */
   store?: string;
-  topic: 'unreachable' | 'unset' | 'redis' | 'no-worker' | 'lag' | 'no-leader' | 'breaker' | 'version' | 'vacuum-horizon';
+  topic: 'unreachable' | 'unset' | 'redis' | 'no-worker' | 'lag' | 'no-leader' | 'breaker' | 'version' | 'vacuum-horizon' | 'stranded';
   message: string;
 }
 
@@ -135,7 +138,7 @@ export interface Fleet {
 async function readDatabase(d: StoreDatabase, scans: number): Promise<DatabaseFigures> {
   const db: Kysely<Database> = d.db;
   const center = d.store === CENTER;
-  const [now, backlog, lease, workers, failed, scanRows, breakers, controls, targets, layout, horizon, release] = await Promise.all([
+  const [now, backlog, lease, workers, failed, scanRows, breakers, controls, targets, layout, horizon, release, stranded] = await Promise.all([
     sql<{ now: Date }>`SELECT now() AS now`.execute(db),
     db
       .selectFrom('timeout_center.backlog')
@@ -172,6 +175,7 @@ async function readDatabase(d: StoreDatabase, scans: number): Promise<DatabaseFi
     layoutStatus(d.pool),
     readHorizon(d.pool),
     readRelease(d.pool),
+    readStranded(d.pool),
   ]);
   const reached = reachedHost(d.pool);
   return {
@@ -199,6 +203,7 @@ async function readDatabase(d: StoreDatabase, scans: number): Promise<DatabaseFi
     })),
     scans: scanRows,
     breakers,
+    stranded,
     postgres: reached ? { host: reached.host ?? null, target: reached.target } : null,
     ...(controls ? { controls } : {}),
     ...(targets ? { targets } : {}),
@@ -336,6 +341,13 @@ export function problemsOf(fleet: Fleet): Problem[] {
           });
         }
       }
+    }
+    for (const st of f.stranded) {
+      out.push({
+        store: d.store,
+        topic: 'stranded',
+        message: `${where(fleet, d.store)}: ${st.count} ${st.kind} timeouts ${STRANDED_ADVICE}`,
+      });
     }
     for (const b of f.breakers) {
       out.push({

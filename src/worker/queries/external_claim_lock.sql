@@ -5,9 +5,13 @@
 -- committed meanwhile (a claim only locks the rows it holds, and their locks end at its commit),
 -- and external_unhold.sql gave them back: the later shard left with a few hundred of its 5,000
 -- rows, and the rest waited for another plan, 80-90 ms later in a flood (docs/benchmarks.md,
--- "The sixth pass"). external_unhold.sql stays, for a settle on read (sql/0023) that binds a row
--- while a claim runs. A transaction-level advisory lock: no row written, gone at the claim's
--- COMMIT.
+-- "The sixth pass"). It also orders a re-run's take-back (external_claim.sql taken_back), which
+-- checks the lease only when its statement begins: a later run of the shard, leased after that
+-- lease ran out, claims after its commit and takes the rows as the shard's; without the lock it
+-- would find them locked, take nothing, and its record return them to pending for the next scan
+-- (test/integration/external-claim-lease-race.test.ts). external_unhold.sql stays, for a settle
+-- on read (sql/0023) that binds a row while a claim runs. A transaction-level advisory lock: no
+-- row written, gone at the claim's COMMIT.
 --   $1 shard id
 -- @params shardId: number
 SELECT pg_advisory_xact_lock(hashtextextended('timeout-center external claim ' || sh.kind || ' ' || coalesce(sh.target, ''), 0))
