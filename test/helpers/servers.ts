@@ -177,6 +177,47 @@ export async function startStandby(primary: PostgresServer): Promise<PostgresSer
   return server;
 }
 
+/** What a failed pg_ctl said, and what the server was doing: its exit (or the timeout that killed
+ *  it), its output, the server log's tail and the processes left under the data directory. */
+async function pgCtlFailure(err: unknown, dir: string, data: string): Promise<string> {
+  const e = err as { code?: unknown; signal?: unknown; killed?: boolean; stdout?: string; stderr?: string };
+  const logTail = (() => {
+    try {
+      return readFileSync(join(dir, 'server.log'), 'utf8').split('\n').slice(-25).join('\n');
+    } catch {
+      return '(no server.log)';
+    }
+  })();
+  const pidLine = (() => {
+    try {
+      return readFileSync(join(data, 'postmaster.pid'), 'utf8').split('\n')[0];
+    } catch {
+      return '(no postmaster.pid)';
+    }
+  })();
+  // The postmaster (its command line names the data directory) and its children.
+  const ps = await run('ps', ['-eo', 'pid,ppid,stat,etime,args']).then(
+    (r) => {
+      const rows = r.stdout.split('\n').map((l) => ({ l, f: l.trim().split(/\s+/) }));
+      const pms = new Set(rows.filter((x) => x.l.includes(data)).map((x) => x.f[0]));
+      return rows
+        .filter((x) => pms.has(x.f[0]) || pms.has(x.f[1]))
+        .slice(0, 40)
+        .map((x) => x.l)
+        .join('\n');
+    },
+    () => '(ps failed)',
+  );
+  return [
+    `exit ${String(e.code)}${e.signal ? `, signal ${String(e.signal)}` : ''}${e.killed ? ' (killed by the 60 s timeout)' : ''}`,
+    `stdout: ${(e.stdout ?? '').trim()}`,
+    `stderr: ${(e.stderr ?? '').trim()}`,
+    `postmaster.pid: ${pidLine}`,
+    `server.log (last lines):\n${logTail}`,
+    `processes:\n${ps}`,
+  ].join('\n');
+}
+
 async function preparePostgres(
   create: (asPostgres: (cmd: string, args: string[]) => Promise<unknown>, data: string) => Promise<void>,
   options: PostgresOptions = {},
@@ -195,7 +236,11 @@ async function preparePostgres(
     .map(([k, v]) => ` -c ${k}=${v}`)
     .join('')}`;
   const pgCtl = async (...args: string[]) => {
-    await asPostgres('pg_ctl', ['-D', data, '-l', join(dir, 'server.log'), '-o', opts, ...args]);
+    try {
+      await asPostgres('pg_ctl', ['-D', data, '-l', join(dir, 'server.log'), '-o', opts, ...args]);
+    } catch (err) {
+      throw new Error(`pg_ctl ${args.join(' ')} on port ${port} failed: ${await pgCtlFailure(err, dir, data)}`, { cause: err });
+    }
   };
   const url = (database = 'postgres') => `postgres://postgres@127.0.0.1:${port}/${database}`;
   const query = async <T extends pg.QueryResultRow>(text: string): Promise<T[]> => {
