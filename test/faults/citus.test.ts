@@ -205,7 +205,7 @@ describe.skipIf(tools.skip)(tools.title('faults on a Citus cluster'), () => {
     const node = cluster.workers[0]!;
     const other = String(cluster.workers[1]!.port);
     const before = await doneByNode(s);
-    await node.pgCtl('-w', '-m', 'immediate', 'stop');
+    await node.stopImmediately();
     const stoppedAt = Date.now();
     await sleep(10_000);
     // While it was down: the other node's buckets were drained on (the coordinator's reads fail

@@ -41,7 +41,7 @@ describe('PostgreSQL faults', () => {
     await waitUntil('a few shards done', async () => (await s!.count(`SELECT count(*) AS n FROM timeout_center.shards WHERE state = 'done'`)) >= 3, 20_000);
     const running = await s.count(`SELECT count(*) AS n FROM timeout_center.shards WHERE state IN ('queued', 'running')`);
     // The test's own pool loses its connections too; drop them before the crash.
-    await server.pgCtl('-w', '-m', 'immediate', 'stop');
+    await server.stopImmediately();
     const downAt = Date.now();
     await sleep(1500);
     await server.pgCtl('-w', 'start');

@@ -123,8 +123,15 @@ export interface PostgresServer {
   data: string;
   /** postgres://postgres@127.0.0.1:<port>/<database> */
   url(database?: string): string;
-  /** pg_ctl restart -m <mode> (immediate: a crash, recovery on start). */
+  /** pg_ctl restart -m <mode> (immediate: a crash, recovery on start; see stopImmediately). */
   restart(mode?: 'immediate' | 'fast'): Promise<void>;
+  /** pg_ctl stop -m immediate (a crash: every backend killed, recovery on start), within seconds
+   *  whatever clients do. PostgreSQL 15's postmaster SIGKILLs its children 5 s after SIGQUIT, but
+   *  never a "dead-end" child (forked to refuse a connection that arrived during the shutdown),
+   *  which waits up to authentication_timeout (60 s) for the client's startup packet: a Citus
+   *  peer's half-open connection held a node's stop past 60 s in CI. Children left after 6 s are
+   *  such and are SIGKILLed here, as PostgreSQL 18's postmaster does itself. */
+  stopImmediately(): Promise<void>;
   pgCtl(...args: string[]): Promise<void>;
   /** pg_ctl start, then waits until it accepts connections (a standby: read-only ones). */
   start(): Promise<void>;
@@ -180,7 +187,7 @@ export async function startStandby(primary: PostgresServer): Promise<PostgresSer
 /** What a failed pg_ctl said, and what the server was doing: its exit (or the timeout that killed
  *  it), its output, the server log's tail and the processes left under the data directory. */
 async function pgCtlFailure(err: unknown, dir: string, data: string): Promise<string> {
-  const e = err as { code?: unknown; signal?: unknown; killed?: boolean; stdout?: string; stderr?: string };
+  const e = (err ?? {}) as { code?: unknown; signal?: unknown; killed?: boolean; stdout?: string; stderr?: string };
   const logTail = (() => {
     try {
       return readFileSync(join(dir, 'server.log'), 'utf8').split('\n').slice(-25).join('\n');
@@ -265,8 +272,43 @@ async function preparePostgres(
       await ready();
     },
     async restart(mode = 'immediate') {
+      if (mode === 'immediate') {
+        await server.stopImmediately();
+        await server.start();
+        return;
+      }
       await pgCtl('-w', '-m', mode, 'restart');
       await ready();
+    },
+    async stopImmediately() {
+      const pidFile = join(data, 'postmaster.pid');
+      const postmaster = existsSync(pidFile) ? Number(readFileSync(pidFile, 'utf8').split('\n')[0]) : undefined;
+      if (!postmaster) throw new Error(`PostgreSQL on port ${port} is not running (no ${pidFile})`);
+      await pgCtl('-W', '-m', 'immediate', 'stop');
+      const started = Date.now();
+      let killedDeadEnds = false;
+      // The postmaster removes its pid file as it exits (what pg_ctl -w waits for).
+      while (existsSync(pidFile)) {
+        const waited = Date.now() - started;
+        if (waited > 30_000) {
+          throw new Error(`PostgreSQL on port ${port} still running 30 s after stop -m immediate: ${await pgCtlFailure(undefined, dir, data)}`);
+        }
+        if (waited > 6_000 && !killedDeadEnds) {
+          killedDeadEnds = true;
+          const { stdout } = await run('ps', ['-o', 'pid=', '--ppid', String(postmaster)]).catch(() => ({ stdout: '' }));
+          for (const pid of stdout
+            .split('\n')
+            .map(Number)
+            .filter((n) => n > 0)) {
+            try {
+              process.kill(pid, 'SIGKILL');
+            } catch {
+              // gone meanwhile
+            }
+          }
+        }
+        await new Promise((r) => setTimeout(r, 50));
+      }
     },
     async kill() {
       const pid = Number(readFileSync(join(data, 'postmaster.pid'), 'utf8').split('\n')[0]);
@@ -294,7 +336,7 @@ async function preparePostgres(
     },
     async stop() {
       stops.delete(server.stop);
-      if (await portAnswers(port)) await pgCtl('-w', '-m', 'immediate', 'stop').catch(() => {});
+      if (existsSync(join(data, 'postmaster.pid'))) await server.stopImmediately().catch(() => {});
       rmSync(dir, { recursive: true, force: true });
     },
   };

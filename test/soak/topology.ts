@@ -223,7 +223,7 @@ export async function setUp(topology: Topology, center: Db, centerUrl: string): 
       const server = servers[i]!;
       const t0 = Date.now();
       if (how === 'SIGKILL') await server.kill();
-      else await server.pgCtl('-w', '-m', 'immediate', 'stop');
+      else await server.stopImmediately();
       await sleep(1000 + random() * 2000);
       // After a SIGKILL the old backends leave when they notice their postmaster is gone; until
       // then the new postmaster refuses to start (shared memory still in use): try again.
