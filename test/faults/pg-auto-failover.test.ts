@@ -14,7 +14,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createPool } from '../../src/db/pool.js';
 import { CLOSE_SQL, createOrdersSchema, writeConfig } from '../helpers/orders.js';
 import { killAll, runCli, spawnCli, type CliProcess } from '../helpers/processes.js';
-import { startFormation, type Formation } from '../helpers/pg-auto-failover.js';
+import { REJOIN_MS, startFormation, type Formation } from '../helpers/pg-auto-failover.js';
 import { stopAllServers } from '../helpers/servers.js';
 import { createTestDatabase, TEST_REDIS_URL, testKeyPrefix, type TestDatabase } from '../helpers/services.js';
 import { requireTools } from '../helpers/system-tools.js';
@@ -141,86 +141,98 @@ describe.skipIf(tools.skip)(tools.title('PostgreSQL failover by pg_auto_failover
     const resume = (figures['allKinds'] as { closesResumeAfterAnswerMs: number }).closesResumeAfterAnswerMs;
     expect(resume, 'closes resumed after the new primary accepted writes').toBeGreaterThanOrEqual(0);
   });
-  it('a business database on the external path fails over under a 20,000 burst with payers: the workers find its new primary, no effect doubled or lost', async () => {
-    const f = formation!;
-    const ordersUrl = await freshDatabase(f, 'orders');
-    const orders = createPool({ connectionString: ordersUrl, max: 4, applicationName: 'fault test', logger: silent });
-    pools.push(orders);
-    await createOrdersSchema(orders);
-    center = await createTestDatabase('pgaf-biz-center');
-    const centerPool = createPool({ connectionString: center.url, max: 4, applicationName: 'fault test', logger: silent });
-    pools.push(centerPool);
-    const config = fleetConfig('pgaf-biz', { orders: { url: ordersUrl, poolSize: 4 } }, { database: 'orders' });
-    const procs = await startFleet(config, center.url);
+  it(
+    'a business database on the external path fails over under a 20,000 burst with payers: the workers find its new primary, no effect doubled or lost',
+    async () => {
+      const f = formation!;
+      const ordersUrl = await freshDatabase(f, 'orders');
+      const orders = createPool({ connectionString: ordersUrl, max: 4, applicationName: 'fault test', logger: silent });
+      pools.push(orders);
+      await createOrdersSchema(orders);
+      center = await createTestDatabase('pgaf-biz-center');
+      const centerPool = createPool({ connectionString: center.url, max: 4, applicationName: 'fault test', logger: silent });
+      pools.push(centerPool);
+      const config = fleetConfig('pgaf-biz', { orders: { url: ordersUrl, poolSize: 4 } }, { database: 'orders' });
+      const procs = await startFleet(config, center.url);
 
-    const started = Date.now();
-    await orders.query(`INSERT INTO orders (id, status) SELECT g, 'unpaid' FROM generate_series(1, $1::int) g`, [BIZ_N]);
-    await centerPool.query(
-      `INSERT INTO timeout_center.timeouts (kind, biz_id, due_at) SELECT $1, g::text, now() + interval '2 seconds' FROM generate_series(1, $2::int) g`,
-      [KIND, BIZ_N],
-    );
-    const fault = await failOverMidDrain(f, ordersUrl, orders);
-    await drained(centerPool, procs);
-    for (const p of procs) expect(p.alive, `${p.name} survived (stderr: ${p.stderr.slice(-500)})`).toBe(true);
-    const truth = await businessTruth(orders, centerPool, fault.payments.acknowledged);
-    // A marker is deleted after the center recorded its shard, best effort: one whose delete met
-    // the dead primary stays, harmless (a recorded shard's marker is never read again).
-    const markerShards = (await orders.query<{ id: number }>('SELECT shard_id AS id FROM timeout_center.markers')).rows.map((r) => Number(r.id));
-    const unrecorded = Number(
-      (
-        await centerPool.query<{ n: number }>(
-          `SELECT count(*)::int AS n FROM unnest($1::bigint[]) id LEFT JOIN timeout_center.shards sh USING (id) WHERE sh.state IS DISTINCT FROM 'done'`,
-          [markerShards],
-        )
-      ).rows[0]!.n,
-    );
-    expect(unrecorded, 'every marker left belongs to a shard the center recorded').toBe(0);
-    const gaps = await closeGaps(orders, fault.at, fault.answeringAt);
-    await Promise.all(procs.map((p) => p.stop(10_000)));
-    report('pg_auto_failover: business database primary SIGKILLed under the burst (external path)', {
-      timeouts: BIZ_N,
-      ...truth,
-      markersLeft: markerShards.length,
-      answeringAfterFaultMs: fault.answeringAt.getTime() - fault.at.getTime(),
-      ...gaps,
-      payments: { acknowledged: fault.payments.acknowledged.size, refused: fault.payments.refused, failed: fault.payments.failed },
-      wallMs: Date.now() - started,
-    });
-  });
+      const started = Date.now();
+      await orders.query(`INSERT INTO orders (id, status) SELECT g, 'unpaid' FROM generate_series(1, $1::int) g`, [BIZ_N]);
+      await centerPool.query(
+        `INSERT INTO timeout_center.timeouts (kind, biz_id, due_at) SELECT $1, g::text, now() + interval '2 seconds' FROM generate_series(1, $2::int) g`,
+        [KIND, BIZ_N],
+      );
+      const fault = await failOverMidDrain(f, ordersUrl, orders);
+      await drained(centerPool, procs);
+      for (const p of procs) expect(p.alive, `${p.name} survived (stderr: ${p.stderr.slice(-500)})`).toBe(true);
+      const truth = await businessTruth(orders, centerPool, fault.payments.acknowledged);
+      // A marker is deleted after the center recorded its shard, best effort: one whose delete met
+      // the dead primary stays, harmless (a recorded shard's marker is never read again).
+      const markerShards = (await orders.query<{ id: number }>('SELECT shard_id AS id FROM timeout_center.markers')).rows.map((r) => Number(r.id));
+      const unrecorded = Number(
+        (
+          await centerPool.query<{ n: number }>(
+            `SELECT count(*)::int AS n FROM unnest($1::bigint[]) id LEFT JOIN timeout_center.shards sh USING (id) WHERE sh.state IS DISTINCT FROM 'done'`,
+            [markerShards],
+          )
+        ).rows[0]!.n,
+      );
+      expect(unrecorded, 'every marker left belongs to a shard the center recorded').toBe(0);
+      const gaps = await closeGaps(orders, fault.at, fault.answeringAt);
+      await Promise.all(procs.map((p) => p.stop(10_000)));
+      report('pg_auto_failover: business database primary SIGKILLed under the burst (external path)', {
+        timeouts: BIZ_N,
+        ...truth,
+        markersLeft: markerShards.length,
+        answeringAfterFaultMs: fault.answeringAt.getTime() - fault.at.getTime(),
+        ...gaps,
+        payments: { acknowledged: fault.payments.acknowledged.size, refused: fault.payments.refused, failed: fault.payments.failed },
+        wallMs: Date.now() - started,
+      });
+    },
+    REJOIN_MS + 120_000,
+  );
 
-  it('a store (timeouts beside the orders) fails over under a 20,000 burst with payers: its leader and workers find the new primary, no effect doubled or lost', async () => {
-    const f = formation!;
-    const storeUrl = await freshDatabase(f, 'store_a');
-    const store = createPool({ connectionString: storeUrl, max: 4, applicationName: 'fault test', logger: silent });
-    pools.push(store);
-    await createOrdersSchema(store);
-    const storeCenter = await createTestDatabase('pgaf-store-center');
-    centers.push(storeCenter);
-    const config = fleetConfig('pgaf-store', { store_a: { url: storeUrl, poolSize: 4 } }, { store: 'beside', route: { by: 'modulo', databases: ['store_a'] } });
-    const procs = await startFleet(config, storeCenter.url);
+  it(
+    'a store (timeouts beside the orders) fails over under a 20,000 burst with payers: its leader and workers find the new primary, no effect doubled or lost',
+    async () => {
+      const f = formation!;
+      const storeUrl = await freshDatabase(f, 'store_a');
+      const store = createPool({ connectionString: storeUrl, max: 4, applicationName: 'fault test', logger: silent });
+      pools.push(store);
+      await createOrdersSchema(store);
+      const storeCenter = await createTestDatabase('pgaf-store-center');
+      centers.push(storeCenter);
+      const config = fleetConfig(
+        'pgaf-store',
+        { store_a: { url: storeUrl, poolSize: 4 } },
+        { store: 'beside', route: { by: 'modulo', databases: ['store_a'] } },
+      );
+      const procs = await startFleet(config, storeCenter.url);
 
-    const started = Date.now();
-    // Section 3's SQL in the order's own database: the orders and their timeouts, in the store.
-    await store.query(`INSERT INTO orders (id, status) SELECT g, 'unpaid' FROM generate_series(1, $1::int) g`, [BIZ_N]);
-    await store.query(
-      `INSERT INTO timeout_center.timeouts (kind, biz_id, due_at) SELECT $1, g::text, now() + interval '2 seconds' FROM generate_series(1, $2::int) g`,
-      [KIND, BIZ_N],
-    );
-    const fault = await failOverMidDrain(f, storeUrl, store);
-    await drained(store, procs);
-    for (const p of procs) expect(p.alive, `${p.name} survived (stderr: ${p.stderr.slice(-500)})`).toBe(true);
-    const truth = await businessTruth(store, store, fault.payments.acknowledged);
-    const gaps = await closeGaps(store, fault.at, fault.answeringAt);
-    await Promise.all(procs.map((p) => p.stop(10_000)));
-    report('pg_auto_failover: a store primary SIGKILLed under the burst (timeouts beside the orders)', {
-      timeouts: BIZ_N,
-      ...truth,
-      answeringAfterFaultMs: fault.answeringAt.getTime() - fault.at.getTime(),
-      ...gaps,
-      payments: { acknowledged: fault.payments.acknowledged.size, refused: fault.payments.refused, failed: fault.payments.failed },
-      wallMs: Date.now() - started,
-    });
-  });
+      const started = Date.now();
+      // Section 3's SQL in the order's own database: the orders and their timeouts, in the store.
+      await store.query(`INSERT INTO orders (id, status) SELECT g, 'unpaid' FROM generate_series(1, $1::int) g`, [BIZ_N]);
+      await store.query(
+        `INSERT INTO timeout_center.timeouts (kind, biz_id, due_at) SELECT $1, g::text, now() + interval '2 seconds' FROM generate_series(1, $2::int) g`,
+        [KIND, BIZ_N],
+      );
+      const fault = await failOverMidDrain(f, storeUrl, store);
+      await drained(store, procs);
+      for (const p of procs) expect(p.alive, `${p.name} survived (stderr: ${p.stderr.slice(-500)})`).toBe(true);
+      const truth = await businessTruth(store, store, fault.payments.acknowledged);
+      const gaps = await closeGaps(store, fault.at, fault.answeringAt);
+      await Promise.all(procs.map((p) => p.stop(10_000)));
+      report('pg_auto_failover: a store primary SIGKILLed under the burst (timeouts beside the orders)', {
+        timeouts: BIZ_N,
+        ...truth,
+        answeringAfterFaultMs: fault.answeringAt.getTime() - fault.at.getTime(),
+        ...gaps,
+        payments: { acknowledged: fault.payments.acknowledged.size, refused: fault.payments.refused, failed: fault.payments.failed },
+        wallMs: Date.now() - started,
+      });
+    },
+    REJOIN_MS + 120_000,
+  );
 });
 
 /** A database of its own on the formation, after the previous scenario's dead node rejoined as a

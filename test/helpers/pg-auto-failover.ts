@@ -50,6 +50,9 @@ async function query<T extends pg.QueryResultRow>(port: number, database: string
   }
 }
 
+/** How long a killed node may take to rejoin as a secondary; the tests that rejoin one allow for it. */
+export const REJOIN_MS = 120_000;
+
 async function until(what: string, test: () => Promise<boolean>, timeoutMs: number, every?: () => Promise<unknown>): Promise<void> {
   const deadline = Date.now() + timeoutMs;
   while (Date.now() < deadline) {
@@ -203,17 +206,29 @@ export async function startFormation(database: string): Promise<Formation> {
       }
     },
     async rejoin(node) {
-      autoctl(node.name, ['run', '--pgdata', node.pgdata]);
+      const keeper = autoctl(node.name, ['run', '--pgdata', node.pgdata]);
       const primary = await formation.primary();
-      await until(
-        `${node.name} secondary again`,
-        async () => {
-          const st = await states();
-          return st[node.name]?.reported === 'secondary' && st[primary.name]?.reported === 'primary';
-        },
-        120_000,
-        () => query(primary.port, 'postgres', 'CHECKPOINT'),
-      );
+      try {
+        await until(
+          `${node.name} secondary again`,
+          async () => {
+            const st = await states();
+            return st[node.name]?.reported === 'secondary' && st[primary.name]?.reported === 'primary';
+          },
+          REJOIN_MS,
+          () => query(primary.port, 'postgres', 'CHECKPOINT'),
+        );
+      } catch (err) {
+        // What the monitor says and what the keeper last logged: the wait alone says nothing.
+        const st = await states().catch((e: Error) => `states unreadable: ${e.message}`);
+        const log = (keeper as ChildProcess & { log: string }).log.split('\n').slice(-30).join('\n');
+        throw new Error(
+          `${(err as Error).message}; states ${JSON.stringify(st)}; ${node.name}'s keeper (exit ${String(keeper.exitCode)}) last logged:\n${log}`,
+          {
+            cause: err,
+          },
+        );
+      }
     },
     async asynchronous(node) {
       await run('runuser', ['-u', 'postgres', '--', 'env', ...env, 'pg_autoctl', 'set', 'node', 'replication-quorum', 'false', '--pgdata', node.pgdata], {
