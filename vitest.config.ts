@@ -1,4 +1,5 @@
 import { defineConfig } from 'vitest/config';
+import SizeSequencer from './test/helpers/size-sequencer.js';
 
 // Two groups, the second after the first (sequence.groupOrder).
 // 1. Most files, two at a time: they start real processes and mostly wait on them (leases,
@@ -45,6 +46,8 @@ const shared = {
 export default defineConfig({
   test: {
     reporters: ['default', './test/helpers/slow-file-reporter.ts'],
+    // Largest file first, as a clean checkout (CI) runs them, never the cached order of the last run.
+    sequence: { sequencer: SizeSequencer },
     projects: [
       {
         extends: false,
