@@ -9,7 +9,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { promisify } from 'node:util';
 import pg from 'pg';
-import { freePort, registerStop } from './servers.js';
+import { freePort, postmasterPid, registerStop } from './servers.js';
 
 const run = promisify(execFile);
 const PG_BIN = '/usr/lib/postgresql/15/bin';
@@ -91,14 +91,6 @@ function autoctlPids(pgdata: string): number[] {
     }
   }
   return [...all];
-}
-
-function postmasterPid(pgdata: string): number | undefined {
-  try {
-    return Number(readFileSync(join(pgdata, 'postmaster.pid'), 'utf8').split('\n')[0]);
-  } catch {
-    return undefined;
-  }
 }
 
 /** Starts a monitor and two nodes (node1 primary, node2 synchronous secondary) with `database`. */

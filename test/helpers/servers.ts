@@ -184,6 +184,16 @@ export async function startStandby(primary: PostgresServer): Promise<PostgresSer
   return server;
 }
 
+/** The postmaster's pid, from the first line of its data directory's postmaster.pid (absent when
+ *  it is not running). */
+export function postmasterPid(data: string): number | undefined {
+  try {
+    return Number(readFileSync(join(data, 'postmaster.pid'), 'utf8').split('\n')[0]) || undefined;
+  } catch {
+    return undefined;
+  }
+}
+
 /** What a failed pg_ctl said, and what the server was doing: its exit (or the timeout that killed
  *  it), its output, the server log's tail and the processes left under the data directory. */
 async function pgCtlFailure(err: unknown, dir: string, data: string): Promise<string> {
@@ -195,13 +205,7 @@ async function pgCtlFailure(err: unknown, dir: string, data: string): Promise<st
       return '(no server.log)';
     }
   })();
-  const pidLine = (() => {
-    try {
-      return readFileSync(join(data, 'postmaster.pid'), 'utf8').split('\n')[0];
-    } catch {
-      return '(no postmaster.pid)';
-    }
-  })();
+  const pidLine = postmasterPid(data) ?? '(no postmaster.pid)';
   // The postmaster (its command line names the data directory) and its children.
   const ps = await run('ps', ['-eo', 'pid,ppid,stat,etime,args']).then(
     (r) => {
@@ -282,7 +286,7 @@ async function preparePostgres(
     },
     async stopImmediately() {
       const pidFile = join(data, 'postmaster.pid');
-      const postmaster = existsSync(pidFile) ? Number(readFileSync(pidFile, 'utf8').split('\n')[0]) : undefined;
+      const postmaster = postmasterPid(data);
       if (!postmaster) throw new Error(`PostgreSQL on port ${port} is not running (no ${pidFile})`);
       await pgCtl('-W', '-m', 'immediate', 'stop');
       const started = Date.now();
@@ -311,7 +315,8 @@ async function preparePostgres(
       }
     },
     async kill() {
-      const pid = Number(readFileSync(join(data, 'postmaster.pid'), 'utf8').split('\n')[0]);
+      const pid = postmasterPid(data);
+      if (!pid) throw new Error(`PostgreSQL on port ${port} is not running (no postmaster.pid)`);
       process.kill(pid, 'SIGKILL');
       await waitUntil(`postmaster ${pid} gone`, async () => !(await portAnswers(port)), 10_000);
     },
